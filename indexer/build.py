@@ -1,0 +1,255 @@
+"""The build job: corpus -> blocks -> token vectors -> shards -> manifest.
+
+Shards are deterministic functions of (corpus, model, config), so an interrupted build resumes:
+finished shards (those with a shard.json) are kept and their blocks are skipped without encoding.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from pydantic import BaseModel, Field
+from tqdm import tqdm
+
+from encoder.model import BlockInput, Encoder, EncoderError, model_fingerprint
+from indexer.blocking import Block, iter_blocks
+from indexer.errors import IndexerError
+from indexer.files import write_json_atomic
+from indexer.manifest import MANIFEST_NAME, Counts, Manifest, ModelInfo, ShardInfo
+from indexer.readers import count_documents, detect_format, read_corpus
+from indexer.store import ShardContent, read_shard_info, shard_name, write_shard
+
+logger = logging.getLogger(__name__)
+
+BUILD_STATE = "build.json"
+
+
+class BuildConfig(BaseModel):
+    """Everything `indexer build` needs; one object per job."""
+
+    corpus: Path
+    out: Path
+    model: Path | None = None  # None: the bundled default model
+    block_tokens: int = Field(256, ge=8, description="corpus tokens per block")
+    shard_tokens: int = Field(1_000_000, ge=1, description="tokens per shard")
+    title_tokens: int = Field(32, ge=0, description="title tokens prefixed to each block as context (0: none)")
+    index_factory: str = "Flat"
+    batch_tokens: int = Field(16384, ge=64, description="padded tokens per encoder batch")
+    device: str = "auto"
+    dtype: str = "auto"
+    overwrite: bool = False
+
+
+@dataclass
+class BuildSummary:
+    out: Path
+    documents: int
+    empty_documents: int
+    blocks: int
+    tokens: int
+    shards: int
+    seconds: float
+    encoded_tokens: int  # tokens encoded in this run (less than `tokens` when resuming)
+
+    def line(self) -> str:
+        rate = self.encoded_tokens / self.seconds if self.seconds > 0 else 0.0
+        return (
+            f"built {self.out}: {self.documents} documents ({self.empty_documents} empty), {self.blocks} blocks, "
+            f"{self.tokens} tokens, {self.shards} shards in {self.seconds:.1f} s ({rate:.0f} tokens/s encoded)"
+        )
+
+
+def _identity(cfg: BuildConfig, encoder: Encoder, fingerprint: str) -> dict:
+    """What must match for an existing output directory to be resumed rather than refused."""
+    corpus = cfg.corpus.resolve()
+    stat = corpus.stat()
+    return {
+        "corpus": str(corpus),
+        "corpus_bytes": stat.st_size if corpus.is_file() else None,
+        "corpus_mtime": stat.st_mtime,
+        "model_fingerprint": fingerprint,
+        "block_tokens": cfg.block_tokens,
+        "shard_tokens": cfg.shard_tokens,
+        "title_tokens": cfg.title_tokens,
+        "index_factory": cfg.index_factory,
+        "dtype": str(encoder.dtype).replace("torch.", ""),
+    }
+
+
+def _prepare_out(out: Path, identity: dict, overwrite: bool) -> None:
+    """Create, resume or (with overwrite) clear the output directory; refuse anything else."""
+    import json
+
+    if out.exists() and not out.is_dir():
+        raise IndexerError(f"output path {out} exists and is not a directory; choose another --out")
+    out.mkdir(parents=True, exist_ok=True)
+    state_path = out / BUILD_STATE
+    ours = [p for p in out.iterdir() if p.name in (MANIFEST_NAME, BUILD_STATE) or p.name.startswith("shard_")]
+    others = [p for p in out.iterdir() if p not in ours]
+    if overwrite:
+        for p in ours:
+            shutil.rmtree(p) if p.is_dir() else p.unlink()
+    elif ours:
+        previous = json.loads(state_path.read_text(encoding="utf-8")) if state_path.is_file() else None
+        if previous != identity:
+            raise IndexerError(
+                f"output directory {out} already holds a different index (other corpus, model or settings); "
+                "pass --overwrite to replace it or choose another --out"
+            )
+        logger.info("resuming the build in %s", out)
+    if others and not ours and not overwrite:
+        raise IndexerError(f"output directory {out} is not empty and holds no index; choose an empty --out")
+    write_json_atomic(state_path, identity)
+
+
+def _encode_shard(encoder: Encoder, blocks: list[Block], batch_tokens: int, bar: tqdm) -> np.ndarray:
+    """fp16 vectors of every block token, in block order; batches grouped by length."""
+    sizes = np.array([len(b) for b in blocks])
+    starts = np.concatenate([[0], np.cumsum(sizes)])
+    out = np.empty((int(starts[-1]), encoder.dim), dtype=np.float16)
+    order = np.argsort(-sizes, kind="stable")
+    i = 0
+    while i < len(order):
+        width = sizes[order[i]] + encoder.pair_overhead + _prefix_len(blocks[order[i]])
+        n = max(1, batch_tokens // max(1, width))
+        batch = order[i : i + n]
+        inputs = [BlockInput(ids=blocks[j].tokens.ids, prefix_ids=blocks[j].title_ids) for j in batch]
+        for j, vecs in zip(batch, encoder.encode_blocks(inputs)):
+            out[starts[j] : starts[j + 1]] = vecs
+        bar.update(int(sizes[batch].sum()))
+        i += n
+    return out
+
+
+def _prefix_len(block: Block) -> int:
+    return 0 if block.title_ids is None else len(block.title_ids)
+
+
+def _content(blocks: list[Block], vectors: np.ndarray) -> ShardContent:
+    doc_rows: dict[int, int] = {}
+    ids, titles, texts, block_rows = [], [], [], []
+    pos = 0
+    for b in blocks:
+        if b.doc.row not in doc_rows:
+            doc_rows[b.doc.row] = len(ids)
+            ids.append(b.doc.id)
+            titles.append(b.doc.title)
+            texts.append(b.doc.text)
+        block_rows.append((doc_rows[b.doc.row], pos, pos + len(b)))
+        pos += len(b)
+    return ShardContent(
+        vectors=vectors,
+        token_ids=np.concatenate([b.tokens.ids for b in blocks]),
+        offsets=np.concatenate([b.tokens.offsets for b in blocks]),
+        flags=np.concatenate([b.tokens.flags for b in blocks]),
+        blocks=np.asarray(block_rows, dtype=np.int64).reshape(-1, 3),
+        doc_ids=ids,
+        doc_titles=titles,
+        doc_texts=texts,
+    )
+
+
+def build_index(cfg: BuildConfig) -> BuildSummary:
+    t0 = time.perf_counter()
+    fmt = detect_format(cfg.corpus)
+    try:
+        encoder = Encoder(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    except EncoderError as exc:
+        raise IndexerError(f"{exc}; pass --model with a HuggingFace encoder directory") from exc
+    if cfg.block_tokens + encoder.pair_overhead + cfg.title_tokens > encoder.max_length:
+        raise IndexerError(
+            f"--block-tokens {cfg.block_tokens} plus {cfg.title_tokens} title tokens and special tokens exceeds "
+            f"the model limit of {encoder.max_length}; lower --block-tokens"
+        )
+    fingerprint = model_fingerprint(encoder.model_dir)
+    _prepare_out(cfg.out, _identity(cfg, encoder, fingerprint), cfg.overwrite)
+
+    total_docs = count_documents(cfg.corpus)
+    stats: dict[str, int] = {}
+    bar = tqdm(total=None, unit="tok", unit_scale=True, desc="indexing", dynamic_ncols=True)
+    shards: list[ShardInfo] = []
+    pending: list[Block] = []
+    pending_tokens = 0
+    totals = {"tokens": 0, "blocks": 0, "encoded": 0}
+
+    def flush() -> None:
+        nonlocal pending, pending_tokens
+        number = len(shards)
+        info = read_shard_info(cfg.out, number)
+        base_t, base_b = totals["tokens"], totals["blocks"]
+        if info is not None and info.tokens == pending_tokens and info.blocks == len(pending) and info.token_base == base_t:
+            logger.info("%s already built, skipping its %d tokens", info.name, info.tokens)
+            bar.update(info.tokens)
+        else:
+            vectors = _encode_shard(encoder, pending, cfg.batch_tokens, bar)
+            info = write_shard(cfg.out, number, _content(pending, vectors), cfg.index_factory, base_t, base_b)
+            totals["encoded"] += info.tokens
+        shards.append(info)
+        totals["tokens"] += info.tokens
+        totals["blocks"] += info.blocks
+        pending, pending_tokens = [], 0
+
+    blocks = iter_blocks(
+        read_corpus(cfg.corpus), encoder.tokenizer, cfg.block_tokens, cfg.title_tokens, stats=stats
+    )
+    for block in blocks:
+        if pending and pending_tokens + len(block) > cfg.shard_tokens:
+            flush()
+            if total_docs:  # re-estimate the total from the tokens per document seen so far
+                bar.total = int(totals["tokens"] / max(1, stats["documents"]) * total_docs)
+                bar.refresh()
+        pending.append(block)
+        pending_tokens += len(block)
+    if pending:
+        flush()
+    bar.close()
+    if totals["tokens"] == 0:
+        raise IndexerError(f"corpus {cfg.corpus} holds no text to index (all documents are empty)")
+
+    # Remove shards left over from an earlier, larger build of the same identity (cannot normally happen).
+    for stale in sorted(cfg.out.glob("shard_*")):
+        if stale.name not in {s.name for s in shards}:
+            shutil.rmtree(stale)
+    manifest = Manifest(
+        created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        model=ModelInfo(
+            path=str(encoder.model_dir),
+            fingerprint=fingerprint,
+            model_type=encoder.model.config.model_type,
+            tokenizer=type(encoder.tokenizer).__name__,
+            vocab_size=len(encoder.tokenizer),
+            mask_token=encoder.tokenizer.mask_token,
+        ),
+        dim=encoder.dim,
+        index_factory=cfg.index_factory,
+        similarity_scale=1.0 / math.sqrt(encoder.dim),
+        build=cfg.model_dump(mode="json", exclude={"overwrite"}),
+        corpus={"path": str(cfg.corpus.resolve()), "format": fmt},
+        counts=Counts(
+            documents=stats["documents"],
+            empty_documents=stats["empty_documents"],
+            blocks=totals["blocks"],
+            tokens=totals["tokens"],
+            shards=len(shards),
+        ),
+        shards=shards,
+    )
+    manifest.save(cfg.out)
+    return BuildSummary(
+        out=cfg.out,
+        documents=stats["documents"],
+        empty_documents=stats["empty_documents"],
+        blocks=totals["blocks"],
+        tokens=totals["tokens"],
+        shards=len(shards),
+        seconds=time.perf_counter() - t0,
+        encoded_tokens=totals["encoded"],
+    )
+

@@ -1,0 +1,82 @@
+"""The index manifest: what an index directory holds, written last by the build."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from indexer.errors import IndexerError
+
+FORMAT_VERSION = 1
+MANIFEST_NAME = "manifest.json"
+
+
+class FileInfo(BaseModel):
+    bytes: int
+    sha256: str
+
+
+class ShardInfo(BaseModel):
+    name: str
+    documents: int
+    blocks: int
+    tokens: int
+    token_base: int  # global number of this shard's first token
+    block_base: int  # global number of this shard's first block
+    files: dict[str, FileInfo]
+
+
+class ModelInfo(BaseModel):
+    path: str
+    fingerprint: str
+    model_type: str
+    tokenizer: str
+    vocab_size: int
+    mask_token: str | None
+
+
+class Counts(BaseModel):
+    documents: int
+    empty_documents: int
+    blocks: int
+    tokens: int
+    shards: int
+
+
+class Manifest(BaseModel):
+    format_version: int = FORMAT_VERSION
+    created_at: str
+    model: ModelInfo
+    dim: int
+    metric: str = "inner_product"
+    index_factory: str
+    vector_dtype: str = "float16"
+    similarity_scale: float  # scores are q.c * scale (1 / sqrt(dim))
+    build: dict[str, Any]  # the build config that produced this index
+    corpus: dict[str, Any]
+    counts: Counts
+    shards: list[ShardInfo]
+
+    def save(self, root: Path) -> None:
+        from indexer.files import write_json_atomic
+
+        write_json_atomic(root / MANIFEST_NAME, self.model_dump(mode="json"))
+
+    @classmethod
+    def load(cls, root: str | Path) -> "Manifest":
+        path = Path(root) / MANIFEST_NAME
+        if not path.is_file():
+            raise IndexerError(f"{root} is not a finished index: {MANIFEST_NAME} is missing (run `indexer build`)")
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            manifest = cls.model_validate(data)
+        except (json.JSONDecodeError, ValidationError) as exc:
+            raise IndexerError(f"{path} is not a valid manifest: {exc}") from exc
+        if manifest.format_version != FORMAT_VERSION:
+            raise IndexerError(
+                f"{path} has format version {manifest.format_version}; this software reads {FORMAT_VERSION}"
+            )
+        return manifest

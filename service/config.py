@@ -1,0 +1,28 @@
+"""Server settings: every flag of `python -m service` is also an environment variable (FILL_*)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="FILL_")
+
+    index: Path | None = Field(None, description="index directory built by `indexer build`")
+    host: str = "127.0.0.1"
+    port: int = Field(8000, ge=0, le=65535)
+    model: Path | None = Field(None, description="encoder directory (default: the one named in the manifest)")
+    device: str = "auto"
+    dtype: str = "auto"
+    verify: bool = Field(False, description="check every index file's sha256 at start (slow on big indexes)")
+    max_concurrency: int = Field(4, ge=1, description="requests computed at once; more get 429")
+    log_level: str = "info"
+
+
+@lru_cache
+def get_settings() -> Settings:
+    return Settings()

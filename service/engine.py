@@ -1,0 +1,171 @@
+"""The fill engine: NPM inference over a phrase index. Knows nothing of HTTP."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from encoder.tokens import MASK_PATTERN
+from service.index import PhraseIndex
+from service.spans import SpanScores, aggregate, rank, score_spans, spans_from_hits, strip_phrase
+
+logger = logging.getLogger(__name__)
+
+CONTEXT_CHARS = 80
+
+
+@dataclass(frozen=True)
+class FillParams:
+    top_k: int = 5
+    k: int = 1024
+    max_span_tokens: int = 10
+    alpha: float = 0.0
+    evidence: int = 3
+    case_sensitive: bool = True
+
+
+@dataclass
+class Evidence:
+    doc_id: str
+    block: int
+    start: int
+    end: int
+    context: str
+    score: float
+
+
+@dataclass
+class Candidate:
+    phrase: str
+    score: float
+    evidence: list[Evidence] = field(default_factory=list)
+
+
+@dataclass
+class MaskFill:
+    index: int
+    candidates: list[Candidate]
+
+
+@dataclass
+class FillResult:
+    filled: str
+    masks: list[MaskFill]
+    took_ms: float
+
+
+@dataclass
+class _Occurrence:
+    doc_id: str
+    block: int
+    start: int
+    end: int
+    text: str
+
+
+def context_window(text: str, start: int, end: int, width: int = CONTEXT_CHARS) -> str:
+    """The phrase with up to `width` chars either side, cut at white space, '...' marking cuts."""
+    a, b = max(0, start - width), min(len(text), end + width)
+    if a > 0:
+        space = text.find(" ", a, start)
+        a = space + 1 if space != -1 else a
+    if b < len(text):
+        space = text.rfind(" ", end, b)
+        b = space if space != -1 else b
+    snippet = " ".join(text[a:b].split())
+    return ("... " if a > 0 else "") + snippet + (" ..." if b < len(text) else "")
+
+
+class FillEngine:
+    def __init__(self, encoder, index: PhraseIndex) -> None:
+        self.encoder = encoder
+        self.index = index
+
+    def fill(self, text: str, params: FillParams = FillParams()) -> FillResult:
+        t0 = time.perf_counter()
+        qv = self.encoder.encode_queries([text])[0]
+        n_masks = qv.starts.shape[0]
+        hits = self.index.search(np.concatenate([qv.starts, qv.ends]), params.k)
+        masks = []
+        for m in range(n_masks):
+            spans = self._candidates(hits[m], hits[n_masks + m], params.max_span_tokens)
+            scored = score_spans(*spans, qv.starts[m], qv.ends[m], self.index.vectors, self.index.scale)
+            masks.append(MaskFill(index=m, candidates=self._rank(scored, params)))
+        tops = iter([mf.candidates[0].phrase if mf.candidates else None for mf in masks])
+
+        def sub(match):
+            top = next(tops)
+            return top if top is not None else match.group(0)
+
+        filled = MASK_PATTERN.sub(sub, text)
+        return FillResult(filled=filled, masks=masks, took_ms=(time.perf_counter() - t0) * 1000)
+
+    def _candidates(self, start_hits, end_hits, max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        shards, starts, ends = [], [], []
+        for (sh_s, pos_s), forward in ((start_hits, True), (end_hits, False)):
+            for s in np.unique(sh_s):
+                shard = self.index.shards[int(s)]
+                a, b = spans_from_hits(pos_s[sh_s == s], forward, max_len, shard.flags, shard.block_of)
+                shards.append(np.full(a.shape, s, dtype=np.int64))
+                starts.append(a)
+                ends.append(b)
+        if not shards:
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty, empty
+        return np.concatenate(shards), np.concatenate(starts), np.concatenate(ends)
+
+    def _occurrences(self, scored: SpanScores) -> list[_Occurrence | None]:
+        """Where each span lies in its document; None for spans of only punctuation / white space."""
+        n = scored.shard.size
+        block = np.empty(n, dtype=np.int64)
+        row = np.empty(n, dtype=np.int64)
+        char_a = np.empty(n, dtype=np.int64)
+        char_b = np.empty(n, dtype=np.int64)
+        for s in np.unique(scored.shard):
+            shard = self.index.shards[int(s)]
+            sel = np.flatnonzero(scored.shard == s)
+            block[sel] = shard.block_of(scored.start[sel])
+            row[sel] = shard.blocks[block[sel], 0]
+            char_a[sel] = shard.offsets[scored.start[sel], 0]
+            char_b[sel] = shard.offsets[scored.end[sel], 1]
+        texts: dict[tuple[int, int], tuple[str, str]] = {}
+        out: list[_Occurrence | None] = []
+        for idx in range(n):
+            s, r = int(scored.shard[idx]), int(row[idx])
+            if (s, r) not in texts:
+                shard = self.index.shards[s]
+                texts[(s, r)] = (shard.doc_id(r), shard.doc_text(r))
+            doc_id, doc_text = texts[(s, r)]
+            a, b = int(char_a[idx]), int(char_b[idx])
+            lead, end = strip_phrase(doc_text[a:b])
+            if end <= lead:
+                out.append(None)
+                continue
+            base = self.index.shards[s].info.block_base
+            out.append(_Occurrence(doc_id, base + int(block[idx]), a + lead, a + end, doc_text))
+        return out
+
+    def _rank(self, scored: SpanScores, params: FillParams) -> list[Candidate]:
+        occ = self._occurrences(scored)
+        keys = [o.text[o.start : o.end] if o else None for o in occ]
+        lengths = scored.end - scored.start + 1
+        ranked = rank(aggregate(keys, scored.score, lengths, params.case_sensitive), params.alpha)
+        out = []
+        for phrase, value in ranked[: params.top_k]:
+            evidence, seen = [], set()
+            for idx in sorted(phrase.occurrences, key=lambda x: -scored.score[x]):
+                o = occ[idx]
+                where = (o.doc_id, o.start, o.end)
+                if where in seen:
+                    continue
+                seen.add(where)
+                if len(evidence) >= params.evidence:
+                    break
+                evidence.append(
+                    Evidence(o.doc_id, o.block, o.start, o.end, context_window(o.text, o.start, o.end), float(scored.score[idx]))
+                )
+            out.append(Candidate(phrase=phrase.text, score=value, evidence=evidence))
+        return out

@@ -1,0 +1,68 @@
+"""HTTP request and response models of the fill API."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from encoder.tokens import count_masks
+
+MAX_MASKS = 16
+MAX_TEXT_CHARS = 2000
+
+
+class FillRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    text: str = Field(
+        ..., min_length=1, max_length=MAX_TEXT_CHARS,
+        description="text with 1 to 16 masks written <mask> or [MASK]",
+        examples=["Allan Peiper was born in <mask> ."],
+    )
+    top_k: int = Field(5, ge=1, le=100, description="phrases returned per mask")
+    k: int = Field(1024, ge=1, le=8192, description="tokens retrieved by each of the start and end searches")
+    max_span_tokens: int = Field(10, ge=1, le=32, description="longest phrase, in tokens")
+    alpha: float = Field(0.0, ge=-4.0, le=4.0, description="length preference: rank by mass * len^alpha")
+    evidence: int = Field(3, ge=0, le=20, description="occurrences returned per phrase")
+    case_sensitive: bool = Field(True, description="aggregate phrases case-sensitively")
+
+    @field_validator("text")
+    @classmethod
+    def _masks(cls, text: str) -> str:
+        n = count_masks(text)
+        if n == 0:
+            raise ValueError("text contains no mask; write <mask> (or [MASK]) where a phrase should go")
+        if n > MAX_MASKS:
+            raise ValueError(f"text contains {n} masks; at most {MAX_MASKS} are allowed")
+        return text
+
+
+class EvidenceOut(BaseModel):
+    doc_id: str
+    block: int
+    start: int = Field(description="char offset of the phrase in the document text")
+    end: int
+    context: str
+    score: float = Field(description="span score P_start + P_end of this occurrence")
+
+
+class CandidateOut(BaseModel):
+    phrase: str
+    score: float = Field(description="aggregated mass, normalised over all candidates of the mask")
+    evidence: list[EvidenceOut]
+
+
+class MaskOut(BaseModel):
+    index: int
+    candidates: list[CandidateOut]
+
+
+class FillResponse(BaseModel):
+    filled: str
+    masks: list[MaskOut]
+    took_ms: float
+
+
+class ErrorResponse(BaseModel):
+    error: str
+    error_type: str
+    detail: list[dict] | None = None

@@ -1,0 +1,136 @@
+"""Span candidates, exact scoring and aggregation: the arithmetic of NPM inference, free of I/O.
+
+A span (i, j) is a run of tokens of one block, starting at a word start and ending at a word end,
+at most `max_len` tokens long. Candidates come from start hits (extended forward) and end hits
+(extended backward). With S the distinct candidate starts and E the distinct candidate ends,
+    P_start = softmax over S of q_start . v_i * scale,  P_end = softmax over E of q_end . v_j * scale,
+    score(i, j) = P_start(i) + P_end(j).
+Phrases (original text, surrounding white space and punctuation stripped) sum the scores of all
+their occurrences and are ranked by sum * len^alpha.
+"""
+
+from __future__ import annotations
+
+import unicodedata
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from encoder.tokens import WORD_END, WORD_START
+
+
+def spans_from_hits(
+    hits: np.ndarray, forward: bool, max_len: int, flags: np.ndarray, block_of
+) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of every valid span that starts (forward) or ends (backward) at a hit.
+
+    `flags` are the shard's boundary flags; `block_of(positions)` gives each position's block.
+    """
+    hits = np.unique(np.asarray(hits, dtype=np.int64))
+    n = int(flags.shape[0])
+    anchor_bit = WORD_START if forward else WORD_END
+    hits = hits[(np.asarray(flags[hits]) & anchor_bit) != 0]
+    if hits.size == 0 or max_len < 1:
+        empty = np.empty(0, dtype=np.int64)
+        return empty, empty
+    steps = np.arange(max_len, dtype=np.int64)
+    other = hits[:, None] + steps[None, :] if forward else hits[:, None] - steps[None, :]
+    anchor = np.broadcast_to(hits[:, None], other.shape)
+    inside = (other >= 0) & (other < n)
+    other_c = np.clip(other, 0, n - 1)
+    other_bit = WORD_END if forward else WORD_START
+    ok = inside & ((np.asarray(flags[other_c.ravel()]).reshape(other.shape) & other_bit) != 0)
+    ok &= block_of(other_c.ravel()).reshape(other.shape) == block_of(hits)[:, None]
+    a, o = anchor[ok], other[ok]
+    return (a, o) if forward else (o, a)
+
+
+def softmax(x: np.ndarray) -> np.ndarray:
+    if x.size == 0:
+        return x.astype(np.float64)
+    z = np.exp(x.astype(np.float64) - x.max())
+    return z / z.sum()
+
+
+@dataclass
+class SpanScores:
+    """Unique candidate spans of one mask across shards with their scores."""
+
+    shard: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    score: np.ndarray  # P_start(start) + P_end(end)
+
+
+def score_spans(
+    shard: np.ndarray, start: np.ndarray, end: np.ndarray, q_start: np.ndarray, q_end: np.ndarray,
+    vectors: list, scale: float,
+) -> SpanScores:
+    """Deduplicate spans and score them exactly from the stored vectors (`vectors[shard][pos]`)."""
+    if shard.size == 0:
+        return SpanScores(shard, start, end, np.empty(0))
+    spans = np.unique(np.stack([shard, start, end], axis=1), axis=0)
+    shard, start, end = spans[:, 0], spans[:, 1], spans[:, 2]
+    p_start = _position_probs(shard, start, q_start, vectors, scale)
+    p_end = _position_probs(shard, end, q_end, vectors, scale)
+    return SpanScores(shard, start, end, p_start + p_end)
+
+
+def _position_probs(shard: np.ndarray, pos: np.ndarray, q: np.ndarray, vectors: list, scale: float) -> np.ndarray:
+    """Softmax over the distinct (shard, position) pairs, returned per input row."""
+    keys, inverse = np.unique(np.stack([shard, pos], axis=1), axis=0, return_inverse=True)
+    logits = np.empty(keys.shape[0], dtype=np.float64)
+    q = np.asarray(q, dtype=np.float32)
+    for s in np.unique(keys[:, 0]):
+        rows = np.flatnonzero(keys[:, 0] == s)
+        vecs = np.asarray(vectors[int(s)][keys[rows, 1]], dtype=np.float32)  # keys sorted: sequential reads
+        logits[rows] = vecs @ q * scale
+    return softmax(logits)[inverse.ravel()]
+
+
+def _is_strippable(ch: str) -> bool:
+    return ch.isspace() or unicodedata.category(ch).startswith("P")
+
+
+def strip_phrase(text: str) -> tuple[int, int]:
+    """(lead, end) such that text[lead:end] has no surrounding white space or punctuation."""
+    a, b = 0, len(text)
+    while a < b and _is_strippable(text[a]):
+        a += 1
+    while b > a and _is_strippable(text[b - 1]):
+        b -= 1
+    return a, b
+
+
+@dataclass
+class Phrase:
+    text: str
+    mass: float = 0.0
+    tokens: int = 0
+    occurrences: list[int] = field(default_factory=list)  # indices into the span arrays
+
+    def rank_value(self, alpha: float) -> float:
+        return self.mass * (self.tokens**alpha if alpha else 1.0)
+
+
+def aggregate(keys: list[str | None], scores: np.ndarray, lengths: np.ndarray, case_sensitive: bool = True) -> list[Phrase]:
+    """Sum span scores per phrase key; spans whose key is None or empty are dropped."""
+    phrases: dict[str, Phrase] = {}
+    for idx, key in enumerate(keys):
+        if not key:
+            continue
+        norm = key if case_sensitive else key.lower()
+        ph = phrases.get(norm)
+        if ph is None:
+            ph = phrases[norm] = Phrase(text=key, tokens=int(lengths[idx]))
+        ph.mass += float(scores[idx])
+        ph.occurrences.append(idx)
+    return list(phrases.values())
+
+
+def rank(phrases: list[Phrase], alpha: float) -> list[tuple[Phrase, float]]:
+    """Phrases sorted by sum * len^alpha, with that value normalised over all phrases."""
+    values = np.array([p.rank_value(alpha) for p in phrases], dtype=np.float64)
+    total = float(values.sum()) if values.size else 0.0
+    order = sorted(range(len(phrases)), key=lambda i: (-values[i], phrases[i].text))
+    return [(phrases[i], float(values[i] / total) if total > 0 else 0.0) for i in order]

@@ -1,0 +1,91 @@
+"""Shared fixtures: tiny randomly initialised encoders saved to temp dirs (no download) and a tiny index."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+CORPUS = [
+    {"id": "d1", "title": "Allan Peiper", "text": "Allan Peiper (born 26 April 1960) is an Australian cyclist. He was born in Alexandra, Victoria."},
+    {"id": "d2", "title": "Paris", "text": "Paris is the capital of France. The Seine flows through Paris."},
+    {"id": "d3", "title": "", "text": "Marie Curie was born in Warsaw in 1867. She died in Passy, France, in 1934."},
+    {"id": "d4", "title": "Empty", "text": ""},
+]
+
+
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+def _minilm_dir() -> Path:
+    from encoder.model import default_model_dir
+
+    return default_model_dir()
+
+
+@pytest.fixture(scope="session")
+def tiny_bert_dir(tmp_path_factory) -> Path:
+    """A 2-layer, hidden-32 BERT with the real uncased WordPiece tokenizer of the default model."""
+    import torch
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    out = tmp_path_factory.mktemp("tiny_bert")
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)
+    BertModel(cfg).save_pretrained(out)
+    AutoTokenizer.from_pretrained(str(_minilm_dir())).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_roberta_dir(tmp_path_factory) -> Path:
+    """A 2-layer RoBERTa with a byte-level BPE tokenizer trained here on a few sentences."""
+    import torch
+    from tokenizers import ByteLevelBPETokenizer, processors
+    from transformers import RobertaConfig, RobertaModel, RobertaTokenizerFast
+
+    out = tmp_path_factory.mktemp("tiny_roberta")
+    bpe = ByteLevelBPETokenizer()
+    texts = [r["text"] for r in CORPUS] * 5 + ["The quick brown fox jumps over the lazy dog."]
+    bpe.train_from_iterator(texts, vocab_size=400, min_frequency=1,
+                            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    bpe._tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=True)
+    tok = RobertaTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>", sep_token="</s>",
+                               cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>")
+    tok.save_pretrained(out)
+    torch.manual_seed(0)
+    cfg = RobertaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                        intermediate_size=64, max_position_embeddings=130, pad_token_id=tok.pad_token_id,
+                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    RobertaModel(cfg).save_pretrained(out)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory) -> Path:
+    return write_jsonl(tmp_path_factory.mktemp("corpus") / "corpus.jsonl", CORPUS)
+
+
+@pytest.fixture(scope="session")
+def tiny_index(tmp_path_factory, tiny_bert_dir, tiny_corpus) -> Path:
+    """An index over CORPUS built with the tiny BERT, 3 shards (small --shard-tokens)."""
+    from indexer.build import BuildConfig, build_index
+
+    out = tmp_path_factory.mktemp("index") / "idx"
+    build_index(BuildConfig(corpus=tiny_corpus, out=out, model=tiny_bert_dir, block_tokens=16, shard_tokens=30))
+    return out
+
+
+@pytest.fixture()
+def fresh_copy(tmp_path):
+    def copy(src: Path) -> Path:
+        dst = tmp_path / src.name
+        shutil.copytree(src, dst)
+        return dst
+
+    return copy
