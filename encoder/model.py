@@ -87,7 +87,8 @@ class Encoder:
             )
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
-            self.model = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True)
+            # fp32 master weights whatever the file holds (fp16 files are upcast); autocast lowers precision.
+            self.model = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True, dtype=torch.float32)
         except Exception as exc:  # transformers raises many types; all mean "cannot load"
             raise EncoderError(f"cannot load model from {self.model_dir}: {exc}") from exc
         if not getattr(self.tokenizer, "is_fast", False):

@@ -182,6 +182,10 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
     def flush() -> None:
         nonlocal pending, pending_tokens
         number = len(shards)
+        if total_docs:  # estimate the total from the tokens per document read so far, for the ETA
+            seen = totals["tokens"] + pending_tokens
+            bar.total = max(seen, int(seen / max(1, stats["documents"]) * total_docs))
+            bar.refresh()
         info = read_shard_info(cfg.out, number)
         base_t, base_b = totals["tokens"], totals["blocks"]
         if info is not None and info.tokens == pending_tokens and info.blocks == len(pending) and info.token_base == base_t:
@@ -202,9 +206,6 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
     for block in blocks:
         if pending and pending_tokens + len(block) > cfg.shard_tokens:
             flush()
-            if total_docs:  # re-estimate the total from the tokens per document seen so far
-                bar.total = int(totals["tokens"] / max(1, stats["documents"]) * total_docs)
-                bar.refresh()
         pending.append(block)
         pending_tokens += len(block)
     if pending:

@@ -85,7 +85,7 @@ def create_app(settings: Settings | None = None, state: ServiceState | None = No
             result = state.engine.fill(req.text, params)
         except QueryError as exc:
             requests.labels("invalid").inc()
-            raise ServiceError("validation", f"text: {exc}") from exc
+            raise ServiceError("validation", f"text: {exc}", loc=("body", "text")) from exc
         finally:
             state.slots.release()
         latency.observe(time.perf_counter() - t0)

@@ -133,26 +133,30 @@ class FillEngine:
             char_b[sel] = shard.offsets[scored.end[sel], 1]
         texts: dict[tuple[int, int], tuple[str, str]] = {}
         out: list[_Occurrence | None] = []
-        for idx in range(n):
-            s, r = int(scored.shard[idx]), int(row[idx])
+        bases = [s.info.block_base for s in self.index.shards]
+        for s, r, blk, a, b in zip(scored.shard.tolist(), row.tolist(), block.tolist(), char_a.tolist(), char_b.tolist()):
             if (s, r) not in texts:
                 shard = self.index.shards[s]
                 texts[(s, r)] = (shard.doc_id(r), shard.doc_text(r))
             doc_id, doc_text = texts[(s, r)]
-            a, b = int(char_a[idx]), int(char_b[idx])
             lead, end = strip_phrase(doc_text[a:b])
             if end <= lead:
                 out.append(None)
                 continue
-            base = self.index.shards[s].info.block_base
-            out.append(_Occurrence(doc_id, base + int(block[idx]), a + lead, a + end, doc_text))
+            out.append(_Occurrence(doc_id, bases[s] + blk, a + lead, a + end, doc_text))
         return out
 
     def _rank(self, scored: SpanScores, params: FillParams) -> list[Candidate]:
         occ = self._occurrences(scored)
         keys = [o.text[o.start : o.end] if o else None for o in occ]
-        lengths = scored.end - scored.start + 1
-        ranked = rank(aggregate(keys, scored.score, lengths, params.case_sensitive), params.alpha)
+        phrases = aggregate(keys, scored.score, scored.end - scored.start + 1, params.case_sensitive)
+        if params.alpha:  # len^alpha counts the tokens of the stripped phrase, not of the raw span
+            for phrase in phrases:
+                idx = phrase.occurrences[0]
+                o, shard = occ[idx], self.index.shards[int(scored.shard[idx])]
+                offs = np.asarray(shard.offsets[int(scored.start[idx]) : int(scored.end[idx]) + 1])
+                phrase.tokens = int(((offs[:, 0] < o.end) & (offs[:, 1] > o.start)).sum())
+        ranked = rank(phrases, params.alpha)
         out = []
         for phrase, value in ranked[: params.top_k]:
             evidence, seen = [], set()

@@ -15,10 +15,11 @@ STATUS = {"validation": 422, "overloaded": 429, "not_ready": 503, "not_found": 4
 
 
 class ServiceError(Exception):
-    def __init__(self, error_type: str, message: str) -> None:
+    def __init__(self, error_type: str, message: str, loc: tuple = ()) -> None:
         super().__init__(message)
         self.error_type = error_type
         self.message = message
+        self.loc = loc  # the request field at fault, for validation errors
 
 
 def _body(error_type: str, message: str, detail: list | None = None) -> dict:
@@ -30,13 +31,15 @@ def _body(error_type: str, message: str, detail: list | None = None) -> dict:
 
 def _describe(err: dict) -> str:
     loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
-    return f"{loc}: {err.get('msg', 'invalid')}"
+    msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
+    return f"{loc}: {msg}"
 
 
 def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(ServiceError)
     async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
-        return JSONResponse(_body(exc.error_type, exc.message), status_code=STATUS[exc.error_type])
+        detail = [{"loc": list(exc.loc), "msg": exc.message, "type": "value_error"}] if exc.loc else None
+        return JSONResponse(_body(exc.error_type, exc.message, detail), status_code=STATUS[exc.error_type])
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -46,6 +49,9 @@ def install_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        if exc.status_code == 400:  # an unparsable body (e.g. not UTF-8) is a validation error like bad JSON
+            detail = [{"loc": ["body"], "msg": str(exc.detail), "type": "body_invalid"}]
+            return JSONResponse(_body("validation", f"body: {exc.detail}", detail), status_code=422)
         return JSONResponse(_body("http", str(exc.detail)), status_code=exc.status_code)
 
     @app.exception_handler(Exception)

@@ -11,6 +11,8 @@ their occurrences and are ranked by sum * len^alpha.
 
 from __future__ import annotations
 
+import functools
+import sys
 import unicodedata
 from dataclasses import dataclass, field
 
@@ -88,18 +90,20 @@ def _position_probs(shard: np.ndarray, pos: np.ndarray, q: np.ndarray, vectors: 
     return softmax(logits)[inverse.ravel()]
 
 
-def _is_strippable(ch: str) -> bool:
-    return ch.isspace() or unicodedata.category(ch).startswith("P")
+@functools.lru_cache(maxsize=1)
+def _strip_chars() -> str:
+    """Every white-space and punctuation (Unicode category P*) character, built once on first use."""
+    return "".join(
+        c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace() or unicodedata.category(c).startswith("P")
+    )
 
 
 def strip_phrase(text: str) -> tuple[int, int]:
     """(lead, end) such that text[lead:end] has no surrounding white space or punctuation."""
-    a, b = 0, len(text)
-    while a < b and _is_strippable(text[a]):
-        a += 1
-    while b > a and _is_strippable(text[b - 1]):
-        b -= 1
-    return a, b
+    chars = _strip_chars()
+    end = len(text.rstrip(chars))
+    lead = end - len(text[:end].lstrip(chars))
+    return lead, end
 
 
 @dataclass
@@ -116,14 +120,16 @@ class Phrase:
 def aggregate(keys: list[str | None], scores: np.ndarray, lengths: np.ndarray, case_sensitive: bool = True) -> list[Phrase]:
     """Sum span scores per phrase key; spans whose key is None or empty are dropped."""
     phrases: dict[str, Phrase] = {}
+    score_list = np.asarray(scores, dtype=np.float64).tolist()
+    length_list = np.asarray(lengths).tolist()
     for idx, key in enumerate(keys):
         if not key:
             continue
         norm = key if case_sensitive else key.lower()
         ph = phrases.get(norm)
         if ph is None:
-            ph = phrases[norm] = Phrase(text=key, tokens=int(lengths[idx]))
-        ph.mass += float(scores[idx])
+            ph = phrases[norm] = Phrase(text=key, tokens=int(length_list[idx]))
+        ph.mass += score_list[idx]
         ph.occurrences.append(idx)
     return list(phrases.values())
 

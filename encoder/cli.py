@@ -1,0 +1,84 @@
+"""`encoder train` and `encoder export`: the command line of the training job."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Train and export NPM encoders.")
+
+
+@app.command()
+def train(
+    corpus: Annotated[list[Path], typer.Option(help="training corpus (any `indexer build` format); repeat for several")],
+    out: Annotated[Path, typer.Option(help="run directory: checkpoints, metrics.jsonl")],
+    init: Annotated[Optional[Path], typer.Option(help="initial encoder directory (default: bundled MiniLM)")] = None,
+    steps: int = 1000,
+    lr: float = 5e-5,
+    warmup_steps: int = 100,
+    weight_decay: float = 0.01,
+    clip: float = 2.0,
+    group_size: int = 16,
+    groups_per_step: int = 1,
+    grad_accum: int = 1,
+    block_tokens: int = 128,
+    title_tokens: int = 32,
+    query_title_dropout: float = 0.5,
+    mask_budget: float = 0.15,
+    max_span: int = 10,
+    single: Annotated[bool, typer.Option(help="NPM-single: one mask token per masked token")] = False,
+    content_spans_only: bool = True,
+    group_by_length: bool = True,
+    seed: int = 0,
+    dtype: str = "auto",
+    device: str = "auto",
+    save_every: int = 100,
+    keep_checkpoints: int = 3,
+    resume: Annotated[bool, typer.Option(help="continue from the latest checkpoint in --out")] = False,
+) -> None:
+    """Train with the NPM objective; run under `torchrun` for several processes."""
+    from encoder.train import TrainConfig, train as run
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = TrainConfig(**{k: v for k, v in locals().items() if k in TrainConfig.model_fields})
+    last = run(cfg)
+    if last is not None:
+        typer.echo(f"last checkpoint: {last}")
+
+
+@app.command()
+def export(
+    checkpoint: Annotated[Path, typer.Option(help="checkpoint directory written by `encoder train`")],
+    out: Annotated[Path, typer.Option(help="output model directory")],
+) -> None:
+    """Write a checkpoint as an fp16 safetensors model directory (weights, config, tokenizer, train config)."""
+    import shutil
+
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    model = AutoModel.from_pretrained(str(checkpoint), local_files_only=True, dtype=torch.float32).half()
+    tmp = out.with_name(out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    AutoTokenizer.from_pretrained(str(checkpoint), local_files_only=True).save_pretrained(tmp)
+    if (checkpoint / "train_config.json").is_file():
+        shutil.copy(checkpoint / "train_config.json", tmp / "train_config.json")
+    if out.exists():
+        for name in ("README.md",):  # keep a hand-written model card
+            if (out / name).is_file():
+                shutil.copy(out / name, tmp / name)
+        shutil.rmtree(out)
+    tmp.rename(out)
+    typer.echo(f"exported {checkpoint} -> {out}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    app(args=argv, prog_name="encoder")
+
+
+if __name__ == "__main__":
+    main()

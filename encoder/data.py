@@ -1,0 +1,164 @@
+"""Training data for the NPM objective: groups of consecutive blocks, masked into query/candidate batches."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from encoder.masking import MaskingConfig, mask_group
+
+logger = logging.getLogger(__name__)
+
+# Function words: spans made only of these (or of punctuation) are not masked.
+STOPWORDS = (
+    "a an the and or but nor of in on at to for from by with as into onto upon about over under than then "
+    "is are was were be been being am has have had do does did this that these those it its he she they them "
+    "his her their him we us our you your i me my not no so if which who whom whose what when where while "
+    "also such there here one s"
+).split()
+
+
+@dataclass(frozen=True)
+class TrainBlock:
+    ids: np.ndarray  # int32 block tokens
+    flags: np.ndarray  # uint8 word-boundary flags
+    title_ids: np.ndarray | None
+
+
+def load_blocks(corpora: list[Path], tokenizer, block_tokens: int, title_tokens: int) -> list[TrainBlock]:
+    """All blocks of all corpora, in corpus order (so consecutive blocks are related)."""
+    from indexer.blocking import iter_blocks
+    from indexer.readers import read_corpus
+
+    blocks: list[TrainBlock] = []
+    for path in corpora:
+        for b in iter_blocks(read_corpus(path), tokenizer, block_tokens, title_tokens):
+            blocks.append(TrainBlock(ids=b.tokens.ids, flags=b.tokens.flags, title_ids=b.title_ids))
+        logger.info("loaded %s: %d blocks so far", path, len(blocks))
+    return blocks
+
+
+def content_token_mask(tokenizer) -> np.ndarray:
+    """bool per vocabulary id: True when the token carries content (has a letter or digit, not a stopword)."""
+    vocab = tokenizer.get_vocab()
+    content = np.zeros(max(vocab.values()) + 1, dtype=bool)
+    for token, idx in vocab.items():
+        content[idx] = any(ch.isalnum() for ch in token)
+    for word in STOPWORDS:
+        for variant in (word, " " + word, word.capitalize(), " " + word.capitalize()):
+            ids = tokenizer(variant, add_special_tokens=False)["input_ids"]
+            if len(ids) == 1:
+                content[ids[0]] = False
+    for idx in tokenizer.all_special_ids:
+        content[idx] = False
+    return content
+
+
+@dataclass
+class Batch:
+    q_ids: torch.Tensor  # [B, Lq] masked sequences (queries)
+    q_attn: torch.Tensor
+    q_types: torch.Tensor
+    c_ids: torch.Tensor  # [B, Lc] unmasked sequences (candidates)
+    c_attn: torch.Tensor
+    c_types: torch.Tensor
+    start_at: torch.Tensor  # [M] flat index (b * Lq + pos) of each MASK_s
+    end_at: torch.Tensor  # [M] flat index of each MASK_e (the next token; the same one for NPM-single)
+    cand_at: torch.Tensor  # [N] flat index (b * Lc + pos) of each candidate token
+    cand_seq: torch.Tensor  # [N] sequence of each candidate
+    q_seq: torch.Tensor  # [M] sequence of each query
+    pos_start: torch.Tensor  # bool [M, N]
+    pos_end: torch.Tensor  # bool [M, N]
+
+    @property
+    def masks(self) -> int:
+        return int(self.start_at.numel())
+
+    @property
+    def tokens(self) -> int:
+        return int(self.q_attn.sum() + self.c_attn.sum())
+
+
+def _pad(seqs: list[list[int]], types: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(seqs), width), dtype=torch.long)
+    ty = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, (s, t) in enumerate(zip(seqs, types)):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        attn[i, : len(s)] = 1
+        ty[i, : len(s)] = torch.tensor(t, dtype=torch.long)
+    return ids, attn, ty
+
+
+def make_batch(
+    groups: list[list[TrainBlock]], encoder, rng: np.random.Generator, masking: MaskingConfig,
+    content: np.ndarray | None = None, query_title_dropout: float = 0.5, single: bool = False,
+) -> Batch:
+    """Mask each group; queries are the masked blocks, candidates every token of the unmasked blocks.
+
+    With `single` (NPM-single) each masked token is one mask token, and the "end" query is the
+    same output as the start query.
+    """
+    from encoder.model import BlockInput
+
+    mask_id = encoder.tokenizer.mask_token_id
+    allowed = None if content is None else (lambda key: bool(content[list(key)].any()))
+    q_seqs, q_types, c_seqs, c_types = [], [], [], []
+    starts: list[int] = []
+    q_seq: list[int] = []
+    cand_first: list[int] = []  # offset of each sequence's block tokens in the candidate list
+    cand_at: list[int] = []
+    cand_seq: list[int] = []
+    pos_s: list[tuple[int, int]] = []  # (query row, candidate column)
+    pos_e: list[tuple[int, int]] = []
+    seq_base = 0
+    pending: list[tuple[int, int, int, int]] = []  # (query row, block in batch, start, length)
+    for group in groups:
+        masked = mask_group(
+            [b.ids for b in group], [b.flags for b in group], mask_id, rng, masking, allowed, 1 if single else 2
+        )
+        for local, (block, mb) in enumerate(zip(group, masked)):
+            s = seq_base + local
+            title = block.title_ids if rng.random() >= query_title_dropout else None
+            seq, ty, first = encoder._layout(BlockInput(ids=np.asarray(mb.ids, dtype=np.int64), prefix_ids=title))
+            q_seqs.append(seq)
+            q_types.append(ty)
+            for pos, span in zip(mb.mask_positions, mb.spans):
+                row = len(starts)
+                starts.append((s, first + pos))
+                q_seq.append(s)
+                for other, p in span.positives:
+                    pending.append((row, seq_base + other, p, span.end - span.start + 1))
+            seq, ty, first = encoder._layout(BlockInput(ids=block.ids, prefix_ids=block.title_ids))
+            c_seqs.append(seq)
+            c_types.append(ty)
+            cand_first.append(len(cand_at))
+            cand_at.extend((s, first + p) for p in range(len(block.ids)))
+            cand_seq.extend([s] * len(block.ids))
+        seq_base += len(group)
+    for row, seq, p, length in pending:
+        pos_s.append((row, cand_first[seq] + p))
+        pos_e.append((row, cand_first[seq] + p + length - 1))
+    q_ids, q_attn, q_ty = _pad(q_seqs, q_types, encoder.pad_id)
+    c_ids, c_attn, c_ty = _pad(c_seqs, c_types, encoder.pad_id)
+    m, n = len(starts), len(cand_at)
+    ps = torch.zeros((m, n), dtype=torch.bool)
+    pe = torch.zeros((m, n), dtype=torch.bool)
+    if pos_s:
+        ps[tuple(torch.tensor(pos_s).T)] = True
+        pe[tuple(torch.tensor(pos_e).T)] = True
+    lq, lc = q_ids.shape[1], c_ids.shape[1]
+    return Batch(
+        q_ids=q_ids, q_attn=q_attn, q_types=q_ty, c_ids=c_ids, c_attn=c_attn, c_types=c_ty,
+        start_at=torch.tensor([b * lq + p for b, p in starts], dtype=torch.long),
+        end_at=torch.tensor([b * lq + p + (0 if single else 1) for b, p in starts], dtype=torch.long),
+        cand_at=torch.tensor([b * lc + p for b, p in cand_at], dtype=torch.long),
+        cand_seq=torch.tensor(cand_seq, dtype=torch.long),
+        q_seq=torch.tensor(q_seq, dtype=torch.long),
+        pos_start=ps, pos_end=pe,
+    )

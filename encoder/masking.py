@@ -1,0 +1,105 @@
+"""NPM span masking: mask word-aligned n-grams that also occur in another block of the same group.
+
+Each masked span is replaced by exactly two mask tokens (MASK_s, MASK_e). Its positives are the
+first / last tokens of every occurrence of the same n-gram in the OTHER blocks of the group.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from encoder.tokens import WORD_END, WORD_START
+
+
+@dataclass(frozen=True)
+class MaskingConfig:
+    budget: float = 0.15  # fraction of a block's tokens to mask
+    geometric_p: float = 0.5  # span length ~ Geometric(p)
+    max_span: int = 10
+    max_spans: int = 64  # per block
+    attempts: int = 40  # samples tried per span before giving up on a block
+
+
+@dataclass
+class MaskedSpan:
+    start: int  # token range [start, end] (inclusive) in the unmasked block
+    end: int
+    positives: list[tuple[int, int]]  # (block, start position) of the same n-gram in other blocks
+
+
+@dataclass
+class MaskedBlock:
+    ids: list[int]  # the block with every span replaced by two mask tokens
+    mask_positions: list[int]  # position of MASK_s of each span in `ids` (MASK_e follows)
+    spans: list[MaskedSpan] = field(default_factory=list)
+
+
+def ngram_occurrences(blocks: list[np.ndarray], flags: list[np.ndarray], max_span: int) -> dict[tuple, list[tuple[int, int]]]:
+    """Every word-aligned n-gram (n <= max_span) of the group -> its (block, start) occurrences."""
+    table: dict[tuple, list[tuple[int, int]]] = {}
+    for b, (ids, fl) in enumerate(zip(blocks, flags)):
+        ids_l = ids.tolist()
+        n = len(ids_l)
+        for i in np.flatnonzero(fl & WORD_START).tolist():
+            for j in range(i, min(n, i + max_span)):
+                if fl[j] & WORD_END:
+                    table.setdefault(tuple(ids_l[i : j + 1]), []).append((b, i))
+    return table
+
+
+def mask_group(
+    blocks: list[np.ndarray],
+    flags: list[np.ndarray],
+    mask_id: int,
+    rng: np.random.Generator,
+    cfg: MaskingConfig = MaskingConfig(),
+    allowed=None,
+    tokens_per_span: int = 2,
+) -> list[MaskedBlock]:
+    """Mask every block of a group. `allowed(ids_tuple) -> bool` can veto spans (e.g. stopwords only).
+
+    `tokens_per_span` is 2 for NPM (MASK_s, MASK_e) and 1 for NPM-single (with max_span = 1).
+    """
+    table = ngram_occurrences(blocks, flags, cfg.max_span)
+    # per block: candidate spans (start, end, positives) whose n-gram occurs in another block
+    out = []
+    for b, (ids, fl) in enumerate(zip(blocks, flags)):
+        ids_l = ids.tolist()
+        by_len: dict[int, list[tuple[int, int, list]]] = {}
+        for i in np.flatnonzero(fl & WORD_START).tolist():
+            for j in range(i, min(len(ids_l), i + cfg.max_span)):
+                if not fl[j] & WORD_END:
+                    continue
+                key = tuple(ids_l[i : j + 1])
+                others = [occ for occ in table.get(key, ()) if occ[0] != b]
+                if others and (allowed is None or allowed(key)):
+                    by_len.setdefault(j - i + 1, []).append((i, j, others))
+        budget = max(1, int(round(cfg.budget * len(ids_l))))
+        taken = np.zeros(len(ids_l) + 1, dtype=bool)
+        chosen: list[MaskedSpan] = []
+        masked = 0
+        misses = 0
+        while by_len and masked < budget and len(chosen) < cfg.max_spans and misses < cfg.attempts:
+            length = min(int(rng.geometric(cfg.geometric_p)), cfg.max_span)
+            options = [c for c in by_len.get(length, ()) if not taken[max(0, c[0] - 1) : c[1] + 2].any()]
+            if not options or masked + length > budget + 2:
+                misses += 1
+                continue
+            i, j, others = options[int(rng.integers(len(options)))]
+            taken[i : j + 1] = True
+            chosen.append(MaskedSpan(start=i, end=j, positives=others))
+            masked += j - i + 1
+        chosen.sort(key=lambda s: s.start)
+        new_ids: list[int] = []
+        positions: list[int] = []
+        cursor = 0
+        for span in chosen:
+            new_ids += ids_l[cursor : span.start]
+            positions.append(len(new_ids))
+            new_ids += [mask_id] * tokens_per_span
+            cursor = span.end + 1
+        new_ids += ids_l[cursor:]
+        out.append(MaskedBlock(ids=new_ids, mask_positions=positions, spans=chosen))
+    return out

@@ -1,0 +1,293 @@
+"""`encoder train`: train an encoder with the NPM objective (single process or `torchrun`).
+
+    torchrun --nproc_per_node 2 -m encoder.train --corpus a.jsonl --out runs/x   (gloo on CPU, nccl on GPU)
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from pydantic import BaseModel, Field
+
+from encoder.data import Batch, TrainBlock, content_token_mask, load_blocks, make_batch
+from encoder.device import autocast
+from encoder.loss import npm_loss
+from encoder.masking import MaskingConfig
+from encoder.model import Encoder
+
+logger = logging.getLogger(__name__)
+
+STATE_FILE = "trainer_state.pt"
+LATEST = "latest.json"
+
+
+class TrainConfig(BaseModel):
+    """One object per job; saved with every checkpoint."""
+
+    corpus: list[Path]
+    out: Path
+    init: Path | None = None  # initial encoder directory (default: the bundled MiniLM)
+    steps: int = Field(1000, ge=1)
+    lr: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_steps: int = 100
+    clip: float = 2.0
+    group_size: int = Field(16, ge=2, description="consecutive blocks per group")
+    groups_per_step: int = Field(1, ge=1, description="groups per micro-batch per process")
+    grad_accum: int = Field(1, ge=1)
+    block_tokens: int = 128
+    title_tokens: int = 32
+    query_title_dropout: float = Field(0.5, ge=0.0, le=1.0, description="drop the title from masked blocks")
+    mask_budget: float = 0.15
+    max_span: int = 10
+    single: bool = False  # NPM-single: one mask token per masked token
+    content_spans_only: bool = True  # never mask spans made only of stopwords / punctuation
+    group_by_length: bool = True  # order groups of a window by length (less padding)
+    seed: int = 0
+    dtype: str = "auto"
+    device: str = "auto"
+    save_every: int = 100
+    keep_checkpoints: int = 3
+    resume: bool = False
+
+
+def _dist() -> tuple[int, int, int]:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world > 1 and not dist.is_initialized():
+        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    rank = dist.get_rank() if world > 1 else 0
+    return rank, world, int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def _group_order(n_groups: int, epoch: int, cfg: TrainConfig, lengths: np.ndarray) -> np.ndarray:
+    order = np.random.default_rng([cfg.seed, epoch]).permutation(n_groups)
+    if cfg.group_by_length:  # sort inside windows of 64 groups: less padding, still shuffled
+        for a in range(0, n_groups, 64):
+            window = order[a : a + 64]
+            order[a : a + 64] = window[np.argsort(lengths[window], kind="stable")]
+    return order
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig) -> None:
+        self.cfg = cfg
+        self.rank, self.world, local = _dist()
+        torch.manual_seed(cfg.seed)
+        random.seed(cfg.seed)
+        device = cfg.device
+        if device == "auto" and torch.cuda.is_available():
+            device = f"cuda:{local}"
+        self.encoder = Encoder(cfg.init, device=device, dtype=cfg.dtype)
+        resume_dir = self._latest() if cfg.resume else None
+        if resume_dir is not None:
+            self.encoder = Encoder(resume_dir, device=device, dtype=cfg.dtype)
+        self.model = self.encoder.model
+        self.model.train()
+        self.scale = 1.0 / math.sqrt(self.encoder.dim)
+        blocks = load_blocks(cfg.corpus, self.encoder.tokenizer, cfg.block_tokens, cfg.title_tokens)
+        if cfg.single:
+            blocks = [TrainBlock(b.ids, np.full_like(b.flags, 3), b.title_ids) for b in blocks]
+        self.groups = [blocks[i : i + cfg.group_size] for i in range(0, len(blocks) - 1, cfg.group_size)]
+        self.groups = [g for g in self.groups if len(g) >= 2]
+        if len(self.groups) < self.world * cfg.groups_per_step:
+            raise ValueError(f"corpus gives {len(self.groups)} groups; need at least {self.world * cfg.groups_per_step}")
+        self.lengths = np.array([sum(len(b.ids) for b in g) for g in self.groups])
+        self.content = content_token_mask(self.encoder.tokenizer) if cfg.content_spans_only else None
+        self.masking = MaskingConfig(budget=cfg.mask_budget, max_span=1 if cfg.single else cfg.max_span)
+        decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
+        no_decay = [p for n, p in self.model.named_parameters() if p.ndim < 2]
+        self.opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr
+        )
+        warm, total = cfg.warmup_steps, cfg.steps
+        self.sched = torch.optim.lr_scheduler.LambdaLR(
+            self.opt, lambda s: (s + 1) / max(1, warm) if s < warm else max(0.0, (total - s) / max(1, total - warm))
+        )
+        self.step = 0
+        self.position = 0  # micro-batches consumed (all processes together)
+        if resume_dir is not None:
+            self._load_state(resume_dir)
+        logger.info("training: %d blocks, %d groups, world %d, start step %d", len(blocks), len(self.groups), self.world, self.step)
+
+    # ---- data -------------------------------------------------------------------------------
+    def _groups_at(self, position: int) -> tuple[list[list[TrainBlock]], np.random.Generator]:
+        per = self.cfg.groups_per_step
+        stride = per * self.world
+        per_epoch = len(self.groups) // stride
+        epoch, slot = divmod(position, per_epoch)
+        order = _group_order(len(self.groups), epoch, self.cfg, self.lengths)
+        a = slot * stride + self.rank * per
+        rng = np.random.default_rng([self.cfg.seed, position, self.rank])
+        return [self.groups[i] for i in order[a : a + per]], rng
+
+    def batch_at(self, position: int) -> Batch:
+        groups, rng = self._groups_at(position)
+        return make_batch(groups, self.encoder, rng, self.masking, self.content, self.cfg.query_title_dropout, self.cfg.single)
+
+    # ---- loss -------------------------------------------------------------------------------
+    def _hidden(self, ids, attn, types) -> torch.Tensor:
+        dev = self.encoder.device
+        kwargs = {"input_ids": ids.to(dev), "attention_mask": attn.to(dev)}
+        if self.encoder.uses_token_types:
+            kwargs["token_type_ids"] = types.to(dev)
+        with autocast(dev, self.encoder.dtype):
+            return self.model(**kwargs).last_hidden_state
+
+    def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        dev = self.encoder.device
+        hq = self._hidden(batch.q_ids, batch.q_attn, batch.q_types).float()
+        hc = self._hidden(batch.c_ids, batch.c_attn, batch.c_types).float()
+        d = hq.shape[-1]
+        q_start = hq.reshape(-1, d)[batch.start_at.to(dev)]
+        q_end = hq.reshape(-1, d)[batch.end_at.to(dev)]
+        cands = hc.reshape(-1, d)[batch.cand_at.to(dev)]
+        allowed = (batch.cand_seq[None, :] != batch.q_seq[:, None]).to(dev)
+        pos_s, pos_e = batch.pos_start.to(dev), batch.pos_end.to(dev)
+        if self.world > 1:
+            cands, allowed, pos_s, pos_e = self._gather(cands, allowed, pos_s, pos_e)
+        l_start, l_end = npm_loss(q_start, q_end, cands, pos_s, pos_e, allowed, self.scale)
+        return (l_start, l_start) if self.cfg.single else (l_start, l_end)
+
+    def _gather(self, cands, allowed, pos_s, pos_e):
+        """Candidates of all processes (with gradient); other processes' tokens are negatives only."""
+        from torch.distributed.nn.functional import all_gather
+
+        n = torch.tensor([cands.shape[0]], device=cands.device)
+        sizes = [torch.zeros_like(n) for _ in range(self.world)]
+        dist.all_gather(sizes, n)
+        width = int(max(s.item() for s in sizes))
+        padded = torch.zeros((width, cands.shape[1]), device=cands.device, dtype=cands.dtype)
+        padded = torch.cat([cands, padded[cands.shape[0] :]]) if cands.shape[0] < width else cands
+        parts = all_gather(padded)
+        m = allowed.shape[0]
+        cols_allowed, cols_ps, cols_pe = [], [], []
+        for r, size in enumerate(sizes):
+            size = int(size.item())
+            if r == self.rank:
+                fill = lambda x: torch.cat([x, torch.zeros((m, width - size), dtype=torch.bool, device=x.device)], 1)
+                cols_allowed.append(fill(allowed))
+                cols_ps.append(fill(pos_s))
+                cols_pe.append(fill(pos_e))
+            else:
+                valid = torch.zeros((m, width), dtype=torch.bool, device=allowed.device)
+                valid[:, :size] = True
+                cols_allowed.append(valid)
+                cols_ps.append(torch.zeros_like(valid))
+                cols_pe.append(torch.zeros_like(valid))
+        return torch.cat(parts), torch.cat(cols_allowed, 1), torch.cat(cols_ps, 1), torch.cat(cols_pe, 1)
+
+    # ---- steps ------------------------------------------------------------------------------
+    def train_step(self) -> dict:
+        t0 = time.perf_counter()
+        totals = {"loss_start": 0.0, "loss_end": 0.0, "masks": 0, "tokens": 0}
+        for _ in range(self.cfg.grad_accum):
+            batch = self.batch_at(self.position)
+            self.position += 1
+            l_start, l_end = self.loss(batch)
+            ((l_start + l_end) / self.cfg.grad_accum).backward()
+            totals["loss_start"] += float(l_start) / self.cfg.grad_accum
+            totals["loss_end"] += float(l_end) / self.cfg.grad_accum
+            totals["masks"] += batch.masks
+            totals["tokens"] += batch.tokens
+        if self.world > 1:
+            for p in self.model.parameters():
+                if p.grad is not None:
+                    dist.all_reduce(p.grad)
+                    p.grad /= self.world
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip)
+        self.opt.step()
+        self.sched.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.step += 1
+        return {
+            "step": self.step, "loss": totals["loss_start"] + totals["loss_end"], **totals,
+            "lr": self.sched.get_last_lr()[0], "grad_norm": float(grad_norm), "seconds": time.perf_counter() - t0,
+        }
+
+    def run(self) -> Path | None:
+        from tqdm import tqdm
+
+        cfg = self.cfg
+        cfg.out.mkdir(parents=True, exist_ok=True)
+        log = open(cfg.out / "metrics.jsonl", "a", encoding="utf-8") if self.rank == 0 else None
+        bar = tqdm(total=cfg.steps, initial=self.step, desc="train", disable=self.rank != 0, dynamic_ncols=True)
+        last = None
+        while self.step < cfg.steps:
+            rec = self.train_step()
+            bar.update(1)
+            bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens'] * self.world / rec['seconds']:.0f}")
+            if log:
+                log.write(json.dumps(rec) + "\n")
+                log.flush()
+            if self.step % cfg.save_every == 0 or self.step == cfg.steps:
+                last = self.save()
+        bar.close()
+        if log:
+            log.close()
+        return last
+
+    # ---- checkpoints ------------------------------------------------------------------------
+    def save(self) -> Path:
+        """Write checkpoint-STEP (HF format + trainer state) atomically; rank 0 writes, all wait."""
+        final = self.cfg.out / f"checkpoint-{self.step:06d}"
+        if self.rank == 0:
+            tmp = final.with_name(final.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            self.model.save_pretrained(tmp, safe_serialization=True)
+            self.encoder.tokenizer.save_pretrained(tmp)
+            (tmp / "train_config.json").write_text(self.cfg.model_dump_json(indent=2), encoding="utf-8")
+            torch.save(
+                {
+                    "step": self.step, "position": self.position, "optimizer": self.opt.state_dict(),
+                    "scheduler": self.sched.state_dict(), "torch_rng": torch.get_rng_state(),
+                    "python_rng": random.getstate(),
+                },
+                tmp / STATE_FILE,
+            )
+            shutil.rmtree(final, ignore_errors=True)
+            os.replace(tmp, final)
+            from indexer.files import write_json_atomic
+
+            write_json_atomic(self.cfg.out / LATEST, {"checkpoint": final.name, "step": self.step})
+            keep = self.cfg.keep_checkpoints
+            checkpoints = sorted(self.cfg.out.glob("checkpoint-*[0-9]"))
+            for old in checkpoints[:-keep] if keep > 0 else []:
+                shutil.rmtree(old, ignore_errors=True)
+        if self.world > 1:
+            dist.barrier()
+        return final
+
+    def _latest(self) -> Path | None:
+        path = self.cfg.out / LATEST
+        if not path.is_file():
+            return None
+        return self.cfg.out / json.loads(path.read_text(encoding="utf-8"))["checkpoint"]
+
+    def _load_state(self, ckpt: Path) -> None:
+        state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)
+        self.opt.load_state_dict(state["optimizer"])
+        self.sched.load_state_dict(state["scheduler"])
+        self.step, self.position = state["step"], state["position"]
+        torch.set_rng_state(state["torch_rng"])
+        random.setstate(state["python_rng"])
+        logger.info("resumed from %s at step %d", ckpt, self.step)
+
+
+def train(cfg: TrainConfig) -> Path | None:
+    return Trainer(cfg).run()
+
+
+if __name__ == "__main__":
+    from encoder.cli import main
+
+    main(["train", *__import__("sys").argv[1:]])

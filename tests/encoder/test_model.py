@@ -1,0 +1,253 @@
+"""Tests for encoder.model and encoder.device on the tiny BERT and RoBERTa fixtures (CPU, fp32)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from encoder.device import choose_device, choose_dtype
+from encoder.model import BlockInput, Encoder, EncoderError, QueryError
+
+MODELS = ["bert", "roberta"]
+
+
+@pytest.fixture(scope="module")
+def encoders(tiny_bert_dir, tiny_roberta_dir) -> dict[str, Encoder]:
+    return {
+        "bert": Encoder(tiny_bert_dir, device="cpu", dtype="fp32"),
+        "roberta": Encoder(tiny_roberta_dir, device="cpu", dtype="fp32"),
+    }
+
+
+def _ids(enc: Encoder, text: str) -> np.ndarray:
+    return np.asarray(enc.tokenizer(text, add_special_tokens=False)["input_ids"], dtype=np.int32)
+
+
+def _by_hand(enc: Encoder, ids: list[int], types: list[int] | None = None) -> np.ndarray:
+    """The model's last hidden state for one unpadded sequence, straight from transformers."""
+    kwargs = {"input_ids": torch.tensor([ids]), "attention_mask": torch.ones(1, len(ids), dtype=torch.long)}
+    if types is not None:
+        kwargs["token_type_ids"] = torch.tensor([types])
+    with torch.inference_mode():
+        return enc.model(**kwargs).last_hidden_state[0].float().numpy()
+
+
+# ---------------------------------------------------------------- loading
+
+
+@pytest.mark.parametrize("which", MODELS)
+def test_loads_on_cpu(which, encoders):
+    enc = encoders[which]
+    assert enc.device.type == "cpu"
+    assert enc.dtype == torch.float32
+    assert enc.dim == 32
+    assert enc.max_length == 128
+    assert not enc.model.training
+    assert next(enc.model.parameters()).dtype == torch.float32
+    assert enc.tokenizer.mask_token_id is not None
+    expected_type = 1 if which == "bert" else 0
+    assert enc.template.second_type_id == expected_type
+    assert enc.block_overhead == 2
+    assert enc.pair_overhead == (3 if which == "bert" else 4)
+
+
+def test_dir_without_config_raises(tmp_path):
+    with pytest.raises(EncoderError, match="config.json"):
+        Encoder(tmp_path, device="cpu")
+
+
+def test_dir_with_corrupt_config_raises(tmp_path, tiny_bert_dir):
+    import shutil
+
+    bad = tmp_path / "bad"
+    shutil.copytree(tiny_bert_dir, bad)
+    (bad / "config.json").write_text("{this is not json", encoding="utf-8")
+    with pytest.raises(EncoderError, match=str(bad)):
+        Encoder(bad, device="cpu")
+
+
+def test_dir_with_config_but_no_weights_raises(tmp_path, tiny_bert_dir):
+    import shutil
+
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    shutil.copy(tiny_bert_dir / "config.json", bare / "config.json")
+    with pytest.raises(EncoderError):
+        Encoder(bare, device="cpu")
+
+
+# ---------------------------------------------------------------- blocks
+
+
+@pytest.mark.parametrize("which", MODELS)
+def test_encode_blocks_shapes_and_dtype(which, encoders):
+    enc = encoders[which]
+    ids_a = _ids(enc, "Paris is the capital of France.")
+    ids_b = _ids(enc, "Marie Curie was born in Warsaw in 1867.")
+    out = enc.encode_blocks([BlockInput(ids_a), BlockInput(ids_b)])
+    assert len(out) == 2
+    for vecs, ids in zip(out, (ids_a, ids_b)):
+        assert vecs.dtype == np.float32
+        assert vecs.shape == (len(ids), enc.dim)
+        assert np.isfinite(vecs).all()
+
+
+@pytest.mark.parametrize("which", MODELS)
+def test_encode_blocks_equals_model_by_hand(which, encoders):
+    """No prefix: [CLS] ids [SEP]; with prefix: [CLS] title [SEP] ids [SEP] (with segment ids for BERT)."""
+    enc = encoders[which]
+    t = enc.template
+    ids = _ids(enc, "The Seine flows through Paris.")
+    title = _ids(enc, "Paris")
+    plain, titled = enc.encode_blocks([BlockInput(ids), BlockInput(ids, prefix_ids=title)])
+
+    seq = t.single_prefix + ids.tolist() + t.single_suffix
+    ref = _by_hand(enc, seq, [0] * len(seq))
+    first = len(t.single_prefix)
+    np.testing.assert_allclose(plain, ref[first : first + len(ids)], atol=1e-5, rtol=1e-4)
+
+    head = t.pair_prefix + title.tolist() + t.pair_mid
+    tail = ids.tolist() + t.pair_suffix
+    ref = _by_hand(enc, head + tail, [0] * len(head) + [t.second_type_id] * len(tail))
+    np.testing.assert_allclose(titled, ref[len(head) : len(head) + len(ids)], atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("which", MODELS)
+def test_prefix_changes_vectors_not_shape(which, encoders):
+    enc = encoders[which]
+    ids = _ids(enc, "He was born in Alexandra, Victoria.")
+    plain, titled, other = enc.encode_blocks(
+        [BlockInput(ids), BlockInput(ids, prefix_ids=_ids(enc, "Allan Peiper")), BlockInput(ids, prefix_ids=_ids(enc, "Paris"))]
+    )
+    assert plain.shape == titled.shape == other.shape == (len(ids), enc.dim)
+    assert not np.allclose(plain, titled, atol=1e-3)
+    assert not np.allclose(titled, other, atol=1e-3)
+    # an empty prefix is the same as no prefix
+    (empty,) = enc.encode_blocks([BlockInput(ids, prefix_ids=np.zeros(0, dtype=np.int32))])
+    np.testing.assert_allclose(empty, plain, atol=1e-5)
+
+
+@pytest.mark.parametrize("which", MODELS)
+def test_padding_in_a_batch_does_not_change_vectors(which, encoders):
+    enc = encoders[which]
+    short = BlockInput(_ids(enc, "Paris."), prefix_ids=_ids(enc, "Paris"))
+    long = BlockInput(_ids(enc, "Marie Curie was born in Warsaw in 1867. She died in Passy, France, in 1934."))
+    together = enc.encode_blocks([short, long])
+    alone = enc.encode_blocks([short]) + enc.encode_blocks([long])
+    for a, b in zip(together, alone):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, atol=1e-5, rtol=1e-4)
+
+
+@pytest.mark.parametrize("which", MODELS)
+def test_encode_blocks_rejects_too_long_block(which, encoders):
+    enc = encoders[which]
+    ids = np.full(enc.max_length - enc.block_overhead + 1, enc.tokenizer.convert_tokens_to_ids(enc.tokenizer.unk_token), dtype=np.int32)
+    with pytest.raises(ValueError, match=str(enc.max_length)):
+        enc.encode_blocks([BlockInput(ids)])
+    (ok,) = enc.encode_blocks([BlockInput(ids[:-1])])  # exactly at the limit
+    assert ok.shape == (len(ids) - 1, enc.dim)
+
+
+# ---------------------------------------------------------------- queries
+
+
+@pytest.mark.parametrize("which", MODELS)
+def test_query_layout_one_mask(which, encoders):
+    enc = encoders[which]
+    mask = enc.tokenizer.mask_token_id
+    t = enc.template
+    ids, positions = enc.query_layout("Paris is the <mask> of France.")
+    before = enc.tokenizer("Paris is the", add_special_tokens=False)["input_ids"]
+    assert positions == [len(t.single_prefix) + len(before)]
+    assert ids[: len(t.single_prefix)] == t.single_prefix
+    assert ids[len(ids) - len(t.single_suffix) :] == t.single_suffix
+    assert ids[len(t.single_prefix) : positions[0]] == before
+    assert ids[positions[0]] == ids[positions[0] + 1] == mask
+    assert ids.count(mask) == 2
+
+
+@pytest.mark.parametrize("which", MODELS)
+def test_query_layout_three_masks(which, encoders):
+    enc = encoders[which]
+    mask = enc.tokenizer.mask_token_id
+    ids, positions = enc.query_layout("<mask> was born in [MASK] in <MASK>")
+    assert len(positions) == 3
+    assert ids.count(mask) == 6
+    assert positions[0] == len(enc.template.single_prefix)  # a mask at the very start
+    assert positions == sorted(positions)
+    for p in positions:
+        assert ids[p] == ids[p + 1] == mask
+    assert [i for i, x in enumerate(ids) if x == mask] == [q for p in positions for q in (p, p + 1)]
+    # the last mask sits right before the suffix
+    assert positions[-1] + 2 == len(ids) - len(enc.template.single_suffix)
+    # the words between masks are there
+    between = ids[positions[0] + 2 : positions[1]]
+    assert enc.tokenizer.decode(between).strip() == "was born in"
+
+
+@pytest.mark.parametrize("which", MODELS)
+def test_encode_queries_equals_model_by_hand(which, encoders):
+    enc = encoders[which]
+    texts = ["Paris is the <mask> of France.", "<mask> was born in <mask> in <mask>.", "<mask>"]
+    out = enc.encode_queries(texts)
+    assert len(out) == 3
+    for text, qv, masks in zip(texts, out, (1, 3, 1)):
+        assert qv.starts.shape == qv.ends.shape == (masks, enc.dim)
+        assert qv.starts.dtype == qv.ends.dtype == np.float32
+        ids, positions = enc.query_layout(text)
+        hidden = _by_hand(enc, ids, [0] * len(ids))
+        pos = np.asarray(positions)
+        np.testing.assert_allclose(qv.starts, hidden[pos], atol=1e-5, rtol=1e-4)
+        np.testing.assert_allclose(qv.ends, hidden[pos + 1], atol=1e-5, rtol=1e-4)
+        assert not np.allclose(qv.starts, qv.ends, atol=1e-4)  # different positions, different vectors
+
+
+@pytest.mark.parametrize("which", MODELS)
+@pytest.mark.parametrize("text", ["no mask at all", "", "mask> <mas k>"])
+def test_query_without_mask_raises(which, text, encoders):
+    with pytest.raises(QueryError):
+        encoders[which].encode_queries([text])
+
+
+@pytest.mark.parametrize("which", MODELS)
+def test_query_too_long_raises(which, encoders):
+    enc = encoders[which]
+    with pytest.raises(QueryError, match=str(enc.max_length)):
+        enc.encode_queries(["Paris " * 200 + "<mask>"])
+    with pytest.raises(QueryError):
+        enc.query_layout("<mask> " + "France " * 200)
+
+
+# ---------------------------------------------------------------- device / dtype
+
+
+def test_choose_dtype():
+    cpu = torch.device("cpu")
+    assert choose_dtype(cpu, "auto") in (torch.float32, torch.bfloat16)
+    assert choose_dtype(cpu, "fp16") == torch.float16
+    assert choose_dtype(cpu, "bf16") == torch.bfloat16
+    assert choose_dtype(cpu, "fp32") == torch.float32
+    assert choose_dtype(torch.device("cuda"), "auto") == torch.float16
+    with pytest.raises(ValueError):
+        choose_dtype(cpu, "float64")
+
+
+def test_choose_device_cpu():
+    assert choose_device("cpu").type == "cpu"
+    assert choose_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present")
+@pytest.mark.parametrize("name", ["cuda", "cuda:0"])
+def test_choose_device_cuda_without_cuda_raises(name):
+    with pytest.raises(ValueError, match="CUDA"):
+        choose_device(name)
+
+
+def test_encoder_on_missing_cuda_raises(tiny_bert_dir):
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is present")
+    with pytest.raises(ValueError, match="CUDA"):
+        Encoder(tiny_bert_dir, device="cuda")

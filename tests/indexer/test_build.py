@@ -1,0 +1,361 @@
+"""End-to-end tests of indexer.build: round trip through PhraseIndex, resume, refusal, corruption."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from encoder.model import BlockInput, Encoder
+from encoder.tokens import WORD_START, tokenize_documents
+from indexer.build import BuildConfig, build_index
+from indexer.errors import IndexerError
+from indexer.files import sha256_file
+from indexer.manifest import MANIFEST_NAME, Manifest
+from indexer.store import SHARD_FILES
+from service.index import PhraseIndex
+from tests.conftest import CORPUS
+
+BLOCK_TOKENS = 16
+SHARD_TOKENS = 30
+TITLE_TOKENS = 4
+
+
+def _config(corpus: Path, out: Path, model: Path, **kw) -> BuildConfig:
+    args = dict(corpus=corpus, out=out, model=model, block_tokens=BLOCK_TOKENS, shard_tokens=SHARD_TOKENS,
+                title_tokens=TITLE_TOKENS, device="cpu", dtype="fp32", batch_tokens=64)
+    args.update(kw)
+    return BuildConfig(**args)
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tiny_bert_dir, tiny_roberta_dir) -> dict[str, Path]:
+    return {"bert": tiny_bert_dir, "roberta": tiny_roberta_dir}
+
+
+@pytest.fixture(scope="module")
+def encoders(model_dirs) -> dict[str, Encoder]:
+    return {k: Encoder(d, device="cpu", dtype="fp32") for k, d in model_dirs.items()}
+
+
+@pytest.fixture(scope="module", params=["bert", "roberta"])
+def built(request, tmp_path_factory, tiny_corpus, model_dirs, encoders):
+    """(name, index dir, summary, opened PhraseIndex) for each tiny model."""
+    which = request.param
+    out = tmp_path_factory.mktemp(f"build_{which}") / "idx"
+    summary = build_index(_config(tiny_corpus, out, model_dirs[which]))
+    index = PhraseIndex(out, verify=True)
+    yield which, out, summary, index
+    index.close()
+
+
+def _corpus_tokens(tokenizer) -> list[list[int]]:
+    return [tokenizer(r["text"], add_special_tokens=False)["input_ids"] for r in CORPUS]
+
+
+def _shard_hashes(out: Path) -> dict[str, str]:
+    return {f"{p.parent.name}/{p.name}": sha256_file(p) for p in sorted(out.glob("shard_*/*")) if p.name in SHARD_FILES}
+
+
+# ---------------------------------------------------------------- round trip
+
+
+def test_counts(built, encoders):
+    which, out, summary, index = built
+    m = index.manifest
+    tokens = _corpus_tokens(encoders[which].tokenizer)
+    n_tokens = sum(len(t) for t in tokens)
+    assert n_tokens > SHARD_TOKENS * 1.5
+    assert m.counts.tokens == n_tokens == summary.tokens == index.total_tokens
+    assert m.counts.documents == len(CORPUS) == summary.documents
+    assert m.counts.empty_documents == sum(1 for r in CORPUS if not r["text"]) == summary.empty_documents == 1
+    assert m.counts.shards == len(m.shards) == len(index.shards) == summary.shards >= 2
+    assert m.counts.blocks == sum(s.blocks for s in m.shards) == summary.blocks
+    assert m.counts.tokens == sum(s.tokens for s in m.shards)
+    assert summary.encoded_tokens == n_tokens
+    assert m.dim == encoders[which].dim
+    assert m.similarity_scale == pytest.approx(1 / np.sqrt(m.dim))
+    assert m.model.model_type == which
+    assert m.model.mask_token == encoders[which].tokenizer.mask_token
+    assert m.build["block_tokens"] == BLOCK_TOKENS and m.build["shard_tokens"] == SHARD_TOKENS
+    assert m.corpus["format"] == "jsonl"
+    line = summary.line()
+    for word in ("documents", "blocks", "tokens", "shards"):
+        assert word in line
+
+
+def test_shard_bases_and_sizes(built):
+    _, _, _, index = built
+    token_base = block_base = 0
+    for number, (info, shard) in enumerate(zip(index.manifest.shards, index.shards)):
+        assert info.name == f"shard_{number:05d}"
+        assert info.token_base == token_base and info.block_base == block_base
+        assert info.tokens <= SHARD_TOKENS or info.blocks == 1
+        assert shard.vectors.shape == (info.tokens, index.manifest.dim)
+        assert shard.vectors.dtype == np.float16
+        assert shard.token_ids.shape == (info.tokens,) and shard.flags.shape == (info.tokens,)
+        assert shard.offsets.shape == (info.tokens, 2)
+        assert shard.blocks.shape == (info.blocks, 3)
+        assert shard.docs.num_rows == info.documents
+        token_base += info.tokens
+        block_base += info.blocks
+
+
+def test_checksums_match_manifest(built):
+    _, out, _, index = built
+    for info in index.manifest.shards:
+        assert set(info.files) == set(SHARD_FILES)
+        on_disk = json.loads((out / info.name / "shard.json").read_text())
+        for fname, rec in info.files.items():
+            path = out / info.name / fname
+            assert rec.sha256 == sha256_file(path)
+            assert rec.bytes == path.stat().st_size
+            assert on_disk["files"][fname]["sha256"] == rec.sha256
+
+
+def test_blocks_never_cross_documents(built, encoders):
+    which, _, _, index = built
+    tok = encoders[which].tokenizer
+    texts = {r["id"]: r["text"] for r in CORPUS}
+    got_ids: dict[str, list[int]] = {}
+    got_offsets: dict[str, list[list[int]]] = {}
+    got_flags: dict[str, list[int]] = {}
+    order: list[str] = []
+    for shard in index.shards:
+        ends = []
+        for row, a, b in shard.blocks.tolist():
+            assert 1 <= b - a <= BLOCK_TOKENS
+            ends.append((a, b))
+            doc_id = shard.doc_id(row)
+            assert shard.doc_text(row) == texts[doc_id]
+            if not order or order[-1] != doc_id:
+                assert doc_id not in order  # a document's blocks are consecutive
+                order.append(doc_id)
+            assert int(shard.flags[a]) & WORD_START  # blocks start at a word start (no giant words here)
+            got_ids.setdefault(doc_id, []).extend(shard.token_ids[a:b].tolist())
+            got_offsets.setdefault(doc_id, []).extend(shard.offsets[a:b].tolist())
+            got_flags.setdefault(doc_id, []).extend(shard.flags[a:b].tolist())
+        # the blocks tile the shard's tokens
+        assert ends[0][0] == 0 and ends[-1][1] == len(shard)
+        assert all(b1 == a2 for (_, b1), (a2, _) in zip(ends, ends[1:]))
+    full = tokenize_documents(tok, [r["text"] for r in CORPUS])
+    assert order == [r["id"] for r in CORPUS if r["text"]]
+    for r, dt in zip(CORPUS, full):
+        if not r["text"]:
+            assert r["id"] not in got_ids
+            continue
+        assert got_ids[r["id"]] == dt.ids.tolist()
+        assert got_offsets[r["id"]] == dt.offsets.tolist()
+        assert got_flags[r["id"]] == dt.flags.tolist()
+
+
+def test_offsets_point_at_the_token_text(built, encoders):
+    which, _, _, index = built
+    tok = encoders[which].tokenizer
+    checked = 0
+    for shard in index.shards:
+        for row, a, b in shard.blocks.tolist():
+            text = shard.doc_text(row)
+            for tid, (s, e) in zip(shard.token_ids[a:b].tolist(), shard.offsets[a:b].tolist()):
+                assert 0 <= s < e <= len(text)
+                piece = tok.convert_ids_to_tokens(tid)
+                piece = piece[2:] if piece.startswith("##") else piece.lstrip("Ġ")
+                assert piece.lower() == text[s:e].lower(), (piece, text[s:e])
+                checked += 1
+    assert checked == index.total_tokens
+
+
+def test_vectors_equal_encoder_recomputed(built, encoders):
+    which, _, _, index = built
+    enc = encoders[which]
+    for shard in index.shards:
+        for row, a, b in shard.blocks.tolist():
+            title = shard.docs.column("title")[row].as_py()
+            prefix = None
+            if title:
+                prefix = np.asarray(enc.tokenizer(title, add_special_tokens=False)["input_ids"][:TITLE_TOKENS], dtype=np.int32)
+            (ref,) = enc.encode_blocks([BlockInput(np.asarray(shard.token_ids[a:b]), prefix_ids=prefix)])
+            stored = np.asarray(shard.vectors[a:b], dtype=np.float32)
+            np.testing.assert_allclose(stored, ref, atol=1e-2, rtol=1e-2)
+
+
+def test_title_is_used_as_context(built, encoders):
+    """The stored vectors of a titled block differ from the same block encoded without its title."""
+    which, _, _, index = built
+    enc = encoders[which]
+    shard = index.shards[0]
+    row, a, b = shard.blocks[0].tolist()
+    assert shard.docs.column("title")[row].as_py()
+    (plain,) = enc.encode_blocks([BlockInput(np.asarray(shard.token_ids[a:b]))])
+    assert not np.allclose(np.asarray(shard.vectors[a:b], dtype=np.float32), plain, atol=1e-2)
+
+
+def test_faiss_matches_brute_force(built):
+    _, _, _, index = built
+    rng = np.random.default_rng(0)
+    queries = rng.standard_normal((5, index.manifest.dim)).astype(np.float32)
+    all_scores = []
+    for shard in index.shards:
+        assert shard.index.ntotal == len(shard)
+        vecs = np.asarray(shard.vectors, dtype=np.float32)
+        brute = queries @ vecs.T
+        scores, ids = shard.index.search(queries, len(shard))
+        assert (ids >= 0).all()
+        np.testing.assert_allclose(scores, np.take_along_axis(brute, ids, axis=1), atol=1e-4, rtol=1e-4)
+        np.testing.assert_allclose(scores, -np.sort(-brute, axis=1), atol=1e-4, rtol=1e-4)
+        assert (ids[:, 0] == brute.argmax(axis=1)).all()
+        all_scores.append(brute)
+    # the merged search over shards finds the global top-k
+    k = 7
+    brute = np.concatenate(all_scores, axis=1)
+    where = [(s, p) for s, shard in enumerate(index.shards) for p in range(len(shard))]
+    for qi, (sh, pos) in enumerate(index.search(queries, k)):
+        assert len(sh) == k
+        expect = {where[j] for j in np.argsort(-brute[qi])[:k]}
+        assert set(zip(sh.tolist(), pos.tolist())) == expect
+
+
+def test_index_ntotal_equals_tokens(built):
+    _, _, _, index = built
+    assert sum(s.index.ntotal for s in index.shards) == index.total_tokens
+
+
+# ---------------------------------------------------------------- resume, refusal, overwrite
+
+
+def test_resume_after_interruption(tmp_path, tiny_corpus, tiny_bert_dir):
+    out = tmp_path / "idx"
+    first = build_index(_config(tiny_corpus, out, tiny_bert_dir))
+    m1 = Manifest.load(out)
+    hashes = _shard_hashes(out)
+    assert first.shards >= 2 and len(hashes) == first.shards * len(SHARD_FILES)
+
+    last = m1.shards[-1]
+    (out / MANIFEST_NAME).unlink()
+    shutil.rmtree(out / last.name)
+    with pytest.raises(IndexerError):
+        PhraseIndex(out)
+
+    second = build_index(_config(tiny_corpus, out, tiny_bert_dir))
+    m2 = Manifest.load(out)
+    assert second.encoded_tokens == last.tokens  # only the missing shard was encoded again
+    assert m2.counts == m1.counts
+    assert [s.model_dump() for s in m2.shards] == [s.model_dump() for s in m1.shards]
+    d1, d2 = m1.model_dump(), m2.model_dump()
+    d1.pop("created_at"), d2.pop("created_at")
+    assert d1 == d2
+    assert _shard_hashes(out) == hashes
+    assert (second.documents, second.blocks, second.tokens, second.shards) == (
+        first.documents, first.blocks, first.tokens, first.shards)
+    PhraseIndex(out, verify=True).close()
+
+
+def test_rebuild_same_config_encodes_nothing(tmp_path, tiny_corpus, tiny_bert_dir):
+    out = tmp_path / "idx"
+    first = build_index(_config(tiny_corpus, out, tiny_bert_dir))
+    hashes = _shard_hashes(out)
+    again = build_index(_config(tiny_corpus, out, tiny_bert_dir))
+    assert again.encoded_tokens == 0
+    assert again.tokens == first.tokens and again.shards == first.shards
+    assert _shard_hashes(out) == hashes
+
+
+def test_different_config_refused_then_overwritten(tmp_path, tiny_corpus, tiny_bert_dir):
+    out = tmp_path / "idx"
+    build_index(_config(tiny_corpus, out, tiny_bert_dir))
+    before = _shard_hashes(out)
+    manifest_before = (out / MANIFEST_NAME).read_text()
+    with pytest.raises(IndexerError, match="--overwrite"):
+        build_index(_config(tiny_corpus, out, tiny_bert_dir, block_tokens=8))
+    # nothing was touched by the refused build
+    assert _shard_hashes(out) == before
+    assert (out / MANIFEST_NAME).read_text() == manifest_before
+
+    summary = build_index(_config(tiny_corpus, out, tiny_bert_dir, block_tokens=8, shard_tokens=1000, overwrite=True))
+    assert summary.shards == 1
+    index = PhraseIndex(out, verify=True)
+    try:
+        assert index.manifest.build["block_tokens"] == 8
+        assert index.manifest.counts.shards == 1
+        assert sorted(p.name for p in out.glob("shard_*")) == ["shard_00000"]
+        assert all(b - a <= 8 for _, a, b in index.shards[0].blocks.tolist())
+    finally:
+        index.close()
+
+
+def test_other_model_refused(tmp_path, tiny_corpus, tiny_bert_dir, tiny_roberta_dir):
+    out = tmp_path / "idx"
+    build_index(_config(tiny_corpus, out, tiny_bert_dir))
+    with pytest.raises(IndexerError, match="--overwrite"):
+        build_index(_config(tiny_corpus, out, tiny_roberta_dir))
+
+
+def test_out_dir_with_foreign_files_refused(tmp_path, tiny_corpus, tiny_bert_dir):
+    out = tmp_path / "idx"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    with pytest.raises(IndexerError, match=re.escape(str(out))):
+        build_index(_config(tiny_corpus, out, tiny_bert_dir))
+    assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
+
+
+def test_block_tokens_beyond_model_limit_refused(tmp_path, tiny_corpus, tiny_bert_dir):
+    with pytest.raises(IndexerError, match="--block-tokens"):
+        build_index(_config(tiny_corpus, tmp_path / "idx", tiny_bert_dir, block_tokens=126, title_tokens=0))
+    assert not (tmp_path / "idx").exists()
+
+
+def test_all_empty_corpus_refused(tmp_path, tiny_bert_dir):
+    corpus = tmp_path / "empty_docs.jsonl"
+    corpus.write_text('{"text": ""}\n{"text": "  "}\n')
+    with pytest.raises(IndexerError, match=re.escape(str(corpus))):
+        build_index(_config(corpus, tmp_path / "idx", tiny_bert_dir))
+
+
+# ---------------------------------------------------------------- corruption
+
+
+@pytest.fixture()
+def bert_index_copy(tmp_path, tiny_index) -> Path:
+    dst = tmp_path / "copy"
+    shutil.copytree(tiny_index, dst)
+    return dst
+
+
+def test_intact_copy_opens(bert_index_copy):
+    PhraseIndex(bert_index_copy, verify=True).close()
+
+
+def test_truncated_vectors_raise(bert_index_copy):
+    path = bert_index_copy / "shard_00000" / "vectors.npy"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 64])
+    with pytest.raises(IndexerError, match="vectors.npy"):
+        PhraseIndex(bert_index_copy)
+
+
+@pytest.mark.parametrize("fname", ["vectors.npy", "docs.arrow", "index.faiss"])
+def test_flipped_byte_fails_verification(bert_index_copy, fname):
+    shards = sorted(p.name for p in bert_index_copy.glob("shard_*"))
+    path = bert_index_copy / shards[-1] / fname
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(IndexerError, match=re.escape(fname)):
+        PhraseIndex(bert_index_copy, verify=True)
+
+
+def test_missing_shard_file_raises(bert_index_copy):
+    (bert_index_copy / "shard_00001" / "index.faiss").unlink()
+    with pytest.raises(IndexerError, match="index.faiss"):
+        PhraseIndex(bert_index_copy)
+
+
+def test_missing_manifest_raises(bert_index_copy):
+    (bert_index_copy / MANIFEST_NAME).unlink()
+    with pytest.raises(IndexerError, match=MANIFEST_NAME):
+        PhraseIndex(bert_index_copy)

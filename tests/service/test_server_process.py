@@ -1,0 +1,197 @@
+"""The real server: `python -m service` in a subprocess, configured by flags or FILL_* variables."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from encoder.tokens import MASK_PATTERN
+from tests.conftest import CORPUS
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = {d["id"]: d["text"] for d in CORPUS}
+READY_TIMEOUT = 60.0
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    """The current environment without any FILL_* variable, plus `extra`; offline for Hugging Face."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FILL_")}
+    env.update(HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", PYTHONUNBUFFERED="1")
+    env.update(extra)
+    return env
+
+
+class Server:
+    def __init__(self, proc: subprocess.Popen, port: int, log: Path) -> None:
+        self.proc = proc
+        self.port = port
+        self.log = log
+        self.url = f"http://127.0.0.1:{port}"
+
+    def output(self) -> str:
+        return self.log.read_text(encoding="utf-8", errors="replace")
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT) -> None:
+        deadline = time.monotonic() + timeout
+        last = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                pytest.fail(f"server exited with code {self.proc.returncode} before ready:\n{self.output()}")
+            try:
+                r = httpx.get(f"{self.url}/readyz", timeout=5)
+                last = f"{r.status_code} {r.text}"
+                if r.status_code == 200:
+                    return
+                assert r.status_code == 503, last  # loading: not ready, but answering
+            except httpx.TransportError as exc:
+                last = repr(exc)
+            time.sleep(0.2)
+        pytest.fail(f"server not ready after {timeout}s (last: {last}):\n{self.output()}")
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=15)
+
+
+@pytest.fixture()
+def start_server(tmp_path):
+    """start_server(args, env, port) -> Server; every process started is stopped at teardown."""
+    servers: list[Server] = []
+
+    def start(args: list[str], env: dict[str, str], port: int) -> Server:
+        log = tmp_path / f"server-{len(servers)}.log"
+        with open(log, "wb") as out:
+            proc = subprocess.Popen([sys.executable, "-m", "service", *args], cwd=ROOT, env=env,
+                                    stdout=out, stderr=subprocess.STDOUT)
+        server = Server(proc, port, log)
+        servers.append(server)
+        return server
+
+    try:
+        yield start
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def check_fill(data: dict, text: str, top_k: int, evidence: int) -> None:
+    n_masks = len(MASK_PATTERN.findall(text))
+    assert set(data) == {"filled", "masks", "took_ms"}
+    assert len(data["masks"]) == n_masks
+    for i, mask in enumerate(data["masks"]):
+        assert mask["index"] == i
+        assert 0 < len(mask["candidates"]) <= top_k
+        scores = [c["score"] for c in mask["candidates"]]
+        assert all(0 < s <= 1 for s in scores) and scores == sorted(scores, reverse=True)
+        for c in mask["candidates"]:
+            assert 0 < len(c["evidence"]) <= evidence
+            for e in c["evidence"]:
+                assert DOCS[e["doc_id"]][e["start"] : e["end"]] == c["phrase"], (e, c["phrase"])
+                assert c["phrase"] in e["context"]
+    assert not MASK_PATTERN.search(data["filled"])
+    expected = MASK_PATTERN.split(text)
+    filled = expected[0] + "".join(m["candidates"][0]["phrase"] + seg
+                                   for m, seg in zip(data["masks"], expected[1:]))
+    assert data["filled"] == filled
+
+
+def exercise(server: Server) -> None:
+    with httpx.Client(base_url=server.url, timeout=30) as c:
+        assert c.get("/healthz").json() == {"status": "alive"}
+        text = "Marie Curie was born in <mask> in [MASK] . <mask> is the capital of France ."
+        r = c.post("/fill", json={"text": text, "top_k": 3, "evidence": 2})
+        assert r.status_code == 200, r.text
+        check_fill(r.json(), text, top_k=3, evidence=2)
+
+        r = c.post("/fill", json={"text": "no mask", "top_k": 0})
+        assert r.status_code == 422
+        assert r.json()["error_type"] == "validation"
+        r = c.post("/fill", content=b"{not json", headers={"content-type": "application/json"})
+        assert r.status_code == 422
+
+        info = c.get("/info").json()
+        assert info["counts"]["documents"] == len(CORPUS)
+        assert "fill_requests" in c.get("/metrics").text
+        assert c.get("/openapi.json").status_code == 200
+
+
+def test_server_with_flags(start_server, tiny_index):
+    port = free_port()
+    server = start_server(["--index", str(tiny_index), "--port", str(port), "--host", "127.0.0.1"],
+                          clean_env(), port)
+    server.wait_ready()
+    exercise(server)
+
+
+def test_server_with_env_only(start_server, tiny_index):
+    port = free_port()
+    server = start_server([], clean_env(FILL_INDEX=str(tiny_index), FILL_PORT=str(port)), port)
+    server.wait_ready()
+    exercise(server)
+
+
+def test_flag_overrides_env_port(start_server, tiny_index):
+    env_port, flag_port = free_port(), free_port()
+    while flag_port == env_port:
+        flag_port = free_port()
+    server = start_server(["--port", str(flag_port)],
+                          clean_env(FILL_INDEX=str(tiny_index), FILL_PORT=str(env_port)), flag_port)
+    server.wait_ready()
+    assert httpx.get(f"http://127.0.0.1:{flag_port}/healthz", timeout=5).status_code == 200
+    with pytest.raises(httpx.TransportError):
+        httpx.get(f"http://127.0.0.1:{env_port}/healthz", timeout=2)
+
+
+def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "service", *args], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_nonexistent_index_exits_2_without_traceback():
+    r = run_cli(["--index", "/nonexistent", "--port", str(free_port())], clean_env())
+    out = r.stdout + r.stderr
+    assert r.returncode == 2, out
+    assert "/nonexistent" in r.stderr
+    assert "error" in r.stderr.lower()
+    assert "Traceback" not in out
+
+
+def test_nonexistent_index_from_env_exits_2(tmp_path):
+    missing = tmp_path / "missing_index"
+    r = run_cli([], clean_env(FILL_INDEX=str(missing)))
+    out = r.stdout + r.stderr
+    assert r.returncode == 2, out
+    assert str(missing) in r.stderr
+    assert "Traceback" not in out
+
+
+def test_no_index_exits_2():
+    r = run_cli([], clean_env())
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "--index" in r.stderr and "FILL_INDEX" in r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_bad_env_port_exits_2(tiny_index):
+    r = run_cli([], clean_env(FILL_INDEX=str(tiny_index), FILL_PORT="not-a-port"))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert "FILL_" in r.stderr and "port" in r.stderr.lower()
+    assert "Traceback" not in r.stdout + r.stderr
