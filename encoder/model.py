@@ -20,7 +20,8 @@ from encoder.tokens import Template, derive_template, split_on_masks
 
 logger = logging.getLogger(__name__)
 
-_WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt")
+_WEIGHT_SUFFIXES = (".safetensors", ".bin")
+_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "special_tokens_map.json")
 
 
 class EncoderError(ValueError):
@@ -44,10 +45,12 @@ def default_model_dir() -> Path:
 
 
 def model_fingerprint(model_dir: str | Path) -> str:
-    """sha256 over config.json and the weight files: identifies the exact model an index was built with."""
+    """sha256 over config.json, weights and tokenizer files: identifies the exact model an index was built with."""
     root = Path(model_dir)
     h = hashlib.sha256()
-    files = [root / "config.json"] + sorted(p for p in root.iterdir() if p.suffix in _WEIGHT_SUFFIXES)
+    files = [root / "config.json"] + sorted(
+        p for p in root.iterdir() if p.suffix in _WEIGHT_SUFFIXES or p.name in _TOKENIZER_FILES
+    )
     for path in files:
         if not path.is_file():
             continue

@@ -93,6 +93,9 @@ def _prepare_out(out: Path, identity: dict, overwrite: bool) -> None:
     state_path = out / BUILD_STATE
     ours = [p for p in out.iterdir() if p.name in (MANIFEST_NAME, BUILD_STATE) or p.name.startswith("shard_")]
     others = [p for p in out.iterdir() if p not in ours]
+    if [p.name for p in ours] == [BUILD_STATE]:  # a build that failed before writing anything: start afresh
+        state_path.unlink()
+        ours = []
     if overwrite:
         for p in ours:
             shutil.rmtree(p) if p.is_dir() else p.unlink()
@@ -162,8 +165,9 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
     try:
         encoder = Encoder(cfg.model, device=cfg.device, dtype=cfg.dtype)
     except EncoderError as exc:
-        raise IndexerError(f"{exc}; pass --model with a HuggingFace encoder directory") from exc
-    if cfg.block_tokens + encoder.pair_overhead + cfg.title_tokens > encoder.max_length:
+        raise IndexerError(str(exc)) from exc
+    overhead = encoder.pair_overhead + cfg.title_tokens if cfg.title_tokens else encoder.block_overhead
+    if cfg.block_tokens + overhead > encoder.max_length:
         raise IndexerError(
             f"--block-tokens {cfg.block_tokens} plus {cfg.title_tokens} title tokens and special tokens exceeds "
             f"the model limit of {encoder.max_length}; lower --block-tokens"

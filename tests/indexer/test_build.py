@@ -305,7 +305,7 @@ def test_out_dir_with_foreign_files_refused(tmp_path, tiny_corpus, tiny_bert_dir
 
 def test_block_tokens_beyond_model_limit_refused(tmp_path, tiny_corpus, tiny_bert_dir):
     with pytest.raises(IndexerError, match="--block-tokens"):
-        build_index(_config(tiny_corpus, tmp_path / "idx", tiny_bert_dir, block_tokens=126, title_tokens=0))
+        build_index(_config(tiny_corpus, tmp_path / "idx", tiny_bert_dir, block_tokens=127, title_tokens=0))
     assert not (tmp_path / "idx").exists()
 
 
