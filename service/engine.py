@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from encoder.stopwords import only_stopwords
 from encoder.tokens import MASK_PATTERN
 from service.index import PhraseIndex
 from service.spans import SpanScores, aggregate, rank, score_spans, spans_from_hits, strip_phrase
@@ -25,6 +26,16 @@ class FillParams:
     alpha: float = 0.0
     evidence: int = 3
     case_sensitive: bool = True
+    mode: str = "dense"  # dense (FAISS top-k), restricted (every token of the top BM25 blocks) or hybrid (both)
+    blocks: int = 3  # BM25 blocks for restricted / hybrid
+    drop_stopwords: bool = True  # drop phrases made only of stopwords
+
+
+MODES = ("dense", "restricted", "hybrid")
+
+
+class ModeError(ValueError):
+    """The requested mode cannot be served by this index."""
 
 
 @dataclass
@@ -86,9 +97,20 @@ class FillEngine:
 
     def fill(self, text: str, params: FillParams = FillParams()) -> FillResult:
         t0 = time.perf_counter()
+        if params.mode not in MODES:
+            raise ModeError(f"mode must be one of {MODES}, got {params.mode!r}")
+        if params.mode != "dense" and self.index.bm25 is None:
+            raise ModeError(f"mode {params.mode!r} needs a BM25 index; this index has none (rebuild it)")
         qv = self.encoder.encode_queries([text])[0]
         n_masks = qv.starts.shape[0]
-        hits = self.index.search(np.concatenate([qv.starts, qv.ends]), params.k)
+        empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+        if params.mode == "restricted":
+            hits = [empty] * (2 * n_masks)
+        else:
+            hits = self.index.search(np.concatenate([qv.starts, qv.ends]), params.k)
+        if params.mode != "dense":
+            block_hits = self.index.block_hits(self.index.bm25.search(MASK_PATTERN.sub(" ", text), params.blocks))
+            hits = [(np.concatenate([h[0], block_hits[0]]), np.concatenate([h[1], block_hits[1]])) for h in hits]
         masks = []
         for m in range(n_masks):
             spans = self._candidates(hits[m], hits[n_masks + m], params.max_span_tokens)
@@ -149,6 +171,8 @@ class FillEngine:
     def _rank(self, scored: SpanScores, params: FillParams) -> list[Candidate]:
         occ = self._occurrences(scored)
         keys = [o.text[o.start : o.end] if o else None for o in occ]
+        if params.drop_stopwords:  # a fill made only of function words ("in", "of the") is never an answer
+            keys = [None if k is None or only_stopwords(k) else k for k in keys]
         phrases = aggregate(keys, scored.score, scored.end - scored.start + 1, params.case_sensitive)
         if params.alpha:  # len^alpha counts the tokens of the stripped phrase, not of the raw span
             for phrase in phrases:

@@ -134,6 +134,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--k", type=int, default=1024)
     ap.add_argument("--max-span-tokens", type=int, default=10)
     ap.add_argument("--alpha", type=float, default=0.0)
+    ap.add_argument("--mode", choices=("dense", "restricted", "hybrid"), default="dense")
+    ap.add_argument("--blocks", type=int, default=3, help="BM25 blocks for restricted / hybrid")
     ap.add_argument("--out", type=Path, help="write every prediction as JSON lines")
     ap.add_argument("--report", type=Path, help="write the summary as JSON")
     args = ap.parse_args(argv)
@@ -150,7 +152,8 @@ def main(argv: list[str] | None = None) -> None:
     except (OSError, ValueError, IndexerError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
-    params = FillParams(top_k=5, k=args.k, max_span_tokens=args.max_span_tokens, alpha=args.alpha, evidence=1)
+    params = FillParams(top_k=5, k=args.k, max_span_tokens=args.max_span_tokens, alpha=args.alpha, evidence=1,
+                        mode=args.mode, blocks=args.blocks)
     report = evaluate(engine, probes, params, args.out)
     print(format_report(report))
     if args.report:

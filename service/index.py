@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.bm25 import BM25, BM25_NAME
 from indexer.errors import IndexerError
 from indexer.files import sha256_file
 from indexer.manifest import Manifest
@@ -25,16 +26,31 @@ class PhraseIndex:
         self.shards = [Shard(self.root, info, self.manifest.dim) for info in self.manifest.shards]
         self.scale = self.manifest.similarity_scale
         self.vectors = [s.vectors for s in self.shards]
+        self.bm25 = BM25(self.root / BM25_NAME) if self.manifest.bm25 is not None else None
+        self._block_bases = np.array([s.info.block_base for s in self.shards], dtype=np.int64)
         self._pool = ThreadPoolExecutor(max_workers=min(8, len(self.shards))) if len(self.shards) > 1 else None
         logger.info("opened index %s: %d shards, %d tokens", self.root, len(self.shards), self.manifest.counts.tokens)
 
     def verify(self) -> None:
         """Check every file against the manifest's sha256 (slow: reads everything)."""
-        for info in self.manifest.shards:
-            for fname, rec in info.files.items():
-                path = self.root / info.name / fname
-                if not path.is_file() or sha256_file(path) != rec.sha256:
-                    raise IndexerError(f"index file {path} is missing or corrupted (checksum mismatch); rebuild the index")
+        files = [(self.root / info.name / fname, rec) for info in self.manifest.shards for fname, rec in info.files.items()]
+        if self.manifest.bm25 is not None:
+            files.append((self.root / BM25_NAME, self.manifest.bm25))
+        for path, rec in files:
+            if not path.is_file() or sha256_file(path) != rec.sha256:
+                raise IndexerError(f"index file {path} is missing or corrupted (checksum mismatch); rebuild the index")
+
+    def block_hits(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every token of the given global blocks, as (shard numbers, positions)."""
+        shard_no, positions = [], []
+        for g in np.asarray(blocks, dtype=np.int64).tolist():
+            s = int(np.searchsorted(self._block_bases, g, side="right") - 1)
+            _, first, end = self.shards[s].blocks[g - self._block_bases[s]]
+            positions.append(np.arange(first, end, dtype=np.int64))
+            shard_no.append(np.full(end - first, s, dtype=np.int64))
+        if not positions:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+        return np.concatenate(shard_no), np.concatenate(positions)
 
     @property
     def total_tokens(self) -> int:
@@ -64,5 +80,7 @@ class PhraseIndex:
         return out
 
     def close(self) -> None:
+        if self.bm25 is not None:
+            self.bm25.close()
         if self._pool:
             self._pool.shutdown(wait=False)

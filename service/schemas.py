@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from encoder.tokens import count_masks
@@ -24,6 +26,11 @@ class FillRequest(BaseModel):
     alpha: float = Field(0.0, ge=-4.0, le=4.0, description="length preference: rank by mass * len^alpha")
     evidence: int = Field(3, ge=0, le=20, description="occurrences returned per phrase")
     case_sensitive: bool = Field(True, description="aggregate phrases case-sensitively")
+    mode: Literal["dense", "restricted", "hybrid"] = Field(
+        "dense", description="dense: FAISS top-k start/end tokens; restricted: every token of the top BM25 "
+        "blocks for the query (masks blanked); hybrid: both")
+    blocks: int = Field(3, ge=1, le=100, description="BM25 blocks used by restricted and hybrid modes")
+    drop_stopwords: bool = Field(True, description="drop phrases made only of stopwords (e.g. 'in', 'of the')")
 
     @field_validator("text")
     @classmethod

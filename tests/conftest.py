@@ -22,9 +22,9 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def _minilm_dir() -> Path:
-    from encoder.model import default_model_dir
+    from encoder.model import base_model_dir
 
-    return default_model_dir()
+    return base_model_dir()
 
 
 @pytest.fixture(scope="session")

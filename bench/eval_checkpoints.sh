@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# Dense-mode Google-RE EM@1 for each given model directory (checkpoints or exported models):
+#   bash bench/eval_checkpoints.sh MODEL_DIR...
+# Builds an index over the de-duplicated snippets with each model, then runs fill-eval on a fixed
+# sample of PER_RELATION probes per relation (all probes when PER_RELATION=0).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${VENV:-.venv}"
+WORK="${WORK:-data-local}"
+PER="${PER_RELATION:-100}"
+GRE="${GOOGLE_RE:-../shared/data/google_re}"
+for model in "$@"; do
+    name="$(basename "$model")"
+    "$VENV/bin/indexer" build --corpus "$WORK/google_re/corpus.jsonl" --out "$WORK/idx_$name" --model "$model" 2>/dev/null | tail -1
+    "$VENV/bin/fill-eval" --index "$WORK/idx_$name" --google-re "$GRE" --per-relation "$PER" \
+        --out "$WORK/pred_$name.jsonl" --report "$WORK/report_$name.json" | sed "s|^|$name  |"
+done
