@@ -277,6 +277,8 @@ class Trainer:
         state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
+        for group, base in zip(self.opt.param_groups, self.sched.base_lrs):  # this run's schedule, not the saved lr
+            group["lr"] = base * self.sched.lr_lambdas[0](self.sched.last_epoch)
         self.step, self.position = state["step"], state["position"]
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])

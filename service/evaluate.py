@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from encoder.tokens import count_masks
 from service.engine import FillEngine, FillParams
 from service.spans import strip_phrase
 
@@ -52,8 +53,10 @@ def load_probes(path: Path | None = None, google_re: Path | None = None) -> list
         for n, line in enumerate(open(path, encoding="utf-8"), 1):
             if line.strip():
                 d = json.loads(line)
-                if not {"relation", "query", "answers"} <= d.keys():
-                    raise ValueError(f"{path}:{n}: a probe needs relation, query and answers")
+                if not isinstance(d, dict) or not {"relation", "query", "answers"} <= d.keys():
+                    raise ValueError(f"{path}:{n}: a probe is an object with relation, query and answers")
+                if not isinstance(d["answers"], list) or count_masks(d["query"]) != 1:
+                    raise ValueError(f"{path}:{n}: answers must be a list and the query must hold one <mask>")
                 probes.append(d)
     return probes
 
@@ -154,7 +157,11 @@ def main(argv: list[str] | None = None) -> None:
         sys.exit(2)
     params = FillParams(top_k=5, k=args.k, max_span_tokens=args.max_span_tokens, alpha=args.alpha, evidence=1,
                         mode=args.mode, blocks=args.blocks)
-    report = evaluate(engine, probes, params, args.out)
+    try:
+        report = evaluate(engine, probes, params, args.out)
+    except ValueError as exc:  # e.g. a query longer than the model accepts
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(2)
     print(format_report(report))
     if args.report:
         args.report.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
