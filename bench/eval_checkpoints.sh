@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Dense-mode Google-RE EM@1 for each given model directory (checkpoints or exported models):
+# Google-RE EM@1 (dense and BM25-restricted modes) for each given model directory:
 #   bash bench/eval_checkpoints.sh MODEL_DIR...
 # Builds an index over the de-duplicated snippets with each model, then runs fill-eval on a fixed
 # sample of PER_RELATION probes per relation (all probes when PER_RELATION=0).
@@ -12,6 +12,8 @@ GRE="${GOOGLE_RE:-../shared/data/google_re}"
 for model in "$@"; do
     name="$(basename "$model")"
     "$VENV/bin/indexer" build --corpus "$WORK/google_re/corpus.jsonl" --out "$WORK/idx_$name" --model "$model" 2>/dev/null | tail -1
-    "$VENV/bin/fill-eval" --index "$WORK/idx_$name" --google-re "$GRE" --per-relation "$PER" \
-        --out "$WORK/pred_$name.jsonl" --report "$WORK/report_$name.json" | sed "s|^|$name  |"
+    for mode in dense restricted; do
+        "$VENV/bin/fill-eval" --index "$WORK/idx_$name" --google-re "$GRE" --per-relation "$PER" --mode "$mode" \
+            --out "$WORK/pred_${name}_$mode.jsonl" --report "$WORK/report_${name}_$mode.json" | sed "s|^|$name $mode  |"
+    done
 done

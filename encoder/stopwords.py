@@ -15,3 +15,15 @@ def only_stopwords(phrase: str) -> bool:
     """True when every word of the phrase (lower-cased, punctuation-split) is a stopword."""
     words = "".join(ch if ch.isalnum() else " " for ch in phrase.lower()).split()
     return bool(words) and all(w in STOPWORD_SET for w in words)
+
+
+def poor_fill(phrase: str) -> bool:
+    """A phrase that is not a self-contained answer: only stopwords, a single letter, or one that
+    begins or ends with a lower-case stopword ("in London", "London and"; "The Hague" is kept).
+    The shorter span without the stopword is a candidate of its own, so nothing is lost."""
+    words = "".join(ch if ch.isalnum() else " " for ch in phrase).split()
+    if not words:
+        return False
+    if len(words) == 1 and len(words[0]) == 1 and words[0].isalpha():
+        return True
+    return only_stopwords(phrase) or words[0] in STOPWORD_SET or words[-1] in STOPWORD_SET

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from encoder.stopwords import only_stopwords
+from encoder.stopwords import poor_fill
 from encoder.tokens import MASK_PATTERN
 from service.index import PhraseIndex
 from service.spans import SpanScores, aggregate, rank, score_spans, spans_from_hits, strip_phrase
@@ -28,7 +28,7 @@ class FillParams:
     case_sensitive: bool = True
     mode: str = "dense"  # dense (FAISS top-k), restricted (every token of the top BM25 blocks) or hybrid (both)
     blocks: int = 3  # BM25 blocks for restricted / hybrid
-    drop_stopwords: bool = True  # drop phrases made only of stopwords
+    drop_stopwords: bool = True  # drop phrases of only stopwords, or starting / ending with a lower-case one
 
 
 MODES = ("dense", "restricted", "hybrid")
@@ -171,8 +171,8 @@ class FillEngine:
     def _rank(self, scored: SpanScores, params: FillParams) -> list[Candidate]:
         occ = self._occurrences(scored)
         keys = [o.text[o.start : o.end] if o else None for o in occ]
-        if params.drop_stopwords:  # a fill made only of function words ("in", "of the") is never an answer
-            keys = [None if k is None or only_stopwords(k) else k for k in keys]
+        if params.drop_stopwords:  # "in", "of the", "in London", "c": never the answer
+            keys = [None if k is None or poor_fill(k) else k for k in keys]
         phrases = aggregate(keys, scored.score, scored.end - scored.start + 1, params.case_sensitive)
         if params.alpha:  # len^alpha counts the tokens of the stripped phrase, not of the raw span
             for phrase in phrases:

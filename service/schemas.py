@@ -30,7 +30,8 @@ class FillRequest(BaseModel):
         "dense", description="dense: FAISS top-k start/end tokens; restricted: every token of the top BM25 "
         "blocks for the query (masks blanked); hybrid: both")
     blocks: int = Field(3, ge=1, le=100, description="BM25 blocks used by restricted and hybrid modes")
-    drop_stopwords: bool = Field(True, description="drop phrases made only of stopwords (e.g. 'in', 'of the')")
+    drop_stopwords: bool = Field(True, description="drop fills made only of stopwords ('in', 'of the'), single letters, "
+                                "or phrases starting / ending with a lower-case stopword ('in London')")
 
     @field_validator("text")
     @classmethod
