@@ -1,0 +1,98 @@
+"""Restricted (BM25 blocks) and hybrid fill modes over the tiny index."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from indexer.bm25 import match_query
+from service.engine import FillEngine, FillParams, ModeError
+from service.index import PhraseIndex
+from service.spans import spans_from_hits
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_index, tiny_bert_dir):
+    from encoder.model import Encoder
+
+    return FillEngine(Encoder(tiny_bert_dir), PhraseIndex(tiny_index))
+
+
+def _block_doc(index: PhraseIndex, g: int) -> str:
+    s = int(np.searchsorted([sh.info.block_base for sh in index.shards], g, side="right") - 1)
+    shard = index.shards[s]
+    return shard.doc_id(shard.doc_row(g - shard.info.block_base))
+
+
+def test_bm25_ranks_the_block_that_shares_the_rare_words(engine):
+    top = engine.index.bm25.search("Marie Curie was born in <mask> Warsaw", 2)
+    assert top.size >= 1
+    assert _block_doc(engine.index, int(top[0])) == "d3"
+
+
+def test_match_query_quotes_words_and_ignores_syntax():
+    assert match_query('AND OR "x" NEAR(') == '"and" OR "near" OR "or" OR "x"'
+    assert match_query("?? !!") is None
+
+
+def test_restricted_scores_exactly_the_tokens_of_the_chosen_block(engine):
+    text = "Marie Curie was born in <mask> ."
+    params = FillParams(mode="restricted", blocks=1, top_k=100, max_span_tokens=3, evidence=20, drop_stopwords=False)
+    result = engine.fill(text, params)
+    chosen = int(engine.index.bm25.search(text.replace("<mask>", " "), 1)[0])
+    evidence_blocks = {e.block for c in result.masks[0].candidates for e in c.evidence}
+    assert evidence_blocks == {chosen}
+    # the phrases are exactly those of every valid span of that block
+    sh, pos = engine.index.block_hits(np.array([chosen]))
+    shard = engine.index.shards[int(sh[0])]
+    a, b = spans_from_hits(pos, True, 3, shard.flags, shard.block_of)
+    doc = shard.doc_text(shard.doc_row(int(shard.block_of(pos[:1])[0])))
+    expected = set()
+    for i, j in zip(a.tolist(), b.tolist()):
+        phrase = doc[int(shard.offsets[i, 0]) : int(shard.offsets[j, 1])].strip(" .,()")
+        if phrase:
+            expected.add(phrase)
+    assert {c.phrase for c in result.masks[0].candidates} == expected
+    assert np.isclose(sum(c.score for c in result.masks[0].candidates), 1.0)
+
+
+def test_hybrid_candidates_include_restricted_and_dense(engine):
+    text = "Paris is the capital of <mask> ."
+    common = dict(top_k=100, max_span_tokens=2, k=8, blocks=1, drop_stopwords=False)
+    restricted = {c.phrase for c in engine.fill(text, FillParams(mode="restricted", **common)).masks[0].candidates}
+    dense = {c.phrase for c in engine.fill(text, FillParams(mode="dense", **common)).masks[0].candidates}
+    hybrid = {c.phrase for c in engine.fill(text, FillParams(mode="hybrid", **common)).masks[0].candidates}
+    assert restricted and dense
+    assert restricted | dense == hybrid
+
+
+def test_unknown_mode_and_missing_bm25_are_refused(engine, tiny_index, fresh_copy, tiny_bert_dir):
+    with pytest.raises(ModeError):
+        engine.fill("a <mask>", FillParams(mode="sparse"))
+    copy = fresh_copy(tiny_index)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["bm25"] = None
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    no_bm25 = FillEngine(engine.encoder, PhraseIndex(copy))
+    with pytest.raises(ModeError, match="BM25"):
+        no_bm25.fill("a <mask>", FillParams(mode="restricted"))
+    assert no_bm25.fill("a <mask>", FillParams(mode="dense")).masks
+
+
+def test_api_mode_validation(tiny_index):
+    from fastapi.testclient import TestClient
+
+    from service.api import create_app
+    from service.config import Settings
+    from service.state import ServiceState, load_engine
+
+    settings = Settings(index=tiny_index)
+    client = TestClient(create_app(settings, ServiceState(settings, engine=load_engine(settings))))
+    r = client.post("/fill", json={"text": "Paris is the capital of <mask> .", "mode": "sparse"})
+    assert r.status_code == 422 and "mode" in r.json()["error"]
+    r = client.post("/fill", json={"text": "Paris is the capital of <mask> .", "mode": "restricted", "blocks": 0})
+    assert r.status_code == 422 and "blocks" in r.json()["error"]
+    r = client.post("/fill", json={"text": "Paris is the capital of <mask> .", "mode": "restricted", "blocks": 2})
+    assert r.status_code == 200 and r.json()["masks"][0]["candidates"]
