@@ -1,5 +1,8 @@
 """English function words: never masked alone in training, never returned alone as a fill."""
 
+import functools
+import re
+
 STOPWORDS = (
     "a an the and or but nor of in on at to for from by with as into onto upon about over under than then "
     "is are was were be been being am has have had do does did this that these those it its he she they them "
@@ -11,19 +14,25 @@ STOPWORDS = (
 STOPWORD_SET = frozenset(STOPWORDS)
 
 
+_WORD = re.compile(r"[^\W_]+")
+
+
 def only_stopwords(phrase: str) -> bool:
     """True when every word of the phrase (lower-cased, punctuation-split) is a stopword."""
-    words = "".join(ch if ch.isalnum() else " " for ch in phrase.lower()).split()
+    words = _WORD.findall(phrase.lower())
     return bool(words) and all(w in STOPWORD_SET for w in words)
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def poor_fill(phrase: str) -> bool:
     """A phrase that is not a self-contained answer: only stopwords, a single letter, or one that
     begins or ends with a lower-case stopword ("in London", "London and"; "The Hague" is kept).
     The shorter span without the stopword is a candidate of its own, so nothing is lost."""
-    words = "".join(ch if ch.isalnum() else " " for ch in phrase).split()
+    words = _WORD.findall(phrase)
     if not words:
         return False
     if len(words) == 1 and len(words[0]) == 1 and words[0].isalpha():
         return True
-    return only_stopwords(phrase) or words[0] in STOPWORD_SET or words[-1] in STOPWORD_SET
+    if words[0] in STOPWORD_SET or words[-1] in STOPWORD_SET:
+        return True
+    return all(w.lower() in STOPWORD_SET for w in words)
