@@ -164,13 +164,18 @@ def _ipc_batches(path: Path, reader: Any) -> Iterator[pa.RecordBatch]:
         batches: Iterator[pa.RecordBatch] = (reader.get_batch(i) for i in range(reader.num_record_batches))
     else:
         batches = iter(reader)
+    return _guarded(batches, path, "Arrow IPC")
+
+
+def _guarded(batches: Iterator[pa.RecordBatch], path: Path, kind: str) -> Iterator[pa.RecordBatch]:
+    """The batches, with a read error half-way through turned into an IndexerError naming the file."""
     while True:
         try:
             batch = next(batches)
         except StopIteration:
             return
         except _ARROW_ERRORS as exc:
-            raise _unreadable(path, "Arrow IPC", exc) from exc
+            raise _unreadable(path, kind, exc) from exc
         yield batch
 
 
@@ -203,14 +208,7 @@ def _read_parquet(path: Path, batch_rows: int) -> Iterator[Raw]:
     except _ARROW_ERRORS as exc:
         raise _unreadable(path, "Parquet", exc) from exc
     columns = _check_columns(path, pf.schema_arrow.names)
-    batches = pf.iter_batches(batch_size=batch_rows, columns=columns)
-    while True:
-        try:
-            batch = next(batches)
-        except StopIteration:
-            return
-        except _ARROW_ERRORS as exc:
-            raise _unreadable(path, "Parquet", exc) from exc
+    for batch in _guarded(pf.iter_batches(batch_size=batch_rows, columns=columns), path, "Parquet"):
         yield from _batch_rows(batch, columns, batch_rows)
 
 
