@@ -43,8 +43,16 @@ def train(
     from encoder.train import TrainConfig, train as run
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    cfg = TrainConfig(**{k: v for k, v in locals().items() if k in TrainConfig.model_fields})
-    last = run(cfg)
+    from pydantic import ValidationError
+
+    from indexer.errors import IndexerError
+
+    try:
+        cfg = TrainConfig(**{k: v for k, v in locals().items() if k in TrainConfig.model_fields})
+        last = run(cfg)
+    except (IndexerError, ValidationError, ValueError) as exc:  # bad corpus, model or option: no traceback
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(code=2) from None
     if last is not None:
         typer.echo(f"last checkpoint: {last}")
 
