@@ -11,8 +11,9 @@ INDEX="${DEMO_INDEX:-indexes/sample}"
 "$VENV/bin/python" -m service --index "$INDEX" --port "$PORT" --log-level warning &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
-for _ in $(seq 1 120); do
-    if curl -sf "http://127.0.0.1:$PORT/readyz" >/dev/null; then break; fi
+for _ in $(seq 1 360); do  # up to 3 minutes
+    if "$VENV/bin/python" -c 'import sys, urllib.request; urllib.request.urlopen(sys.argv[1], timeout=2)' \
+        "http://127.0.0.1:$PORT/readyz" 2>/dev/null; then break; fi
     kill -0 $server 2>/dev/null || { echo "server exited" >&2; exit 1; }
     sleep 0.5
 done
