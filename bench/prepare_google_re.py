@@ -4,7 +4,7 @@
 
 corpus.jsonl: {"id", "title", "text"}, title from the snippet's Wikipedia URL, sorted by title so
 snippets about the same subject are consecutive. probes.jsonl: {"relation", "query", "answers"}
-with LAMA's templates. Neither file is committed (CC-BY-NC data).
+with LAMA's templates (service.evaluate.load_probes). Neither file is committed (CC-BY-NC data).
 """
 
 from __future__ import annotations
@@ -14,11 +14,8 @@ import json
 from pathlib import Path
 from urllib.parse import unquote
 
-TEMPLATES = {
-    "place_of_birth": "[X] was born in [Y] .",
-    "date_of_birth": "[X] (born [Y]).",
-    "place_of_death": "[X] died in [Y] .",
-}
+from service.evaluate import GOOGLE_RE_TEMPLATES, load_probes
+
 
 
 def title_of(url: str) -> str:
@@ -32,15 +29,11 @@ def main() -> None:
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     snippets: dict[str, str] = {}
-    probes = []
-    for relation, template in TEMPLATES.items():
+    for relation in GOOGLE_RE_TEMPLATES:
         for line in open(args.data / f"{relation}_test.jsonl", encoding="utf-8"):
-            d = json.loads(line)
-            for ev in d["evidences"]:
+            for ev in json.loads(line)["evidences"]:
                 snippets.setdefault(ev["snippet"], title_of(ev.get("url", "")))
-            query = template.replace("[X]", d["sub_label"]).replace("[Y]", "<mask>")
-            answers = [d["obj_label"], *d.get("obj_aliases", [])]
-            probes.append({"relation": relation, "query": query, "answers": answers})
+    probes = load_probes(google_re=args.data)
     rows = sorted(snippets.items(), key=lambda kv: (kv[1], kv[0]))
     with open(args.out / "corpus.jsonl", "w", encoding="utf-8") as f:
         for i, (text, title) in enumerate(rows):

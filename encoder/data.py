@@ -77,18 +77,6 @@ class Batch:
         return int(self.q_attn.sum() + self.c_attn.sum())
 
 
-def _pad(seqs: list[list[int]], types: list[list[int]], pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    attn = torch.zeros((len(seqs), width), dtype=torch.long)
-    ty = torch.zeros((len(seqs), width), dtype=torch.long)
-    for i, (s, t) in enumerate(zip(seqs, types)):
-        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
-        attn[i, : len(s)] = 1
-        ty[i, : len(s)] = torch.tensor(t, dtype=torch.long)
-    return ids, attn, ty
-
-
 def make_batch(
     groups: list[list[TrainBlock]], encoder, rng: np.random.Generator, masking: MaskingConfig,
     content: np.ndarray | None = None, query_title_dropout: float = 0.5, single: bool = False,
@@ -98,7 +86,7 @@ def make_batch(
     With `single` (NPM-single) each masked token is one mask token, and the "end" query is the
     same output as the start query.
     """
-    from encoder.model import BlockInput
+    from encoder.model import BlockInput, pad_sequences
 
     mask_id = encoder.tokenizer.mask_token_id
     allowed = None if content is None else (lambda key: bool(content[list(key)].any()))
@@ -119,7 +107,7 @@ def make_batch(
         for local, (block, mb) in enumerate(zip(group, masked)):
             s = seq_base + local
             title = block.title_ids if rng.random() >= query_title_dropout else None
-            seq, ty, first = encoder._layout(BlockInput(ids=np.asarray(mb.ids, dtype=np.int64), prefix_ids=title))
+            seq, ty, first = encoder.layout(BlockInput(ids=np.asarray(mb.ids, dtype=np.int64), prefix_ids=title))
             q_seqs.append(seq)
             q_types.append(ty)
             for pos, span in zip(mb.mask_positions, mb.spans):
@@ -128,7 +116,7 @@ def make_batch(
                 q_seq.append(s)
                 for other, p in span.positives:
                     pending.append((row, seq_base + other, p, span.end - span.start + 1))
-            seq, ty, first = encoder._layout(BlockInput(ids=block.ids, prefix_ids=block.title_ids))
+            seq, ty, first = encoder.layout(BlockInput(ids=block.ids, prefix_ids=block.title_ids))
             c_seqs.append(seq)
             c_types.append(ty)
             cand_first.append(len(cand_at))
@@ -138,8 +126,8 @@ def make_batch(
     for row, seq, p, length in pending:
         pos_s.append((row, cand_first[seq] + p))
         pos_e.append((row, cand_first[seq] + p + length - 1))
-    q_ids, q_attn, q_ty = _pad(q_seqs, q_types, encoder.pad_id)
-    c_ids, c_attn, c_ty = _pad(c_seqs, c_types, encoder.pad_id)
+    q_ids, q_attn, q_ty = pad_sequences(q_seqs, q_types, encoder.pad_id)
+    c_ids, c_attn, c_ty = pad_sequences(c_seqs, c_types, encoder.pad_id)
     m, n = len(starts), len(cand_at)
     ps = torch.zeros((m, n), dtype=torch.bool)
     pe = torch.zeros((m, n), dtype=torch.bool)

@@ -71,6 +71,21 @@ def model_fingerprint(model_dir: str | Path) -> str:
     return h.hexdigest()
 
 
+def pad_sequences(
+    seqs: list[list[int]], types: list[list[int]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded (input ids, attention mask, token types) of a batch of sequences."""
+    width = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
+    attention = torch.zeros((len(seqs), width), dtype=torch.long)
+    token_types = torch.zeros((len(seqs), width), dtype=torch.long)
+    for i, (s, t) in enumerate(zip(seqs, types)):
+        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        attention[i, : len(s)] = 1
+        token_types[i, : len(s)] = torch.tensor(t, dtype=torch.long)
+    return ids, attention, token_types
+
+
 @dataclass(frozen=True)
 class BlockInput:
     """Token ids of one block, plus an optional context prefix (e.g. the title) that is not indexed."""
@@ -137,7 +152,7 @@ class Encoder:
         t = self.template
         return len(t.pair_prefix) + len(t.pair_mid) + len(t.pair_suffix)
 
-    def _layout(self, block: BlockInput) -> tuple[list[int], list[int], int]:
+    def layout(self, block: BlockInput) -> tuple[list[int], list[int], int]:
         """Input ids, token types and the position of the first block token."""
         t = self.template
         ids = block.ids.tolist()
@@ -148,26 +163,21 @@ class Encoder:
         seq = t.single_prefix + ids + t.single_suffix
         return seq, [0] * len(seq), len(t.single_prefix)
 
+    def hidden_states(self, ids: torch.Tensor, attention: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
+        """Last hidden states of a padded batch under this encoder's autocast (gradients allowed)."""
+        kwargs = {"input_ids": ids.to(self.device), "attention_mask": attention.to(self.device)}
+        if self.uses_token_types:
+            kwargs["token_type_ids"] = types.to(self.device)
+        with autocast(self.device, self.dtype):
+            return self.model(**kwargs).last_hidden_state
+
     @torch.inference_mode()
     def _forward(self, seqs: list[list[int]], types: list[list[int]]) -> torch.Tensor:
-        width = max(len(s) for s in seqs)
-        input_ids = torch.full((len(seqs), width), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(seqs), width), dtype=torch.long)
-        token_types = torch.zeros((len(seqs), width), dtype=torch.long)
-        for i, (s, ty) in enumerate(zip(seqs, types)):
-            input_ids[i, : len(s)] = torch.tensor(s)
-            mask[i, : len(s)] = 1
-            token_types[i, : len(s)] = torch.tensor(ty)
-        kwargs = {"input_ids": input_ids.to(self.device), "attention_mask": mask.to(self.device)}
-        if self.uses_token_types:
-            kwargs["token_type_ids"] = token_types.to(self.device)
-        with autocast(self.device, self.dtype):
-            hidden = self.model(**kwargs).last_hidden_state
-        return hidden.float()
+        return self.hidden_states(*pad_sequences(seqs, types, self.pad_id)).float()
 
     def encode_blocks(self, blocks: list[BlockInput]) -> list[np.ndarray]:
         """One float32 vector per block token (special and prefix tokens excluded), per block."""
-        layouts = [self._layout(b) for b in blocks]
+        layouts = [self.layout(b) for b in blocks]
         for (seq, _, _), b in zip(layouts, blocks):
             if len(seq) > self.max_length:
                 raise ValueError(f"block of {len(seq)} tokens exceeds the model limit {self.max_length}")

@@ -20,7 +20,6 @@ import torch.distributed as dist
 from pydantic import BaseModel, Field
 
 from encoder.data import Batch, TrainBlock, content_token_mask, load_blocks, make_batch
-from encoder.device import autocast
 from encoder.loss import npm_loss
 from encoder.masking import MaskingConfig
 from encoder.model import Encoder, base_model_dir
@@ -87,10 +86,8 @@ class Trainer:
         device = cfg.device
         if device == "auto" and torch.cuda.is_available():
             device = f"cuda:{local}"
-        self.encoder = Encoder(cfg.init or base_model_dir(), device=device, dtype=cfg.dtype)
         resume_dir = self._latest() if cfg.resume else None
-        if resume_dir is not None:
-            self.encoder = Encoder(resume_dir, device=device, dtype=cfg.dtype)
+        self.encoder = Encoder(resume_dir or cfg.init or base_model_dir(), device=device, dtype=cfg.dtype)
         self.model = self.encoder.model
         self.model.train()
         self.scale = 1.0 / math.sqrt(self.encoder.dim)
@@ -135,18 +132,10 @@ class Trainer:
         return make_batch(groups, self.encoder, rng, self.masking, self.content, self.cfg.query_title_dropout, self.cfg.single)
 
     # ---- loss -------------------------------------------------------------------------------
-    def _hidden(self, ids, attn, types) -> torch.Tensor:
-        dev = self.encoder.device
-        kwargs = {"input_ids": ids.to(dev), "attention_mask": attn.to(dev)}
-        if self.encoder.uses_token_types:
-            kwargs["token_type_ids"] = types.to(dev)
-        with autocast(dev, self.encoder.dtype):
-            return self.model(**kwargs).last_hidden_state
-
     def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
         dev = self.encoder.device
-        hq = self._hidden(batch.q_ids, batch.q_attn, batch.q_types).float()
-        hc = self._hidden(batch.c_ids, batch.c_attn, batch.c_types).float()
+        hq = self.encoder.hidden_states(batch.q_ids, batch.q_attn, batch.q_types).float()
+        hc = self.encoder.hidden_states(batch.c_ids, batch.c_attn, batch.c_types).float()
         d = hq.shape[-1]
         q_start = hq.reshape(-1, d)[batch.start_at.to(dev)]
         q_end = hq.reshape(-1, d)[batch.end_at.to(dev)]
