@@ -21,6 +21,7 @@ class TrainBlock:
     ids: np.ndarray  # int32 block tokens
     flags: np.ndarray  # uint8 word-boundary flags
     title_ids: np.ndarray | None
+    doc: int = -1  # document number across all corpora (blocks of one document share it)
 
 
 def load_blocks(corpora: list[Path], tokenizer, block_tokens: int, title_tokens: int) -> list[TrainBlock]:
@@ -30,8 +31,9 @@ def load_blocks(corpora: list[Path], tokenizer, block_tokens: int, title_tokens:
 
     blocks: list[TrainBlock] = []
     for path in corpora:
+        base = blocks[-1].doc + 1 if blocks else 0
         for b in iter_blocks(read_corpus(path), tokenizer, block_tokens, title_tokens):
-            blocks.append(TrainBlock(ids=b.tokens.ids, flags=b.tokens.flags, title_ids=b.title_ids))
+            blocks.append(TrainBlock(ids=b.tokens.ids, flags=b.tokens.flags, title_ids=b.title_ids, doc=base + b.doc.row))
         logger.info("loaded %s: %d blocks so far", path, len(blocks))
     return blocks
 
@@ -80,8 +82,12 @@ class Batch:
 def make_batch(
     groups: list[list[TrainBlock]], encoder, rng: np.random.Generator, masking: MaskingConfig,
     content: np.ndarray | None = None, query_title_dropout: float = 0.5, single: bool = False,
+    by_document: bool = False,
 ) -> Batch:
     """Mask each group; queries are the masked blocks, candidates every token of the unmasked blocks.
+
+    With `by_document` a span's positives are only its occurrences in blocks of the SAME document
+    (e.g. another view of the block); the same phrase elsewhere in the batch is a negative.
 
     With `single` (NPM-single) each masked token is one mask token, and the "end" query is the
     same output as the start query.
@@ -102,7 +108,8 @@ def make_batch(
     pending: list[tuple[int, int, int, int]] = []  # (query row, block in batch, start, length)
     for group in groups:
         masked = mask_group(
-            [b.ids for b in group], [b.flags for b in group], mask_id, rng, masking, allowed, 1 if single else 2
+            [b.ids for b in group], [b.flags for b in group], mask_id, rng, masking, allowed, 1 if single else 2,
+            docs=[b.doc for b in group] if by_document else None,
         )
         for local, (block, mb) in enumerate(zip(group, masked)):
             s = seq_base + local

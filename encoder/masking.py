@@ -57,8 +57,12 @@ def mask_group(
     cfg: MaskingConfig = MaskingConfig(),
     allowed=None,
     tokens_per_span: int = 2,
+    docs: list[int] | None = None,
 ) -> list[MaskedBlock]:
     """Mask every block of a group. `allowed(ids_tuple) -> bool` can veto spans (e.g. stopwords only).
+
+    With `docs` (a document number per block) only occurrences in other blocks of the same
+    document count as positives (and a span needs one to be masked).
 
     `tokens_per_span` is 2 for NPM (MASK_s, MASK_e) and 1 for NPM-single (with max_span = 1).
     """
@@ -73,7 +77,7 @@ def mask_group(
                 if not fl[j] & WORD_END:
                     continue
                 key = tuple(ids_l[i : j + 1])
-                others = [occ for occ in table.get(key, ()) if occ[0] != b]
+                others = [occ for occ in table.get(key, ()) if occ[0] != b and (docs is None or docs[occ[0]] == docs[b])]
                 if others and (allowed is None or allowed(key)):
                     by_len.setdefault(j - i + 1, []).append((i, j, others))
         budget = max(1, int(round(cfg.budget * len(ids_l))))

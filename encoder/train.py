@@ -12,6 +12,7 @@ import os
 import random
 import shutil
 import time
+from typing import Literal
 from pathlib import Path
 
 import numpy as np
@@ -41,7 +42,11 @@ class TrainConfig(BaseModel):
     weight_decay: float = 0.01
     warmup_steps: int = 100
     clip: float = 2.0
-    group_size: int = Field(16, ge=2, description="consecutive blocks per group")
+    group_size: int = Field(16, ge=2, description="consecutive blocks per group (views included)")
+    views: int = Field(1, ge=1, description="copies of each block in its group, masked independently")
+    positives: Literal["group", "document"] = Field(
+        "group", description="a span's positives: its occurrences in the group, or only in the same document"
+    )
     groups_per_step: int = Field(1, ge=1, description="groups per micro-batch per process")
     grad_accum: int = Field(1, ge=1)
     block_tokens: int = 128
@@ -93,8 +98,11 @@ class Trainer:
         self.scale = 1.0 / math.sqrt(self.encoder.dim)
         blocks = load_blocks(cfg.corpus, self.encoder.tokenizer, cfg.block_tokens, cfg.title_tokens)
         if cfg.single:
-            blocks = [TrainBlock(b.ids, np.full_like(b.flags, 3), b.title_ids) for b in blocks]
-        self.groups = [blocks[i : i + cfg.group_size] for i in range(0, len(blocks) - 1, cfg.group_size)]
+            blocks = [TrainBlock(b.ids, np.full_like(b.flags, 3), b.title_ids, b.doc) for b in blocks]
+        distinct = max(1, cfg.group_size // cfg.views)
+        self.groups = [
+            [b for b in blocks[i : i + distinct] for _ in range(cfg.views)] for i in range(0, len(blocks), distinct)
+        ]
         self.groups = [g for g in self.groups if len(g) >= 2]
         if len(self.groups) < self.world * cfg.groups_per_step:
             raise ValueError(f"corpus gives {len(self.groups)} groups; need at least {self.world * cfg.groups_per_step}")
@@ -129,7 +137,10 @@ class Trainer:
 
     def batch_at(self, position: int) -> Batch:
         groups, rng = self._groups_at(position)
-        return make_batch(groups, self.encoder, rng, self.masking, self.content, self.cfg.query_title_dropout, self.cfg.single)
+        return make_batch(
+            groups, self.encoder, rng, self.masking, self.content, self.cfg.query_title_dropout, self.cfg.single,
+            by_document=self.cfg.positives == "document",
+        )
 
     # ---- loss -------------------------------------------------------------------------------
     def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:

@@ -15,10 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from typing import Literal
+
 from pydantic import BaseModel, Field
 from tqdm import tqdm
 
 from encoder.model import BlockInput, Encoder, EncoderError, model_fingerprint
+from indexer.ann import check_index_type
 from indexer.blocking import Block, iter_blocks
 from indexer.errors import IndexerError
 from indexer.bm25 import build_bm25
@@ -41,7 +44,9 @@ class BuildConfig(BaseModel):
     block_tokens: int = Field(256, ge=8, description="corpus tokens per block")
     shard_tokens: int = Field(1_000_000, ge=1, description="tokens per shard")
     title_tokens: int = Field(32, ge=0, description="title tokens prefixed to each block as context (0: none)")
-    index_factory: str = "Flat"
+    index_type: str = Field("auto", description="auto, flat, ivfpq, ivfsq, hnsw or a FAISS factory string")
+    memory_budget: int | None = Field(None, ge=1, description="bytes of RAM for the ANN indexes (auto type)")
+    vector_dtype: Literal["float16", "int8"] = "int8"
     batch_tokens: int = Field(16384, ge=64, description="padded tokens per encoder batch")
     device: str = "auto"
     dtype: str = "auto"
@@ -79,7 +84,9 @@ def _identity(cfg: BuildConfig, encoder: Encoder, fingerprint: str) -> dict:
         "block_tokens": cfg.block_tokens,
         "shard_tokens": cfg.shard_tokens,
         "title_tokens": cfg.title_tokens,
-        "index_factory": cfg.index_factory,
+        "index_type": cfg.index_type,
+        "memory_budget": cfg.memory_budget,
+        "vector_dtype": cfg.vector_dtype,
         "dtype": str(encoder.dtype).replace("torch.", ""),
     }
 
@@ -176,6 +183,11 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
             f"--block-tokens {cfg.block_tokens} plus {cfg.title_tokens} title tokens and special tokens exceeds "
             f"the model limit of {encoder.max_length}; lower --block-tokens"
         )
+    try:
+        index_type = check_index_type(cfg.index_type, encoder.dim)
+    except ValueError as exc:
+        raise IndexerError(str(exc)) from None
+    cfg = cfg.model_copy(update={"index_type": index_type})
     fingerprint = model_fingerprint(encoder.model_dir)
     _prepare_out(cfg.out, _identity(cfg, encoder, fingerprint), cfg.overwrite)
 
@@ -201,7 +213,12 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
             bar.update(info.tokens)
         else:
             vectors = _encode_shard(encoder, pending, cfg.batch_tokens, bar)
-            info = write_shard(cfg.out, number, _content(pending, vectors), cfg.index_factory, base_t, base_b)
+            budget = None
+            if cfg.memory_budget is not None:  # this shard's share of the budget, by its share of the tokens
+                budget = int(cfg.memory_budget * pending_tokens / max(pending_tokens, bar.total or 0, totals["tokens"] + pending_tokens))
+            info = write_shard(
+                cfg.out, number, _content(pending, vectors), cfg.index_type, base_t, base_b, cfg.vector_dtype, budget
+            )
             totals["encoded"] += info.tokens
         shards.append(info)
         totals["tokens"] += info.tokens
@@ -239,7 +256,8 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
             mask_token=encoder.tokenizer.mask_token,
         ),
         dim=encoder.dim,
-        index_factory=cfg.index_factory,
+        index_type=cfg.index_type,
+        vector_dtype=cfg.vector_dtype,
         similarity_scale=1.0 / math.sqrt(encoder.dim),
         build=cfg.model_dump(mode="json", exclude={"overwrite"}),
         corpus={"path": str(cfg.corpus.resolve()), "format": fmt},

@@ -27,7 +27,9 @@ def build(
     block_tokens: Annotated[int, typer.Option(help="corpus tokens per block", envvar="INDEXER_BLOCK_TOKENS")] = 256,
     shard_tokens: Annotated[int, typer.Option(help="tokens per shard", envvar="INDEXER_SHARD_TOKENS")] = 1_000_000,
     title_tokens: Annotated[int, typer.Option(help="title tokens prefixed to blocks as context (0: none)", envvar="INDEXER_TITLE_TOKENS")] = 32,
-    index_factory: Annotated[str, typer.Option(help="FAISS factory string (inner-product metric)", envvar="INDEXER_INDEX_FACTORY")] = "Flat",
+    index_type: Annotated[str, typer.Option(help="ANN index per shard: auto, flat, ivfpq, ivfsq, hnsw, or a FAISS factory string (inner product)", envvar="INDEXER_INDEX_TYPE")] = "auto",
+    memory_budget: Annotated[Optional[str], typer.Option(help="RAM for the ANN indexes with --index-type auto, e.g. 2G or 500M", envvar="INDEXER_MEMORY_BUDGET")] = None,
+    vector_dtype: Annotated[str, typer.Option(help="re-scoring vectors: int8 (default, 386 B/token at d=384) or float16", envvar="INDEXER_VECTOR_DTYPE")] = "int8",
     batch_tokens: Annotated[int, typer.Option(help="padded tokens per encoder batch", envvar="INDEXER_BATCH_TOKENS")] = 16384,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N", envvar="INDEXER_DEVICE")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16", envvar="INDEXER_DTYPE")] = "auto",
@@ -37,13 +39,15 @@ def build(
     """Embed every token of a corpus into sharded FAISS indexes plus stored vectors."""
     from pydantic import ValidationError
 
+    from indexer.ann import parse_bytes
     from indexer.build import BuildConfig, build_index
 
     logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         cfg = BuildConfig(
             corpus=corpus, out=out, model=model, block_tokens=block_tokens, shard_tokens=shard_tokens,
-            title_tokens=title_tokens, index_factory=index_factory, batch_tokens=batch_tokens,
+            title_tokens=title_tokens, index_type=index_type, batch_tokens=batch_tokens,
+            memory_budget=None if memory_budget is None else parse_bytes(memory_budget), vector_dtype=vector_dtype,
             device=device, dtype=dtype, overwrite=overwrite,
         )
         summary = build_index(cfg)

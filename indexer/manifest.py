@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from indexer.errors import IndexerError
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 MANIFEST_NAME = "manifest.json"
 
 
@@ -26,6 +26,8 @@ class ShardInfo(BaseModel):
     tokens: int
     token_base: int  # global number of this shard's first token
     block_base: int  # global number of this shard's first block
+    factory: str = "Flat"  # FAISS factory string of index.faiss
+    vector_dtype: str = "float16"  # storage of vectors.npy: float16, or int8 with scales.npy
     files: dict[str, FileInfo]
 
 
@@ -52,7 +54,7 @@ class Manifest(BaseModel):
     model: ModelInfo
     dim: int
     metric: str = "inner_product"
-    index_factory: str
+    index_type: str  # as requested (auto, flat, ivfpq, ivfsq, hnsw or a factory); each shard records its factory
     vector_dtype: str = "float16"
     similarity_scale: float  # scores are q.c * scale (1 / sqrt(dim))
     build: dict[str, Any]  # the build config that produced this index

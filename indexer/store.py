@@ -1,13 +1,14 @@
 """On-disk shard format: writing a shard atomically and opening it memory-mapped.
 
 A shard directory holds
-  vectors.npy    float16 [n, d]  token vectors for exact re-scoring
+  vectors.npy    float16 [n, d]  token vectors for exact re-scoring (or int8 codes, see indexer.vectors)
+  scales.npy     float16 [n]     per-token scale of int8 vectors (int8 only)
   token_ids.npy  int32 [n]
   offsets.npy    int32 [n, 2]    char offsets into the token's document text
   flags.npy      uint8 [n]       WORD_START / WORD_END bits
   blocks.npy     int64 [b, 3]    (document row in docs.arrow, first token, end token) per block
   docs.arrow     Arrow IPC file  columns id, title, text of the documents the blocks come from
-  index.faiss    FAISS index (inner product) over the vectors
+  index.faiss    FAISS index (inner product) over the vectors; its type is chosen per shard (indexer.ann)
   shard.json     counts and a checksum per file, written last
 """
 
@@ -23,14 +24,15 @@ import faiss
 import numpy as np
 import pyarrow as pa
 
+from indexer.ann import build_faiss_index, resolve_factory
 from indexer.errors import IndexerError
 from indexer.files import file_record, write_json_atomic, write_npy_atomic
 from indexer.manifest import ShardInfo
+from indexer.vectors import StoredVectors, quantize_int8
 
 logger = logging.getLogger(__name__)
 
 SHARD_FILES = ("vectors.npy", "token_ids.npy", "offsets.npy", "flags.npy", "blocks.npy", "docs.arrow", "index.faiss")
-ADD_CHUNK = 65536
 
 
 def shard_name(number: int) -> str:
@@ -51,26 +53,27 @@ class ShardContent:
     doc_texts: list[str]
 
 
-def build_faiss_index(vectors: np.ndarray, factory: str) -> faiss.Index:
-    """An inner-product FAISS index over fp16 vectors (trained on the vectors if it needs training)."""
-    d = vectors.shape[1]
-    index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
-    if not index.is_trained:
-        index.train(np.asarray(vectors, dtype=np.float32))
-    for a in range(0, vectors.shape[0], ADD_CHUNK):
-        index.add(np.asarray(vectors[a : a + ADD_CHUNK], dtype=np.float32))
-    return index
+def write_shard(
+    root: Path, number: int, content: ShardContent, index_type: str, token_base: int, block_base: int,
+    vector_dtype: str = "float16", memory_budget: int | None = None,
+) -> ShardInfo:
+    """Write a shard under a temporary name, then rename it into place.
 
-
-def write_shard(root: Path, number: int, content: ShardContent, factory: str, token_base: int, block_base: int) -> ShardInfo:
-    """Write a shard under a temporary name, then rename it into place."""
+    `index_type` is an `indexer.ann` type or a FAISS factory string; `memory_budget` is per shard."""
     name = shard_name(number)
     final = root / name
     tmp = root / (name + ".tmp")
     if tmp.exists():
         shutil.rmtree(tmp)
     tmp.mkdir(parents=True)
-    write_npy_atomic(tmp / "vectors.npy", content.vectors.astype(np.float16, copy=False))
+    files = list(SHARD_FILES)
+    if vector_dtype == "int8":
+        codes, scales = quantize_int8(content.vectors)
+        write_npy_atomic(tmp / "vectors.npy", codes)
+        write_npy_atomic(tmp / "scales.npy", scales)
+        files.append("scales.npy")
+    else:
+        write_npy_atomic(tmp / "vectors.npy", content.vectors.astype(np.float16, copy=False))
     write_npy_atomic(tmp / "token_ids.npy", content.token_ids.astype(np.int32, copy=False))
     write_npy_atomic(tmp / "offsets.npy", content.offsets.astype(np.int32, copy=False))
     write_npy_atomic(tmp / "flags.npy", content.flags.astype(np.uint8, copy=False))
@@ -84,7 +87,9 @@ def write_shard(root: Path, number: int, content: ShardContent, factory: str, to
     )
     with pa.OSFile(str(tmp / "docs.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
-    faiss.write_index(build_faiss_index(content.vectors, factory), str(tmp / "index.faiss"))
+    n, dim = content.vectors.shape
+    factory = resolve_factory(index_type, n, dim, memory_budget)
+    faiss.write_index(build_faiss_index(content.vectors, factory, seed=number), str(tmp / "index.faiss"))
     info = ShardInfo(
         name=name,
         documents=len(content.doc_ids),
@@ -92,7 +97,9 @@ def write_shard(root: Path, number: int, content: ShardContent, factory: str, to
         tokens=int(content.token_ids.shape[0]),
         token_base=token_base,
         block_base=block_base,
-        files={f: file_record(tmp / f) for f in SHARD_FILES},
+        factory=factory,
+        vector_dtype=vector_dtype,
+        files={f: file_record(tmp / f) for f in files},
     )
     write_json_atomic(tmp / "shard.json", info.model_dump(mode="json"))
     if final.exists():
@@ -124,7 +131,7 @@ class Shard:
                 raise IndexerError(f"index shard file {path} is missing; rebuild the index")
             if path.stat().st_size != rec.bytes:
                 raise IndexerError(f"index shard file {path} has {path.stat().st_size} bytes, manifest says {rec.bytes}; rebuild")
-        self.vectors = np.load(self.dir / "vectors.npy", mmap_mode="r")
+        self.vectors = StoredVectors(self.dir, info.vector_dtype)
         self.token_ids = np.load(self.dir / "token_ids.npy", mmap_mode="r")
         self.offsets = np.load(self.dir / "offsets.npy", mmap_mode="r")
         self.flags = np.load(self.dir / "flags.npy", mmap_mode="r")

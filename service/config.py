@@ -19,6 +19,8 @@ class Settings(BaseSettings):
     device: str = "auto"
     dtype: str = "auto"
     verify: bool = Field(False, description="check every index file's sha256 at start (slow on big indexes)")
+    nprobe: int | None = Field(None, ge=1, description="IVF lists searched per query (default: 1/16 of the lists, >= 16)")
+    ef_search: int | None = Field(None, ge=1, description="HNSW search breadth (default 256)")
     max_concurrency: int = Field(4, ge=1, description="requests computed at once; more get 429")
     log_level: str = "info"
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.ann import set_search_params
 from indexer.bm25 import BM25, BM25_NAME
 from indexer.errors import IndexerError
 from indexer.files import sha256_file
@@ -18,12 +19,16 @@ logger = logging.getLogger(__name__)
 
 
 class PhraseIndex:
-    def __init__(self, root: str | Path, verify: bool = False) -> None:
+    def __init__(
+        self, root: str | Path, verify: bool = False, nprobe: int | None = None, ef_search: int | None = None
+    ) -> None:
         self.root = Path(root)
         self.manifest = Manifest.load(self.root)
         if verify:
             self.verify()
         self.shards = [Shard(self.root, info, self.manifest.dim) for info in self.manifest.shards]
+        for shard in self.shards:
+            set_search_params(shard.index, nprobe, ef_search)
         self.scale = self.manifest.similarity_scale
         self.vectors = [s.vectors for s in self.shards]
         self.bm25 = BM25(self.root / BM25_NAME) if self.manifest.bm25 is not None else None

@@ -27,7 +27,7 @@ TITLE_TOKENS = 4
 
 def _config(corpus: Path, out: Path, model: Path, **kw) -> BuildConfig:
     args = dict(corpus=corpus, out=out, model=model, block_tokens=BLOCK_TOKENS, shard_tokens=SHARD_TOKENS,
-                title_tokens=TITLE_TOKENS, device="cpu", dtype="fp32", batch_tokens=64)
+                title_tokens=TITLE_TOKENS, device="cpu", dtype="fp32", batch_tokens=64, vector_dtype="float16")
     args.update(kw)
     return BuildConfig(**args)
 
@@ -96,7 +96,8 @@ def test_shard_bases_and_sizes(built):
         assert info.token_base == token_base and info.block_base == block_base
         assert info.tokens <= SHARD_TOKENS or info.blocks == 1
         assert shard.vectors.shape == (info.tokens, index.manifest.dim)
-        assert shard.vectors.dtype == np.float16
+        assert shard.vectors.dtype == info.vector_dtype == "float16"
+        assert shard.vectors.data.dtype == np.float16
         assert shard.token_ids.shape == (info.tokens,) and shard.flags.shape == (info.tokens,)
         assert shard.offsets.shape == (info.tokens, 2)
         assert shard.blocks.shape == (info.blocks, 3)
@@ -359,3 +360,21 @@ def test_missing_manifest_raises(bert_index_copy):
     (bert_index_copy / MANIFEST_NAME).unlink()
     with pytest.raises(IndexerError, match=MANIFEST_NAME):
         PhraseIndex(bert_index_copy)
+
+
+def test_int8_vectors_match_float16_build(built, tmp_path, tiny_corpus, model_dirs):
+    """An int8 build stores codes + scales that decode to the float16 build's vectors within a step."""
+    which, out16, _, index16 = built
+    out8 = tmp_path / "int8"
+    build_index(_config(tiny_corpus, out8, model_dirs[which], vector_dtype="int8"))
+    index8 = PhraseIndex(out8, verify=True)
+    assert index8.manifest.vector_dtype == "int8"
+    for s8, s16 in zip(index8.shards, index16.shards):
+        assert s8.info.vector_dtype == "int8" and "scales.npy" in s8.info.files
+        assert s8.vectors.data.dtype == np.int8
+        assert s8.vectors.data.nbytes * 2 == s16.vectors.data.nbytes
+        rows = np.arange(len(s16))
+        v16, v8 = s16.vectors[rows], s8.vectors[rows]
+        step = np.abs(v16).max(axis=1, keepdims=True) / 127
+        assert (np.abs(v8 - v16) <= step * 0.51 + 1e-3).all()
+    index8.close()

@@ -136,6 +136,12 @@ def runs(tmp_path_factory, tiny_bert_dir, tiny_corpus, tiny_index) -> dict[str, 
         "block_tokens_too_large": (["--corpus", str(tiny_corpus), "--out", str(tmp / "o8"), "--model", model,
                                     "--block-tokens", "200"],
                                    {"also": "--block-tokens"}),
+        "bad_index_type": (["--corpus", str(tiny_corpus), "--out", str(tmp / "o9"), "--model", model,
+                            "--index-type", "IVF-nonsense", *small], {"names": "IVF-nonsense", "also": "ivfpq"}),
+        "bad_memory_budget": (["--corpus", str(tiny_corpus), "--out", str(tmp / "o10"), "--model", model,
+                               "--memory-budget", "lots", *small], {"names": "lots", "also": "--memory-budget"}),
+        "bad_vector_dtype": (["--corpus", str(tiny_corpus), "--out", str(tmp / "o11"), "--model", model,
+                              "--vector-dtype", "int4", *small], {"also": "--vector-dtype"}),
     }
     completed = _run_all({name: args for name, (args, _) in cases.items()}, {"ok", "missing_corpus"}, tmp)
     results = {name: (completed[name], cases[name][1]) for name in cases}
@@ -163,7 +169,7 @@ def test_success_prints_summary(runs):
 
 
 ERROR_CASES = ["missing_corpus", "csv", "no_text", "empty_corpus", "empty_model", "garbage_model", "different_index",
-               "block_tokens_too_large"]
+               "block_tokens_too_large", "bad_index_type", "bad_memory_budget", "bad_vector_dtype"]
 
 
 @pytest.mark.parametrize("case", ERROR_CASES)

@@ -386,7 +386,8 @@ def test_info_matches_manifest(client, tiny_index):
     assert info["counts"]["empty_documents"] == sum(1 for d in CORPUS if not d["text"])
     assert info["dim"] == m.dim
     assert info["model"]["fingerprint"] == m.model.fingerprint
-    assert info["index_factory"] == m.index_factory
+    assert info["index_type"] == m.index_type
+    assert info["factories"] == sorted({s.factory for s in m.shards})
     assert info["created_at"] == m.created_at
 
 

@@ -164,7 +164,7 @@ def build_corpus(root: Path, seed: int, n_docs: int = 9, n_shards: int = 3) -> C
         model=ModelInfo(path="fake", fingerprint="0" * 64, model_type="fake", tokenizer="Fake", vocab_size=1,
                         mask_token="<mask>"),
         dim=DIM,
-        index_factory="Flat",
+        index_type="flat",
         similarity_scale=SCALE,
         build={},
         corpus={"path": "synthetic", "format": "jsonl"},
@@ -526,7 +526,7 @@ def _tiny_index(root: Path, text: str, pieces: list[tuple[int, int, int]]) -> Ph
     Manifest(
         created_at="2024-01-01T00:00:00+00:00",
         model=ModelInfo(path="fake", fingerprint="0", model_type="fake", tokenizer="Fake", vocab_size=1, mask_token=None),
-        dim=DIM, index_factory="Flat", similarity_scale=SCALE, build={}, corpus={},
+        dim=DIM, index_type="flat", similarity_scale=SCALE, build={}, corpus={},
         counts=Counts(documents=1, empty_documents=0, blocks=1, tokens=n, shards=1), shards=[info],
     ).save(root)
     return PhraseIndex(root)

@@ -1,0 +1,143 @@
+"""ANN index choice per shard: index types, FAISS factory strings, training and search parameters.
+
+Every index uses the INNER-PRODUCT metric. The ANN codes only choose candidates: the service
+re-scores every candidate exactly from the stored vectors, so ANN error costs recall, never score.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import faiss
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+INDEX_TYPES = ("auto", "flat", "ivfpq", "ivfsq", "hnsw")
+FLAT_MAX_TOKENS = 65_536  # `auto` keeps small shards exact
+TRAIN_POINTS_PER_LIST = 64  # IVF centroids / PQ codebooks are trained on a sample of this many vectors per list
+ADD_CHUNK = 65_536
+
+
+def check_index_type(value: str, dim: int) -> str:
+    """The index type, or a ValueError naming the choices (factory strings are tried on FAISS)."""
+    if value.lower() in INDEX_TYPES:
+        return value.lower()
+    try:
+        faiss.index_factory(dim, value, faiss.METRIC_INNER_PRODUCT)
+    except RuntimeError:
+        raise ValueError(
+            f"--index-type {value!r} is neither one of {', '.join(INDEX_TYPES)} nor a FAISS factory string valid for "
+            f"dimension {dim}"
+        ) from None
+    return value
+
+
+def parse_bytes(text: str) -> int:
+    """'2G', '500M', '64k' or a plain number of bytes."""
+    units = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    unit = t[-1] if t and t[-1] in units else ""
+    try:
+        value = float(t[: len(t) - len(unit)]) * units[unit]
+    except ValueError:
+        raise ValueError(f"--memory-budget {text!r} is not a size such as 2G, 500M or 1000000") from None
+    if value <= 0:
+        raise ValueError(f"--memory-budget {text!r} must be positive")
+    return int(value)
+
+
+def nlist_for(n: int) -> int:
+    """IVF lists for n vectors: ~8*sqrt(n) (inside the usual 4..16*sqrt(n)), a power of two, >= 39 points each."""
+    target = 8 * math.sqrt(max(1, n))
+    nlist = 2 ** max(0, round(math.log2(target)))
+    return int(max(1, min(nlist, n // 39)))
+
+
+def pq_bytes_for(dim: int) -> int:
+    """PQ sub-quantizers (one byte each): the divisor of dim closest to dim / 12 (32 for d = 384)."""
+    divisors = [m for m in range(1, dim + 1) if dim % m == 0]
+    return min(divisors, key=lambda m: (abs(m - dim / 12), -m))
+
+
+def bytes_per_vector(index_type: str, dim: int) -> float:
+    """Approximate in-memory / on-disk bytes per vector of each type (IVF adds an 8-byte id per vector)."""
+    return {"flat": 4.0 * dim, "ivfsq": dim + 8.0, "ivfpq": pq_bytes_for(dim) + 8.0, "hnsw": 4.0 * dim + 32 * 8}[index_type]
+
+
+def resolve_factory(index_type: str, n: int, dim: int, memory_budget: int | None = None) -> str:
+    """A FAISS factory string for a shard of n vectors. `index_type` may also be a factory string.
+
+    `auto`: exact Flat for small shards; otherwise the most accurate of Flat > IVF-SQ8 > IVF-PQ whose
+    index fits `memory_budget` bytes (IVF-PQ when no budget is given: the smallest on disk and in RAM).
+    """
+    kind = index_type.lower()
+    if kind not in INDEX_TYPES:
+        return index_type  # a FAISS factory string, used as given
+    if kind == "auto":
+        if n <= FLAT_MAX_TOKENS:
+            kind = "flat"
+        elif memory_budget is None:
+            kind = "ivfpq"
+        else:
+            fitting = [t for t in ("flat", "ivfsq", "ivfpq") if bytes_per_vector(t, dim) * n <= memory_budget]
+            kind = fitting[0] if fitting else "ivfpq"
+    if kind == "flat":
+        return "Flat"
+    if kind == "hnsw":
+        return "HNSW32,Flat"
+    nlist = nlist_for(n)
+    if kind == "ivfsq":
+        return f"IVF{nlist},SQ8"
+    nbits = min(8, max(1, int(math.log2(max(2, n)))))  # k-means needs >= 2**nbits training points
+    return f"IVF{nlist},PQ{pq_bytes_for(dim)}x{nbits}"
+
+
+def default_nprobe(index: faiss.Index) -> int | None:
+    """nprobe giving high recall for the k of span search: 1/16 of the lists, at least 16."""
+    ivf = _ivf(index)
+    if ivf is None:
+        return None
+    return int(min(ivf.nlist, max(16, ivf.nlist // 16)))
+
+
+def set_search_params(index: faiss.Index, nprobe: int | None = None, ef_search: int | None = None) -> None:
+    """Apply search-time parameters where the index type has them (others are ignored)."""
+    ivf = _ivf(index)
+    if ivf is not None:
+        ivf.nprobe = int(min(ivf.nlist, nprobe or default_nprobe(index) or 1))
+    hnsw = getattr(index, "hnsw", None)
+    if hnsw is not None:
+        hnsw.efSearch = int(ef_search or 256)
+
+
+def _ivf(index: faiss.Index):
+    try:
+        return faiss.extract_index_ivf(index)
+    except RuntimeError:
+        return None
+
+
+def gpu_count() -> int:
+    """GPUs FAISS can use (0 with faiss-cpu, which has no GPU functions)."""
+    get = getattr(faiss, "get_num_gpus", None)
+    return int(get()) if get is not None and hasattr(faiss, "index_cpu_to_all_gpus") else 0
+
+
+def build_faiss_index(vectors: np.ndarray, factory: str, seed: int = 0) -> faiss.Index:
+    """Train (on a seeded sample) and fill an inner-product index; on GPU when faiss-gpu sees one."""
+    n, d = vectors.shape
+    index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
+    gpus = gpu_count()
+    work = faiss.index_cpu_to_all_gpus(index) if gpus and not factory.startswith("HNSW") else index
+    logger.info("faiss %s over %d vectors on %s", factory, n, f"{gpus} GPU(s)" if work is not index else "CPU")
+    if not work.is_trained:
+        ivf = _ivf(index)
+        want = (ivf.nlist if ivf is not None else 256) * TRAIN_POINTS_PER_LIST
+        want = max(want, 256 * 64) if "PQ" in factory else want  # PQ codebooks: many points per centroid
+        rows = np.sort(np.random.default_rng(seed).choice(n, size=min(n, want), replace=False))
+        work.train(np.asarray(vectors[rows], dtype=np.float32))
+    for a in range(0, n, ADD_CHUNK):
+        work.add(np.asarray(vectors[a : a + ADD_CHUNK], dtype=np.float32))
+    return faiss.index_gpu_to_cpu(work) if work is not index else index

@@ -1,0 +1,172 @@
+"""ANN index choice: factory strings, budgets, and sharded ANN search against the exact IndexFlatIP."""
+
+from __future__ import annotations
+
+import math
+
+import faiss
+import numpy as np
+import pytest
+
+from indexer.ann import (
+    build_faiss_index,
+    bytes_per_vector,
+    check_index_type,
+    gpu_count,
+    nlist_for,
+    parse_bytes,
+    pq_bytes_for,
+    resolve_factory,
+    set_search_params,
+)
+from indexer.manifest import Counts, Manifest, ModelInfo
+from indexer.store import ShardContent, write_shard
+from service.index import PhraseIndex
+
+DIM = 32
+
+
+def test_nlist_in_recommended_range_and_trainable():
+    for n in (100_000, 1_000_000, 10_000_000):
+        nlist = nlist_for(n)
+        assert 4 * math.sqrt(n) <= nlist <= 16 * math.sqrt(n)
+        assert nlist & (nlist - 1) == 0  # a power of two
+    for n in (1, 38, 100, 5000):
+        assert 1 <= nlist_for(n) and n // max(1, nlist_for(n)) >= min(n, 39)
+
+
+def test_pq_bytes_divide_dim():
+    assert pq_bytes_for(384) == 32
+    for d in (32, 64, 100, 256, 768, 1024):
+        assert d % pq_bytes_for(d) == 0
+
+
+@pytest.mark.parametrize(
+    ("kind", "n", "expect"),
+    [
+        ("flat", 10**6, "Flat"),
+        ("hnsw", 10**6, "HNSW32,Flat"),
+        ("ivfsq", 10**6, "IVF8192,SQ8"),
+        ("ivfpq", 10**6, "IVF8192,PQ32x8"),
+        ("auto", 1000, "Flat"),
+        ("auto", 10**6, "IVF8192,PQ32x8"),
+        ("IVF64,Flat", 10**6, "IVF64,Flat"),
+    ],
+)
+def test_resolve_factory(kind, n, expect):
+    assert resolve_factory(kind, n, 384) == expect
+
+
+def test_auto_picks_most_accurate_type_within_budget():
+    n, d = 10**6, 384
+    assert resolve_factory("auto", n, d, memory_budget=int(bytes_per_vector("flat", d) * n)) == "Flat"
+    assert resolve_factory("auto", n, d, memory_budget=int(bytes_per_vector("ivfsq", d) * n)).endswith(",SQ8")
+    assert ",PQ" in resolve_factory("auto", n, d, memory_budget=int(bytes_per_vector("ivfpq", d) * n))
+    assert ",PQ" in resolve_factory("auto", n, d, memory_budget=1)  # nothing fits: the smallest
+
+
+def test_check_index_type():
+    assert check_index_type("IVFPQ", 384) == "ivfpq"
+    assert check_index_type("IVF16,SQ8", 384) == "IVF16,SQ8"
+    with pytest.raises(ValueError, match="neither one of auto, flat"):
+        check_index_type("bogus", 384)
+    with pytest.raises(ValueError, match="dimension 384"):
+        check_index_type("PQ7", 384)  # 7 does not divide 384
+
+
+def test_parse_bytes():
+    assert parse_bytes("2G") == 2 * 2**30
+    assert parse_bytes("500MB") == 500 * 2**20
+    assert parse_bytes("1.5k") == 1536
+    assert parse_bytes("1000") == 1000
+    for bad in ("", "lots", "-1G", "0"):
+        with pytest.raises(ValueError, match="memory-budget"):
+            parse_bytes(bad)
+
+
+def test_faiss_cpu_has_no_gpu_and_builds_on_cpu(caplog):
+    assert gpu_count() == 0  # faiss-cpu: the device check says CPU
+    vecs = np.random.default_rng(0).standard_normal((500, DIM)).astype(np.float16)
+    with caplog.at_level("INFO", logger="indexer.ann"):
+        index = build_faiss_index(vecs, "IVF4,Flat")
+    assert "on CPU" in caplog.text and index.ntotal == 500
+
+
+def _clustered(rng: np.random.Generator, n: int) -> np.ndarray:
+    centres = rng.standard_normal((20, DIM)) * 3
+    return (centres[rng.integers(0, 20, n)] + rng.standard_normal((n, DIM))).astype(np.float16)
+
+
+def _index(root, shards: list[np.ndarray], kind: str) -> None:
+    infos, base = [], 0
+    for number, vecs in enumerate(shards):
+        n = len(vecs)
+        content = ShardContent(
+            vectors=vecs, token_ids=np.zeros(n, np.int32), offsets=np.zeros((n, 2), np.int32),
+            flags=np.full(n, 3, np.uint8), blocks=np.array([[0, 0, n]], np.int64),
+            doc_ids=[f"d{number}"], doc_titles=[""], doc_texts=["x"],
+        )
+        infos.append(write_shard(root, number, content, kind, base, number))
+        base += n
+    Manifest(
+        created_at="2024-01-01T00:00:00+00:00",
+        model=ModelInfo(path="fake", fingerprint="0", model_type="fake", tokenizer="Fake", vocab_size=1, mask_token=None),
+        dim=DIM, index_type=kind, similarity_scale=1.0, build={}, corpus={},
+        counts=Counts(documents=len(shards), empty_documents=0, blocks=len(shards), tokens=base, shards=len(shards)),
+        shards=infos,
+    ).save(root)
+
+
+def _exact_topk(shards: list[np.ndarray], queries: np.ndarray, k: int) -> list[set[tuple[int, int]]]:
+    where = [(s, p) for s, v in enumerate(shards) for p in range(len(v))]
+    scores = queries @ np.concatenate(shards).astype(np.float32).T
+    return [{where[i] for i in np.argsort(-row, kind="stable")[:k]} for row in scores]
+
+
+def test_sharded_ivf_with_all_lists_equals_flat(tmp_path):
+    rng = np.random.default_rng(1)
+    shards = [_clustered(rng, n) for n in (900, 700, 1100)]
+    _index(tmp_path, shards, "IVF8,Flat")
+    queries = rng.standard_normal((6, DIM)).astype(np.float32)
+    index = PhraseIndex(tmp_path, nprobe=8)  # nprobe covers all lists: exact
+    assert all(s.index.nprobe == 8 for s in index.shards)
+    flat = faiss.IndexFlatIP(DIM)
+    flat.add(np.concatenate(shards).astype(np.float32))
+    _, ref = flat.search(queries, 25)
+    bases = np.cumsum([0] + [len(v) for v in shards])
+    for row, (sh, pos) in enumerate(index.search(queries, 25)):
+        assert set((bases[sh] + pos).tolist()) == set(ref[row].tolist())
+    index.close()
+
+
+@pytest.mark.parametrize("kind", ["ivfpq", "ivfsq", "hnsw"])
+def test_ann_types_recall_after_exact_rescoring(tmp_path, kind):
+    """Compressed ANN codes only pick candidates: re-scored exactly, the true top-1 is found."""
+    rng = np.random.default_rng(2)
+    shards = [_clustered(rng, 3000), _clustered(rng, 2000)]
+    _index(tmp_path, shards, kind)
+    index = PhraseIndex(tmp_path)
+    assert {s.info.factory for s in index.shards} == {resolve_factory(kind, len(v), DIM) for v in shards}
+    queries = rng.standard_normal((40, DIM)).astype(np.float32)
+    truth = _exact_topk(shards, queries, 1)
+    found = 0
+    for q, (sh, pos), best in zip(queries, index.search(queries, 100), truth):
+        exact = np.array([index.shards[s].vectors[p] @ q for s, p in zip(sh.tolist(), pos.tolist())])
+        top = (int(sh[exact.argmax()]), int(pos[exact.argmax()]))
+        found += top in best
+    assert found >= 38, found  # >= 95% top-1 agreement with exact search
+    index.close()
+
+
+def test_set_search_params_applies_to_ivf_and_hnsw():
+    vecs = np.random.default_rng(3).standard_normal((2000, DIM)).astype(np.float16)
+    ivf = build_faiss_index(vecs, "IVF32,Flat")
+    set_search_params(ivf)
+    assert ivf.nprobe == 16
+    set_search_params(ivf, nprobe=1000)
+    assert ivf.nprobe == 32  # never more than the lists
+    hnsw = build_faiss_index(vecs, "HNSW16,Flat")
+    set_search_params(hnsw, ef_search=77)
+    assert hnsw.hnsw.efSearch == 77
+    flat = build_faiss_index(vecs, "Flat")
+    set_search_params(flat, nprobe=5)  # no such parameter: ignored

@@ -1,0 +1,46 @@
+"""int8 re-scoring vectors: quantisation error bound and StoredVectors decoding."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from indexer.files import write_npy_atomic
+from indexer.vectors import StoredVectors, quantize_int8
+
+
+def test_int8_error_within_half_a_step():
+    rng = np.random.default_rng(0)
+    v = (rng.standard_normal((1000, 48)) * rng.uniform(0.1, 10, (1000, 1))).astype(np.float32)
+    codes, scales = quantize_int8(v)
+    assert codes.dtype == np.int8 and scales.dtype == np.float16 and codes.shape == v.shape
+    assert np.abs(codes).max() <= 127
+    decoded = codes.astype(np.float32) * scales.astype(np.float32)[:, None]
+    step = scales.astype(np.float32)[:, None]
+    assert (np.abs(decoded - v) <= step * 0.5 + np.abs(v) * 1e-3 + 1e-6).all()
+    # and inner products keep their order for nearly all pairs
+    q = rng.standard_normal((20, 48)).astype(np.float32)
+    agree = ((q @ decoded.T).argmax(1) == (q @ v.T).argmax(1)).mean()
+    assert agree >= 0.95
+
+
+def test_zero_vector_round_trips():
+    codes, scales = quantize_int8(np.zeros((3, 8), np.float32))
+    assert (codes == 0).all() and np.isfinite(scales).all()
+
+
+def test_stored_vectors_decode_int8_and_float16(tmp_path):
+    rng = np.random.default_rng(1)
+    v = rng.standard_normal((50, 16)).astype(np.float16)
+    a, b = tmp_path / "i8", tmp_path / "f16"
+    a.mkdir(), b.mkdir()
+    codes, scales = quantize_int8(v)
+    write_npy_atomic(a / "vectors.npy", codes)
+    write_npy_atomic(a / "scales.npy", scales)
+    write_npy_atomic(b / "vectors.npy", v)
+    i8, f16 = StoredVectors(a, "int8"), StoredVectors(b, "float16")
+    assert i8.shape == f16.shape == (50, 16) and len(i8) == 50
+    rows = np.array([3, 7, 49])
+    np.testing.assert_array_equal(f16[rows], v[rows].astype(np.float32))
+    assert i8[rows].dtype == np.float32
+    np.testing.assert_allclose(i8[rows], v[rows].astype(np.float32), atol=float(scales[rows].max()))
+    assert i8[5].shape == (16,)  # a single row too
