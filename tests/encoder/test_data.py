@@ -320,3 +320,28 @@ def test_load_blocks_keeps_corpus_order(bert, tmp_path):
     assert all(len(b.ids) <= 8 and len(b.title_ids) == 2 for b in blocks)
     text = bert.tokenizer.decode(np.concatenate([b.ids for b in blocks[:half]]).tolist())
     assert [text.find(f"number {i}") for i in range(5)] == sorted(text.find(f"number {i}") for i in range(5))
+
+
+def test_load_blocks_numbers_documents_across_corpora(bert, tmp_path):
+    rows = [{"id": f"d{i}", "title": "", "text": f"Document number {i} says hello. " * 3} for i in range(3)]
+    path = write_jsonl(tmp_path / "c.jsonl", rows)
+    blocks = load_blocks([path, path], bert.tokenizer, block_tokens=8, title_tokens=0)
+    docs = [b.doc for b in blocks]
+    assert docs == sorted(docs) and sorted(set(docs)) == list(range(6))  # the second corpus gets new numbers
+    assert len(docs) > len(set(docs))  # documents of several blocks share their number
+
+
+def test_by_document_positives_stay_inside_a_document(bert):
+    """Two copies of a block (one document) plus another document sharing phrases: positives never cross."""
+    (group,) = make_groups(bert, [GROUPS[0][:2]])
+    a, b = group
+    views = [TrainBlock(a.ids, a.flags, a.title_ids, doc=0), TrainBlock(a.ids, a.flags, a.title_ids, doc=0),
+             TrainBlock(b.ids, b.flags, b.title_ids, doc=1)]
+    for seed in range(5):
+        batch = make_batch([views], bert, np.random.default_rng(seed), MaskingConfig(budget=0.3), by_document=True)
+        assert batch.masks > 0
+        rows, cols = torch.nonzero(batch.pos_start | batch.pos_end, as_tuple=True)
+        q_doc = torch.tensor([v.doc for v in views])[batch.q_seq[rows]]
+        c_doc = torch.tensor([v.doc for v in views])[batch.cand_seq[cols]]
+        assert (q_doc == c_doc).all() and (batch.q_seq[rows] != batch.cand_seq[cols]).all()
+        assert set(batch.q_seq.tolist()) <= {0, 1}  # the lone document has nothing to mask

@@ -61,7 +61,7 @@ def _aligned_occurrences(blocks, flags, key: tuple) -> set[tuple[int, int]]:
     return occ
 
 
-def _check_invariants(blocks, flags, out, cfg: MaskingConfig, tokens_per_span: int = 2) -> None:
+def _check_invariants(blocks, flags, out, cfg: MaskingConfig, tokens_per_span: int = 2, docs=None) -> None:
     assert len(out) == len(blocks)
     for b, (ids, fl, mb) in enumerate(zip(blocks, flags, out)):
         orig = ids.tolist()
@@ -85,7 +85,9 @@ def _check_invariants(blocks, flags, out, cfg: MaskingConfig, tokens_per_span: i
             for ob, p in span.positives:
                 assert ob != b
                 assert tuple(blocks[ob][p : p + len(key)].tolist()) == key
-            expected = {o for o in _aligned_occurrences(blocks, flags, key) if o[0] != b}
+            expected = {
+                o for o in _aligned_occurrences(blocks, flags, key) if o[0] != b and (docs is None or docs[o[0]] == docs[b])
+            }
             assert set(span.positives) == expected
             assert len(span.positives) == len(set(span.positives))
 
@@ -308,6 +310,28 @@ def test_positives_point_at_other_blocks_only():
                     seen += 1
                     want = {0: {(1, 2), (2, 0), (2, 4)}, 1: {(0, 1), (0, 5), (2, 0), (2, 4)}, 2: {(0, 1), (0, 5), (1, 2)}}[b]
                     assert set(s.positives) == want
+    assert seen > 0
+
+
+def test_positives_by_document_only_count_the_same_document():
+    """With docs = [0, 1, 0]: block 0 and 2 (one document) are each other's only positives; block 1 has none."""
+    blocks, flags = _group(
+        _single_words([1, 7, 8, 2, 3, 7, 8, 4, 5, 6]),
+        _single_words([11, 12, 7, 8, 13, 14, 15, 16]),
+        _single_words([7, 8, 21, 22, 7, 8, 23, 24, 25]),
+    )
+    cfg = MaskingConfig(budget=0.5)
+    seen = 0
+    for seed in range(40):
+        out = mask_group(blocks, flags, MASK, np.random.default_rng(seed), cfg, docs=[0, 1, 0])
+        _check_invariants(blocks, flags, out, cfg, docs=[0, 1, 0])
+        assert out[1].spans == []  # "7 8" occurs in block 1 too, but in another document
+        for b, mb in enumerate(out):
+            for s in mb.spans:
+                assert {other for other, _ in s.positives} == {2 - b}
+                if blocks[b][s.start : s.end + 1].tolist() == [7, 8]:
+                    seen += 1
+                    assert set(s.positives) == {0: {(2, 0), (2, 4)}, 2: {(0, 1), (0, 5)}}[b]
     assert seen > 0
 
 

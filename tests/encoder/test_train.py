@@ -168,6 +168,19 @@ def test_resume_without_checkpoint_starts_fresh(city_corpus, tiny_bert_dir, tmp_
     assert trainer.step == 0 and trainer.position == 0
 
 
+def test_views_repeat_each_block_and_train_by_document(city_corpus, tiny_bert_dir, tmp_path):
+    trainer = Trainer(config(city_corpus, tmp_path / "views", tiny_bert_dir, views=2, positives="document", steps=2))
+    for group in trainer.groups:
+        assert len(group) == 4
+        assert group[0] is group[1] and group[2] is group[3] and group[0].doc != group[2].doc
+    batch = trainer.batch_at(0)
+    assert batch.masks > 0
+    rows, cols = torch.nonzero(batch.pos_start, as_tuple=True)
+    assert (batch.q_seq[rows] // 2 == batch.cand_seq[cols] // 2).all()  # positives only in the other view
+    assert (batch.q_seq[rows] != batch.cand_seq[cols]).all()
+    assert np.isfinite(float(sum(trainer.loss(batch)).detach()))
+
+
 def test_too_small_corpus_is_refused(tiny_bert_dir, tmp_path):
     path = write_jsonl(tmp_path / "one.jsonl", [{"id": "a", "text": "Just one short block."}])
     with pytest.raises(ValueError, match="groups"):
