@@ -9,6 +9,7 @@ VENV="${VENV:-.venv}"
 WORK="${WORK:-data-local}"
 PER="${PER_RELATION:-100}"
 GRE="${GOOGLE_RE:-../shared/data/google_re}"
+export INDEXER_INDEX_TYPE="${INDEXER_INDEX_TYPE:-flat}"  # exact dense search: quality of the encoder, not of the ANN
 for model in "$@"; do
     name="$(basename "$model")"
     "$VENV/bin/indexer" build --corpus "$WORK/google_re/corpus.jsonl" --out "$WORK/idx_$name" --model "$model" 2>/dev/null | tail -1

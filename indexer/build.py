@@ -2,6 +2,10 @@
 
 Shards are deterministic functions of (corpus, model, config), so an interrupted build resumes:
 finished shards (those with a shard.json) are kept and their blocks are skipped without encoding.
+
+Under `torchrun --nproc_per_node N -m indexer build ...` every process reads the same block stream,
+encodes the shards whose number is its rank modulo N, and rank 0 writes BM25 and the manifest once
+all processes are done.
 """
 
 from __future__ import annotations
@@ -9,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
+import os
 import shutil
 import time
 from dataclasses import dataclass
@@ -101,11 +106,12 @@ def _prepare_out(out: Path, identity: dict, overwrite: bool) -> None:
     state_path = out / BUILD_STATE
     ours = [
         p for p in out.iterdir()
-        if p.name in (MANIFEST_NAME, BUILD_STATE) or p.name.startswith(("shard_", "bm25.sqlite"))
+        if p.name.removesuffix(".tmp") in (MANIFEST_NAME, BUILD_STATE) or p.name.startswith(("shard_", "bm25.sqlite"))
     ]
     others = [p for p in out.iterdir() if p not in ours]
-    if [p.name for p in ours] == [BUILD_STATE]:  # a build that failed before writing anything: start afresh
-        state_path.unlink()
+    if {p.name.removesuffix(".tmp") for p in ours} <= {BUILD_STATE}:  # nothing written yet: start afresh
+        for p in ours:
+            p.unlink()
         ours = []
     if overwrite:
         for p in ours:
@@ -142,6 +148,16 @@ def _encode_shard(encoder: Encoder, blocks: list[Block], batch_tokens: int, bar:
     return out
 
 
+def _finished(out: Path, number: int, shard: ShardInfo | tuple[int, int, int, int]) -> ShardInfo:
+    """The info of a shard another process wrote, checked against what this process expects of it."""
+    if isinstance(shard, ShardInfo):
+        return shard
+    info = read_shard_info(out, number)
+    if info is None or (info.tokens, info.blocks, info.token_base, info.block_base) != shard:
+        raise IndexerError(f"shard {number} in {out} is missing or does not match the corpus; re-run the same command")
+    return info
+
+
 def _prefix_len(block: Block) -> int:
     return 0 if block.title_ids is None else len(block.title_ids)
 
@@ -170,11 +186,36 @@ def _content(blocks: list[Block], vectors: np.ndarray) -> ShardContent:
     )
 
 
+def _distributed() -> tuple[int, int, int]:
+    """(rank, world size, local rank) from torchrun's environment; one process without it."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return 0, 1, 0
+    import torch.distributed as dist
+
+    if not dist.is_initialized():  # gloo: only barriers are needed, and it works with or without GPUs
+        dist.init_process_group("gloo", timeout=dt.timedelta(hours=24))
+    return dist.get_rank(), world, int(os.environ.get("LOCAL_RANK", "0"))
+
+
+def _barrier(world: int) -> None:
+    if world > 1:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
 def build_index(cfg: BuildConfig) -> BuildSummary:
     t0 = time.perf_counter()
     fmt = detect_format(cfg.corpus)
+    rank, world, local_rank = _distributed()
+    device = cfg.device
+    if world > 1 and device == "auto":
+        import torch
+
+        device = f"cuda:{local_rank % max(1, torch.cuda.device_count())}" if torch.cuda.is_available() else "cpu"
     try:
-        encoder = Encoder(cfg.model, device=cfg.device, dtype=cfg.dtype)
+        encoder = Encoder(cfg.model, device=device, dtype=cfg.dtype)
     except EncoderError as exc:
         raise IndexerError(str(exc)) from exc
     overhead = encoder.pair_overhead + cfg.title_tokens if cfg.title_tokens else encoder.block_overhead
@@ -189,12 +230,16 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
         raise IndexerError(str(exc)) from None
     cfg = cfg.model_copy(update={"index_type": index_type})
     fingerprint = model_fingerprint(encoder.model_dir)
-    _prepare_out(cfg.out, _identity(cfg, encoder, fingerprint), cfg.overwrite)
+    if rank == 0:
+        _prepare_out(cfg.out, _identity(cfg, encoder, fingerprint), cfg.overwrite)
+    _barrier(world)
+    if world > 1:
+        logger.info("rank %d of %d: encoding shards %d, %d + %d, ... on %s", rank, world, rank, rank, world, encoder.device)
 
     total_docs = count_documents(cfg.corpus)
     stats: dict[str, int] = {}
-    bar = tqdm(total=None, unit="tok", unit_scale=True, desc="indexing", dynamic_ncols=True)
-    shards: list[ShardInfo] = []
+    bar = tqdm(total=None, unit="tok", unit_scale=True, desc="indexing", dynamic_ncols=True, disable=rank > 0)
+    shards: list[ShardInfo | tuple[int, int, int, int]] = []  # info, or (tokens, blocks, token base, block base)
     pending: list[Block] = []
     pending_tokens = 0
     totals = {"tokens": 0, "blocks": 0, "encoded": 0}
@@ -208,6 +253,13 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
             bar.refresh()
         info = read_shard_info(cfg.out, number)
         base_t, base_b = totals["tokens"], totals["blocks"]
+        if number % world != rank:  # another process's shard
+            shards.append((pending_tokens, len(pending), base_t, base_b))
+            totals["tokens"] += pending_tokens
+            totals["blocks"] += len(pending)
+            bar.update(pending_tokens)
+            pending, pending_tokens = [], 0
+            return
         if info is not None and info.tokens == pending_tokens and info.blocks == len(pending) and info.token_base == base_t:
             logger.info("%s already built, skipping its %d tokens", info.name, info.tokens)
             bar.update(info.tokens)
@@ -238,6 +290,11 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
     bar.close()
     if totals["tokens"] == 0:
         raise IndexerError(f"corpus {cfg.corpus} holds no text to index (all documents are empty)")
+    _barrier(world)
+    if rank > 0:  # rank 0 checks every shard and writes the manifest
+        return BuildSummary(cfg.out, stats["documents"], stats["empty_documents"], totals["blocks"], totals["tokens"],
+                            len(shards), time.perf_counter() - t0, totals["encoded"])
+    shards = [_finished(cfg.out, number, s) for number, s in enumerate(shards)]
 
     # Remove shards left over from an earlier, larger build of the same identity (cannot normally happen).
     for stale in sorted(cfg.out.glob("shard_*")):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Annotated, Optional
@@ -55,7 +56,8 @@ def build(
         _fail("; ".join(f"--{'-'.join(str(x) for x in e['loc']).replace('_', '-')}: {e['msg']}" for e in exc.errors()))
     except (IndexerError, ValueError) as exc:
         _fail(str(exc))
-    typer.echo(summary.line())
+    if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 reports the whole index
+        typer.echo(summary.line())
 
 
 def _fail(message: str) -> None:
