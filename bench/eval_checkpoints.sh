@@ -11,7 +11,7 @@ PER="${PER_RELATION:-100}"
 GRE="${GOOGLE_RE:-../shared/data/google_re}"
 export INDEXER_INDEX_TYPE="${INDEXER_INDEX_TYPE:-flat}"  # exact dense search: quality of the encoder, not of the ANN
 for model in "$@"; do
-    name="$(basename "$model")"
+    name="${NAME_PREFIX:-}$(basename "$model")"
     "$VENV/bin/indexer" build --corpus "$WORK/google_re/corpus.jsonl" --out "$WORK/idx_$name" --model "$model" 2>/dev/null | tail -1
     for mode in dense restricted; do
         "$VENV/bin/fill-eval" --index "$WORK/idx_$name" --google-re "$GRE" --per-relation "$PER" --mode "$mode" \

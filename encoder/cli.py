@@ -23,7 +23,11 @@ def train(
     clip: float = 2.0,
     group_size: Annotated[int, typer.Option(help="blocks per group, views included")] = 16,
     views: Annotated[int, typer.Option(help="copies of each block in its group, masked independently")] = 1,
-    positives: Annotated[str, typer.Option(help="group (NPM) or document (only the same document's occurrences)")] = "group",
+    positives: Annotated[
+        str, typer.Option(help="group (NPM), document (only the same document's occurrences) or self (document + own position)")
+    ] = "group",
+    query_window: Annotated[int, typer.Option(help="crop masked queries to windows of at most N tokens (0: whole block)")] = 0,
+    query_views: Annotated[int, typer.Option(help="masked queries per block")] = 1,
     groups_per_step: int = 1,
     grad_accum: int = 1,
     block_tokens: int = 128,

@@ -11,6 +11,7 @@ import torch
 
 from encoder.masking import MaskingConfig, mask_group
 from encoder.stopwords import STOPWORDS
+from encoder.tokens import WORD_END, WORD_START
 
 logger = logging.getLogger(__name__)
 
@@ -69,6 +70,7 @@ class Batch:
     q_seq: torch.Tensor  # [M] sequence of each query
     pos_start: torch.Tensor  # bool [M, N]
     pos_end: torch.Tensor  # bool [M, N]
+    own_allowed: bool = False  # may a query match tokens of its own block (include_self)?
 
     @property
     def masks(self) -> int:
@@ -79,15 +81,35 @@ class Batch:
         return int(self.q_attn.sum() + self.c_attn.sum())
 
 
+def choose_window(flags: np.ndarray, rng: np.random.Generator, width: int) -> tuple[int, int]:
+    """A random word-aligned token range [a, b) of about `width // 2 .. width` tokens (the whole block if shorter)."""
+    n = len(flags)
+    if n <= width:
+        return 0, n
+    length = int(rng.integers(max(1, width // 2), width + 1))
+    starts = np.flatnonzero(flags[: n - length + 1] & WORD_START)
+    a = int(starts[rng.integers(len(starts))]) if len(starts) else 0
+    ends = np.flatnonzero(flags[a : a + length] & WORD_END)
+    b = a + int(ends[-1]) + 1 if len(ends) else min(n, a + length)
+    return a, b
+
+
 def make_batch(
     groups: list[list[TrainBlock]], encoder, rng: np.random.Generator, masking: MaskingConfig,
     content: np.ndarray | None = None, query_title_dropout: float = 0.5, single: bool = False,
-    by_document: bool = False,
+    by_document: bool = False, include_self: bool = False, query_window: int = 0, query_views: int = 1,
 ) -> Batch:
     """Mask each group; queries are the masked blocks, candidates every token of the unmasked blocks.
 
     With `by_document` a span's positives are only its occurrences in blocks of the SAME document
     (e.g. another view of the block); the same phrase elsewhere in the batch is a negative.
+
+    With `include_self` a query may also match its own block's unmasked copy, and the span's own
+    position there is a positive (with `by_document`, so are its other occurrences in the document).
+
+    With `query_window` each query is a random window of the masked block of at most that many
+    tokens (spans are masked inside it), so queries are short like real fill queries; the
+    candidates stay whole blocks. `query_views` masked queries are drawn per block.
 
     With `single` (NPM-single) each masked token is one mask token, and the "end" query is the
     same output as the start query.
@@ -97,8 +119,8 @@ def make_batch(
     mask_id = encoder.tokenizer.mask_token_id
     allowed = None if content is None else (lambda key: bool(content[list(key)].any()))
     q_seqs, q_types, c_seqs, c_types = [], [], [], []
-    starts: list[int] = []
-    q_seq: list[int] = []
+    starts: list[tuple[int, int]] = []  # (query sequence, position of MASK_s)
+    q_seq: list[int] = []  # block (candidate sequence) each query row comes from
     cand_first: list[int] = []  # offset of each sequence's block tokens in the candidate list
     cand_at: list[int] = []
     cand_seq: list[int] = []
@@ -107,28 +129,32 @@ def make_batch(
     seq_base = 0
     pending: list[tuple[int, int, int, int]] = []  # (query row, block in batch, start, length)
     for group in groups:
-        masked = mask_group(
-            [b.ids for b in group], [b.flags for b in group], mask_id, rng, masking, allowed, 1 if single else 2,
-            docs=[b.doc for b in group] if by_document else None,
-        )
-        for local, (block, mb) in enumerate(zip(group, masked)):
-            s = seq_base + local
-            title = block.title_ids if rng.random() >= query_title_dropout else None
-            seq, ty, first = encoder.layout(BlockInput(ids=np.asarray(mb.ids, dtype=np.int64), prefix_ids=title))
-            q_seqs.append(seq)
-            q_types.append(ty)
-            for pos, span in zip(mb.mask_positions, mb.spans):
-                row = len(starts)
-                starts.append((s, first + pos))
-                q_seq.append(s)
-                for other, p in span.positives:
-                    pending.append((row, seq_base + other, p, span.end - span.start + 1))
+        for _ in range(query_views):
+            regions = [choose_window(b.flags, rng, query_window) for b in group] if query_window > 0 else None
+            masked = mask_group(
+                [b.ids for b in group], [b.flags for b in group], mask_id, rng, masking, allowed, 1 if single else 2,
+                docs=[b.doc for b in group] if by_document else None, include_self=include_self, regions=regions,
+            )
+            for local, (block, mb) in enumerate(zip(group, masked)):
+                a, b = regions[local] if regions is not None else (0, len(block.ids))
+                crop = mb.ids[a : len(mb.ids) - (len(block.ids) - b)]
+                title = block.title_ids if rng.random() >= query_title_dropout else None
+                seq, ty, first = encoder.layout(BlockInput(ids=np.asarray(crop, dtype=np.int64), prefix_ids=title))
+                for pos, span in zip(mb.mask_positions, mb.spans):
+                    row = len(starts)
+                    starts.append((len(q_seqs), first + pos - a))
+                    q_seq.append(seq_base + local)
+                    for other, p in span.positives:
+                        pending.append((row, seq_base + other, p, span.end - span.start + 1))
+                q_seqs.append(seq)
+                q_types.append(ty)
+        for local, block in enumerate(group):
             seq, ty, first = encoder.layout(BlockInput(ids=block.ids, prefix_ids=block.title_ids))
             c_seqs.append(seq)
             c_types.append(ty)
             cand_first.append(len(cand_at))
-            cand_at.extend((s, first + p) for p in range(len(block.ids)))
-            cand_seq.extend([s] * len(block.ids))
+            cand_at.extend((seq_base + local, first + p) for p in range(len(block.ids)))
+            cand_seq.extend([seq_base + local] * len(block.ids))
         seq_base += len(group)
     for row, seq, p, length in pending:
         pos_s.append((row, cand_first[seq] + p))
@@ -149,5 +175,5 @@ def make_batch(
         cand_at=torch.tensor([b * lc + p for b, p in cand_at], dtype=torch.long),
         cand_seq=torch.tensor(cand_seq, dtype=torch.long),
         q_seq=torch.tensor(q_seq, dtype=torch.long),
-        pos_start=ps, pos_end=pe,
+        pos_start=ps, pos_end=pe, own_allowed=include_self,
     )

@@ -26,7 +26,7 @@ class MaskingConfig:
 class MaskedSpan:
     start: int  # token range [start, end] (inclusive) in the unmasked block
     end: int
-    positives: list[tuple[int, int]]  # (block, start position) of the same n-gram in other blocks
+    positives: list[tuple[int, int]]  # (block, start position) of the same n-gram elsewhere (or itself)
 
 
 @dataclass
@@ -58,29 +58,48 @@ def mask_group(
     allowed=None,
     tokens_per_span: int = 2,
     docs: list[int] | None = None,
+    include_self: bool = False,
+    regions: list[tuple[int, int]] | None = None,
 ) -> list[MaskedBlock]:
     """Mask every block of a group. `allowed(ids_tuple) -> bool` can veto spans (e.g. stopwords only).
 
     With `docs` (a document number per block) only occurrences in other blocks of the same
     document count as positives (and a span needs one to be masked).
 
+    With `include_self` a span's own position (in the unmasked copy of its block) is a positive
+    too, so every word-aligned span qualifies; with `docs`, so are the other occurrences in the
+    same document (same block included).
+
+    `regions` (a token range [a, b) per block) restricts the spans of each block to that range;
+    the mask budget is then a fraction of the range's length.
+
     `tokens_per_span` is 2 for NPM (MASK_s, MASK_e) and 1 for NPM-single (with max_span = 1).
     """
     table = ngram_occurrences(blocks, flags, cfg.max_span)
-    # per block: candidate spans (start, end, positives) whose n-gram occurs in another block
+
+    def positives(b: int, i: int, key: tuple) -> list[tuple[int, int]]:
+        occs = table.get(key, ())
+        if include_self:
+            return [o for o in occs if o == (b, i) or (docs is not None and docs[o[0]] == docs[b])]
+        return [o for o in occs if o[0] != b and (docs is None or docs[o[0]] == docs[b])]
+
     out = []
     for b, (ids, fl) in enumerate(zip(blocks, flags)):
         ids_l = ids.tolist()
+        lo, hi = regions[b] if regions is not None else (0, len(ids_l))
         by_len: dict[int, list[tuple[int, int, list]]] = {}
-        for i in np.flatnonzero(fl & WORD_START).tolist():
-            for j in range(i, min(len(ids_l), i + cfg.max_span)):
+        for i in np.flatnonzero(fl[lo:hi] & WORD_START).tolist():
+            i += lo
+            for j in range(i, min(hi, i + cfg.max_span)):
                 if not fl[j] & WORD_END:
                     continue
                 key = tuple(ids_l[i : j + 1])
-                others = [occ for occ in table.get(key, ()) if occ[0] != b and (docs is None or docs[occ[0]] == docs[b])]
-                if others and (allowed is None or allowed(key)):
+                if allowed is not None and not allowed(key):
+                    continue
+                others = positives(b, i, key)
+                if others:
                     by_len.setdefault(j - i + 1, []).append((i, j, others))
-        budget = max(1, int(round(cfg.budget * len(ids_l))))
+        budget = max(1, int(round(cfg.budget * (hi - lo))))
         taken = np.zeros(len(ids_l) + 1, dtype=bool)
         chosen: list[MaskedSpan] = []
         masked = 0

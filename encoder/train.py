@@ -44,9 +44,13 @@ class TrainConfig(BaseModel):
     clip: float = 2.0
     group_size: int = Field(16, ge=2, description="consecutive blocks per group (views included)")
     views: int = Field(1, ge=1, description="copies of each block in its group, masked independently")
-    positives: Literal["group", "document"] = Field(
-        "group", description="a span's positives: its occurrences in the group, or only in the same document"
+    positives: Literal["group", "document", "self"] = Field(
+        "group",
+        description="a span's positives: its occurrences in the other blocks of the group (NPM), only in the "
+        "same document, or in the same document including its own position in the unmasked block",
     )
+    query_window: int = Field(0, ge=0, description="crop each masked query to a window of at most this many tokens (0: whole block)")
+    query_views: int = Field(1, ge=1, description="masked queries drawn per block")
     groups_per_step: int = Field(1, ge=1, description="groups per micro-batch per process")
     grad_accum: int = Field(1, ge=1)
     block_tokens: int = 128
@@ -139,7 +143,8 @@ class Trainer:
         groups, rng = self._groups_at(position)
         return make_batch(
             groups, self.encoder, rng, self.masking, self.content, self.cfg.query_title_dropout, self.cfg.single,
-            by_document=self.cfg.positives == "document",
+            by_document=self.cfg.positives != "group", include_self=self.cfg.positives == "self",
+            query_window=self.cfg.query_window, query_views=self.cfg.query_views,
         )
 
     # ---- loss -------------------------------------------------------------------------------
@@ -151,7 +156,10 @@ class Trainer:
         q_start = hq.reshape(-1, d)[batch.start_at.to(dev)]
         q_end = hq.reshape(-1, d)[batch.end_at.to(dev)]
         cands = hc.reshape(-1, d)[batch.cand_at.to(dev)]
-        allowed = (batch.cand_seq[None, :] != batch.q_seq[:, None]).to(dev)
+        if batch.own_allowed:
+            allowed = torch.ones((batch.q_seq.numel(), batch.cand_seq.numel()), dtype=torch.bool, device=dev)
+        else:
+            allowed = (batch.cand_seq[None, :] != batch.q_seq[:, None]).to(dev)
         pos_s, pos_e = batch.pos_start.to(dev), batch.pos_end.to(dev)
         if self.world > 1:
             cands, allowed, pos_s, pos_e = self._gather(cands, allowed, pos_s, pos_e)

@@ -10,7 +10,7 @@ import encoder.data as data_mod
 from encoder.data import STOPWORDS, TrainBlock, content_token_mask, load_blocks, make_batch
 from encoder.masking import MaskingConfig
 from encoder.model import Encoder
-from encoder.tokens import tokenize_documents
+from encoder.tokens import WORD_END, WORD_START, tokenize_documents
 from tests.conftest import write_jsonl
 
 GROUPS = [
@@ -345,3 +345,52 @@ def test_by_document_positives_stay_inside_a_document(bert):
         c_doc = torch.tensor([v.doc for v in views])[batch.cand_seq[cols]]
         assert (q_doc == c_doc).all() and (batch.q_seq[rows] != batch.cand_seq[cols]).all()
         assert set(batch.q_seq.tolist()) <= {0, 1}  # the lone document has nothing to mask
+
+
+def test_self_positives_and_query_windows(bert, recorder):
+    """Queries are windows of their masked block; a span's positive is its own position in the candidates."""
+    groups = [
+        [TrainBlock(b.ids, b.flags, b.title_ids, doc=10 * g + i) for i, b in enumerate(group)]
+        for g, group in enumerate(make_groups(bert))
+    ]
+    blocks = [b for g in groups for b in g]
+    mask_id = bert.tokenizer.mask_token_id
+    for seed in range(10):
+        recorder.clear()
+        batch = make_batch(
+            groups, bert, np.random.default_rng(seed), MaskingConfig(budget=0.3), query_title_dropout=1.0,
+            by_document=True, include_self=True, query_window=8, query_views=2,
+        )
+        assert batch.own_allowed and batch.masks > 0
+        assert batch.q_ids.shape[0] == 2 * len(blocks) and batch.c_ids.shape[0] == len(blocks)
+        assert len(recorder) == 2 * len(groups)  # one masking per group and query view
+        q_flat, c_flat = batch.q_ids.reshape(-1), batch.c_ids.reshape(-1)
+        assert (q_flat[batch.start_at] == mask_id).all() and (q_flat[batch.end_at] == mask_id).all()
+        assert int(batch.q_attn.sum(1).max()) <= 8 + 2 * 4 + bert.block_overhead  # a window; masks add <= 1 each
+        # query rows come group by group, view by view, block by block, span by span
+        expected = []
+        for g, group in enumerate(groups):
+            base = sum(len(x) for x in groups[:g])
+            for calls in recorder[2 * g : 2 * g + 2]:
+                for local, mb in enumerate(calls):
+                    expected += [(base + local, s) for s in mb.spans]
+        assert len(expected) == batch.masks
+        for row, (seq, span) in enumerate(expected):
+            assert int(batch.q_seq[row]) == seq
+            (cols,) = torch.nonzero(batch.pos_start[row], as_tuple=True)
+            (end_cols,) = torch.nonzero(batch.pos_end[row], as_tuple=True)
+            assert (batch.cand_seq[cols] == seq).all()  # one document per block: positives in its own block
+            ids = blocks[seq].ids
+            assert [(int(c_flat[batch.cand_at[c]])) for c in cols] == [int(ids[span.start])] * len(cols)
+            assert int(ids[span.end]) in {int(c_flat[batch.cand_at[c]]) for c in end_cols}
+            assert len(cols) == len(span.positives)
+
+
+def test_choose_window_is_word_aligned_and_bounded(bert):
+    (group, _) = make_groups(bert)
+    flags = np.concatenate([b.flags for b in group])
+    for seed in range(50):
+        a, b = data_mod.choose_window(flags, np.random.default_rng(seed), 12)
+        assert 0 <= a < b <= len(flags) and b - a <= 12
+        assert flags[a] & WORD_START and flags[b - 1] & WORD_END
+    assert data_mod.choose_window(flags[:5], np.random.default_rng(0), 12) == (0, 5)

@@ -61,7 +61,9 @@ def _aligned_occurrences(blocks, flags, key: tuple) -> set[tuple[int, int]]:
     return occ
 
 
-def _check_invariants(blocks, flags, out, cfg: MaskingConfig, tokens_per_span: int = 2, docs=None) -> None:
+def _check_invariants(
+    blocks, flags, out, cfg: MaskingConfig, tokens_per_span: int = 2, docs=None, include_self: bool = False, regions=None
+) -> None:
     assert len(out) == len(blocks)
     for b, (ids, fl, mb) in enumerate(zip(blocks, flags, out)):
         orig = ids.tolist()
@@ -71,7 +73,8 @@ def _check_invariants(blocks, flags, out, cfg: MaskingConfig, tokens_per_span: i
         masked = sum(s.end - s.start + 1 for s in mb.spans)
         assert len(mb.ids) == len(orig) - masked + tokens_per_span * len(mb.spans)
         assert _reconstruct(mb, orig, tokens_per_span) == orig
-        budget = max(1, int(round(cfg.budget * len(orig))))
+        lo, hi = regions[b] if regions is not None else (0, len(orig))
+        budget = max(1, int(round(cfg.budget * (hi - lo))))
         assert masked <= budget + 2
         assert len(mb.spans) <= cfg.max_spans
         for prev, nxt in zip(mb.spans, mb.spans[1:]):
@@ -82,12 +85,15 @@ def _check_invariants(blocks, flags, out, cfg: MaskingConfig, tokens_per_span: i
             assert fl[span.start] & WORD_START and fl[span.end] & WORD_END
             key = tuple(orig[span.start : span.end + 1])
             assert span.positives, "a masked span must have positives"
+            assert lo <= span.start and span.end < hi
             for ob, p in span.positives:
-                assert ob != b
+                assert ob != b or include_self
                 assert tuple(blocks[ob][p : p + len(key)].tolist()) == key
-            expected = {
-                o for o in _aligned_occurrences(blocks, flags, key) if o[0] != b and (docs is None or docs[o[0]] == docs[b])
-            }
+            occurrences = _aligned_occurrences(blocks, flags, key)
+            if include_self:
+                expected = {o for o in occurrences if o == (b, span.start) or (docs is not None and docs[o[0]] == docs[b])}
+            else:
+                expected = {o for o in occurrences if o[0] != b and (docs is None or docs[o[0]] == docs[b])}
             assert set(span.positives) == expected
             assert len(span.positives) == len(set(span.positives))
 
@@ -332,6 +338,61 @@ def test_positives_by_document_only_count_the_same_document():
                 if blocks[b][s.start : s.end + 1].tolist() == [7, 8]:
                     seen += 1
                     assert set(s.positives) == {0: {(2, 0), (2, 4)}, 2: {(0, 1), (0, 5)}}[b]
+    assert seen > 0
+
+
+def test_include_self_masks_unique_spans_with_their_own_position_as_positive():
+    """Self positives: any span qualifies; without docs its only positive is itself."""
+    blocks, flags = _group(_single_words([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]), _single_words([11, 12, 13, 14, 15, 16]))
+    cfg = MaskingConfig(budget=0.5)
+    assert all(mb.spans == [] for mb in mask_group(blocks, flags, MASK, np.random.default_rng(0), cfg))
+    total = 0
+    for seed in range(20):
+        out = mask_group(blocks, flags, MASK, np.random.default_rng(seed), cfg, include_self=True)
+        _check_invariants(blocks, flags, out, cfg, include_self=True)
+        for b, mb in enumerate(out):
+            for s in mb.spans:
+                total += 1
+                assert s.positives == [(b, s.start)]
+    assert total > 0
+
+
+def test_include_self_with_docs_adds_the_documents_other_occurrences():
+    blocks, flags = _group(
+        _single_words([1, 7, 8, 2, 3, 7, 8, 4, 5, 6]),
+        _single_words([11, 12, 7, 8, 13, 14, 15, 16]),
+        _single_words([7, 8, 21, 22, 7, 8, 23, 24, 25]),
+    )
+    cfg = MaskingConfig(budget=0.5)
+    seen = 0
+    for seed in range(40):
+        out = mask_group(blocks, flags, MASK, np.random.default_rng(seed), cfg, docs=[0, 1, 0], include_self=True)
+        _check_invariants(blocks, flags, out, cfg, docs=[0, 1, 0], include_self=True)
+        for b, mb in enumerate(out):
+            for s in mb.spans:
+                assert (b, s.start) in s.positives
+                assert all(other != 1 for other, _ in s.positives) or b == 1
+                if blocks[b][s.start : s.end + 1].tolist() == [7, 8]:
+                    seen += 1
+                    want = {0: {(0, 1), (0, 5), (2, 0), (2, 4)}, 1: {(1, 2)}, 2: {(0, 1), (0, 5), (2, 0), (2, 4)}}[b]
+                    assert set(s.positives) == want
+    assert seen > 0
+
+
+def test_regions_confine_spans_and_scale_the_budget():
+    rng = np.random.default_rng(3)
+    blocks, flags = _group(*[_single_words(rng.integers(1, 1000, size=60).tolist()) for _ in range(3)])
+    regions = [(10, 30), (0, 20), (40, 60)]
+    cfg = MaskingConfig(budget=0.25)
+    seen = 0
+    for seed in range(20):
+        out = mask_group(blocks, flags, MASK, np.random.default_rng(seed), cfg, include_self=True, regions=regions)
+        _check_invariants(blocks, flags, out, cfg, include_self=True, regions=regions)
+        for (lo, hi), mb in zip(regions, out):
+            assert mb.spans, "every region has spans to mask"
+            assert all(lo <= s.start <= s.end < hi for s in mb.spans)
+            assert sum(s.end - s.start + 1 for s in mb.spans) <= round(0.25 * (hi - lo)) + 2
+            seen += len(mb.spans)
     assert seen > 0
 
 
