@@ -28,6 +28,8 @@ def train(
     ] = "group",
     query_window: Annotated[int, typer.Option(help="crop masked queries to windows of at most N tokens (0: whole block)")] = 0,
     query_views: Annotated[int, typer.Option(help="masked queries per block")] = 1,
+    inline_title: Annotated[bool, typer.Option(help="write the title in front of the query text (one segment)")] = False,
+    memory_tokens: Annotated[int, typer.Option(help="negatives kept from recent steps, without gradient (0: off)")] = 0,
     groups_per_step: int = 1,
     grad_accum: int = 1,
     block_tokens: int = 128,

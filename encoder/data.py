@@ -68,6 +68,8 @@ class Batch:
     cand_at: torch.Tensor  # [N] flat index (b * Lc + pos) of each candidate token
     cand_seq: torch.Tensor  # [N] sequence of each candidate
     q_seq: torch.Tensor  # [M] sequence of each query
+    cand_doc: torch.Tensor  # [N] document number of each candidate's block
+    q_doc: torch.Tensor  # [M] document number of each query's block
     pos_start: torch.Tensor  # bool [M, N]
     pos_end: torch.Tensor  # bool [M, N]
     own_allowed: bool = False  # may a query match tokens of its own block (include_self)?
@@ -98,6 +100,7 @@ def make_batch(
     groups: list[list[TrainBlock]], encoder, rng: np.random.Generator, masking: MaskingConfig,
     content: np.ndarray | None = None, query_title_dropout: float = 0.5, single: bool = False,
     by_document: bool = False, include_self: bool = False, query_window: int = 0, query_views: int = 1,
+    inline_title: bool = False,
 ) -> Batch:
     """Mask each group; queries are the masked blocks, candidates every token of the unmasked blocks.
 
@@ -109,7 +112,9 @@ def make_batch(
 
     With `query_window` each query is a random window of the masked block of at most that many
     tokens (spans are masked inside it), so queries are short like real fill queries; the
-    candidates stay whole blocks. `query_views` masked queries are drawn per block.
+    candidates stay whole blocks. `query_views` masked queries are drawn per block. With
+    `inline_title` a query's title (when kept) is written in front of its text as one segment,
+    the way a user writes a subject into a query, instead of as a separate first segment.
 
     With `single` (NPM-single) each masked token is one mask token, and the "end" query is the
     same output as the start query.
@@ -121,6 +126,8 @@ def make_batch(
     q_seqs, q_types, c_seqs, c_types = [], [], [], []
     starts: list[tuple[int, int]] = []  # (query sequence, position of MASK_s)
     q_seq: list[int] = []  # block (candidate sequence) each query row comes from
+    q_doc: list[int] = []
+    cand_doc: list[int] = []
     cand_first: list[int] = []  # offset of each sequence's block tokens in the candidate list
     cand_at: list[int] = []
     cand_seq: list[int] = []
@@ -139,11 +146,14 @@ def make_batch(
                 a, b = regions[local] if regions is not None else (0, len(block.ids))
                 crop = mb.ids[a : len(mb.ids) - (len(block.ids) - b)]
                 title = block.title_ids if rng.random() >= query_title_dropout else None
+                if inline_title and title is not None and len(title):
+                    crop, title, a = title.tolist() + crop, None, a - len(title)
                 seq, ty, first = encoder.layout(BlockInput(ids=np.asarray(crop, dtype=np.int64), prefix_ids=title))
                 for pos, span in zip(mb.mask_positions, mb.spans):
                     row = len(starts)
                     starts.append((len(q_seqs), first + pos - a))
                     q_seq.append(seq_base + local)
+                    q_doc.append(block.doc)
                     for other, p in span.positives:
                         pending.append((row, seq_base + other, p, span.end - span.start + 1))
                 q_seqs.append(seq)
@@ -155,6 +165,7 @@ def make_batch(
             cand_first.append(len(cand_at))
             cand_at.extend((seq_base + local, first + p) for p in range(len(block.ids)))
             cand_seq.extend([seq_base + local] * len(block.ids))
+            cand_doc.extend([block.doc] * len(block.ids))
         seq_base += len(group)
     for row, seq, p, length in pending:
         pos_s.append((row, cand_first[seq] + p))
@@ -175,5 +186,6 @@ def make_batch(
         cand_at=torch.tensor([b * lc + p for b, p in cand_at], dtype=torch.long),
         cand_seq=torch.tensor(cand_seq, dtype=torch.long),
         q_seq=torch.tensor(q_seq, dtype=torch.long),
+        cand_doc=torch.tensor(cand_doc, dtype=torch.long), q_doc=torch.tensor(q_doc, dtype=torch.long),
         pos_start=ps, pos_end=pe, own_allowed=include_self,
     )

@@ -51,6 +51,10 @@ class TrainConfig(BaseModel):
     )
     query_window: int = Field(0, ge=0, description="crop each masked query to a window of at most this many tokens (0: whole block)")
     query_views: int = Field(1, ge=1, description="masked queries drawn per block")
+    inline_title: bool = Field(False, description="write a query's title in front of its text (one segment)")
+    memory_tokens: int = Field(
+        0, ge=0, description="extra negatives: candidate vectors of recent steps kept without gradient (0: off)"
+    )
     groups_per_step: int = Field(1, ge=1, description="groups per micro-batch per process")
     grad_accum: int = Field(1, ge=1)
     block_tokens: int = 128
@@ -124,6 +128,8 @@ class Trainer:
         )
         self.step = 0
         self.position = 0  # micro-batches consumed (all processes together)
+        self.memory = torch.zeros((0, self.encoder.dim))  # recent candidate vectors (memory_tokens)
+        self.memory_doc = torch.zeros(0, dtype=torch.long)
         if resume_dir is not None:
             self._load_state(resume_dir)
         logger.info("training: %d blocks, %d groups, world %d, start step %d", len(blocks), len(self.groups), self.world, self.step)
@@ -144,11 +150,12 @@ class Trainer:
         return make_batch(
             groups, self.encoder, rng, self.masking, self.content, self.cfg.query_title_dropout, self.cfg.single,
             by_document=self.cfg.positives != "group", include_self=self.cfg.positives == "self",
-            query_window=self.cfg.query_window, query_views=self.cfg.query_views,
+            query_window=self.cfg.query_window, query_views=self.cfg.query_views, inline_title=self.cfg.inline_title,
         )
 
     # ---- loss -------------------------------------------------------------------------------
     def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """(L_start, L_end) of a batch; with `memory_tokens`, the batch's candidates then join the memory."""
         dev = self.encoder.device
         hq = self.encoder.hidden_states(batch.q_ids, batch.q_attn, batch.q_types).float()
         hc = self.encoder.hidden_states(batch.c_ids, batch.c_attn, batch.c_types).float()
@@ -161,9 +168,19 @@ class Trainer:
         else:
             allowed = (batch.cand_seq[None, :] != batch.q_seq[:, None]).to(dev)
         pos_s, pos_e = batch.pos_start.to(dev), batch.pos_end.to(dev)
+        fresh, fresh_doc = cands.detach(), batch.cand_doc
         if self.world > 1:
             cands, allowed, pos_s, pos_e = self._gather(cands, allowed, pos_s, pos_e)
+        if self.cfg.memory_tokens and self.memory.shape[0]:
+            extra = (self.memory_doc[None, :] != batch.q_doc[:, None]).to(dev)  # never a positive's document
+            none = torch.zeros_like(extra)
+            cands = torch.cat([cands, self.memory.to(dev)])
+            allowed = torch.cat([allowed, extra], 1)
+            pos_s, pos_e = torch.cat([pos_s, none], 1), torch.cat([pos_e, none], 1)
         l_start, l_end = npm_loss(q_start, q_end, cands, pos_s, pos_e, allowed, self.scale)
+        if self.cfg.memory_tokens:  # newest first; this process's fresh candidates only
+            self.memory = torch.cat([fresh.cpu(), self.memory])[: self.cfg.memory_tokens]
+            self.memory_doc = torch.cat([fresh_doc, self.memory_doc])[: self.cfg.memory_tokens]
         return (l_start, l_start) if self.cfg.single else (l_start, l_end)
 
     def _gather(self, cands, allowed, pos_s, pos_e):
@@ -258,7 +275,7 @@ class Trainer:
                 {
                     "step": self.step, "position": self.position, "optimizer": self.opt.state_dict(),
                     "scheduler": self.sched.state_dict(), "torch_rng": torch.get_rng_state(),
-                    "python_rng": random.getstate(),
+                    "python_rng": random.getstate(), "memory": self.memory, "memory_doc": self.memory_doc,
                 },
                 tmp / STATE_FILE,
             )
@@ -288,6 +305,8 @@ class Trainer:
         for group, base in zip(self.opt.param_groups, self.sched.base_lrs):  # this run's schedule, not the saved lr
             group["lr"] = base * self.sched.lr_lambdas[0](self.sched.last_epoch)
         self.step, self.position = state["step"], state["position"]
+        self.memory = state.get("memory", self.memory)
+        self.memory_doc = state.get("memory_doc", self.memory_doc)
         torch.set_rng_state(state["torch_rng"])
         random.setstate(state["python_rng"])
         logger.info("resumed from %s at step %d", ckpt, self.step)

@@ -163,6 +163,58 @@ def test_resume_reproduces_uninterrupted_run(run_a, city_corpus, tiny_bert_dir, 
         assert torch.equal(wb[k], wa[k]), k
 
 
+def test_memory_negatives_join_the_loss_and_resume_exactly(city_corpus, tiny_bert_dir, tmp_path, monkeypatch):
+    """memory_tokens: recent candidates are extra negatives (never of a query's document); resume keeps them."""
+    kw = dict(positives="self", query_window=12, memory_tokens=64, steps=4)
+    trainer = Trainer(config(city_corpus, tmp_path / "mem", tiny_bert_dir, **kw))
+    captured = []
+    real = train_mod.npm_loss
+
+    def spy(q_start, q_end, cands, pos_s, pos_e, allowed, scale):
+        captured.append((cands.shape[0], allowed, pos_s, pos_e))
+        return real(q_start, q_end, cands, pos_s, pos_e, allowed, scale)
+
+    monkeypatch.setattr(train_mod, "npm_loss", spy)
+    first, second = trainer.batch_at(0), trainer.batch_at(1)
+    trainer.loss(first)
+    assert captured[-1][0] == first.cand_at.numel()  # empty memory: only the batch
+    assert trainer.memory.shape == (min(64, first.cand_at.numel()), trainer.encoder.dim)
+    assert torch.equal(trainer.memory_doc, first.cand_doc[: trainer.memory.shape[0]])
+    trainer.loss(second)
+    n, allowed, pos_s, pos_e = captured[-1]
+    extra = n - second.cand_at.numel()
+    assert extra == min(64, first.cand_at.numel())
+    mem_doc = first.cand_doc[:extra]
+    assert torch.equal(allowed[:, -extra:], mem_doc[None, :] != second.q_doc[:, None])
+    assert not pos_s[:, -extra:].any() and not pos_e[:, -extra:].any()
+    monkeypatch.setattr(train_mod, "npm_loss", real)
+    # an interrupted run with memory resumes to the same losses and weights
+    a, b = tmp_path / "mem_a", tmp_path / "mem_b"
+    train(config(city_corpus, a, tiny_bert_dir, **kw))
+    train(config(city_corpus, b, tiny_bert_dir, **{**kw, "steps": 2}))
+    train(config(city_corpus, b, tiny_bert_dir, **kw, resume=True))
+    for x, y in zip(metrics(a), metrics(b)):
+        assert y["loss"] == pytest.approx(x["loss"], rel=1e-5), x["step"]
+    wa = load_file(str(a / "checkpoint-000004" / "model.safetensors"))
+    wb = load_file(str(b / "checkpoint-000004" / "model.safetensors"))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+def test_inline_title_puts_the_title_in_the_query_text(city_corpus, tiny_bert_dir, tmp_path):
+    trainer = Trainer(config(city_corpus, tmp_path / "inline", tiny_bert_dir, positives="self", query_window=12,
+                             inline_title=True, query_title_dropout=0.0))
+    batch = trainer.batch_at(0)
+    assert (batch.q_types == 0).all()  # one segment
+    sep = trainer.encoder.tokenizer.sep_token_id
+    assert ((batch.q_ids == sep).sum(1) == 1).all()
+    titles = {tuple(b.title_ids.tolist()) for g in trainer.groups for b in g}
+    cls_len = len(trainer.encoder.template.single_prefix)
+    for row in batch.q_ids:
+        assert any(tuple(row[cls_len : cls_len + len(t)].tolist()) == t for t in titles)
+    mask = trainer.encoder.tokenizer.mask_token_id
+    assert (batch.q_ids.reshape(-1)[batch.start_at] == mask).all() and (batch.q_ids.reshape(-1)[batch.end_at] == mask).all()
+
+
 def test_resume_without_checkpoint_starts_fresh(city_corpus, tiny_bert_dir, tmp_path):
     trainer = Trainer(config(city_corpus, tmp_path / "empty", tiny_bert_dir, resume=True))
     assert trainer.step == 0 and trainer.position == 0
