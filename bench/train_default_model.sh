@@ -1,24 +1,33 @@
 #!/usr/bin/env bash
 # The recipe of the bundled default model (encoder/default_model), one command on this machine
-# (2 CPU cores, fp32; ~95 min of training, see encoder/default_model/README.md):
+# (2 CPU cores, fp32, ~75 min of training; see encoder/default_model/README.md):
 #   bash bench/train_default_model.sh [GOOGLE_RE_DIR]
 # Data: the de-duplicated Google-RE evidence snippets (Wikipedia text; the reference corpus of the
-# dev benchmark; the probes' templates are never trained on) plus the bundled sample corpus.
+# dev benchmark; the probes and their templates are never trained on) plus the bundled sample corpus.
 # Objective: NPM span masking and in-batch contrastive loss, with "self" positives (a masked span's
-# own position in the unmasked block, plus its other occurrences in the same document; the same
+# own position in the unmasked block plus its other occurrences in the same document; the same
 # phrase in other documents is a negative) and short query windows (20-40 tokens of the masked
-# block), so that token vectors bind the phrase to its subject and queries look like real queries.
+# block), so that token vectors bind a phrase to its subject and queries look like real queries.
+# Stage 1 groups blocks as they come in the corpus (NPM); stages 2 and 3 group blocks that share
+# rare content tokens, so the same phrases of different documents meet as hard negatives.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GRE="${1:-../shared/data/google_re}"
 WORK="${WORK:-data-local}"
 VENV="${VENV:-.venv}"
-STEPS="${STEPS:-640}"
+common=(--corpus "$WORK/google_re/corpus.jsonl" --corpus data/sample/encyclopedia.jsonl
+        --positives self --query-window 40 --query-views 2 --groups-per-step 2 --group-size 16
+        --block-tokens 128 --title-tokens 32 --query-title-dropout 0.5 --keep-checkpoints 0 --resume)
 "$VENV/bin/python" bench/prepare_google_re.py --data "$GRE" --out "$WORK/google_re"
-"$VENV/bin/encoder" train \
-    --corpus "$WORK/google_re/corpus.jsonl" --corpus data/sample/encyclopedia.jsonl \
-    --out "$WORK/runs/r2" --steps "$STEPS" --lr 1e-4 --warmup-steps 60 \
-    --positives self --query-window 40 --query-views 2 --groups-per-step 2 \
-    --group-size 16 --block-tokens 128 --title-tokens 32 --query-title-dropout 0.5 \
-    --save-every 160 --keep-checkpoints 0 --seed 0 --resume
-"$VENV/bin/encoder" export --checkpoint "$WORK/runs/r2/checkpoint-$(printf %06d "$STEPS")" --out encoder/default_model
+# stage 1: 160 steps of a 640-step schedule (lr 1e-4, 60 warm-up steps), corpus-order groups
+"$VENV/bin/encoder" train "${common[@]}" --out "$WORK/runs/default_stage1" \
+    --steps 640 --until 160 --lr 1e-4 --warmup-steps 60 --save-every 160 --seed 0
+# stage 2: 320 steps (lr 5e-5, 20 warm-up steps) from stage 1, groups of lexically similar blocks
+"$VENV/bin/encoder" train "${common[@]}" --out "$WORK/runs/default_stage2" \
+    --init "$WORK/runs/default_stage1/checkpoint-000160" \
+    --steps 320 --lr 5e-5 --warmup-steps 20 --grouping similar --save-every 80 --seed 1
+# stage 3: 240 more steps (lr 5e-5) from stage 2 with other similar-block groups (another seed)
+"$VENV/bin/encoder" train "${common[@]}" --out "$WORK/runs/default_stage3" \
+    --init "$WORK/runs/default_stage2/checkpoint-000320" \
+    --steps 240 --lr 5e-5 --warmup-steps 20 --grouping similar --save-every 80 --seed 2
+"$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage3/checkpoint-000240" --out encoder/default_model

@@ -20,6 +20,7 @@ import torch
 import torch.distributed as dist
 from pydantic import BaseModel, Field
 
+from encoder.grouping import similar_order
 from encoder.data import Batch, TrainBlock, content_token_mask, load_blocks, make_batch
 from encoder.loss import npm_loss
 from encoder.masking import MaskingConfig
@@ -38,6 +39,7 @@ class TrainConfig(BaseModel):
     out: Path
     init: Path | None = None  # initial encoder directory (default: all-MiniLM-L6-v2 from its wheel)
     steps: int = Field(1000, ge=1)
+    until: int | None = Field(None, ge=1, description="stop after this step (the lr schedule still spans `steps`)")
     lr: float = 5e-5
     weight_decay: float = 0.01
     warmup_steps: int = 100
@@ -56,6 +58,9 @@ class TrainConfig(BaseModel):
         0, ge=0, description="extra negatives: candidate vectors of recent steps kept without gradient (0: off)"
     )
     groups_per_step: int = Field(1, ge=1, description="groups per micro-batch per process")
+    grouping: Literal["corpus", "similar"] = Field(
+        "corpus", description="groups of blocks consecutive in the corpus (NPM), or of blocks sharing rare content tokens"
+    )
     grad_accum: int = Field(1, ge=1)
     block_tokens: int = 128
     title_tokens: int = 32
@@ -108,6 +113,10 @@ class Trainer:
         if cfg.single:
             blocks = [TrainBlock(b.ids, np.full_like(b.flags, 3), b.title_ids, b.doc) for b in blocks]
         distinct = max(1, cfg.group_size // cfg.views)
+        content = content_token_mask(self.encoder.tokenizer)
+        if cfg.grouping == "similar":  # same order on every process: it depends on the seed only
+            order = similar_order([b.ids[content[b.ids]] for b in blocks], distinct, np.random.default_rng(cfg.seed))
+            blocks = [blocks[i] for i in order]
         self.groups = [
             [b for b in blocks[i : i + distinct] for _ in range(cfg.views)] for i in range(0, len(blocks), distinct)
         ]
@@ -115,7 +124,7 @@ class Trainer:
         if len(self.groups) < self.world * cfg.groups_per_step:
             raise ValueError(f"corpus gives {len(self.groups)} groups; need at least {self.world * cfg.groups_per_step}")
         self.lengths = np.array([sum(len(b.ids) for b in g) for g in self.groups])
-        self.content = content_token_mask(self.encoder.tokenizer) if cfg.content_spans_only else None
+        self.content = content if cfg.content_spans_only else None
         self.masking = MaskingConfig(budget=cfg.mask_budget, max_span=1 if cfg.single else cfg.max_span)
         decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
         no_decay = [p for n, p in self.model.named_parameters() if p.ndim < 2]
@@ -245,16 +254,17 @@ class Trainer:
         cfg = self.cfg
         cfg.out.mkdir(parents=True, exist_ok=True)
         log = open(cfg.out / "metrics.jsonl", "a", encoding="utf-8") if self.rank == 0 else None
-        bar = tqdm(total=cfg.steps, initial=self.step, desc="train", disable=self.rank != 0, dynamic_ncols=True)
+        stop = min(cfg.steps, cfg.until or cfg.steps)
+        bar = tqdm(total=stop, initial=self.step, desc="train", disable=self.rank != 0, dynamic_ncols=True)
         last = None
-        while self.step < cfg.steps:
+        while self.step < stop:
             rec = self.train_step()
             bar.update(1)
             bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens'] * self.world / rec['seconds']:.0f}")
             if log:
                 log.write(json.dumps(rec) + "\n")
                 log.flush()
-            if self.step % cfg.save_every == 0 or self.step == cfg.steps:
+            if self.step % cfg.save_every == 0 or self.step == stop:
                 last = self.save()
         bar.close()
         if log:

@@ -215,6 +215,16 @@ def test_inline_title_puts_the_title_in_the_query_text(city_corpus, tiny_bert_di
     assert (batch.q_ids.reshape(-1)[batch.start_at] == mask).all() and (batch.q_ids.reshape(-1)[batch.end_at] == mask).all()
 
 
+def test_until_stops_early_on_the_full_schedule(run_a, city_corpus, tiny_bert_dir, tmp_path):
+    """--until 2 of a 4-step schedule: the same first two steps (and lr) as the 4-step run, then a checkpoint."""
+    out = tmp_path / "until"
+    assert train(config(city_corpus, out, tiny_bert_dir, until=2, save_every=100)) == out / "checkpoint-000002"
+    ra, ru = metrics(run_a), metrics(out)
+    assert [r["step"] for r in ru] == [1, 2]
+    for x, y in zip(ra, ru):
+        assert y["lr"] == pytest.approx(x["lr"]) and y["loss"] == pytest.approx(x["loss"], rel=1e-5)
+
+
 def test_resume_without_checkpoint_starts_fresh(city_corpus, tiny_bert_dir, tmp_path):
     trainer = Trainer(config(city_corpus, tmp_path / "empty", tiny_bert_dir, resume=True))
     assert trainer.step == 0 and trainer.position == 0
