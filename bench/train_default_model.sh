@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The recipe of the bundled default model (encoder/default_model), one command on this machine
-# (2 CPU cores, fp32, ~75 min of training; see encoder/default_model/README.md):
+# The recipe of the candidate default model (recipe r4; NOT bundled yet, see docs/QUALITY.md), one
+# command on this machine (2 CPU cores, fp32, ~50 min of training):
 #   bash bench/train_default_model.sh [GOOGLE_RE_DIR]
 # Data: the de-duplicated Google-RE evidence snippets (Wikipedia text; the reference corpus of the
 # dev benchmark; the probes and their templates are never trained on) plus the bundled sample corpus.
@@ -8,13 +8,16 @@
 # own position in the unmasked block plus its other occurrences in the same document; the same
 # phrase in other documents is a negative) and short query windows (20-40 tokens of the masked
 # block), so that token vectors bind a phrase to its subject and queries look like real queries.
-# Stage 1 groups blocks as they come in the corpus (NPM); stages 2 and 3 group blocks that share
-# rare content tokens, so the same phrases of different documents meet as hard negatives.
+# Stage 1 groups blocks as they come in the corpus (NPM); stage 2 groups blocks that share rare
+# content tokens, so the same phrases of different documents meet as hard negatives.
+# The exported checkpoint (EXPORT_STEP, default 80 of stage 2) is the best one measured so far.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GRE="${1:-../shared/data/google_re}"
 WORK="${WORK:-data-local}"
 VENV="${VENV:-.venv}"
+EXPORT_TO="${EXPORT_TO:-$WORK/default_model}"
+EXPORT_STEP="${EXPORT_STEP:-80}"
 common=(--corpus "$WORK/google_re/corpus.jsonl" --corpus data/sample/encyclopedia.jsonl
         --positives self --query-window 40 --query-views 2 --groups-per-step 2 --group-size 16
         --block-tokens 128 --title-tokens 32 --query-title-dropout 0.5 --keep-checkpoints 0 --resume)
@@ -26,8 +29,4 @@ common=(--corpus "$WORK/google_re/corpus.jsonl" --corpus data/sample/encyclopedi
 "$VENV/bin/encoder" train "${common[@]}" --out "$WORK/runs/default_stage2" \
     --init "$WORK/runs/default_stage1/checkpoint-000160" \
     --steps 320 --lr 5e-5 --warmup-steps 20 --grouping similar --save-every 80 --seed 1
-# stage 3: 240 more steps (lr 5e-5) from stage 2 with other similar-block groups (another seed)
-"$VENV/bin/encoder" train "${common[@]}" --out "$WORK/runs/default_stage3" \
-    --init "$WORK/runs/default_stage2/checkpoint-000320" \
-    --steps 240 --lr 5e-5 --warmup-steps 20 --grouping similar --save-every 80 --seed 2
-"$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage3/checkpoint-000240" --out encoder/default_model
+"$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage2/checkpoint-$(printf %06d "$EXPORT_STEP")" --out "$EXPORT_TO"

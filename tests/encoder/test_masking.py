@@ -298,13 +298,17 @@ def test_tokens_per_span_one():
             assert mb.ids.count(MASK) == len(mb.spans)
 
 
-def test_positives_point_at_other_blocks_only():
-    # the n-gram "7 8" occurs twice in block 0, once in block 1, twice in block 2
-    blocks, flags = _group(
+def _sevens_eights() -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The n-gram "7 8" occurs twice in block 0, once in block 1, twice in block 2."""
+    return _group(
         _single_words([1, 7, 8, 2, 3, 7, 8, 4, 5, 6]),
         _single_words([11, 12, 7, 8, 13, 14, 15, 16]),
         _single_words([7, 8, 21, 22, 7, 8, 23, 24, 25]),
     )
+
+
+def test_positives_point_at_other_blocks_only():
+    blocks, flags = _sevens_eights()
     cfg = MaskingConfig(budget=0.5)
     seen = 0
     for seed in range(40):
@@ -321,11 +325,7 @@ def test_positives_point_at_other_blocks_only():
 
 def test_positives_by_document_only_count_the_same_document():
     """With docs = [0, 1, 0]: block 0 and 2 (one document) are each other's only positives; block 1 has none."""
-    blocks, flags = _group(
-        _single_words([1, 7, 8, 2, 3, 7, 8, 4, 5, 6]),
-        _single_words([11, 12, 7, 8, 13, 14, 15, 16]),
-        _single_words([7, 8, 21, 22, 7, 8, 23, 24, 25]),
-    )
+    blocks, flags = _sevens_eights()
     cfg = MaskingConfig(budget=0.5)
     seen = 0
     for seed in range(40):
@@ -358,11 +358,7 @@ def test_include_self_masks_unique_spans_with_their_own_position_as_positive():
 
 
 def test_include_self_with_docs_adds_the_documents_other_occurrences():
-    blocks, flags = _group(
-        _single_words([1, 7, 8, 2, 3, 7, 8, 4, 5, 6]),
-        _single_words([11, 12, 7, 8, 13, 14, 15, 16]),
-        _single_words([7, 8, 21, 22, 7, 8, 23, 24, 25]),
-    )
+    blocks, flags = _sevens_eights()
     cfg = MaskingConfig(budget=0.5)
     seen = 0
     for seed in range(40):
