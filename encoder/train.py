@@ -44,7 +44,7 @@ class TrainConfig(BaseModel):
     weight_decay: float = 0.01
     warmup_steps: int = 100
     clip: float = 2.0
-    group_size: int = Field(16, ge=2, description="consecutive blocks per group (views included)")
+    group_size: int = Field(16, ge=2, description="blocks per group (views included)")
     views: int = Field(1, ge=1, description="copies of each block in its group, masked independently")
     positives: Literal["group", "document", "self"] = Field(
         "group",
