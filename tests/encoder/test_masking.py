@@ -307,38 +307,35 @@ def _sevens_eights() -> tuple[list[np.ndarray], list[np.ndarray]]:
     )
 
 
-def test_positives_point_at_other_blocks_only():
+def _sevens_eights_runs(want: dict[int, set], **kw) -> list[list[MaskedBlock]]:
+    """Mask `_sevens_eights()` under 40 seeds with `kw`; every masked "7 8" of block b has positives want[b]."""
     blocks, flags = _sevens_eights()
     cfg = MaskingConfig(budget=0.5)
-    seen = 0
+    runs, seen = [], 0
     for seed in range(40):
-        out = mask_group(blocks, flags, MASK, np.random.default_rng(seed), cfg)
-        _check_invariants(blocks, flags, out, cfg)
+        out = mask_group(blocks, flags, MASK, np.random.default_rng(seed), cfg, **kw)
+        _check_invariants(blocks, flags, out, cfg, **kw)
         for b, mb in enumerate(out):
             for s in mb.spans:
                 if blocks[b][s.start : s.end + 1].tolist() == [7, 8]:
                     seen += 1
-                    want = {0: {(1, 2), (2, 0), (2, 4)}, 1: {(0, 1), (0, 5), (2, 0), (2, 4)}, 2: {(0, 1), (0, 5), (1, 2)}}[b]
-                    assert set(s.positives) == want
+                    assert set(s.positives) == want[b]
+        runs.append(out)
     assert seen > 0
+    return runs
+
+
+def test_positives_point_at_other_blocks_only():
+    _sevens_eights_runs({0: {(1, 2), (2, 0), (2, 4)}, 1: {(0, 1), (0, 5), (2, 0), (2, 4)}, 2: {(0, 1), (0, 5), (1, 2)}})
 
 
 def test_positives_by_document_only_count_the_same_document():
     """With docs = [0, 1, 0]: block 0 and 2 (one document) are each other's only positives; block 1 has none."""
-    blocks, flags = _sevens_eights()
-    cfg = MaskingConfig(budget=0.5)
-    seen = 0
-    for seed in range(40):
-        out = mask_group(blocks, flags, MASK, np.random.default_rng(seed), cfg, docs=[0, 1, 0])
-        _check_invariants(blocks, flags, out, cfg, docs=[0, 1, 0])
+    for out in _sevens_eights_runs({0: {(2, 0), (2, 4)}, 2: {(0, 1), (0, 5)}}, docs=[0, 1, 0]):
         assert out[1].spans == []  # "7 8" occurs in block 1 too, but in another document
         for b, mb in enumerate(out):
             for s in mb.spans:
                 assert {other for other, _ in s.positives} == {2 - b}
-                if blocks[b][s.start : s.end + 1].tolist() == [7, 8]:
-                    seen += 1
-                    assert set(s.positives) == {0: {(2, 0), (2, 4)}, 2: {(0, 1), (0, 5)}}[b]
-    assert seen > 0
 
 
 def test_include_self_masks_unique_spans_with_their_own_position_as_positive():
@@ -358,21 +355,12 @@ def test_include_self_masks_unique_spans_with_their_own_position_as_positive():
 
 
 def test_include_self_with_docs_adds_the_documents_other_occurrences():
-    blocks, flags = _sevens_eights()
-    cfg = MaskingConfig(budget=0.5)
-    seen = 0
-    for seed in range(40):
-        out = mask_group(blocks, flags, MASK, np.random.default_rng(seed), cfg, docs=[0, 1, 0], include_self=True)
-        _check_invariants(blocks, flags, out, cfg, docs=[0, 1, 0], include_self=True)
+    same_doc = {(0, 1), (0, 5), (2, 0), (2, 4)}
+    for out in _sevens_eights_runs({0: same_doc, 1: {(1, 2)}, 2: same_doc}, docs=[0, 1, 0], include_self=True):
         for b, mb in enumerate(out):
             for s in mb.spans:
                 assert (b, s.start) in s.positives
                 assert all(other != 1 for other, _ in s.positives) or b == 1
-                if blocks[b][s.start : s.end + 1].tolist() == [7, 8]:
-                    seen += 1
-                    want = {0: {(0, 1), (0, 5), (2, 0), (2, 4)}, 1: {(1, 2)}, 2: {(0, 1), (0, 5), (2, 0), (2, 4)}}[b]
-                    assert set(s.positives) == want
-    assert seen > 0
 
 
 def test_regions_confine_spans_and_scale_the_budget():
