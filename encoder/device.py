@@ -1,4 +1,9 @@
-"""Run-time choice of device and autocast precision (never hard-coded)."""
+"""Run-time choice of device and autocast precision (never hard-coded).
+
+`accelerator()` is the project's ONE device check: every GPU decision (the encoder's device and
+precision, the training process's device and gradient scaling, the distributed backend) follows
+from what it returns. Tests replace it, and nothing else, to run the GPU path on a CPU-only machine.
+"""
 
 from __future__ import annotations
 
@@ -13,14 +18,38 @@ logger = logging.getLogger(__name__)
 DTYPES = ("auto", "fp32", "bf16", "fp16")
 
 
-def choose_device(requested: str = "auto") -> torch.device:
-    """`auto` picks CUDA when a GPU is present, else the CPU."""
+def accelerator(local_rank: int = 0) -> torch.device | None:
+    """This process's GPU (CUDA device `local_rank` modulo the GPU count), or None without CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    return torch.device("cuda", local_rank % max(1, torch.cuda.device_count()))
+
+
+def is_accelerator(device: torch.device) -> bool:
+    """True when `device` is the kind of device the device check reports as the GPU."""
+    gpu = accelerator()
+    return gpu is not None and device.type == gpu.type
+
+
+def distributed_backend() -> str:
+    """nccl between GPUs, gloo between CPU processes."""
+    return "nccl" if accelerator() is not None else "gloo"
+
+
+def choose_device(requested: str = "auto", local_rank: int = 0) -> torch.device:
+    """`auto` picks this process's GPU when there is one, else the CPU."""
     if requested == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+        gpu = accelerator(local_rank)
+        return gpu if gpu is not None else torch.device("cpu")
     device = torch.device(requested)
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"device {requested!r} requested but CUDA is not available")
     return device
+
+
+def describe(device: torch.device) -> str:
+    """A log-friendly device name that says whether it is the GPU path."""
+    return f"{device} (GPU path)" if is_accelerator(device) else f"{device} (CPU path)"
 
 
 def cpu_has_fast_bf16() -> bool:
@@ -41,9 +70,14 @@ def choose_dtype(device: torch.device, requested: str = "auto") -> torch.dtype:
         return torch.bfloat16
     if requested == "fp16":
         return torch.float16
-    if device.type == "cuda":
+    if device.type == "cuda" or is_accelerator(device):
         return torch.float16
     return torch.bfloat16 if cpu_has_fast_bf16() else torch.float32
+
+
+def grad_scaler(device: torch.device, dtype: torch.dtype) -> torch.amp.GradScaler:
+    """Loss scaling for fp16 training (fp16 gradients underflow without it); a no-op for bf16/fp32."""
+    return torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
 
 def autocast(device: torch.device, dtype: torch.dtype) -> ContextManager:

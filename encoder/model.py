@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from encoder.device import autocast, choose_device, choose_dtype
+from encoder.device import autocast, choose_device, choose_dtype, describe
 from encoder.tokens import Template, derive_template, split_on_masks
 
 logger = logging.getLogger(__name__)
@@ -103,7 +103,9 @@ class QueryVectors:
 class Encoder:
     """A loaded encoder on its device. Thread-safe for inference."""
 
-    def __init__(self, model_dir: str | Path | None = None, device: str = "auto", dtype: str = "auto") -> None:
+    def __init__(
+        self, model_dir: str | Path | None = None, device: str | torch.device = "auto", dtype: str = "auto"
+    ) -> None:
         from transformers import AutoModel, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
@@ -121,7 +123,7 @@ class Encoder:
             raise EncoderError(f"cannot load model from {self.model_dir}: {exc}") from exc
         if not getattr(self.tokenizer, "is_fast", False):
             raise EncoderError(f"{self.model_dir}: a fast tokenizer (tokenizer.json) is needed for char offsets")
-        self.device = choose_device(device)
+        self.device = device if isinstance(device, torch.device) else choose_device(device)
         self.dtype = choose_dtype(self.device, dtype)
         self.model.to(self.device).eval()
         self.dim = int(self.model.config.hidden_size)
@@ -131,7 +133,7 @@ class Encoder:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         logger.info(
             "encoder %s on %s (%s), dim %d, max length %d",
-            self.model_dir, self.device, str(self.dtype).replace("torch.", ""), self.dim, self.max_length,
+            self.model_dir, describe(self.device), str(self.dtype).replace("torch.", ""), self.dim, self.max_length,
         )
 
     def _max_length(self) -> int:

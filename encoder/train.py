@@ -21,6 +21,7 @@ import torch.distributed as dist
 from pydantic import BaseModel, Field
 
 from encoder.grouping import similar_order
+from encoder.device import choose_device, distributed_backend, grad_scaler
 from encoder.data import Batch, TrainBlock, content_token_mask, load_blocks, make_batch
 from encoder.loss import npm_loss
 from encoder.masking import MaskingConfig
@@ -81,7 +82,7 @@ class TrainConfig(BaseModel):
 def _dist() -> tuple[int, int, int]:
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+        dist.init_process_group(distributed_backend())
     rank = dist.get_rank() if world > 1 else 0
     return rank, world, int(os.environ.get("LOCAL_RANK", "0"))
 
@@ -101,9 +102,7 @@ class Trainer:
         self.rank, self.world, local = _dist()
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
-        device = cfg.device
-        if device == "auto" and torch.cuda.is_available():
-            device = f"cuda:{local}"
+        device = choose_device(cfg.device, local)
         resume_dir = self._latest() if cfg.resume else None
         self.encoder = Encoder(resume_dir or cfg.init or base_model_dir(), device=device, dtype=cfg.dtype)
         self.model = self.encoder.model
@@ -135,6 +134,7 @@ class Trainer:
         self.sched = torch.optim.lr_scheduler.LambdaLR(
             self.opt, lambda s: (s + 1) / max(1, warm) if s < warm else max(0.0, (total - s) / max(1, total - warm))
         )
+        self.scaler = grad_scaler(self.encoder.device, self.encoder.dtype)  # enabled for fp16 only
         self.step = 0
         self.position = 0  # micro-batches consumed (all processes together)
         self.memory = torch.zeros((0, self.encoder.dim))  # recent candidate vectors (memory_tokens)
@@ -228,7 +228,7 @@ class Trainer:
             batch = self.batch_at(self.position)
             self.position += 1
             l_start, l_end = self.loss(batch)
-            ((l_start + l_end) / self.cfg.grad_accum).backward()
+            self.scaler.scale((l_start + l_end) / self.cfg.grad_accum).backward()
             totals["loss_start"] += float(l_start.detach()) / self.cfg.grad_accum
             totals["loss_end"] += float(l_end.detach()) / self.cfg.grad_accum
             totals["masks"] += batch.masks
@@ -238,8 +238,10 @@ class Trainer:
                 if p.grad is not None:
                     dist.all_reduce(p.grad)
                     p.grad /= self.world
+        self.scaler.unscale_(self.opt)
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip)
-        self.opt.step()
+        self.scaler.step(self.opt)  # skipped (and the scale lowered) when fp16 gradients overflowed
+        self.scaler.update()
         self.sched.step()
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
@@ -285,7 +287,8 @@ class Trainer:
                 {
                     "step": self.step, "position": self.position, "optimizer": self.opt.state_dict(),
                     "scheduler": self.sched.state_dict(), "torch_rng": torch.get_rng_state(),
-                    "python_rng": random.getstate(), "memory": self.memory, "memory_doc": self.memory_doc,
+                    "python_rng": random.getstate(), "scaler": self.scaler.state_dict(),
+                    "memory": self.memory, "memory_doc": self.memory_doc,
                 },
                 tmp / STATE_FILE,
             )
@@ -315,6 +318,8 @@ class Trainer:
         for group, base in zip(self.opt.param_groups, self.sched.base_lrs):  # this run's schedule, not the saved lr
             group["lr"] = base * self.sched.lr_lambdas[0](self.sched.last_epoch)
         self.step, self.position = state["step"], state["position"]
+        if state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
         self.memory = state.get("memory", self.memory)
         self.memory_doc = state.get("memory_doc", self.memory_doc)
         torch.set_rng_state(state["torch_rng"])

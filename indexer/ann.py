@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import faiss
 import numpy as np
@@ -120,18 +122,36 @@ def _ivf(index: faiss.Index):
 
 
 def gpu_count() -> int:
-    """GPUs FAISS can use (0 with faiss-cpu, which has no GPU functions)."""
+    """GPUs FAISS can use (0 with faiss-cpu, which has no GPU resources)."""
     get = getattr(faiss, "get_num_gpus", None)
-    return int(get()) if get is not None and hasattr(faiss, "index_cpu_to_all_gpus") else 0
+    return int(get()) if get is not None and hasattr(faiss, "StandardGpuResources") else 0
+
+
+@dataclass(frozen=True)
+class FaissDevice:
+    """Where FAISS trains and adds: `to_device` clones a CPU index there, `to_cpu` brings it back."""
+
+    name: str
+    to_device: Callable[[faiss.Index], faiss.Index] | None = None  # None: work on the CPU index itself
+    to_cpu: Callable[[faiss.Index], faiss.Index] | None = None
+
+
+def faiss_device() -> FaissDevice:
+    """The FAISS device check: all GPUs when faiss-gpu sees any, else the CPU."""
+    gpus = gpu_count()
+    if gpus:
+        return FaissDevice(f"{gpus} GPU(s)", faiss.index_cpu_to_all_gpus, faiss.index_gpu_to_cpu)
+    return FaissDevice("CPU")
 
 
 def build_faiss_index(vectors: np.ndarray, factory: str, seed: int = 0) -> faiss.Index:
     """Train (on a seeded sample) and fill an inner-product index; on GPU when faiss-gpu sees one."""
     n, d = vectors.shape
     index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
-    gpus = gpu_count()
-    work = faiss.index_cpu_to_all_gpus(index) if gpus and not factory.startswith("HNSW") else index
-    logger.info("faiss %s over %d vectors on %s", factory, n, f"{gpus} GPU(s)" if work is not index else "CPU")
+    device = faiss_device()
+    on_gpu = device.to_device is not None and not factory.startswith("HNSW")  # FAISS has no GPU HNSW
+    work = device.to_device(index) if on_gpu else index
+    logger.info("faiss %s over %d vectors on %s", factory, n, device.name if on_gpu else "CPU")
     if not work.is_trained:
         ivf = _ivf(index)
         want = (ivf.nlist if ivf is not None else 256) * TRAIN_POINTS_PER_LIST
@@ -140,4 +160,4 @@ def build_faiss_index(vectors: np.ndarray, factory: str, seed: int = 0) -> faiss
         work.train(np.asarray(vectors[rows], dtype=np.float32))
     for a in range(0, n, ADD_CHUNK):
         work.add(np.asarray(vectors[a : a + ADD_CHUNK], dtype=np.float32))
-    return faiss.index_gpu_to_cpu(work) if work is not index else index
+    return device.to_cpu(work) if on_gpu else index

@@ -25,6 +25,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 from tqdm import tqdm
 
+from encoder.device import choose_device
 from encoder.model import BlockInput, Encoder, EncoderError, model_fingerprint
 from indexer.ann import check_index_type
 from indexer.blocking import Block, iter_blocks
@@ -209,14 +210,9 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
     t0 = time.perf_counter()
     fmt = detect_format(cfg.corpus)
     rank, world, local_rank = _distributed()
-    device = cfg.device
-    if world > 1 and device == "auto":
-        import torch
-
-        device = f"cuda:{local_rank % max(1, torch.cuda.device_count())}" if torch.cuda.is_available() else "cpu"
     try:
-        encoder = Encoder(cfg.model, device=device, dtype=cfg.dtype)
-    except EncoderError as exc:
+        encoder = Encoder(cfg.model, device=choose_device(cfg.device, local_rank), dtype=cfg.dtype)
+    except (EncoderError, ValueError) as exc:
         raise IndexerError(str(exc)) from exc
     overhead = encoder.pair_overhead + cfg.title_tokens if cfg.title_tokens else encoder.block_overhead
     if cfg.block_tokens + overhead > encoder.max_length:

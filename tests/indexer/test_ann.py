@@ -8,7 +8,9 @@ import faiss
 import numpy as np
 import pytest
 
+import indexer.ann as ann_mod
 from indexer.ann import (
+    FaissDevice,
     build_faiss_index,
     bytes_per_vector,
     check_index_type,
@@ -170,3 +172,30 @@ def test_set_search_params_applies_to_ivf_and_hnsw():
     assert hnsw.hnsw.efSearch == 77
     flat = build_faiss_index(vecs, "Flat")
     set_search_params(flat, nprobe=5)  # no such parameter: ignored
+
+
+def test_faiss_gpu_path_trains_and_adds_on_the_device_copy(monkeypatch, caplog):
+    """Only the FAISS device check is replaced: a 'GPU' whose clones are CPU indexes (faiss-cpu has no GPU)."""
+    calls = []
+
+    def to_device(index):
+        calls.append("to_device")
+        return faiss.clone_index(index)
+
+    def to_cpu(index):
+        calls.append(("to_cpu", index.ntotal, index.is_trained))
+        return faiss.clone_index(index)
+
+    vecs = _clustered(np.random.default_rng(1), 2000)
+    reference = build_faiss_index(vecs, "IVF16,Flat")
+    monkeypatch.setattr(ann_mod, "faiss_device", lambda: FaissDevice("1 GPU(s)", to_device, to_cpu))
+    with caplog.at_level("INFO", logger="indexer.ann"):
+        index = build_faiss_index(vecs, "IVF16,Flat")
+    assert calls == ["to_device", ("to_cpu", 2000, True)]  # trained and filled on the device, then copied back
+    assert "on 1 GPU(s)" in caplog.text and index.ntotal == 2000 and index.is_trained
+    queries = vecs[:20].astype(np.float32)
+    faiss.extract_index_ivf(index).nprobe = faiss.extract_index_ivf(reference).nprobe = 16
+    assert np.array_equal(index.search(queries, 5)[1], reference.search(queries, 5)[1])
+    calls.clear()
+    hnsw = build_faiss_index(vecs, "HNSW8")  # FAISS has no GPU HNSW: stays on the CPU
+    assert calls == [] and hnsw.ntotal == 2000

@@ -378,3 +378,26 @@ def test_int8_vectors_match_float16_build(built, tmp_path, tiny_corpus, model_di
         step = np.abs(v16).max(axis=1, keepdims=True) / 127
         assert (np.abs(v8 - v16) <= step * 0.51 + 1e-3).all()
     index8.close()
+
+
+def test_gpu_path_build(monkeypatch, caplog, built, tmp_path, tiny_corpus, model_dirs):
+    """With the device check reporting a GPU (the CPU stands in), the build encodes in fp16 and says so."""
+    import torch
+
+    import encoder.device as device_mod
+
+    which, _, _, index32 = built
+    monkeypatch.setattr(device_mod, "accelerator", lambda local_rank=0: torch.device("cpu"))
+    out = tmp_path / "gpu"
+    with caplog.at_level("INFO"):
+        build_index(_config(tiny_corpus, out, model_dirs[which], device="auto", dtype="auto"))
+    assert "GPU path" in caplog.text and "float16" in caplog.text
+    index = PhraseIndex(out, verify=True)
+    assert index.manifest.counts == index32.manifest.counts
+    for gpu_shard, ref_shard in zip(index.shards, index32.shards):
+        rows = np.arange(len(ref_shard))
+        a, b = gpu_shard.vectors[rows].astype(np.float32), ref_shard.vectors[rows].astype(np.float32)
+        assert np.array_equal(gpu_shard.token_ids, ref_shard.token_ids)
+        cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+        assert cos.min() > 0.99
+    index.close()

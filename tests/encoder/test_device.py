@@ -1,0 +1,77 @@
+"""The GPU path on a CPU-only machine: only the device check (`encoder.device.accelerator`) is replaced.
+
+The stub reports the CPU as "the GPU", so every decision that follows from a GPU being present
+(device choice per process, fp16 autocast, fp16 loss scaling, the nccl backend, the log line) runs
+for real; only the hardware underneath is the CPU.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+import pytest
+import torch
+
+import encoder.device as device_mod
+from encoder.device import choose_device, choose_dtype, describe, distributed_backend, grad_scaler, is_accelerator
+from encoder.model import BlockInput, Encoder
+from encoder.train import STATE_FILE, Trainer
+from tests.encoder.test_train import city_docs, config
+from tests.conftest import write_jsonl
+
+STAND_IN = torch.device("cpu")
+
+
+@pytest.fixture()
+def gpu_present(monkeypatch):
+    """Make the device check report a GPU (the CPU stands in for it)."""
+    monkeypatch.setattr(device_mod, "accelerator", lambda local_rank=0: STAND_IN)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only answers")
+def test_without_gpu_everything_is_cpu():
+    assert device_mod.accelerator() is None
+    assert choose_device("auto") == torch.device("cpu") and not is_accelerator(torch.device("cpu"))
+    assert distributed_backend() == "gloo"
+    assert "CPU path" in describe(torch.device("cpu"))
+    assert not grad_scaler(torch.device("cpu"), choose_dtype(torch.device("cpu"))).is_enabled()
+
+
+def test_gpu_present_decisions(gpu_present):
+    dev = choose_device("auto", local_rank=1)
+    assert dev == STAND_IN and is_accelerator(dev)
+    assert choose_dtype(dev, "auto") == torch.float16  # GPUs run fp16 autocast
+    assert choose_dtype(dev, "bf16") == torch.bfloat16  # an explicit request still wins
+    assert distributed_backend() == "nccl"
+    assert "GPU path" in describe(dev)
+    assert grad_scaler(dev, torch.float16).is_enabled() and not grad_scaler(dev, torch.bfloat16).is_enabled()
+
+
+def test_encoder_gpu_path_encodes_in_fp16(gpu_present, tiny_bert_dir, caplog):
+    with caplog.at_level(logging.INFO, logger="encoder.model"):
+        gpu = Encoder(tiny_bert_dir)  # device "auto"
+    assert gpu.dtype == torch.float16 and "GPU path" in caplog.text and "float16" in caplog.text
+    cpu = Encoder(tiny_bert_dir, device="cpu", dtype="fp32")
+    block = BlockInput(np.asarray(cpu.tokenizer("the river flows through the old town", add_special_tokens=False)["input_ids"]))
+    a, b = gpu.encode_blocks([block])[0], cpu.encode_blocks([block])[0]
+    assert a.shape == b.shape and np.isfinite(a).all()
+    cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
+    assert cos.min() > 0.99  # fp16 autocast computes the same vectors up to rounding
+    assert not np.array_equal(a, b)  # ...but really ran in reduced precision
+
+
+def test_training_gpu_path_scales_fp16_loss_and_resumes(gpu_present, tiny_bert_dir, tmp_path):
+    corpus = write_jsonl(tmp_path / "c.jsonl", city_docs())
+    cfg = config(corpus, tmp_path / "run", tiny_bert_dir, device="auto", dtype="auto", steps=2, save_every=2)
+    trainer = Trainer(cfg)
+    assert trainer.encoder.dtype == torch.float16 and trainer.scaler.is_enabled()
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    trainer.run()
+    assert trainer.step == 2
+    moved = sum(not torch.equal(a, p) for a, p in zip(before, trainer.model.parameters()))
+    assert moved > 0  # the scaled fp16 steps updated the weights
+    state = torch.load(tmp_path / "run" / "checkpoint-000002" / STATE_FILE, weights_only=False)
+    assert state["scaler"]["scale"] > 0  # the loss scale is part of the checkpoint
+    resumed = Trainer(cfg.model_copy(update={"resume": True, "steps": 3}))
+    assert resumed.step == 2 and resumed.scaler.get_scale() == pytest.approx(state["scaler"]["scale"])
