@@ -20,6 +20,7 @@ INDEX_TYPES = ("auto", "flat", "ivfpq", "ivfsq", "hnsw")
 FLAT_MAX_TOKENS = 65_536  # `auto` keeps small shards exact
 TRAIN_POINTS_PER_LIST = 64  # IVF centroids / PQ codebooks are trained on a sample of this many vectors per list
 ADD_CHUNK = 65_536
+FASTSCAN_MIN_TOKENS = 4096  # below this, 8-bit PQ (fast-scan k-means wants many points per code)
 
 
 def check_index_type(value: str, dim: int) -> str:
@@ -51,9 +52,10 @@ def parse_bytes(text: str) -> int:
 
 
 def nlist_for(n: int) -> int:
-    """IVF lists for n vectors: ~8*sqrt(n) (inside the usual 4..16*sqrt(n)), a power of two, >= 39 points each."""
-    target = 8 * math.sqrt(max(1, n))
-    nlist = 2 ** max(0, round(math.log2(target)))
+    """IVF lists for n vectors: the power of two nearest above 4*sqrt(n) (the low end of the usual
+    4..16*sqrt(n): each added vector is compared with every list centroid), >= 39 points each."""
+    target = 4 * math.sqrt(max(1, n))
+    nlist = 2 ** max(0, math.ceil(math.log2(target)))
     return int(max(1, min(nlist, n // 39)))
 
 
@@ -61,6 +63,12 @@ def pq_bytes_for(dim: int) -> int:
     """PQ sub-quantizers (one byte each): the divisor of dim closest to dim / 12 (32 for d = 384)."""
     divisors = [m for m in range(1, dim + 1) if dim % m == 0]
     return min(divisors, key=lambda m: (abs(m - dim / 12), -m))
+
+
+def fastscan_m(dim: int) -> int | None:
+    """Sub-quantizers of 4-bit fast-scan PQ with the code size of `pq_bytes_for` (64 for d = 384), or None."""
+    m = 2 * pq_bytes_for(dim)
+    return m if dim % m == 0 else None
 
 
 def bytes_per_vector(index_type: str, dim: int) -> float:
@@ -92,6 +100,9 @@ def resolve_factory(index_type: str, n: int, dim: int, memory_budget: int | None
     nlist = nlist_for(n)
     if kind == "ivfsq":
         return f"IVF{nlist},SQ8"
+    fast = fastscan_m(dim)
+    if fast is not None and n >= FASTSCAN_MIN_TOKENS:  # same code bytes as PQ{m}x8; trains, adds, searches faster
+        return f"IVF{nlist},PQ{fast}x4fs"
     nbits = min(8, max(1, int(math.log2(max(2, n)))))  # k-means needs >= 2**nbits training points
     return f"IVF{nlist},PQ{pq_bytes_for(dim)}x{nbits}"
 
@@ -144,20 +155,51 @@ def faiss_device() -> FaissDevice:
     return FaissDevice("CPU")
 
 
-def build_faiss_index(vectors: np.ndarray, factory: str, seed: int = 0) -> faiss.Index:
-    """Train (on a seeded sample) and fill an inner-product index; on GPU when faiss-gpu sees one."""
+def gpu_capable(factory: str) -> bool:
+    """FAISS has no GPU HNSW and no GPU fast-scan PQ: those train (k-means aside) and add on the CPU."""
+    return not factory.startswith("HNSW") and "fs" not in factory.split(",")[-1]
+
+
+def train_faiss_index(vectors: np.ndarray, factory: str, seed: int = 0) -> faiss.Index:
+    """An empty CPU index of `factory` trained on a seeded sample of `vectors` (IVF centroids, PQ codebooks)."""
     n, d = vectors.shape
     index = faiss.index_factory(d, factory, faiss.METRIC_INNER_PRODUCT)
+    if index.is_trained:
+        return index
+    ivf = _ivf(index)
+    want = (ivf.nlist if ivf is not None else 256) * TRAIN_POINTS_PER_LIST
+    want = max(want, 256 * 64) if "PQ" in factory else want  # PQ codebooks: many points per centroid
+    rows = np.sort(np.random.default_rng(seed).choice(n, size=min(n, want), replace=False))
+    sample = np.asarray(vectors[rows], dtype=np.float32)
     device = faiss_device()
-    on_gpu = device.to_device is not None and not factory.startswith("HNSW")  # FAISS has no GPU HNSW
+    if device.to_device is not None and gpu_capable(factory):
+        logger.info("faiss %s: training on %d vectors on %s", factory, len(rows), device.name)
+        work = device.to_device(index)
+        work.train(sample)
+        return device.to_cpu(work)
+    if device.to_device is not None and ivf is not None:  # the k-means of the IVF lists still runs on the GPU
+        ivf.clustering_index = device.to_device(faiss.IndexFlatIP(d))
+        logger.info("faiss %s: training on %d vectors, k-means on %s, the rest on CPU", factory, len(rows), device.name)
+    else:
+        logger.info("faiss %s: training on %d vectors on CPU", factory, len(rows))
+    index.train(sample)
+    if ivf is not None:
+        ivf.clustering_index = None
+    return index
+
+
+def build_faiss_index(
+    vectors: np.ndarray, factory: str, seed: int = 0, trained: faiss.Index | None = None
+) -> faiss.Index:
+    """Fill an inner-product index with `vectors`: a copy of `trained` (an empty trained index of the same
+    factory, e.g. shared by the shards of a build) or one trained here on a seeded sample; on GPU when
+    faiss-gpu sees one."""
+    n, d = vectors.shape
+    index = faiss.clone_index(trained) if trained is not None else train_faiss_index(vectors, factory, seed)
+    device = faiss_device()
+    on_gpu = device.to_device is not None and gpu_capable(factory)
     work = device.to_device(index) if on_gpu else index
-    logger.info("faiss %s over %d vectors on %s", factory, n, device.name if on_gpu else "CPU")
-    if not work.is_trained:
-        ivf = _ivf(index)
-        want = (ivf.nlist if ivf is not None else 256) * TRAIN_POINTS_PER_LIST
-        want = max(want, 256 * 64) if "PQ" in factory else want  # PQ codebooks: many points per centroid
-        rows = np.sort(np.random.default_rng(seed).choice(n, size=min(n, want), replace=False))
-        work.train(np.asarray(vectors[rows], dtype=np.float32))
+    logger.info("faiss %s: adding %d vectors on %s", factory, n, device.name if on_gpu else "CPU")
     for a in range(0, n, ADD_CHUNK):
         work.add(np.asarray(vectors[a : a + ADD_CHUNK], dtype=np.float32))
     return device.to_cpu(work) if on_gpu else index

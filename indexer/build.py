@@ -27,13 +27,14 @@ from tqdm import tqdm
 
 from encoder.device import choose_device
 from encoder.model import BlockInput, Encoder, EncoderError, model_fingerprint
-from indexer.ann import check_index_type
+from indexer.ann import check_index_type, resolve_factory
 from indexer.blocking import Block, iter_blocks
 from indexer.errors import IndexerError
 from indexer.bm25 import build_bm25
 from indexer.files import file_record, write_json_atomic
 from indexer.manifest import MANIFEST_NAME, Counts, FileInfo, Manifest, ModelInfo, ShardInfo
 from indexer.readers import count_documents, detect_format, read_corpus
+from indexer.templates import TEMPLATE_DIR, Templates, needs_training
 from indexer.store import Shard, ShardContent, read_shard_info, write_shard
 
 logger = logging.getLogger(__name__)
@@ -107,7 +108,7 @@ def _prepare_out(out: Path, identity: dict, overwrite: bool) -> None:
     state_path = out / BUILD_STATE
     ours = [
         p for p in out.iterdir()
-        if p.name.removesuffix(".tmp") in (MANIFEST_NAME, BUILD_STATE) or p.name.startswith(("shard_", "bm25.sqlite"))
+        if p.name.removesuffix(".tmp") in (MANIFEST_NAME, BUILD_STATE) or p.name.startswith(("shard_", "bm25.sqlite", TEMPLATE_DIR))
     ]
     others = [p for p in out.iterdir() if p not in ours]
     if {p.name.removesuffix(".tmp") for p in ours} <= {BUILD_STATE}:  # nothing written yet: start afresh
@@ -239,6 +240,8 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
     pending: list[Block] = []
     pending_tokens = 0
     totals = {"tokens": 0, "blocks": 0, "encoded": 0}
+    factories: list[str] = []  # the FAISS factory of every shard so far (all processes compute all of them)
+    templates = Templates(cfg.out)
 
     def flush() -> None:
         nonlocal pending, pending_tokens
@@ -249,6 +252,10 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
             bar.refresh()
         info = read_shard_info(cfg.out, number)
         base_t, base_b = totals["tokens"], totals["blocks"]
+        budget = None
+        if cfg.memory_budget is not None:  # this shard's share of the budget, by its share of the tokens
+            budget = int(cfg.memory_budget * pending_tokens / max(pending_tokens, bar.total or 0, totals["tokens"] + pending_tokens))
+        factories.append(resolve_factory(cfg.index_type, pending_tokens, encoder.dim, budget))
         if number % world != rank:  # another process's shard
             shards.append((pending_tokens, len(pending), base_t, base_b))
             totals["tokens"] += pending_tokens
@@ -260,13 +267,23 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
             logger.info("%s already built, skipping its %d tokens", info.name, info.tokens)
             bar.update(info.tokens)
         else:
+            t_enc = time.perf_counter()
             vectors = _encode_shard(encoder, pending, cfg.batch_tokens, bar)
-            budget = None
-            if cfg.memory_budget is not None:  # this shard's share of the budget, by its share of the tokens
-                budget = int(cfg.memory_budget * pending_tokens / max(pending_tokens, bar.total or 0, totals["tokens"] + pending_tokens))
+            t_ann = time.perf_counter()
+            factory = factories[number]
+            trained = None
+            if needs_training(factory, encoder.dim):
+                first = factories.index(factory)  # the shard whose vectors train this factory's template
+                if first == number:
+                    trained = templates.train(vectors, factory, seed=number)
+                else:  # wait unless the first shard is already on disk without a template (then train here)
+                    trained = templates.load(factory, wait=read_shard_info(cfg.out, first) is None)
+                    trained = trained if trained is not None else templates.train(vectors, factory, seed=number)
             info = write_shard(
-                cfg.out, number, _content(pending, vectors), cfg.index_type, base_t, base_b, cfg.vector_dtype, budget
+                cfg.out, number, _content(pending, vectors), factory, base_t, base_b, cfg.vector_dtype, trained=trained
             )
+            logger.info("shard %d: %d tokens, encode %.1f s, index and write %.1f s", number, info.tokens,
+                        t_ann - t_enc, time.perf_counter() - t_ann)
             totals["encoded"] += info.tokens
         shards.append(info)
         totals["tokens"] += info.tokens

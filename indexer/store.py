@@ -55,11 +55,12 @@ class ShardContent:
 
 def write_shard(
     root: Path, number: int, content: ShardContent, index_type: str, token_base: int, block_base: int,
-    vector_dtype: str = "float16", memory_budget: int | None = None,
+    vector_dtype: str = "float16", memory_budget: int | None = None, trained: faiss.Index | None = None,
 ) -> ShardInfo:
     """Write a shard under a temporary name, then rename it into place.
 
-    `index_type` is an `indexer.ann` type or a FAISS factory string; `memory_budget` is per shard."""
+    `index_type` is an `indexer.ann` type or a FAISS factory string; `memory_budget` is per shard;
+    `trained` is an empty trained index of the resolved factory to copy instead of training one."""
     name = shard_name(number)
     final = root / name
     tmp = root / (name + ".tmp")
@@ -89,7 +90,7 @@ def write_shard(
         writer.write_table(table)
     n, dim = content.vectors.shape
     factory = resolve_factory(index_type, n, dim, memory_budget)
-    faiss.write_index(build_faiss_index(content.vectors, factory, seed=number), str(tmp / "index.faiss"))
+    faiss.write_index(build_faiss_index(content.vectors, factory, seed=number, trained=trained), str(tmp / "index.faiss"))
     info = ShardInfo(
         name=name,
         documents=len(content.doc_ids),

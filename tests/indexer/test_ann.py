@@ -12,6 +12,7 @@ import indexer.ann as ann_mod
 from indexer.ann import (
     FaissDevice,
     build_faiss_index,
+    fastscan_m,
     bytes_per_vector,
     check_index_type,
     gpu_count,
@@ -20,6 +21,7 @@ from indexer.ann import (
     pq_bytes_for,
     resolve_factory,
     set_search_params,
+    train_faiss_index,
 )
 from indexer.manifest import Counts, Manifest, ModelInfo
 from indexer.store import ShardContent, write_shard
@@ -43,15 +45,25 @@ def test_pq_bytes_divide_dim():
         assert d % pq_bytes_for(d) == 0
 
 
+def test_fastscan_has_the_same_code_bytes():
+    assert fastscan_m(384) == 64  # 64 x 4 bits = 32 bytes = PQ32x8
+    for d in (32, 64, 100, 256, 768, 1024):
+        m = fastscan_m(d)
+        assert m is None or (d % m == 0 and m * 4 == pq_bytes_for(d) * 8)
+    assert fastscan_m(7) is None  # odd sub-quantizer counts cannot be fast-scanned: 8-bit PQ instead
+    assert resolve_factory("ivfpq", 10**5, 7).endswith(",PQ1x8")
+
+
 @pytest.mark.parametrize(
     ("kind", "n", "expect"),
     [
         ("flat", 10**6, "Flat"),
         ("hnsw", 10**6, "HNSW32,Flat"),
-        ("ivfsq", 10**6, "IVF8192,SQ8"),
-        ("ivfpq", 10**6, "IVF8192,PQ32x8"),
+        ("ivfsq", 10**6, "IVF4096,SQ8"),
+        ("ivfpq", 10**6, "IVF4096,PQ64x4fs"),
+        ("ivfpq", 2000, "IVF51,PQ32x8"),  # small: 8-bit PQ, >= 39 points per list
         ("auto", 1000, "Flat"),
-        ("auto", 10**6, "IVF8192,PQ32x8"),
+        ("auto", 10**6, "IVF4096,PQ64x4fs"),
         ("IVF64,Flat", 10**6, "IVF64,Flat"),
     ],
 )
@@ -174,24 +186,29 @@ def test_set_search_params_applies_to_ivf_and_hnsw():
     set_search_params(flat, nprobe=5)  # no such parameter: ignored
 
 
-def test_faiss_gpu_path_trains_and_adds_on_the_device_copy(monkeypatch, caplog):
-    """Only the FAISS device check is replaced: a 'GPU' whose clones are CPU indexes (faiss-cpu has no GPU)."""
-    calls = []
+def _stand_in_gpu(monkeypatch, calls: list) -> None:
+    """Replace only the FAISS device check: a 'GPU' whose copies are CPU indexes (faiss-cpu has no GPU)."""
 
     def to_device(index):
-        calls.append("to_device")
+        calls.append(("to_device", type(index).__name__))
         return faiss.clone_index(index)
 
     def to_cpu(index):
         calls.append(("to_cpu", index.ntotal, index.is_trained))
         return faiss.clone_index(index)
 
+    monkeypatch.setattr(ann_mod, "faiss_device", lambda: FaissDevice("1 GPU(s)", to_device, to_cpu))
+
+
+def test_faiss_gpu_path_trains_and_adds_on_the_device_copy(monkeypatch, caplog):
     vecs = _clustered(np.random.default_rng(1), 2000)
     reference = build_faiss_index(vecs, "IVF16,Flat")
-    monkeypatch.setattr(ann_mod, "faiss_device", lambda: FaissDevice("1 GPU(s)", to_device, to_cpu))
+    calls = []
+    _stand_in_gpu(monkeypatch, calls)
     with caplog.at_level("INFO", logger="indexer.ann"):
         index = build_faiss_index(vecs, "IVF16,Flat")
-    assert calls == ["to_device", ("to_cpu", 2000, True)]  # trained and filled on the device, then copied back
+    # trained on the device and copied back (empty), then filled on the device and copied back
+    assert calls == [("to_device", "IndexIVFFlat"), ("to_cpu", 0, True), ("to_device", "IndexIVFFlat"), ("to_cpu", 2000, True)]
     assert "on 1 GPU(s)" in caplog.text and index.ntotal == 2000 and index.is_trained
     queries = vecs[:20].astype(np.float32)
     faiss.extract_index_ivf(index).nprobe = faiss.extract_index_ivf(reference).nprobe = 16
@@ -199,3 +216,24 @@ def test_faiss_gpu_path_trains_and_adds_on_the_device_copy(monkeypatch, caplog):
     calls.clear()
     hnsw = build_faiss_index(vecs, "HNSW8")  # FAISS has no GPU HNSW: stays on the CPU
     assert calls == [] and hnsw.ntotal == 2000
+
+
+def test_faiss_gpu_path_fastscan_runs_kmeans_on_the_device(monkeypatch, caplog):
+    vecs = _clustered(np.random.default_rng(2), 5000)
+    calls = []
+    _stand_in_gpu(monkeypatch, calls)
+    with caplog.at_level("INFO", logger="indexer.ann"):
+        index = build_faiss_index(vecs, "IVF16,PQ16x4fs")
+    assert calls == [("to_device", "IndexFlatIP")]  # only the IVF k-means; fast-scan adds on the CPU
+    assert "k-means on 1 GPU(s)" in caplog.text and index.ntotal == 5000
+    assert faiss.extract_index_ivf(index).clustering_index is None  # no device object kept in the index
+
+
+def test_shared_trained_index_equals_training_per_build():
+    vecs = _clustered(np.random.default_rng(3), 6000)
+    trained = train_faiss_index(vecs, "IVF16,PQ16x4fs", seed=0)
+    assert trained.is_trained and trained.ntotal == 0
+    a = build_faiss_index(vecs, "IVF16,PQ16x4fs", seed=0)
+    b = build_faiss_index(vecs, "IVF16,PQ16x4fs", trained=trained)
+    assert trained.ntotal == 0  # the template is copied, never filled
+    assert faiss.serialize_index(a).tobytes() == faiss.serialize_index(b).tobytes()

@@ -401,3 +401,30 @@ def test_gpu_path_build(monkeypatch, caplog, built, tmp_path, tiny_corpus, model
         cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
         assert cos.min() > 0.99
     index.close()
+
+
+def _centroids(index_dir: Path, number: int) -> np.ndarray:
+    import faiss
+
+    index = faiss.read_index(str(index_dir / f"shard_{number:05d}" / "index.faiss"))
+    ivf = faiss.extract_index_ivf(index)  # a view into `index`, which must stay alive
+    return faiss.downcast_index(ivf.quantizer).reconstruct_n(0, ivf.nlist).copy()
+
+
+def test_shards_share_one_trained_template(tmp_path, tiny_corpus, tiny_bert_dir):
+    """IVF centroids are trained once, on the first shard, and copied by the later shards of the same factory."""
+    out = tmp_path / "ivf"
+    build_index(_config(tiny_corpus, out, tiny_bert_dir, index_type="IVF2,Flat"))
+    index = PhraseIndex(out, verify=True)
+    full = [s.info.name for s in index.shards if s.info.factory == "IVF2,Flat"]
+    assert len(full) >= 3
+    assert sorted(p.name for p in (out / "trained").iterdir()) == ["IVF2_Flat.faiss"]
+    for number in range(1, len(full)):
+        assert np.array_equal(_centroids(out, number), _centroids(out, 0))
+    index.close()
+    # the first shard on disk but its template gone: a resumed build trains the missing shard itself, no hang
+    shutil.rmtree(out / "trained")
+    shutil.rmtree(out / "shard_00001")
+    (out / MANIFEST_NAME).unlink()
+    build_index(_config(tiny_corpus, out, tiny_bert_dir, index_type="IVF2,Flat"))
+    assert PhraseIndex(out, verify=True).manifest.counts.shards == len(full)
