@@ -35,7 +35,8 @@ def build_bm25(root: Path, shards: list[Shard]) -> Path:
     tmp = root / (BM25_NAME + ".tmp")
     tmp.unlink(missing_ok=True)
     con = sqlite3.connect(tmp)
-    con.execute("CREATE VIRTUAL TABLE blocks USING fts5(body, tokenize='unicode61 remove_diacritics 2')")
+    # contentless: the text already lives in docs.arrow; BM25 needs only the inverted index and lengths
+    con.execute("CREATE VIRTUAL TABLE blocks USING fts5(body, content='', tokenize='unicode61 remove_diacritics 2')")
     for shard in shards:
         titles = shard.docs.column("title")
         rows = (

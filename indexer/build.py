@@ -314,7 +314,9 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
         if stale.name not in {s.name for s in shards}:
             shutil.rmtree(stale)
     opened = [Shard(cfg.out, info, encoder.dim) for info in shards]
+    t_bm25 = time.perf_counter()
     bm25 = build_bm25(cfg.out, opened)
+    logger.info("bm25 over %d blocks in %.1f s", totals["blocks"], time.perf_counter() - t_bm25)
     manifest = Manifest(
         created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         model=ModelInfo(

@@ -3,7 +3,7 @@
 A shard directory holds
   vectors.npy    float16 [n, d]  token vectors for exact re-scoring (or int8 codes, see indexer.vectors)
   scales.npy     float16 [n]     per-token scale of int8 vectors (int8 only)
-  token_ids.npy  int32 [n]
+  token_ids.npy  uint16 [n]      vocabulary ids (int32 when an id does not fit 16 bits)
   offsets.npy    int32 [n, 2]    char offsets into the token's document text
   flags.npy      uint8 [n]       WORD_START / WORD_END bits
   blocks.npy     int64 [b, 3]    (document row in docs.arrow, first token, end token) per block
@@ -75,7 +75,8 @@ def write_shard(
         files.append("scales.npy")
     else:
         write_npy_atomic(tmp / "vectors.npy", content.vectors.astype(np.float16, copy=False))
-    write_npy_atomic(tmp / "token_ids.npy", content.token_ids.astype(np.int32, copy=False))
+    ids_dtype = np.uint16 if content.token_ids.size == 0 or int(content.token_ids.max()) < 2**16 else np.int32
+    write_npy_atomic(tmp / "token_ids.npy", content.token_ids.astype(ids_dtype, copy=False))
     write_npy_atomic(tmp / "offsets.npy", content.offsets.astype(np.int32, copy=False))
     write_npy_atomic(tmp / "flags.npy", content.flags.astype(np.uint8, copy=False))
     write_npy_atomic(tmp / "blocks.npy", content.blocks.astype(np.int64, copy=False))

@@ -1,0 +1,97 @@
+"""Build throughput against the bare encoder forward on the same batches, in one run.
+
+    python bench/bench_build.py --corpus data-local/debian/corpus_10m.jsonl --out data-local/bench/idx_10m \
+        [--model DIR] [--forward-tokens 1000000] [--json data-local/bench/build.json]
+
+1. `indexer build` with DEFAULT settings (only corpus, out, model given), timed end to end: reading,
+   tokenizing, encoding, int8 vectors, FAISS training/adding, BM25, manifest.
+2. The bare encoder forward: the build's own batching loop (`_encode_shard`, same block size, batch
+   token budget, device and precision) over the first --forward-tokens tokens' blocks, nothing else.
+Prints both rates, their ratio (target >= 0.9) and where the build's time went.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import re
+import time
+from pathlib import Path
+
+from tqdm import tqdm
+
+
+class _Collect(logging.Handler):
+    """Sums the per-stage seconds the build logs."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.encode = self.index = self.bm25 = 0.0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        if m := re.search(r"encode ([\d.]+) s, index and write ([\d.]+) s", msg):
+            self.encode += float(m[1])
+            self.index += float(m[2])
+        elif m := re.search(r"bm25 over \d+ blocks in ([\d.]+) s", msg):
+            self.bm25 += float(m[1])
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--corpus", type=Path, required=True)
+    p.add_argument("--out", type=Path, required=True, help="index directory (replaced)")
+    p.add_argument("--model", type=Path, default=None, help="encoder directory (default: the bundled default)")
+    p.add_argument("--forward-tokens", type=int, default=1_000_000, help="tokens for the bare-forward rate")
+    p.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    args = p.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    from encoder.model import Encoder
+    from indexer.blocking import iter_blocks
+    from indexer.build import BuildConfig, _encode_shard, build_index
+    from indexer.readers import read_corpus
+
+    collect = _Collect()
+    logging.getLogger("indexer.build").addHandler(collect)
+    cfg = BuildConfig(corpus=args.corpus, out=args.out, model=args.model, overwrite=True)
+    t0 = time.perf_counter()
+    summary = build_index(cfg)
+    build_s = time.perf_counter() - t0
+
+    encoder = Encoder(cfg.model, device=cfg.device, dtype=cfg.dtype)
+    blocks, n = [], 0
+    for block in iter_blocks(read_corpus(cfg.corpus), encoder.tokenizer, cfg.block_tokens, cfg.title_tokens):
+        blocks.append(block)
+        n += len(block)
+        if n >= args.forward_tokens:
+            break
+    t1 = time.perf_counter()
+    _encode_shard(encoder, blocks, cfg.batch_tokens, tqdm(disable=True))
+    forward_s = time.perf_counter() - t1
+
+    build_rate, forward_rate = summary.tokens / build_s, n / forward_s
+    other = build_s - collect.encode - collect.index - collect.bm25
+    figures = {
+        "tokens": summary.tokens, "documents": summary.documents, "blocks": summary.blocks, "shards": summary.shards,
+        "device": str(encoder.device), "dtype": str(encoder.dtype).replace("torch.", ""),
+        "build_seconds": round(build_s, 1), "build_tokens_per_s": round(build_rate),
+        "forward_tokens": n, "forward_seconds": round(forward_s, 1), "forward_tokens_per_s": round(forward_rate),
+        "ratio": round(build_rate / forward_rate, 3),
+        "seconds_encode": round(collect.encode, 1), "seconds_index_and_write": round(collect.index, 1),
+        "seconds_bm25": round(collect.bm25, 1), "seconds_other": round(other, 1),
+    }
+    print(f"build   {summary.tokens:,} tokens in {build_s:.1f} s = {build_rate:,.0f} tokens/s "
+          f"({summary.shards} shards, {encoder.device} {figures['dtype']})")
+    print(f"forward {n:,} tokens in {forward_s:.1f} s = {forward_rate:,.0f} tokens/s (same batching, nothing else)")
+    print(f"ratio   {figures['ratio']:.3f} (target >= 0.9)")
+    print(f"build time: encode {collect.encode:.1f} s, FAISS + shard files {collect.index:.1f} s, "
+          f"BM25 {collect.bm25:.1f} s, reading/tokenizing/other {other:.1f} s")
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

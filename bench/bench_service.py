@@ -1,0 +1,144 @@
+"""Service figures over one index, measured on the real server process (`python -m service`):
+
+    python bench/bench_service.py --index data-local/bench/idx_10m --corpus data-local/debian/corpus_10m.jsonl \
+        [--baseline-index DIR] [--probes 500] [--starts 3] [--json OUT]
+
+- time to ready: from spawning the process to the first 200 of /readyz (which runs a real fill),
+  --starts times (the first start may read the files from disk; later ones find them in the page cache);
+- resident RAM: VmRSS (anonymous + file-backed pages) of the server after ready and after the
+  latency run; per token = (RSS - RSS of the same server over a tiny baseline index) / tokens;
+- /fill latency for one client: --probes sequential POST /fill with the API defaults (dense, k=1024),
+  after 10 warm-up requests; client-side wall time; p50 / p99.
+Targets (issue 4): ready <= 5 s at 10M tokens, <= 100 B of RAM per token, p50 <= 20 ms, p99 <= 60 ms.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from probes import make_probes  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _rss(pid: int) -> dict[str, int]:
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "RssFile"):
+            fields[key] = int(value.split()[0]) * 1024
+    return fields
+
+
+class Server:
+    def __init__(self, index: Path, port: int) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "FILL_LOG_LEVEL": "warning"}
+        self.t0 = time.perf_counter()
+        self.proc = subprocess.Popen([sys.executable, "-m", "service", "--index", str(index), "--port", str(port)],
+                                     cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+    def wait_ready(self, timeout: float = 600) -> float:
+        with httpx.Client(timeout=60) as client:
+            while time.perf_counter() - self.t0 < timeout:
+                if self.proc.poll() is not None:
+                    raise SystemExit(f"server exited with {self.proc.returncode}")
+                try:
+                    if client.get(self.url + "/readyz").status_code == 200:
+                        return time.perf_counter() - self.t0
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.05)
+        raise SystemExit("server not ready in time")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(30)
+
+
+def _baseline(path: Path | None) -> Path:
+    if path is not None:
+        return path
+    out = ROOT / "data-local" / "bench" / "idx_baseline"
+    if not (out / "manifest.json").is_file():
+        subprocess.run([sys.executable, "-m", "indexer", "build", "--corpus", str(ROOT / "data/sample/encyclopedia.jsonl"),
+                        "--out", str(out), "--overwrite"], cwd=ROOT, check=True, capture_output=True)
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--index", type=Path, required=True)
+    p.add_argument("--corpus", type=Path, required=True, help="corpus the probe queries are drawn from")
+    p.add_argument("--baseline-index", type=Path, default=None, help="tiny index for the RSS baseline")
+    p.add_argument("--probes", type=int, default=500)
+    p.add_argument("--starts", type=int, default=3)
+    p.add_argument("--port", type=int, default=8765)
+    p.add_argument("--json", type=Path, default=None)
+    args = p.parse_args()
+    tokens = json.loads((args.index / "manifest.json").read_text())["counts"]["tokens"]
+    base_index = _baseline(args.baseline_index)
+    base_tokens = json.loads((base_index / "manifest.json").read_text())["counts"]["tokens"]
+
+    base = Server(base_index, args.port)
+    base.wait_ready()
+    rss_base = _rss(base.proc.pid)
+    base.stop()
+
+    ready = []
+    for _ in range(args.starts - 1):
+        s = Server(args.index, args.port)
+        ready.append(s.wait_ready())
+        s.stop()
+    server = Server(args.index, args.port)
+    ready.append(server.wait_ready())
+    rss_ready = _rss(server.proc.pid)
+    probes = make_probes(args.corpus, args.probes + 10)
+    lat = []
+    with httpx.Client(timeout=120) as client:
+        for i, text in enumerate(probes):
+            t = time.perf_counter()
+            r = client.post(server.url + "/fill", json={"text": text})
+            if r.status_code != 200:
+                raise SystemExit(f"/fill answered {r.status_code}: {r.text[:200]}")
+            if i >= 10:
+                lat.append((time.perf_counter() - t) * 1000)
+    rss_after = _rss(server.proc.pid)
+    server.stop()
+
+    lat.sort()
+    q = statistics.quantiles(lat, n=100)
+    per_token = {k: (rss_after[k] - rss_base[k]) / (tokens - base_tokens) for k in rss_after}
+    figures = {
+        "tokens": tokens, "ready_seconds": [round(x, 2) for x in ready],
+        "rss_baseline": rss_base, "rss_ready": rss_ready, "rss_after_probes": rss_after,
+        "rss_bytes_per_token_after_probes": {k: round(v, 1) for k, v in per_token.items()},
+        "fill_ms_p50": round(q[49], 1), "fill_ms_p99": round(q[98], 1), "fill_ms_mean": round(statistics.mean(lat), 1),
+        "probes": len(lat),
+    }
+    mib = lambda b: f"{b / 2**20:,.0f} MiB"  # noqa: E731
+    print(f"index {args.index}: {tokens:,} tokens")
+    print(f"time to ready: {', '.join(f'{x:.2f} s' for x in ready)} (target <= 5 s)")
+    print(f"RSS baseline ({base_tokens:,} tokens): {mib(rss_base['VmRSS'])}; ready: {mib(rss_ready['VmRSS'])} "
+          f"(anon {mib(rss_ready['RssAnon'])}, file {mib(rss_ready['RssFile'])}); after {len(lat)} fills: "
+          f"{mib(rss_after['VmRSS'])} (anon {mib(rss_after['RssAnon'])}, file {mib(rss_after['RssFile'])})")
+    print(f"RSS per token after the fills: {per_token['VmRSS']:.1f} B (anon {per_token['RssAnon']:.1f} B, "
+          f"file-backed {per_token['RssFile']:.1f} B) (target <= 100 B)")
+    print(f"/fill one client, {len(lat)} probes: p50 {q[49]:.1f} ms, p99 {q[98]:.1f} ms, mean {statistics.mean(lat):.1f} ms "
+          f"(targets 20 / 60 ms)")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()
