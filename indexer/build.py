@@ -54,7 +54,9 @@ class BuildConfig(BaseModel):
     index_type: str = Field("auto", description="auto, flat, ivfpq, ivfsq, hnsw or a FAISS factory string")
     memory_budget: int | None = Field(None, ge=1, description="bytes of RAM for the ANN indexes (auto type)")
     vector_dtype: Literal["float16", "int8"] = "int8"
-    batch_tokens: int = Field(16384, ge=64, description="padded tokens per encoder batch")
+    batch_tokens: int | None = Field(
+        None, ge=64, description="padded tokens per encoder batch; None: 2048 on CPU (cache-sized), 16384 on GPU"
+    )
     device: str = "auto"
     dtype: str = "auto"
     overwrite: bool = False
@@ -129,6 +131,15 @@ def _prepare_out(out: Path, identity: dict, overwrite: bool) -> None:
     if others and not ours and not overwrite:
         raise IndexerError(f"output directory {out} is not empty and holds no index; choose an empty --out")
     write_json_atomic(state_path, identity)
+
+
+CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 2048, 16384
+
+
+def default_batch_tokens(device) -> int:
+    """Measured on 2 CPU cores (MiniLM, Debian text): 2048-token batches encode ~30% faster than 16384-token
+    ones (activations stay in cache); GPUs want large batches."""
+    return CPU_BATCH_TOKENS if device.type == "cpu" else GPU_BATCH_TOKENS
 
 
 def _encode_shard(encoder: Encoder, blocks: list[Block], batch_tokens: int, bar: tqdm) -> np.ndarray:
@@ -227,6 +238,7 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
         raise IndexerError(str(exc)) from None
     cfg = cfg.model_copy(update={"index_type": index_type})
     fingerprint = model_fingerprint(encoder.model_dir)
+    batch_tokens = cfg.batch_tokens or default_batch_tokens(encoder.device)
     if rank == 0:
         _prepare_out(cfg.out, _identity(cfg, encoder, fingerprint), cfg.overwrite)
     _barrier(world)
@@ -268,7 +280,7 @@ def build_index(cfg: BuildConfig) -> BuildSummary:
             bar.update(info.tokens)
         else:
             t_enc = time.perf_counter()
-            vectors = _encode_shard(encoder, pending, cfg.batch_tokens, bar)
+            vectors = _encode_shard(encoder, pending, batch_tokens, bar)
             t_ann = time.perf_counter()
             factory = factories[number]
             trained = None

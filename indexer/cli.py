@@ -31,7 +31,10 @@ def build(
     index_type: Annotated[str, typer.Option(help="ANN index per shard: auto, flat, ivfpq, ivfsq, hnsw, or a FAISS factory string (inner product)", envvar="INDEXER_INDEX_TYPE")] = "auto",
     memory_budget: Annotated[Optional[str], typer.Option(help="RAM for the ANN indexes with --index-type auto, e.g. 2G or 500M", envvar="INDEXER_MEMORY_BUDGET")] = None,
     vector_dtype: Annotated[str, typer.Option(help="re-scoring vectors: int8 (default, 386 B/token at d=384) or float16", envvar="INDEXER_VECTOR_DTYPE")] = "int8",
-    batch_tokens: Annotated[int, typer.Option(help="padded tokens per encoder batch", envvar="INDEXER_BATCH_TOKENS")] = 16384,
+    batch_tokens: Annotated[
+        Optional[int], typer.Option(help="padded tokens per encoder batch [default: 2048 on CPU, 16384 on GPU]",
+                                    envvar="INDEXER_BATCH_TOKENS")
+    ] = None,
     device: Annotated[str, typer.Option(help="auto, cpu, cuda or cuda:N", envvar="INDEXER_DEVICE")] = "auto",
     dtype: Annotated[str, typer.Option(help="auto, fp32, bf16 or fp16", envvar="INDEXER_DTYPE")] = "auto",
     overwrite: Annotated[bool, typer.Option(help="replace an existing different index in --out")] = False,

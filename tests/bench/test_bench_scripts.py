@@ -1,0 +1,72 @@
+"""The benchmark scripts run end to end on tiny inputs (CI proves they run; the figures come from bench/)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import write_jsonl
+
+ROOT = Path(__file__).resolve().parents[2]
+SAMPLE = ROOT / "data" / "sample" / "encyclopedia.jsonl"
+
+
+def _run(script: str, *args: str) -> str:
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / script), *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    work = tmp_path_factory.mktemp("bench")
+    out = _run("bench_build.py", "--corpus", str(SAMPLE), "--out", str(work / "idx"), "--forward-tokens", "3000",
+               "--json", str(work / "build.json"))
+    assert "ratio" in out
+    return work
+
+
+def test_bench_build_figures(built):
+    fig = json.loads((built / "build.json").read_text())
+    manifest = json.loads((built / "idx" / "manifest.json").read_text())
+    assert fig["tokens"] == manifest["counts"]["tokens"] > 0
+    assert 0 < fig["seconds_encode"] < fig["build_seconds"]
+    assert fig["ratio"] == pytest.approx(fig["seconds_encode"] / fig["build_seconds"], abs=0.002)
+    assert fig["standalone_forward_tokens"] >= 3000
+
+
+def test_bench_disk_counts_every_file(built):
+    _run("bench_disk.py", "--index", str(built / "idx"), "--json", str(built / "disk.json"))
+    fig = json.loads((built / "disk.json").read_text())
+    files = sum(p.stat().st_size for p in (built / "idx").rglob("*") if p.is_file())
+    assert fig["bytes"] == files and fig["bytes_per_token"] == pytest.approx(files / fig["tokens"])
+
+
+def test_bench_ann_flat_agrees_with_exact(built):
+    _run("bench_ann.py", "--index", str(built / "idx"), "--corpus", str(SAMPLE), "--probes", "6", "--k", "64",
+         "--types", "built;IVF8,Flat", "--json", str(built / "ann.json"))
+    fig = json.loads((built / "ann.json").read_text())
+    flat = fig["types"]["built (Flat)"]  # the sample is one small shard: exact Flat
+    assert flat["recall_at_k_start"] > 0.9 and flat["recall_at_k_end"] > 0.9
+    assert 0.0 <= fig["types"]["IVF8,Flat (IVF8,Flat)"]["agreement_top1"] <= 1.0
+
+
+def test_bench_service_measures_a_real_server(built, tmp_path):
+    small = write_jsonl(tmp_path / "small.jsonl", [{"id": "a", "title": "A", "text": "Paris is the capital of France."}])
+    subprocess.run([sys.executable, "-m", "indexer", "build", "--corpus", str(small), "--out", str(tmp_path / "base")],
+                   cwd=ROOT, check=True, capture_output=True, timeout=600)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    _run("bench_service.py", "--index", str(built / "idx"), "--corpus", str(SAMPLE), "--baseline-index",
+         str(tmp_path / "base"), "--probes", "5", "--starts", "1", "--port", str(port), "--json", str(tmp_path / "s.json"))
+    fig = json.loads((tmp_path / "s.json").read_text())
+    assert fig["probes"] == 5 and 0 < fig["fill_ms_p50"] <= fig["fill_ms_p99"]
+    assert len(fig["ready_seconds"]) == 1 and fig["ready_seconds"][0] > 0
+    assert fig["rss_after_probes"]["VmRSS"] > fig["rss_baseline"]["VmRSS"] * 0.5
