@@ -91,7 +91,7 @@ def main() -> None:
     base_tokens = json.loads((base_index / "manifest.json").read_text())["counts"]["tokens"]
 
     base = Server(base_index, args.port)
-    base.wait_ready()
+    base_ready = base.wait_ready()
     rss_base = _rss(base.proc.pid)
     base.stop()
 
@@ -120,7 +120,8 @@ def main() -> None:
     q = statistics.quantiles(lat, n=100)
     per_token = {k: (rss_after[k] - rss_base[k]) / (tokens - base_tokens) for k in rss_after}
     figures = {
-        "tokens": tokens, "ready_seconds": [round(x, 2) for x in ready],
+        "tokens": tokens, "ready_seconds": [round(x, 2) for x in ready], "baseline_tokens": base_tokens,
+        "baseline_ready_seconds": round(base_ready, 2),
         "rss_baseline": rss_base, "rss_ready": rss_ready, "rss_after_probes": rss_after,
         "rss_bytes_per_token_after_probes": {k: round(v, 1) for k, v in per_token.items()},
         "fill_ms_p50": round(q[49], 1), "fill_ms_p99": round(q[98], 1), "fill_ms_mean": round(statistics.mean(lat), 1),
@@ -128,7 +129,8 @@ def main() -> None:
     }
     mib = lambda b: f"{b / 2**20:,.0f} MiB"  # noqa: E731
     print(f"index {args.index}: {tokens:,} tokens")
-    print(f"time to ready: {', '.join(f'{x:.2f} s' for x in ready)} (target <= 5 s)")
+    print(f"time to ready: {', '.join(f'{x:.2f} s' for x in ready)} (target <= 5 s); the same server over the "
+          f"{base_tokens:,}-token baseline index: {base_ready:.2f} s")
     print(f"RSS baseline ({base_tokens:,} tokens): {mib(rss_base['VmRSS'])}; ready: {mib(rss_ready['VmRSS'])} "
           f"(anon {mib(rss_ready['RssAnon'])}, file {mib(rss_ready['RssFile'])}); after {len(lat)} fills: "
           f"{mib(rss_after['VmRSS'])} (anon {mib(rss_after['RssAnon'])}, file {mib(rss_after['RssFile'])})")
