@@ -1,0 +1,29 @@
+"""Top-1 agreement of two fill-eval prediction files over the same probes (e.g. int8 vs fp16 vectors).
+
+    python bench/compare_predictions.py data-local/pred_r4_080_dense.jsonl data-local/pred_r4_080_fp16_dense.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("a", type=Path)
+    p.add_argument("b", type=Path)
+    args = p.parse_args()
+    a = [json.loads(line) for line in args.a.read_text(encoding="utf-8").splitlines()]
+    b = [json.loads(line) for line in args.b.read_text(encoding="utf-8").splitlines()]
+    if [r["query"] for r in a] != [r["query"] for r in b]:
+        raise SystemExit("error: the two files hold different probes; run fill-eval with the same options")
+    top = lambda r: r["predictions"][0] if r["predictions"] else ""  # noqa: E731
+    same = sum(top(x) == top(y) for x, y in zip(a, b))
+    print(f"top-1 agreement {same}/{len(a)} = {100 * same / len(a):.1f}%; "
+          f"EM@1 {sum(r['em'] for r in a)} vs {sum(r['em'] for r in b)} probes")
+
+
+if __name__ == "__main__":
+    main()
