@@ -70,3 +70,15 @@ def test_bench_service_measures_a_real_server(built, tmp_path):
     assert fig["probes"] == 5 and 0 < fig["fill_ms_p50"] <= fig["fill_ms_p99"]
     assert len(fig["ready_seconds"]) == 1 and fig["ready_seconds"][0] > 0
     assert fig["rss_after_probes"]["VmRSS"] > fig["rss_baseline"]["VmRSS"] * 0.5
+
+
+def test_compare_predictions(tmp_path):
+    rows = lambda tops: [{"query": f"q{i} <mask>", "predictions": [t] if t else [], "em": t == "Paris"}  # noqa: E731
+                         for i, t in enumerate(tops)]
+    a = write_jsonl(tmp_path / "a.jsonl", rows(["Paris", "London", "Rome", ""]))
+    b = write_jsonl(tmp_path / "b.jsonl", rows(["Paris", "Berlin", "Rome", ""]))
+    assert "top-1 agreement 3/4 = 75.0%; EM@1 1 vs 1 probes" in _run("compare_predictions.py", str(a), str(b))
+    other = write_jsonl(tmp_path / "c.jsonl", rows(["Paris"]))
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "compare_predictions.py"), str(a), str(other)],
+                          capture_output=True, text=True)
+    assert done.returncode != 0 and "different probes" in done.stderr
