@@ -37,7 +37,8 @@ def test_bench_build_figures(built):
     manifest = json.loads((built / "idx" / "manifest.json").read_text())
     assert fig["tokens"] == manifest["counts"]["tokens"] > 0
     assert 0 < fig["seconds_encode"] < fig["build_seconds"]
-    assert fig["ratio"] == pytest.approx(fig["seconds_encode"] / fig["build_seconds"], abs=0.002)
+    # the ratio is encode / build time (the JSON seconds are rounded to 0.1 s, hence the tolerance)
+    assert 0 < fig["ratio"] < 1 and fig["ratio"] == pytest.approx(fig["seconds_encode"] / fig["build_seconds"], rel=0.05)
     assert fig["standalone_forward_tokens"] >= 3000
 
 
