@@ -69,9 +69,8 @@ def _restrict(index, n: int | None):
 
 def _rebuild(index, kind: str) -> tuple[list, str]:
     """FAISS indexes of `kind` for the index's shards, from the stored vectors; trained once like the build."""
-    from indexer.ann import build_faiss_index, resolve_factory, set_search_params
+    from indexer.ann import build_faiss_index, resolve_factory, set_search_params, train_faiss_index
     from indexer.templates import needs_training
-    from indexer.ann import train_faiss_index
 
     out, templates = [], {}
     for number, shard in enumerate(index.shards):
