@@ -72,7 +72,7 @@ def _rebuild(index, kind: str) -> tuple[list, str]:
     from indexer.ann import build_faiss_index, resolve_factory, set_search_params, train_faiss_index
     from indexer.templates import needs_training
 
-    out, templates = [], {}
+    out, templates, factories = [], {}, []
     for number, shard in enumerate(index.shards):
         vecs = shard.vectors[np.arange(len(shard))]
         factory = resolve_factory(kind, len(shard), vecs.shape[1])
@@ -81,8 +81,9 @@ def _rebuild(index, kind: str) -> tuple[list, str]:
         built = build_faiss_index(vecs, factory, trained=templates.get(factory))
         set_search_params(built)  # the service's defaults (nprobe, efSearch)
         out.append(built)
+        factories.append(factory)
         logging.info("%s: shard %d of %d rebuilt as %s", kind, number + 1, len(index.shards), factory)
-    return out, resolve_factory(kind, len(index.shards[0]), index.manifest.dim)
+    return out, factories[0]
 
 
 def main() -> None:

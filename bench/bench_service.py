@@ -116,7 +116,6 @@ def main() -> None:
     rss_after = _rss(server.proc.pid)
     server.stop()
 
-    lat.sort()
     q = statistics.quantiles(lat, n=100)
     per_token = {k: (rss_after[k] - rss_base[k]) / (tokens - base_tokens) for k in rss_after}
     figures = {

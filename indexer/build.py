@@ -137,8 +137,8 @@ CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 2048, 16384
 
 
 def default_batch_tokens(device) -> int:
-    """Measured on 2 CPU cores (MiniLM, Debian text): 2048-token batches encode ~30% faster than 16384-token
-    ones (activations stay in cache); GPUs want large batches."""
+    """Measured on 2 CPU cores (MiniLM, Debian text, bench/bench_encode.py): 2048-token batches encode ~24%
+    faster than 16384-token ones (activations stay in cache); GPUs want large batches."""
     return CPU_BATCH_TOKENS if device.type == "cpu" else GPU_BATCH_TOKENS
 
 

@@ -83,3 +83,9 @@ def test_compare_predictions(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "compare_predictions.py"), str(a), str(other)],
                           capture_output=True, text=True)
     assert done.returncode != 0 and "different probes" in done.stderr
+
+
+def test_bench_encode_reports_each_budget():
+    out = _run("bench_encode.py", "--corpus", str(SAMPLE), "--tokens", "2000", "--batch-tokens", "256,1024")
+    assert "block length median" in out
+    assert "batch    256 tokens:" in out and "batch   1024 tokens:" in out
