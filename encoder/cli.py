@@ -39,6 +39,7 @@ def train(
     query_title_dropout: float = 0.5,
     mask_budget: float = 0.15,
     max_span: int = 10,
+    salient_rate: Annotated[float, typer.Option(help="chance a masked span is a whole entity / number run (0: NPM)")] = 0.0,
     single: Annotated[bool, typer.Option(help="NPM-single: one mask token per masked token")] = False,
     content_spans_only: bool = True,
     group_by_length: bool = True,

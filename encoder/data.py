@@ -10,6 +10,7 @@ import numpy as np
 import torch
 
 from encoder.masking import MaskingConfig, mask_group
+from encoder.salient import salient_spans
 from encoder.stopwords import STOPWORDS
 from encoder.tokens import WORD_END, WORD_START
 
@@ -23,10 +24,16 @@ class TrainBlock:
     flags: np.ndarray  # uint8 word-boundary flags
     title_ids: np.ndarray | None
     doc: int = -1  # document number across all corpora (blocks of one document share it)
+    salient: np.ndarray | None = None  # inclusive token ranges of entity-like runs (`encoder.salient`)
 
 
-def load_blocks(corpora: list[Path], tokenizer, block_tokens: int, title_tokens: int) -> list[TrainBlock]:
-    """All blocks of all corpora, in corpus order (so consecutive blocks are related)."""
+def load_blocks(
+    corpora: list[Path], tokenizer, block_tokens: int, title_tokens: int, max_span: int = 10
+) -> list[TrainBlock]:
+    """All blocks of all corpora, in corpus order (so consecutive blocks are related).
+
+    Each block carries its salient spans of at most `max_span` tokens, read from the text.
+    """
     from indexer.blocking import iter_blocks
     from indexer.readers import read_corpus
 
@@ -34,7 +41,11 @@ def load_blocks(corpora: list[Path], tokenizer, block_tokens: int, title_tokens:
     for path in corpora:
         base = blocks[-1].doc + 1 if blocks else 0
         for b in iter_blocks(read_corpus(path), tokenizer, block_tokens, title_tokens):
-            blocks.append(TrainBlock(ids=b.tokens.ids, flags=b.tokens.flags, title_ids=b.title_ids, doc=base + b.doc.row))
+            t = b.tokens
+            blocks.append(TrainBlock(
+                ids=t.ids, flags=t.flags, title_ids=b.title_ids, doc=base + b.doc.row,
+                salient=salient_spans(b.doc.text or "", t.offsets, t.flags, max_span),
+            ))
         logger.info("loaded %s: %d blocks so far", path, len(blocks))
     return blocks
 
@@ -141,6 +152,7 @@ def make_batch(
             masked = mask_group(
                 [b.ids for b in group], [b.flags for b in group], mask_id, rng, masking, allowed, 1 if single else 2,
                 docs=[b.doc for b in group] if by_document else None, include_self=include_self, regions=regions,
+                salient=[b.salient for b in group],
             )
             for local, (block, mb) in enumerate(zip(group, masked)):
                 a, b = regions[local] if regions is not None else (0, len(block.ids))

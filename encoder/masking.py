@@ -20,6 +20,7 @@ class MaskingConfig:
     max_span: int = 10
     max_spans: int = 64  # per block
     attempts: int = 40  # samples tried per span before giving up on a block
+    salient_rate: float = 0.0  # chance that a span is drawn from the block's salient spans (entities, numbers)
 
 
 @dataclass
@@ -60,6 +61,7 @@ def mask_group(
     docs: list[int] | None = None,
     include_self: bool = False,
     regions: list[tuple[int, int]] | None = None,
+    salient: list[np.ndarray] | None = None,
 ) -> list[MaskedBlock]:
     """Mask every block of a group. `allowed(ids_tuple) -> bool` can veto spans (e.g. stopwords only).
 
@@ -72,6 +74,11 @@ def mask_group(
 
     `regions` (a token range [a, b) per block) restricts the spans of each block to that range;
     the mask budget is then a fraction of the range's length.
+
+    `salient` (inclusive token ranges per block, see `encoder.salient`) are whole entities and
+    numbers; each span is drawn from them with probability `cfg.salient_rate` while any is left,
+    otherwise as NPM draws it (a random n-gram of Geometric length). They obey the same rules
+    (word-aligned, inside the region, allowed, a positive, not touching another span).
 
     `tokens_per_span` is 2 for NPM (MASK_s, MASK_e) and 1 for NPM-single (with max_span = 1).
     """
@@ -99,14 +106,27 @@ def mask_group(
                 others = positives(b, i, key)
                 if others:
                     by_len.setdefault(j - i + 1, []).append((i, j, others))
+        named: list[tuple[int, int, list]] = []
+        if salient is not None and salient[b] is not None and cfg.salient_rate > 0:
+            for i, j in salient[b].tolist():
+                key = tuple(ids_l[i : j + 1])
+                if lo <= i and j < hi and (allowed is None or allowed(key)) and (others := positives(b, i, key)):
+                    named.append((i, j, others))
         budget = max(1, int(round(cfg.budget * (hi - lo))))
         taken = np.zeros(len(ids_l) + 1, dtype=bool)
         chosen: list[MaskedSpan] = []
         masked = 0
         misses = 0
         while by_len and masked < budget and len(chosen) < cfg.max_spans and misses < cfg.attempts:
-            length = min(int(rng.geometric(cfg.geometric_p)), cfg.max_span)
-            options = [c for c in by_len.get(length, ()) if not taken[max(0, c[0] - 1) : c[1] + 2].any()]
+            options = []
+            if named and rng.random() < cfg.salient_rate:  # one free salient span, chosen uniformly
+                named = [c for c in named if not taken[max(0, c[0] - 1) : c[1] + 2].any()]
+                if named:
+                    options = [named[int(rng.integers(len(named)))]]
+                    length = options[0][1] - options[0][0] + 1
+            if not options:
+                length = min(int(rng.geometric(cfg.geometric_p)), cfg.max_span)
+                options = [c for c in by_len.get(length, ()) if not taken[max(0, c[0] - 1) : c[1] + 2].any()]
             if not options or masked + length > budget + 2:
                 misses += 1
                 continue

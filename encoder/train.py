@@ -68,6 +68,9 @@ class TrainConfig(BaseModel):
     query_title_dropout: float = Field(0.5, ge=0.0, le=1.0, description="drop the title from masked blocks")
     mask_budget: float = 0.15
     max_span: int = 10
+    salient_rate: float = Field(
+        0.0, ge=0.0, le=1.0, description="chance that a masked span is a whole entity / number run (salient span masking)"
+    )
     single: bool = False  # NPM-single: one mask token per masked token
     content_spans_only: bool = True  # never mask spans made only of stopwords / punctuation
     group_by_length: bool = True  # order groups of a window by length (less padding)
@@ -108,7 +111,7 @@ class Trainer:
         self.model = self.encoder.model
         self.model.train()
         self.scale = 1.0 / math.sqrt(self.encoder.dim)
-        blocks = load_blocks(cfg.corpus, self.encoder.tokenizer, cfg.block_tokens, cfg.title_tokens)
+        blocks = load_blocks(cfg.corpus, self.encoder.tokenizer, cfg.block_tokens, cfg.title_tokens, cfg.max_span)
         if cfg.single:
             blocks = [TrainBlock(b.ids, np.full_like(b.flags, 3), b.title_ids, b.doc) for b in blocks]
         distinct = max(1, cfg.group_size // cfg.views)
@@ -124,7 +127,9 @@ class Trainer:
             raise ValueError(f"corpus gives {len(self.groups)} groups; need at least {self.world * cfg.groups_per_step}")
         self.lengths = np.array([sum(len(b.ids) for b in g) for g in self.groups])
         self.content = content if cfg.content_spans_only else None
-        self.masking = MaskingConfig(budget=cfg.mask_budget, max_span=1 if cfg.single else cfg.max_span)
+        self.masking = MaskingConfig(
+            budget=cfg.mask_budget, max_span=1 if cfg.single else cfg.max_span, salient_rate=0.0 if cfg.single else cfg.salient_rate
+        )
         decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
         no_decay = [p for n, p in self.model.named_parameters() if p.ndim < 2]
         self.opt = torch.optim.AdamW(
