@@ -83,7 +83,7 @@ def create_app(settings: Settings | None = None, state: ServiceState | None = No
         try:
             params = FillParams(top_k=req.top_k, k=req.k, max_span_tokens=req.max_span_tokens, alpha=req.alpha,
                                 evidence=req.evidence, case_sensitive=req.case_sensitive, mode=req.mode,
-                                blocks=req.blocks, drop_stopwords=req.drop_stopwords)
+                                blocks=req.blocks, drop_stopwords=req.drop_stopwords, aggregate=req.aggregate)
             result = state.engine.fill(req.text, params)
         except QueryError as exc:
             requests.labels("invalid").inc()

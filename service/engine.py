@@ -29,6 +29,7 @@ class FillParams:
     mode: str = "dense"  # dense (FAISS top-k), restricted (every token of the top BM25 blocks) or hybrid (both)
     blocks: int = 3  # BM25 blocks for restricted / hybrid
     drop_stopwords: bool = True  # drop phrases of only stopwords, or starting / ending with a lower-case one
+    aggregate: str = "max"  # a phrase's mass: the max (best occurrence) or the sum (NPM) of its occurrences' scores
 
 
 MODES = ("dense", "restricted", "hybrid")
@@ -173,7 +174,7 @@ class FillEngine:
         keys = [o.text[o.start : o.end] if o else None for o in occ]
         if params.drop_stopwords:  # "in", "of the", "in London", "c": never the answer
             keys = [None if k is None or poor_fill(k) else k for k in keys]
-        phrases = aggregate(keys, scored.score, scored.end - scored.start + 1, params.case_sensitive)
+        phrases = aggregate(keys, scored.score, scored.end - scored.start + 1, params.case_sensitive, params.aggregate)
         if params.alpha:  # len^alpha counts the tokens of the stripped phrase, not of the raw span
             for phrase in phrases:
                 idx = phrase.occurrences[0]

@@ -138,6 +138,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--max-span-tokens", type=int, default=10)
     ap.add_argument("--alpha", type=float, default=0.0)
     ap.add_argument("--mode", choices=("dense", "restricted", "hybrid"), default="dense")
+    ap.add_argument("--aggregate", choices=("max", "sum"), default="max", help="a phrase's mass over its occurrences")
     ap.add_argument("--blocks", type=int, default=3, help="BM25 blocks for restricted / hybrid")
     ap.add_argument("--out", type=Path, help="write every prediction as JSON lines")
     ap.add_argument("--report", type=Path, help="write the summary as JSON")
@@ -156,7 +157,7 @@ def main(argv: list[str] | None = None) -> None:
         print(f"error: {exc}", file=sys.stderr)
         sys.exit(2)
     params = FillParams(top_k=5, k=args.k, max_span_tokens=args.max_span_tokens, alpha=args.alpha, evidence=1,
-                        mode=args.mode, blocks=args.blocks)
+                        mode=args.mode, blocks=args.blocks, aggregate=args.aggregate)
     try:
         report = evaluate(engine, probes, params, args.out)
     except ValueError as exc:  # e.g. a query longer than the model accepts

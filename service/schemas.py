@@ -33,6 +33,10 @@ class FillRequest(BaseModel):
     drop_stopwords: bool = Field(True, description="drop fills made only of stopwords ('in', 'of the'), single letters, "
                                 "or phrases starting / ending with a lower-case stopword ('in London')")
 
+    aggregate: Literal["max", "sum"] = Field(
+        "max", description="a phrase's mass over its occurrences: max (its best occurrence; the default) or sum "
+        "(NPM's total probability, which favours phrases that occur often among the hits)")
+
     @field_validator("text")
     @classmethod
     def _masks(cls, text: str) -> str:

@@ -5,8 +5,10 @@ at most `max_len` tokens long. Candidates come from start hits (extended forward
 (extended backward). With S the distinct candidate starts and E the distinct candidate ends,
     P_start = softmax over S of q_start . v_i * scale,  P_end = softmax over E of q_end . v_j * scale,
     score(i, j) = P_start(i) + P_end(j).
-Phrases (original text, surrounding white space and punctuation stripped) sum the scores of all
-their occurrences and are ranked by sum * len^alpha.
+Phrases (original text, surrounding white space and punctuation stripped) aggregate the scores of
+all their occurrences, by their SUM (NPM: the phrase's total probability) or their MAX (the best
+single occurrence, as phrase retrieval such as DensePhrases ranks), and are ranked by
+mass * len^alpha.
 """
 
 from __future__ import annotations
@@ -125,8 +127,16 @@ class Phrase:
         return self.mass * (self.tokens**alpha if alpha else 1.0)
 
 
-def aggregate(keys: list[str | None], scores: np.ndarray, lengths: np.ndarray, case_sensitive: bool = True) -> list[Phrase]:
-    """Sum span scores per phrase key; spans whose key is None or empty are dropped."""
+AGGREGATIONS = ("sum", "max")
+
+
+def aggregate(
+    keys: list[str | None], scores: np.ndarray, lengths: np.ndarray, case_sensitive: bool = True, how: str = "sum"
+) -> list[Phrase]:
+    """Sum (or take the max of) span scores per phrase key; spans whose key is None or empty are dropped."""
+    if how not in AGGREGATIONS:
+        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {how!r}")
+    use_max = how == "max"
     phrases: dict[str, Phrase] = {}
     score_list = np.asarray(scores, dtype=np.float64).tolist()
     length_list = np.asarray(lengths).tolist()
@@ -137,13 +147,13 @@ def aggregate(keys: list[str | None], scores: np.ndarray, lengths: np.ndarray, c
         ph = phrases.get(norm)
         if ph is None:
             ph = phrases[norm] = Phrase(text=key, tokens=int(length_list[idx]))
-        ph.mass += score_list[idx]
+        ph.mass = max(ph.mass, score_list[idx]) if use_max else ph.mass + score_list[idx]
         ph.occurrences.append(idx)
     return list(phrases.values())
 
 
 def rank(phrases: list[Phrase], alpha: float) -> list[tuple[Phrase, float]]:
-    """Phrases sorted by sum * len^alpha, with that value normalised over all phrases."""
+    """Phrases sorted by mass * len^alpha, with that value normalised over all phrases."""
     values = np.array([p.rank_value(alpha) for p in phrases], dtype=np.float64)
     total = float(values.sum()) if values.size else 0.0
     order = sorted(range(len(phrases)), key=lambda i: (-values[i], phrases[i].text))

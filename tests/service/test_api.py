@@ -145,6 +145,8 @@ INVALID_BODIES = {
     "evidence-float": ({"text": "<mask>", "evidence": 1.5}, "evidence"),
     "case_sensitive-str": ({"text": "<mask>", "case_sensitive": "maybe"}, "case_sensitive"),
     "case_sensitive-list": ({"text": "<mask>", "case_sensitive": []}, "case_sensitive"),
+    "aggregate-mean": ({"text": "<mask>", "aggregate": "mean"}, "aggregate"),
+    "aggregate-int": ({"text": "<mask>", "aggregate": 1}, "aggregate"),
     # unknown field
     "extra-field": ({"text": "<mask>", "topk": 3}, "topk"),
 }
@@ -321,6 +323,22 @@ def test_alpha_keeps_scores_normalised(client, alpha):
     text = "Allan Peiper is an Australian <mask> ."
     params = {"alpha": alpha, "top_k": 10}
     check_response(fill(client, text=text, **params), text, params)
+
+
+def test_sum_and_max_aggregation(client):
+    """Max: a phrase's mass is its best occurrence's score; sum adds up its occurrences. Max is the default."""
+    text = "<mask> flows through Paris ."
+    params = {"top_k": 100, "evidence": 20}
+    ratios = {}
+    for how in ("sum", "max"):
+        data = fill(client, text=text, aggregate=how, **params)
+        check_response(data, text, {**params, "aggregate": how})
+        # the normalised score over the best evidence score: one constant for every phrase under max
+        ratios[how] = [c["score"] / c["evidence"][0]["score"] for c in data["masks"][0]["candidates"]]
+    assert max(ratios["max"]) == pytest.approx(min(ratios["max"]), rel=1e-4)
+    assert max(ratios["sum"]) > 1.01 * min(ratios["sum"])  # phrases with several occurrences gain
+    default = fill(client, text=text, **params)["masks"]
+    assert default == fill(client, text=text, aggregate="max", **params)["masks"]
 
 
 def test_case_insensitive(client):

@@ -3,8 +3,8 @@
 The index is written with indexer.store.write_shard + indexer.manifest.Manifest and opened with
 service.index.PhraseIndex; the encoder is a fake returning fixed query vectors. The reference below
 re-implements NPM inference with plain loops (no service.spans): enumerate every valid span, keep
-those touching the top-k start / end hits, softmax over distinct starts / ends, sum per phrase,
-rank by mass * len^alpha, normalise.
+those touching the top-k start / end hits, softmax over distinct starts / ends, sum (or max) per
+phrase, rank by mass * len^alpha, normalise.
 """
 
 from __future__ import annotations
@@ -250,7 +250,7 @@ def top_k(lg: dict[tuple[int, int], float], k: int) -> set[tuple[int, int]]:
 
 
 def reference(corpus: Corpus, qs: np.ndarray, qe: np.ndarray, k: int, max_len: int, alpha: float,
-              case_sensitive: bool = True) -> list[RefPhrase]:
+              case_sensitive: bool = True, aggregate: str = FillParams.aggregate) -> list[RefPhrase]:
     """Brute force: every valid span touching an exact top-k hit; a phrase's len is its own token count."""
     ls, le = logits(corpus, qs), logits(corpus, qe)
     hit_s, hit_e = top_k(ls, k), top_k(le, k)
@@ -277,7 +277,7 @@ def reference(corpus: Corpus, qs: np.ndarray, qe: np.ndarray, k: int, max_len: i
         key = text if case_sensitive else text.lower()
         ph = phrases.setdefault(key, RefPhrase(text, n_tok))
         assert ph.tokens == n_tok or not case_sensitive, "test data: a phrase with two token counts"
-        ph.mass += sp.score
+        ph.mass = max(ph.mass, sp.score) if aggregate == "max" else ph.mass + sp.score
         ph.occ.append((sp.block.doc_id, sp.block.global_block, a, b, sp.score))
     out = list(phrases.values())
     for ph in out:
@@ -373,9 +373,9 @@ def index_for(corpus_for):
 
 SEEDS = [0, 1, 2, 3]
 
-def check(cands, corpus, qs, qe, k, max_len, alpha, case_sensitive=True, n_evidence=3) -> list[RefPhrase]:
+def check(cands, corpus, qs, qe, k, max_len, alpha, case_sensitive=True, n_evidence=3, aggregate="max") -> list[RefPhrase]:
     """Assert the engine's candidates equal the reference's (ranking, scores, evidence)."""
-    ref = reference(corpus, qs, qe, k, max_len, alpha, case_sensitive)
+    ref = reference(corpus, qs, qe, k, max_len, alpha, case_sensitive, aggregate)
     assert_same_ranking(cands, ref, case_sensitive)
     assert_evidence(cands, ref, corpus, n_evidence, case_sensitive)
     return ref
@@ -410,17 +410,18 @@ def test_synthetic_index_is_what_the_reference_thinks(index_for):
 @pytest.mark.parametrize("seed", SEEDS)
 @pytest.mark.parametrize("max_len", [1, 3, 10])
 @pytest.mark.parametrize("alpha", [0.0, 0.5])
-def test_engine_matches_bruteforce(index_for, seed, max_len, alpha):
+@pytest.mark.parametrize("aggregate", ["max", "sum"])
+def test_engine_matches_bruteforce(index_for, seed, max_len, alpha, aggregate):
     corpus, index = index_for(seed)
     qs, qe = query_vectors(seed, 1)
     engine = FillEngine(FakeEncoder(qs, qe), index)
-    params = FillParams(k=corpus.tokens, top_k=ALL, max_span_tokens=max_len, alpha=alpha)
+    params = FillParams(k=corpus.tokens, top_k=ALL, max_span_tokens=max_len, alpha=alpha, aggregate=aggregate)
     result = engine.fill("The <mask> was seen.", params)
     assert len(result.masks) == 1 and result.masks[0].index == 0
     cands = result.masks[0].candidates
     assert np.isclose(sum(c.score for c in cands), 1.0)
     assert all(len(c.evidence) >= 1 for c in cands)
-    ref = check(cands, corpus, qs[0], qe[0], corpus.tokens, max_len, alpha)
+    ref = check(cands, corpus, qs[0], qe[0], corpus.tokens, max_len, alpha, aggregate=aggregate)
     assert len(ref) > 5
     assert result.filled == f"The {ref[0].text} was seen."
     if max_len == 1:
@@ -537,7 +538,7 @@ def test_exact_scores_on_hand_made_index(tmp_path):
     index = _tiny_index(tmp_path / "idx", "beta, gamma", [(0, 4, 3), (4, 5, 3), (6, 11, 3)])
     zero = np.zeros((1, DIM), np.float32)
     engine = FillEngine(FakeEncoder(zero, zero), index)
-    res = engine.fill("<mask>", FillParams(k=3, top_k=10, max_span_tokens=3, alpha=0.0))
+    res = engine.fill("<mask>", FillParams(k=3, top_k=10, max_span_tokens=3, alpha=0.0, aggregate="sum"))
     # spans: beta | beta, -> "beta" (4/3); ", gamma" | gamma -> "gamma" (4/3); "beta, gamma" (2/3); "," dropped
     got = {c.phrase: c.score for c in res.masks[0].candidates}
     assert got.keys() == {"beta", "gamma", "beta, gamma"}
@@ -559,8 +560,20 @@ def test_phrase_length_ignores_stripped_punctuation(tmp_path):
     """
     index = _tiny_index(tmp_path / "idx", ", beta gamma", [(0, 1, 3), (2, 6, 3), (7, 12, 3)])
     zero = np.zeros((1, DIM), np.float32)
-    res = FillEngine(FakeEncoder(zero, zero), index).fill("<mask>", FillParams(k=3, top_k=10, max_span_tokens=3, alpha=1.0))
+    res = FillEngine(FakeEncoder(zero, zero), index).fill("<mask>", FillParams(k=3, top_k=10, max_span_tokens=3, alpha=1.0, aggregate="sum"))
     got = {c.phrase: c.score for c in res.masks[0].candidates}
     index.close()
     assert got.keys() == {"beta", "gamma", "beta gamma"}
     np.testing.assert_allclose([got["beta gamma"], got["beta"], got["gamma"]], [4 / 7, 2 / 7, 1 / 7])
+
+
+def test_max_aggregation_on_hand_made_index(tmp_path):
+    """The same "beta, gamma" index with max: every span scores 2/3, so every phrase has mass 2/3."""
+    index = _tiny_index(tmp_path / "idx", "beta, gamma", [(0, 4, 3), (4, 5, 3), (6, 11, 3)])
+    zero = np.zeros((1, DIM), np.float32)
+    res = FillEngine(FakeEncoder(zero, zero), index).fill(
+        "<mask>", FillParams(k=3, top_k=10, max_span_tokens=3, alpha=0.0, aggregate="max"))
+    index.close()
+    got = {c.phrase: c.score for c in res.masks[0].candidates}
+    assert got.keys() == {"beta", "gamma", "beta, gamma"}
+    np.testing.assert_allclose(list(got.values()), [1 / 3] * 3)

@@ -244,6 +244,19 @@ def test_aggregate_case_insensitive():
     assert by_lower["a"].text in {"a", "A"}
 
 
+def test_aggregate_max_keeps_the_best_occurrence():
+    out = {p.text: p for p in aggregate(KEYS, SCORES, LENGTHS, how="max")}
+    assert np.isclose(out["a"].mass, 0.3) and out["a"].occurrences == [0, 2]
+    assert np.isclose(out["A"].mass, 0.2) and np.isclose(out["b"].mass, 0.6)
+    folded = {p.text.lower(): p for p in aggregate(KEYS, SCORES, LENGTHS, case_sensitive=False, how="max")}
+    assert np.isclose(folded["a"].mass, 0.3) and sorted(folded["a"].occurrences) == [0, 1, 2]
+
+
+def test_aggregate_rejects_an_unknown_rule():
+    with pytest.raises(ValueError, match="aggregation must be one of"):
+        aggregate(KEYS, SCORES, LENGTHS, how="mean")
+
+
 def test_aggregate_all_dropped():
     assert aggregate([None, "", None], np.array([1.0, 2.0, 3.0]), np.array([1, 1, 1])) == []
 
