@@ -1,0 +1,69 @@
+"""The bundled default model (encoder/default_model): present, small, documented, and it fills facts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from encoder.model import BUNDLED_MODEL, base_model_dir, default_model_dir, model_fingerprint
+from tests.conftest import CORPUS, write_jsonl
+
+
+def test_the_bundled_model_is_the_default():
+    assert (BUNDLED_MODEL / "config.json").is_file(), "encoder/default_model is missing"
+    assert default_model_dir() == BUNDLED_MODEL
+    assert model_fingerprint(BUNDLED_MODEL) != model_fingerprint(base_model_dir())
+
+
+def test_weights_are_fp16_safetensors_under_50_mb():
+    from safetensors import safe_open
+
+    weights = BUNDLED_MODEL / "model.safetensors"
+    assert weights.stat().st_size < 50 * 2**20
+    with safe_open(str(weights), framework="pt") as f:
+        dtypes = {str(f.get_slice(name).get_dtype()) for name in f.keys()}
+    assert dtypes == {"F16"}
+
+
+def test_model_card_gives_recipe_data_license_and_quality():
+    card = (BUNDLED_MODEL / "README.md").read_text(encoding="utf-8")
+    for needed in ("all-MiniLM-L6-v2", "Apache-2.0", "CC-BY-NC", "bench/train_default_model.sh", "EM@1", "restricted"):
+        assert needed in card, needed
+    cfg = json.loads((BUNDLED_MODEL / "train_config.json").read_text(encoding="utf-8"))
+    assert cfg["grouping"] == "similar" and cfg["positives"] == "self"
+
+
+@pytest.fixture(scope="module")
+def default_engine(tmp_path_factory):
+    from indexer.build import BuildConfig, build_index
+    from service.config import Settings
+    from service.state import load_engine
+
+    root = tmp_path_factory.mktemp("default_model")
+    corpus = write_jsonl(root / "corpus.jsonl", CORPUS)
+    build_index(BuildConfig(corpus=corpus, out=root / "idx"))  # no --model: the bundled default
+    engine = load_engine(Settings(index=root / "idx"))
+    yield engine
+    engine.index.close()
+
+
+@pytest.mark.parametrize("mode", ["dense", "restricted"])
+@pytest.mark.parametrize(
+    "query,answer",
+    [("Marie Curie was born in <mask> .", "Warsaw"), ("The <mask> flows through Paris .", "Seine"),
+     ("Allan Peiper was born in <mask> .", "Alexandra")],
+)
+def test_default_model_fills_facts_of_the_corpus(default_engine, mode, query, answer):
+    """The answer is among the top 3 fills (the top fill may overshoot, e.g. "Warsaw in 1867")."""
+    from service.engine import FillParams
+
+    result = default_engine.fill(query, FillParams(mode=mode, top_k=3))
+    assert answer in [c.phrase for c in result.masks[0].candidates]
+
+
+def test_index_records_the_bundled_model(default_engine):
+    model = default_engine.index.manifest.model
+    assert Path(model.path).resolve() == BUNDLED_MODEL.resolve()
+    assert model.fingerprint == model_fingerprint(BUNDLED_MODEL)
