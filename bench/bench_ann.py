@@ -1,7 +1,7 @@
 """Top-1 fill agreement of ANN index types with exact (flat) search, and recall@k of the start/end searches.
 
     python bench/bench_ann.py --index data-local/bench/idx_10m --corpus data-local/debian/corpus_10m.jsonl \
-        [--types "built;ivfsq"] [--shards N] [--probes 500] [--k 1024] [--json OUT]
+        [--types "built;ivfsq"] [--refine 1,2,4] [--shards N] [--probes 500] [--k 1024] [--json OUT]
 
 All systems answer the same --probes queries through the real fill engine (dense mode, API defaults);
 only the start/end token search differs:
@@ -9,7 +9,8 @@ only the start/end token search differs:
 - built: the FAISS indexes in the index directory (default build: IVF-PQ fast-scan);
 - ivfsq / ivfpq / hnsw / a factory string: FAISS indexes built here from the stored vectors of each
   shard, IVF/PQ trained once on the first shard like `indexer build` does.
---shards N restricts every system to the first N shards (HNSW takes ~7 min per 1M vectors to build on
+--refine: each ANN shard returns refine * k hits that are re-scored exactly from the stored vectors
+before the top k are kept (the service's FILL_REFINE); one row per value. --shards N restricts every system to the first N shards (HNSW takes ~7 min per 1M vectors to build on
 2 cores). Agreement = the top-1 phrase equals exact search's top-1. Recall@k = share of the exact
 top-k tokens that the ANN search returns in its top-k (and of the exact top-10), per start/end query.
 """
@@ -67,7 +68,7 @@ def _restrict(index, n: int | None):
     return index
 
 
-def _rebuild(index, kind: str) -> tuple[list, str]:
+def _rebuild(index, kind: str) -> tuple[list, list[str]]:
     """FAISS indexes of `kind` for the index's shards, from the stored vectors; trained once like the build."""
     from indexer.ann import build_faiss_index, resolve_factory, set_search_params, train_faiss_index
     from indexer.templates import needs_training
@@ -83,7 +84,7 @@ def _rebuild(index, kind: str) -> tuple[list, str]:
         out.append(built)
         factories.append(factory)
         logging.info("%s: shard %d of %d rebuilt as %s", kind, number + 1, len(index.shards), factory)
-    return out, factories[0]
+    return out, factories
 
 
 def main() -> None:
@@ -91,6 +92,7 @@ def main() -> None:
     p.add_argument("--index", type=Path, required=True)
     p.add_argument("--corpus", type=Path, required=True, help="corpus the probe queries are drawn from")
     p.add_argument("--types", default="built;ivfsq", help="semicolon-separated: built, ivfsq, ivfpq, hnsw, FAISS factory")
+    p.add_argument("--refine", default="1,2,4", help="comma-separated refine factors to measure (service default 2)")
     p.add_argument("--shards", type=int, default=None, help="use only the first N shards")
     p.add_argument("--probes", type=int, default=500)
     p.add_argument("--k", type=int, default=1024)
@@ -101,7 +103,7 @@ def main() -> None:
 
     from encoder.model import Encoder
     from service.engine import FillEngine, FillParams
-    from service.index import PhraseIndex
+    from service.index import PhraseIndex, is_exact
 
     index = _restrict(PhraseIndex(args.index), args.shards)
     tokens = sum(len(s) for s in index.shards)
@@ -135,33 +137,43 @@ def main() -> None:
               "exact_fill_ms": round(ref_ms, 1), "types": {}}
     print(f"{len(probes)} probes, {tokens:,} tokens in {len(index.shards)} shards, k = {args.k}")
     originals = [shard.index for shard in index.shards]
+    built_factories = [shard.info.factory for shard in index.shards]
     for kind in args.types.split(";"):
-        rebuilt, factory = (originals, index.shards[0].info.factory) if kind == "built" else _rebuild(index, kind)
-        for shard, ann_index in zip(index.shards, rebuilt):
-            shard.index = ann_index
-        tops, ms = run(index)
-        ann = index.search(queries, args.k)
-        rec_k, rec_10 = np.zeros(len(queries)), np.zeros(len(queries))
-        for i, ((sh, pos), (esh, epos, escore)) in enumerate(zip(ann, exact)):
-            got = set(zip(sh.tolist(), pos.tolist()))
-            want = list(zip(esh.tolist(), epos.tolist()))
-            top10 = [want[j] for j in np.argsort(-escore)[:10]]
-            rec_k[i] = len(got & set(want)) / max(1, len(want))
-            rec_10[i] = len(got & set(top10)) / max(1, len(top10))
-        agree = {agg: float(np.mean([a == b for a, b in zip(tops[agg], ref[agg])])) for agg in params}
-        name = f"{kind} ({factory})"
-        figures = {f"agreement_top1_{agg}": a for agg, a in agree.items()} | {"fill_ms": round(ms, 1)}
-        for side, sl in (("start", slice(0, None, 2)), ("end", slice(1, None, 2))):  # one mask: start, end, ...
-            figures[f"recall_at_k_{side}"] = float(rec_k[sl].mean())
-            figures[f"recall_top10_in_k_{side}"] = float(rec_10[sl].mean())
-        report["types"][name] = figures
-        agreement = ", ".join(f"{100 * a:5.1f}% ({agg})" for agg, a in agree.items())
-        print(f"{name:<34} top-1 agreement {agreement}  recall@{args.k} start/end "
-              f"{100 * figures['recall_at_k_start']:5.1f}/{100 * figures['recall_at_k_end']:5.1f}%  exact top-10 in "
-              f"top-{args.k} {100 * figures['recall_top10_in_k_start']:5.1f}/{100 * figures['recall_top10_in_k_end']:5.1f}%  "
-              f"fill {ms:6.1f} ms (exact lookup {ref_ms:.1f} ms)")
+        rebuilt, factories = (originals, built_factories) if kind == "built" else _rebuild(index, kind)
+        for shard, ann_index, f in zip(index.shards, rebuilt, factories):
+            shard.index, shard.info.factory = ann_index, f
+        if all(is_exact(f) for f in factories):  # nothing to refine
+            _measure(index, run, queries, exact, ref, ref_ms, args.k, report, f"{kind} ({factories[0]})")
+            continue
+        for refine in (int(r) for r in args.refine.split(",")):
+            index.refine = refine
+            _measure(index, run, queries, exact, ref, ref_ms, args.k, report, f"{kind} ({factories[0]}) refine {refine}")
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+
+
+def _measure(index, run, queries, exact, ref, ref_ms, k, report, name) -> None:
+    """Agreement with the exact fills and recall of the start/end searches of one configuration."""
+    tops, ms = run(index)
+    ann = index.search(queries, k)
+    rec_k, rec_10 = np.zeros(len(queries)), np.zeros(len(queries))
+    for i, ((sh, pos), (esh, epos, escore)) in enumerate(zip(ann, exact)):
+        got = set(zip(sh.tolist(), pos.tolist()))
+        want = list(zip(esh.tolist(), epos.tolist()))
+        top10 = [want[j] for j in np.argsort(-escore)[:10]]
+        rec_k[i] = len(got & set(want)) / max(1, len(want))
+        rec_10[i] = len(got & set(top10)) / max(1, len(top10))
+    agree = {agg: float(np.mean([a == b for a, b in zip(tops[agg], ref[agg])])) for agg in ref}
+    figures = {f"agreement_top1_{agg}": a for agg, a in agree.items()} | {"fill_ms": round(ms, 1)}
+    for side, sl in (("start", slice(0, None, 2)), ("end", slice(1, None, 2))):  # one mask: start, end, ...
+        figures[f"recall_at_k_{side}"] = float(rec_k[sl].mean())
+        figures[f"recall_top10_in_k_{side}"] = float(rec_10[sl].mean())
+    report["types"][name] = figures
+    agreement = ", ".join(f"{100 * a:5.1f}% ({agg})" for agg, a in agree.items())
+    print(f"{name:<44} top-1 agreement {agreement}  recall@{k} start/end "
+          f"{100 * figures['recall_at_k_start']:5.1f}/{100 * figures['recall_at_k_end']:5.1f}%  exact top-10 in "
+          f"top-{k} {100 * figures['recall_top10_in_k_start']:5.1f}/{100 * figures['recall_top10_in_k_end']:5.1f}%  "
+          f"fill {ms:6.1f} ms (exact lookup {ref_ms:.1f} ms)")
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from indexer.errors import IndexerError
 
-FORMAT_VERSION = 2
+FORMAT_VERSION = 3  # 3: compact char offsets (indexer.offsets)
 MANIFEST_NAME = "manifest.json"
 
 

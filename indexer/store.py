@@ -4,7 +4,8 @@ A shard directory holds
   vectors.npy    float16 [n, d]  token vectors for exact re-scoring (or int8 codes, see indexer.vectors)
   scales.npy     float16 [n]     per-token scale of int8 vectors (int8 only)
   token_ids.npy  uint16 [n]      vocabulary ids (int32 when an id does not fit 16 bits)
-  offsets.npy    int32 [n, 2]    char offsets into the token's document text
+  char_starts.npy, char_lengths.npy, block_chars.npy
+                 char offsets of each token into its document text, compact (indexer.offsets)
   flags.npy      uint8 [n]       WORD_START / WORD_END bits
   blocks.npy     int64 [b, 3]    (document row in docs.arrow, first token, end token) per block
   docs.arrow     Arrow IPC file  columns id, title, text of the documents the blocks come from
@@ -28,11 +29,12 @@ from indexer.ann import build_faiss_index, resolve_factory
 from indexer.errors import IndexerError
 from indexer.files import file_record, write_json_atomic, write_npy_atomic
 from indexer.manifest import ShardInfo
+from indexer.offsets import OFFSET_FILES, CharOffsets, pack_offsets
 from indexer.vectors import StoredVectors, quantize_int8
 
 logger = logging.getLogger(__name__)
 
-SHARD_FILES = ("vectors.npy", "token_ids.npy", "offsets.npy", "flags.npy", "blocks.npy", "docs.arrow", "index.faiss")
+SHARD_FILES = ("vectors.npy", "token_ids.npy", *OFFSET_FILES, "flags.npy", "blocks.npy", "docs.arrow", "index.faiss")
 
 
 def shard_name(number: int) -> str:
@@ -77,7 +79,8 @@ def write_shard(
         write_npy_atomic(tmp / "vectors.npy", content.vectors.astype(np.float16, copy=False))
     ids_dtype = np.uint16 if content.token_ids.size == 0 or int(content.token_ids.max()) < 2**16 else np.int32
     write_npy_atomic(tmp / "token_ids.npy", content.token_ids.astype(ids_dtype, copy=False))
-    write_npy_atomic(tmp / "offsets.npy", content.offsets.astype(np.int32, copy=False))
+    for fname, array in pack_offsets(content.offsets, content.blocks[:, 1]).items():
+        write_npy_atomic(tmp / fname, array)
     write_npy_atomic(tmp / "flags.npy", content.flags.astype(np.uint8, copy=False))
     write_npy_atomic(tmp / "blocks.npy", content.blocks.astype(np.int64, copy=False))
     table = pa.table(
@@ -135,10 +138,10 @@ class Shard:
                 raise IndexerError(f"index shard file {path} has {path.stat().st_size} bytes, manifest says {rec.bytes}; rebuild")
         self.vectors = StoredVectors(self.dir, info.vector_dtype)
         self.token_ids = np.load(self.dir / "token_ids.npy", mmap_mode="r")
-        self.offsets = np.load(self.dir / "offsets.npy", mmap_mode="r")
         self.flags = np.load(self.dir / "flags.npy", mmap_mode="r")
         self.blocks = np.load(self.dir / "blocks.npy")
         self.block_starts = np.ascontiguousarray(self.blocks[:, 1])
+        self.offsets = CharOffsets(self.dir, self.block_starts)
         if self.vectors.shape != (info.tokens, dim):
             raise IndexerError(f"{self.dir}/vectors.npy has shape {self.vectors.shape}, expected ({info.tokens}, {dim})")
         self.docs = pa.ipc.open_file(pa.memory_map(str(self.dir / "docs.arrow"), "r")).read_all()

@@ -28,6 +28,9 @@ def parse_args(argv: list[str] | None = None):
                    help="check index checksums at start (FILL_VERIFY)")
     p.add_argument("--nprobe", type=int, default=env.nprobe, help="IVF lists searched per query (FILL_NPROBE)")
     p.add_argument("--ef-search", type=int, default=env.ef_search, help="HNSW search breadth (FILL_EF_SEARCH)")
+    p.add_argument(
+        "--refine", type=int, default=env.refine, help="ANN shards return refine * k hits, re-scored exactly (FILL_REFINE)"
+    )
     p.add_argument("--max-concurrency", type=int, default=env.max_concurrency, help="(FILL_MAX_CONCURRENCY)")
     p.add_argument("--log-level", default=env.log_level, help="(FILL_LOG_LEVEL)")
     args = p.parse_args(argv)

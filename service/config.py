@@ -21,6 +21,7 @@ class Settings(BaseSettings):
     verify: bool = Field(False, description="check every index file's sha256 at start (slow on big indexes)")
     nprobe: int | None = Field(None, ge=1, description="IVF lists searched per query (default: 1/16 of the lists, >= 16)")
     ef_search: int | None = Field(None, ge=1, description="HNSW search breadth (default 256)")
+    refine: int | None = Field(None, ge=1, description="ANN shards return refine * k hits (default 2), re-scored exactly")
     max_concurrency: int = Field(4, ge=1, description="requests computed at once; more get 429")
     log_level: str = "info"
 

@@ -18,11 +18,26 @@ from indexer.store import Shard
 logger = logging.getLogger(__name__)
 
 
+DEFAULT_REFINE = 2
+
+
+def is_exact(factory: str) -> bool:
+    """Whether a FAISS factory scores with the full vectors (its top-k needs no exact re-scoring)."""
+    return factory.replace("IDMap,", "").replace("IDMap2,", "") == "Flat"
+
+
 class PhraseIndex:
+    """`search` asks each approximate (ANN) shard for `refine` * k hits, re-scores them exactly from the
+    stored vectors and keeps the top k over all shards, so ANN error costs recall only at the far end."""
+
     def __init__(
-        self, root: str | Path, verify: bool = False, nprobe: int | None = None, ef_search: int | None = None
+        self, root: str | Path, verify: bool = False, nprobe: int | None = None, ef_search: int | None = None,
+        refine: int | None = None,
     ) -> None:
         self.root = Path(root)
+        self.refine = DEFAULT_REFINE if refine is None else int(refine)
+        if self.refine < 1:
+            raise ValueError(f"refine must be >= 1, got {refine}")
         self.manifest = Manifest.load(self.root)
         if verify:
             self.verify()
@@ -62,13 +77,17 @@ class PhraseIndex:
         return self.manifest.counts.tokens
 
     def search(self, queries: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Top-k tokens by inner product over all shards, per query: (shard numbers, positions)."""
+        """Top-k tokens by inner product over all shards, per query: (shard numbers, positions).
+
+        Exact shards answer with exact scores; ANN shards' hits are re-scored from the stored vectors."""
         q = np.ascontiguousarray(queries, dtype=np.float32)
 
         def one(s: int):
             shard = self.shards[s]
-            scores, ids = shard.index.search(q, min(k, len(shard)))
-            return scores, ids
+            if is_exact(shard.info.factory):
+                return shard.index.search(q, min(k, len(shard)))
+            scores, ids = shard.index.search(q, min(k * self.refine, len(shard)))
+            return _rescore(shard, q, ids), ids
 
         results = list(self._pool.map(one, range(len(self.shards)))) if self._pool else [one(0)]
         scores = np.concatenate([r[0] for r in results], axis=1)
@@ -89,3 +108,16 @@ class PhraseIndex:
             self.bm25.close()
         if self._pool:
             self._pool.shutdown(wait=False)
+
+
+def _rescore(shard, q: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """Exact inner products of each query row with its hits' stored vectors (-inf where there is no hit)."""
+    scores = np.full(ids.shape, -np.inf, dtype=np.float32)
+    valid = ids >= 0
+    if not valid.any():
+        return scores
+    rows, inverse = np.unique(ids[valid], return_inverse=True)  # sorted rows: sequential reads of the mmap
+    exact = shard.vectors[rows] @ q.T  # [distinct hits, queries]
+    query_of = np.broadcast_to(np.arange(ids.shape[0])[:, None], ids.shape)[valid]
+    scores[valid] = exact[inverse.ravel(), query_of]
+    return scores

@@ -20,7 +20,10 @@ def load_engine(settings: Settings) -> FillEngine:
 
     if settings.index is None:
         raise IndexerError("no index given: pass --index DIR or set FILL_INDEX")
-    index = PhraseIndex(settings.index, verify=settings.verify, nprobe=settings.nprobe, ef_search=settings.ef_search)
+    index = PhraseIndex(
+        settings.index, verify=settings.verify, nprobe=settings.nprobe, ef_search=settings.ef_search,
+        refine=settings.refine,
+    )
     model_dir = Path(settings.model) if settings.model else Path(index.manifest.model.path)
     if not model_dir.is_dir():
         raise IndexerError(f"model directory {model_dir} named by the manifest does not exist here; pass --model")

@@ -51,12 +51,14 @@ def test_bench_disk_counts_every_file(built):
 
 def test_bench_ann_flat_agrees_with_exact(built):
     _run("bench_ann.py", "--index", str(built / "idx"), "--corpus", str(SAMPLE), "--probes", "6", "--k", "64",
-         "--types", "built;IVF8,Flat", "--aggregates", "max,sum", "--json", str(built / "ann.json"))
+         "--types", "built;IVF8,Flat", "--refine", "1,2", "--aggregates", "max,sum", "--json", str(built / "ann.json"))
     fig = json.loads((built / "ann.json").read_text())
-    flat = fig["types"]["built (Flat)"]  # the sample is one small shard: exact Flat
+    flat = fig["types"]["built (Flat)"]  # the sample is one small shard: exact Flat, nothing to refine
     assert flat["recall_at_k_start"] > 0.9 and flat["recall_at_k_end"] > 0.9
+    assert set(fig["types"]) == {"built (Flat)", "IVF8,Flat (IVF8,Flat) refine 1", "IVF8,Flat (IVF8,Flat) refine 2"}
     for agg in ("max", "sum"):
-        assert 0.0 <= fig["types"]["IVF8,Flat (IVF8,Flat)"][f"agreement_top1_{agg}"] <= 1.0
+        for refine in (1, 2):
+            assert 0.0 <= fig["types"][f"IVF8,Flat (IVF8,Flat) refine {refine}"][f"agreement_top1_{agg}"] <= 1.0
 
 
 def test_bench_service_measures_a_real_server(built, tmp_path):

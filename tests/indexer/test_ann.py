@@ -25,7 +25,7 @@ from indexer.ann import (
 )
 from indexer.manifest import Counts, Manifest, ModelInfo
 from indexer.store import ShardContent, write_shard
-from service.index import PhraseIndex
+from service.index import PhraseIndex, is_exact
 
 DIM = 32
 
@@ -151,6 +151,32 @@ def test_sharded_ivf_with_all_lists_equals_flat(tmp_path):
     for row, (sh, pos) in enumerate(index.search(queries, 25)):
         assert set((bases[sh] + pos).tolist()) == set(ref[row].tolist())
     index.close()
+
+
+def test_refine_rescores_ann_hits_exactly_and_merges_shards_by_exact_score(tmp_path):
+    """PQ scores are coarse; with every list probed and refine * k >= shard size, the merged top-k is the exact one."""
+    rng = np.random.default_rng(3)
+    shards = [_clustered(rng, n) for n in (600, 500)]
+    _index(tmp_path, shards, "IVF4,PQ8x4")
+    queries = rng.standard_normal((8, DIM)).astype(np.float32)
+    k = 30
+    truth = _exact_topk(shards, queries, k)
+    refined = PhraseIndex(tmp_path, nprobe=4, refine=20)  # 600 hits per shard: all of them
+    assert all(not is_exact(s.info.factory) for s in refined.shards)
+    for (sh, pos), want in zip(refined.search(queries, k), truth):
+        assert set(zip(sh.tolist(), pos.tolist())) == want
+    coarse = PhraseIndex(tmp_path, nprobe=4, refine=1)
+    overlap = [len(set(zip(sh.tolist(), pos.tolist())) & want) for (sh, pos), want in zip(coarse.search(queries, k), truth)]
+    assert np.mean(overlap) < k  # without refining, PQ's own ranking misses some of the exact top-k
+    with pytest.raises(ValueError, match="refine"):
+        PhraseIndex(tmp_path, refine=0)
+    refined.close()
+    coarse.close()
+
+
+def test_is_exact():
+    assert is_exact("Flat") and is_exact("IDMap,Flat")
+    assert not is_exact("IVF8,Flat") and not is_exact("HNSW32") and not is_exact("IVF64,PQ16x4fs")
 
 
 @pytest.mark.parametrize("kind", ["ivfpq", "ivfsq", "hnsw"])
