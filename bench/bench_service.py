@@ -8,7 +8,8 @@
 - resident RAM: VmRSS (anonymous + file-backed pages) of the server after ready and after the
   latency run; per token = (RSS - RSS of the same server over a tiny baseline index) / tokens;
 - /fill latency for one client: --probes sequential POST /fill with the API defaults (dense, k=1024),
-  after 10 warm-up requests; client-side wall time; p50 / p99.
+  after 10 warm-up requests; client-side wall time; p50 / p99; and the engine's own time per stage
+  (the response's timings_ms: encode, search, spans, rank).
 Targets (issue 4): ready <= 5 s at 10M tokens, <= 100 B of RAM per token, p50 <= 20 ms, p99 <= 60 ms.
 """
 
@@ -104,7 +105,7 @@ def main() -> None:
     ready.append(server.wait_ready())
     rss_ready = _rss(server.proc.pid)
     probes = make_probes(args.corpus, args.probes + 10)
-    lat = []
+    lat, stages = [], {}
     with httpx.Client(timeout=120) as client:
         for i, text in enumerate(probes):
             t = time.perf_counter()
@@ -113,6 +114,8 @@ def main() -> None:
                 raise SystemExit(f"/fill answered {r.status_code}: {r.text[:200]}")
             if i >= 10:
                 lat.append((time.perf_counter() - t) * 1000)
+                for stage, ms in r.json()["timings_ms"].items():
+                    stages.setdefault(stage, []).append(ms)
     rss_after = _rss(server.proc.pid)
     server.stop()
 
@@ -125,6 +128,8 @@ def main() -> None:
         "rss_bytes_per_token_after_probes": {k: round(v, 1) for k, v in per_token.items()},
         "fill_ms_p50": round(q[49], 1), "fill_ms_p99": round(q[98], 1), "fill_ms_mean": round(statistics.mean(lat), 1),
         "probes": len(lat),
+        "stage_ms_p50": {k: round(statistics.median(v), 1) for k, v in stages.items()},
+        "stage_ms_mean": {k: round(statistics.mean(v), 1) for k, v in stages.items()},
     }
     mib = lambda b: f"{b / 2**20:,.0f} MiB"  # noqa: E731
     print(f"index {args.index}: {tokens:,} tokens")
@@ -137,6 +142,8 @@ def main() -> None:
           f"file-backed {per_token['RssFile']:.1f} B) (target <= 100 B)")
     print(f"/fill one client, {len(lat)} probes: p50 {q[49]:.1f} ms, p99 {q[98]:.1f} ms, mean {statistics.mean(lat):.1f} ms "
           f"(targets 20 / 60 ms)")
+    print("engine stages, p50 / mean ms: " + ", ".join(
+        f"{k} {figures['stage_ms_p50'][k]:.1f} / {figures['stage_ms_mean'][k]:.1f}" for k in stages))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
 

@@ -46,6 +46,7 @@ def create_app(settings: Settings | None = None, state: ServiceState | None = No
     registry = CollectorRegistry()
     requests = Counter("fill_requests", "fill requests by outcome", ["outcome"], registry=registry)
     latency = Histogram("fill_seconds", "fill latency", registry=registry)
+    stages = Histogram("fill_stage_seconds", "fill latency per engine stage", ["stage"], registry=registry)
     install_handlers(app)
 
     @app.get("/healthz")
@@ -94,6 +95,8 @@ def create_app(settings: Settings | None = None, state: ServiceState | None = No
         finally:
             state.slots.release()
         latency.observe(time.perf_counter() - t0)
+        for stage, ms in result.timings_ms.items():
+            stages.labels(stage).observe(ms / 1000)
         requests.labels("ok").inc()
         return FillResponse.model_validate(result, from_attributes=True)
 

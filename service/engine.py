@@ -62,11 +62,17 @@ class MaskFill:
     candidates: list[Candidate]
 
 
+STAGES = ("encode", "search", "spans", "rank")
+
+
 @dataclass
 class FillResult:
     filled: str
     masks: list[MaskFill]
     took_ms: float
+    # ms per stage: encode the query, search (FAISS and/or BM25 blocks), spans (candidates + exact
+    # scoring), rank (phrase text, aggregation, evidence)
+    timings_ms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -102,7 +108,17 @@ class FillEngine:
             raise ModeError(f"mode must be one of {MODES}, got {params.mode!r}")
         if params.mode != "dense" and self.index.bm25 is None:
             raise ModeError(f"mode {params.mode!r} needs a BM25 index; this index has none (rebuild it)")
+        spent = dict.fromkeys(STAGES, 0.0)
+        mark = time.perf_counter()
+
+        def lap(stage: str) -> None:
+            nonlocal mark
+            now = time.perf_counter()
+            spent[stage] += (now - mark) * 1000
+            mark = now
+
         qv = self.encoder.encode_queries([text])[0]
+        lap("encode")
         n_masks = qv.starts.shape[0]
         empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
         if params.mode == "restricted":
@@ -112,11 +128,14 @@ class FillEngine:
         if params.mode != "dense":
             block_hits = self.index.block_hits(self.index.bm25.search(MASK_PATTERN.sub(" ", text), params.blocks))
             hits = [(np.concatenate([h[0], block_hits[0]]), np.concatenate([h[1], block_hits[1]])) for h in hits]
+        lap("search")
         masks = []
         for m in range(n_masks):
             spans = self._candidates(hits[m], hits[n_masks + m], params.max_span_tokens)
             scored = score_spans(*spans, qv.starts[m], qv.ends[m], self.index.vectors, self.index.scale)
+            lap("spans")
             masks.append(MaskFill(index=m, candidates=self._rank(scored, params)))
+            lap("rank")
         tops = iter([mf.candidates[0].phrase if mf.candidates else None for mf in masks])
 
         def sub(match):
@@ -124,7 +143,8 @@ class FillEngine:
             return top if top is not None else match.group(0)
 
         filled = MASK_PATTERN.sub(sub, text)
-        return FillResult(filled=filled, masks=masks, took_ms=(time.perf_counter() - t0) * 1000)
+        return FillResult(filled=filled, masks=masks, took_ms=(time.perf_counter() - t0) * 1000,
+                          timings_ms={k: round(v, 3) for k, v in spent.items()})
 
     def _candidates(self, start_hits, end_hits, max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         shards, starts, ends = [], [], []

@@ -72,6 +72,9 @@ class FillResponse(BaseModel):
     filled: str
     masks: list[MaskOut]
     took_ms: float
+    timings_ms: dict[str, float] = Field(
+        description="ms per stage: encode (query), search (FAISS / BM25), spans (candidates, exact scores), rank"
+    )
 
 
 class ErrorResponse(BaseModel):

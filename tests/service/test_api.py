@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 
 import pytest
 from fastapi.testclient import TestClient
@@ -52,8 +53,11 @@ def check_response(data: dict, text: str, params: dict | None = None) -> None:
     case_sensitive = params.get("case_sensitive", True)
     n_masks = len(MASK_PATTERN.findall(text))
 
-    assert set(data) == {"filled", "masks", "took_ms"}
+    assert set(data) == {"filled", "masks", "took_ms", "timings_ms"}
     assert isinstance(data["took_ms"], (int, float)) and data["took_ms"] >= 0
+    assert set(data["timings_ms"]) == {"encode", "search", "spans", "rank"}
+    assert all(v >= 0 for v in data["timings_ms"].values())
+    assert sum(data["timings_ms"].values()) <= data["took_ms"] + 1e-3  # the stages are parts of the whole
     assert len(data["masks"]) == n_masks
     for i, mask in enumerate(data["masks"]):
         assert mask["index"] == i
@@ -416,6 +420,9 @@ def test_metrics_counts_fill_requests(client):
     assert "fill_requests" in r.text
     assert 'fill_requests_total{outcome="ok"}' in r.text
     assert "fill_seconds" in r.text
+    ok = float(re.search(r'fill_requests_total\{outcome="ok"\} (\S+)', r.text).group(1))
+    for stage in ("encode", "search", "spans", "rank"):  # one observation per stage per answered fill
+        assert float(re.search(rf'fill_stage_seconds_count\{{stage="{stage}"\}} (\S+)', r.text).group(1)) == ok
 
 
 def test_docs_and_openapi(client):

@@ -94,7 +94,7 @@ def start_server(tmp_path):
 
 def check_fill(data: dict, text: str, top_k: int, evidence: int) -> None:
     n_masks = len(MASK_PATTERN.findall(text))
-    assert set(data) == {"filled", "masks", "took_ms"}
+    assert set(data) == {"filled", "masks", "took_ms", "timings_ms"}
     assert len(data["masks"]) == n_masks
     for i, mask in enumerate(data["masks"]):
         assert mask["index"] == i
