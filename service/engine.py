@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -160,8 +161,9 @@ class FillEngine:
             return empty, empty, empty
         return np.concatenate(shards), np.concatenate(starts), np.concatenate(ends)
 
-    def _occurrences(self, scored: SpanScores) -> list[_Occurrence | None]:
-        """Where each span lies in its document; None for spans of only punctuation / white space."""
+    def _occurrences(self, scored: SpanScores) -> tuple[list[str | None], Callable[[int], _Occurrence]]:
+        """Each span's phrase text (None for spans of only punctuation / white space), and a function
+        giving where span i lies in its document (built only for the spans shown as evidence)."""
         n = scored.shard.size
         block = np.empty(n, dtype=np.int64)
         row = np.empty(n, dtype=np.int64)
@@ -174,39 +176,51 @@ class FillEngine:
             row[sel] = shard.blocks[block[sel], 0]
             char_a[sel] = shard.offsets[scored.start[sel], 0]
             char_b[sel] = shard.offsets[scored.end[sel], 1]
-        texts: dict[tuple[int, int], tuple[str, str]] = {}
-        out: list[_Occurrence | None] = []
-        bases = [s.info.block_base for s in self.index.shards]
-        for s, r, blk, a, b in zip(scored.shard.tolist(), row.tolist(), block.tolist(), char_a.tolist(), char_b.tolist()):
-            if (s, r) not in texts:
-                shard = self.index.shards[s]
-                texts[(s, r)] = (shard.doc_id(r), shard.doc_text(r))
-            doc_id, doc_text = texts[(s, r)]
-            lead, end = strip_phrase(doc_text[a:b])
-            if end <= lead:
-                out.append(None)
-                continue
-            out.append(_Occurrence(doc_id, bases[s] + blk, a + lead, a + end, doc_text))
-        return out
+        texts: dict[tuple[int, int], str] = {}
+        stripped: dict[str, tuple[int, int]] = {}  # raw span text -> strip_phrase (common words repeat)
+        keys: list[str | None] = []
+        leads = np.zeros(n, dtype=np.int64)
+        shards, rows, starts = scored.shard.tolist(), row.tolist(), char_a.tolist()
+        for s, r, a, b in zip(shards, rows, starts, char_b.tolist()):
+            text = texts.get((s, r))
+            if text is None:
+                text = texts[(s, r)] = self.index.shards[s].doc_text(r)
+            raw = text[a:b]
+            cut = stripped.get(raw)
+            if cut is None:
+                cut = stripped[raw] = strip_phrase(raw)
+            lead, end = cut
+            keys.append(raw[lead:end] if end > lead else None)
+            leads[len(keys) - 1] = lead
+        bases = [sh.info.block_base for sh in self.index.shards]
+
+        def locate(i: int) -> _Occurrence:
+            s, r = shards[i], rows[i]
+            start = starts[i] + int(leads[i])
+            return _Occurrence(self.index.shards[s].doc_id(r), bases[s] + int(block[i]), start, start + len(keys[i]),
+                               texts[(s, r)])
+
+        return keys, locate
 
     def _rank(self, scored: SpanScores, params: FillParams) -> list[Candidate]:
-        occ = self._occurrences(scored)
-        keys = [o.text[o.start : o.end] if o else None for o in occ]
+        keys, locate = self._occurrences(scored)
         if params.drop_stopwords:  # "in", "of the", "in London", "c": never the answer
-            keys = [None if k is None or poor_fill(k) else k for k in keys]
+            poor = {k for k in set(keys) if k is not None and poor_fill(k)}  # far fewer distinct keys than spans
+            keys = [None if k is None or k in poor else k for k in keys]
         phrases = aggregate(keys, scored.score, scored.end - scored.start + 1, params.case_sensitive, params.aggregate)
         if params.alpha:  # len^alpha counts the tokens of the stripped phrase, not of the raw span
             for phrase in phrases:
                 idx = phrase.occurrences[0]
-                o, shard = occ[idx], self.index.shards[int(scored.shard[idx])]
+                o, shard = locate(idx), self.index.shards[int(scored.shard[idx])]
                 offs = np.asarray(shard.offsets[int(scored.start[idx]) : int(scored.end[idx]) + 1])
                 phrase.tokens = int(((offs[:, 0] < o.end) & (offs[:, 1] > o.start)).sum())
         ranked = rank(phrases, params.alpha)
         out = []
         for phrase, value in ranked[: params.top_k]:
             evidence, seen = [], set()
-            for idx in sorted(phrase.occurrences, key=lambda x: -scored.score[x]):
-                o = occ[idx]
+            occ_idx = np.asarray(phrase.occurrences, dtype=np.int64)
+            for idx in occ_idx[np.argsort(-scored.score[occ_idx], kind="stable")].tolist():
+                o = locate(idx)
                 where = (o.doc_id, o.start, o.end)
                 if where in seen:
                     continue
