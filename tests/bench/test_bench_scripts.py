@@ -94,3 +94,15 @@ def test_bench_encode_reports_each_budget():
     out = _run("bench_encode.py", "--corpus", str(SAMPLE), "--tokens", "2000", "--batch-tokens", "256,1024")
     assert "block length median" in out
     assert "batch    256 tokens:" in out and "batch   1024 tokens:" in out
+
+
+def test_probes_script_writes_cloze_probes_whose_answer_restores_the_text(tmp_path):
+    out = tmp_path / "cloze.jsonl"
+    assert "20 cloze probes" in _run("probes.py", "--corpus", str(SAMPLE), "--n", "20", "--out", str(out))
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()]
+    assert len(rows) == 20 and not (tmp_path / "cloze.jsonl.tmp").exists()
+    for row in rows:
+        assert row["relation"] == "cloze" and row["query"].count("<mask>") == 1 and len(row["answers"]) == 1
+        restored = row["query"].replace("<mask>", row["answers"][0])
+        assert any(restored in " ".join(t.split()) for t in texts)  # the window is a real passage of the corpus
