@@ -97,17 +97,21 @@ def main() -> None:
     p.add_argument("--probes", type=int, default=500)
     p.add_argument("--k", type=int, default=1024)
     p.add_argument("--aggregates", default="max", help="comma-separated phrase aggregations of the fills: max, sum")
+    p.add_argument("--model", type=Path, default=None, help="encoder directory (default: the manifest's)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
-    from encoder.model import Encoder
+    from encoder.model import Encoder, model_fingerprint
     from service.engine import FillEngine, FillParams
     from service.index import PhraseIndex, is_exact
 
     index = _restrict(PhraseIndex(args.index), args.shards)
     tokens = sum(len(s) for s in index.shards)
-    encoder = Encoder(Path(index.manifest.model.path))
+    model_dir = args.model or Path(index.manifest.model.path)
+    if model_fingerprint(model_dir) != index.manifest.model.fingerprint:
+        p.error(f"{model_dir} is not the model {args.index} was built with; pass that one with --model")
+    encoder = Encoder(model_dir)
     probes = make_probes(args.corpus, args.probes)
     aggregates = args.aggregates.split(",")
     if not set(aggregates) <= {"max", "sum"}:
