@@ -177,21 +177,16 @@ class FillEngine:
             char_a[sel] = shard.offsets[scored.start[sel], 0]
             char_b[sel] = shard.offsets[scored.end[sel], 1]
         texts: dict[tuple[int, int], str] = {}
-        stripped: dict[str, tuple[int, int]] = {}  # raw span text -> strip_phrase (common words repeat)
         keys: list[str | None] = []
         leads = np.zeros(n, dtype=np.int64)
         shards, rows, starts = scored.shard.tolist(), row.tolist(), char_a.tolist()
-        for s, r, a, b in zip(shards, rows, starts, char_b.tolist()):
+        for i, (s, r, a, b) in enumerate(zip(shards, rows, starts, char_b.tolist())):
             text = texts.get((s, r))
             if text is None:
                 text = texts[(s, r)] = self.index.shards[s].doc_text(r)
-            raw = text[a:b]
-            cut = stripped.get(raw)
-            if cut is None:
-                cut = stripped[raw] = strip_phrase(raw)
-            lead, end = cut
-            keys.append(raw[lead:end] if end > lead else None)
-            leads[len(keys) - 1] = lead
+            lead, end = strip_phrase(text[a:b])
+            keys.append(text[a + lead : a + end] if end > lead else None)
+            leads[i] = lead
         bases = [sh.info.block_base for sh in self.index.shards]
 
         def locate(i: int) -> _Occurrence:
