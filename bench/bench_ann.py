@@ -103,8 +103,9 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
     from encoder.model import Encoder, model_fingerprint
-    from service.engine import FillEngine, FillParams
-    from service.index import PhraseIndex, is_exact
+    from service.engine import FillEngine
+    from service.schemas import FillRequest
+    from indexer.phrase_index import PhraseIndex, is_exact
 
     index = _restrict(PhraseIndex(args.index), args.shards)
     tokens = sum(len(s) for s in index.shards)
@@ -116,7 +117,7 @@ def main() -> None:
     aggregates = args.aggregates.split(",")
     if not set(aggregates) <= {"max", "sum"}:
         p.error(f"--aggregates: use max and/or sum, got {args.aggregates!r}")
-    params = {agg: FillParams(k=args.k, aggregate=agg) for agg in aggregates}
+    params = {agg: dict(k=args.k, aggregate=agg) for agg in aggregates}
     qvecs = [encoder.encode_queries([t])[0] for t in probes]  # as the engine computes them, one query at a time
     queries = np.concatenate([np.concatenate([q.starts, q.ends]) for q in qvecs]).astype(np.float32)
     t0 = time.perf_counter()
@@ -132,7 +133,7 @@ def main() -> None:
         engine, tops, t = FillEngine(encoder, searcher), {agg: [] for agg in params}, time.perf_counter()
         for text in probes:
             for agg, prm in params.items():
-                cands = engine.fill(text, prm).masks[0].candidates
+                cands = engine.fill(FillRequest(text=text, **prm)).masks[0].candidates
                 tops[agg].append(cands[0].phrase if cands else "")
         return tops, (time.perf_counter() - t) / len(probes) / len(params) * 1000
 

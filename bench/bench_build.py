@@ -5,7 +5,7 @@
 
 1. `indexer build` with DEFAULT settings (only corpus, out, model given), timed end to end: reading,
    tokenizing, encoding, int8 vectors, FAISS training/adding, BM25, manifest.
-   The build logs, per shard, the seconds of its encoder loop (`_encode_shard`: the batches of that
+   The build logs, per shard, the seconds of its encoder loop (`indexer.encode.encode_shard`: the batches of that
    shard through the encoder, nothing else) and of the rest (int8 vectors, FAISS, files); so the bare
    forward rate over exactly the build's batches is tokens / sum(encode seconds), from the same run,
    and the ratio (target >= 0.9) is sum(encode seconds) / build seconds.
@@ -56,9 +56,10 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     from encoder.model import Encoder
-    from indexer.blocking import iter_blocks
-    from indexer.build import BuildConfig, _encode_shard, build_index, default_batch_tokens
-    from indexer.readers import read_corpus
+    from corpus.blocking import iter_blocks
+    from indexer.build import BuildConfig, build_index
+    from indexer.encode import default_batch_tokens, encode_shard
+    from corpus.readers import read_corpus
 
     collect = _Collect()
     logging.getLogger("indexer.build").addHandler(collect)
@@ -75,7 +76,7 @@ def main() -> None:
         if n >= args.forward_tokens:
             break
     t1 = time.perf_counter()
-    _encode_shard(encoder, blocks, cfg.batch_tokens or default_batch_tokens(encoder.device), tqdm(disable=True))
+    encode_shard(encoder, blocks, cfg.batch_tokens or default_batch_tokens(encoder.device), tqdm(disable=True))
     forward_s = time.perf_counter() - t1
 
     build_rate, forward_rate = summary.tokens / build_s, summary.tokens / max(collect.encode, 1e-9)

@@ -4,7 +4,7 @@
         [--batch-tokens 2048,16384] [--dtypes fp32,bf16]
 
 Takes the corpus's first blocks (the build's blocking: 256 tokens, 32 title tokens) until --tokens,
-prints their length distribution, then tokens/s of `indexer.build._encode_shard` (the build's own
+prints their length distribution, then tokens/s of `indexer.encode.encode_shard` (the build's own
 encoder loop, nothing else) for each budget and autocast precision. This is where the CPU defaults
 come from (2,048-token batches, fp32 on CPUs without native bf16).
 """
@@ -28,9 +28,10 @@ def main() -> None:
     p.add_argument("--model", type=Path, default=None)
     args = p.parse_args()
     from encoder.model import Encoder
-    from indexer.blocking import iter_blocks
-    from indexer.build import BuildConfig, _encode_shard
-    from indexer.readers import read_corpus
+    from corpus.blocking import iter_blocks
+    from indexer.build import BuildConfig
+    from indexer.encode import encode_shard
+    from corpus.readers import read_corpus
 
     cfg = BuildConfig(corpus=args.corpus, out=Path("unused"), model=args.model)
     blocks, n = [], 0
@@ -45,10 +46,10 @@ def main() -> None:
             sizes = np.array([len(b) for b in blocks])
             print(f"{len(blocks):,} blocks, {n:,} tokens: block length median {np.median(sizes):.0f}, "
                   f"mean {sizes.mean():.0f}, {100 * (sizes < 32).mean():.0f}% under 32 tokens")
-        _encode_shard(encoder, blocks[:8], 2048, tqdm(disable=True))  # warm-up
+        encode_shard(encoder, blocks[:8], 2048, tqdm(disable=True))  # warm-up
         for budget in (int(b) for b in args.batch_tokens.split(",")):
             t = time.perf_counter()
-            _encode_shard(encoder, blocks, budget, tqdm(disable=True))
+            encode_shard(encoder, blocks, budget, tqdm(disable=True))
             print(f"{dtype:>5} batch {budget:>6} tokens: {n / (time.perf_counter() - t):,.0f} tokens/s "
                   f"({encoder.device})")
 

@@ -21,7 +21,7 @@ import numpy as np
 
 from service.config import Settings
 from service.evaluate import GOOGLE_RE_TEMPLATES, load_probes, subsample
-from service.state import load_engine
+from service.engine import FillEngine
 
 
 def main() -> None:
@@ -32,7 +32,7 @@ def main() -> None:
     ap.add_argument("--per-relation", type=int, default=30)
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    engine = load_engine(Settings(index=args.index))
+    engine = FillEngine.open(Settings(index=args.index))
     if len(engine.index.shards) != 1:
         raise SystemExit("error: this diagnostic reads one shard; build the index with a single shard")
     shard = engine.index.shards[0]

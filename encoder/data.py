@@ -9,13 +9,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from corpus.blocking import iter_blocks
+from corpus.readers import read_corpus
+from corpus.tokens import WORD_END, WORD_START
 from encoder.masking import MaskingConfig, mask_group
+from encoder.model import BlockInput, pad_sequences
 from encoder.salient import salient_spans
 from encoder.stopwords import STOPWORDS
-from encoder.tokens import WORD_END, WORD_START
 
 logger = logging.getLogger(__name__)
-
 
 
 @dataclass(frozen=True)
@@ -34,9 +36,6 @@ def load_blocks(
 
     Each block carries its salient spans of at most `max_span` tokens, read from the text.
     """
-    from indexer.blocking import iter_blocks
-    from indexer.readers import read_corpus
-
     blocks: list[TrainBlock] = []
     for path in corpora:
         base = blocks[-1].doc + 1 if blocks else 0
@@ -130,8 +129,6 @@ def make_batch(
     With `single` (NPM-single) each masked token is one mask token, and the "end" query is the
     same output as the start query.
     """
-    from encoder.model import BlockInput, pad_sequences
-
     mask_id = encoder.tokenizer.mask_token_id
     allowed = None if content is None else (lambda key: bool(content[list(key)].any()))
     q_seqs, q_types, c_seqs, c_types = [], [], [], []

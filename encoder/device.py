@@ -13,6 +13,8 @@ from typing import ContextManager
 
 import torch
 
+from common.errors import AppError
+
 logger = logging.getLogger(__name__)
 
 DTYPES = ("auto", "fp32", "bf16", "fp16")
@@ -43,7 +45,7 @@ def choose_device(requested: str = "auto", local_rank: int = 0) -> torch.device:
         return gpu if gpu is not None else torch.device("cpu")
     device = torch.device(requested)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"device {requested!r} requested but CUDA is not available")
+        raise AppError(f"device {requested!r} requested but CUDA is not available; pass --device cpu or auto", kind="validation")
     return device
 
 
@@ -63,7 +65,7 @@ def cpu_has_fast_bf16() -> bool:
 def choose_dtype(device: torch.device, requested: str = "auto") -> torch.dtype:
     """Autocast dtype: fp16 on GPU, bf16 on CPUs that support it fast, fp32 otherwise."""
     if requested not in DTYPES:
-        raise ValueError(f"dtype must be one of {DTYPES}, got {requested!r}")
+        raise AppError(f"dtype must be one of {DTYPES}, got {requested!r}", kind="validation")
     if requested == "fp32":
         return torch.float32
     if requested == "bf16":

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from encoder.tokens import WORD_END, WORD_START
+from corpus.tokens import WORD_END, WORD_START
 
 
 @dataclass(frozen=True)

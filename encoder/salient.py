@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from corpus.tokens import WORD_END, WORD_START
 from encoder.stopwords import STOPWORD_SET
-from encoder.tokens import WORD_END, WORD_START
 
 LINKS = frozenset("of de da del der di du la le van von y d' -".split()) | {"'", "\u2019"}
 

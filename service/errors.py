@@ -1,4 +1,5 @@
-"""One error type for the API, mapped to HTTP codes in one place."""
+"""Every error of the HTTP layer becomes `{error, error_type, detail}` with the status of its kind, taken
+from the one table in `common.errors` (AppError, request validation, the framework's own 404/405...)."""
 
 from __future__ import annotations
 
@@ -9,24 +10,16 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from common.errors import STATUS, AppError, kind_for_status
+
 logger = logging.getLogger(__name__)
 
-STATUS = {"validation": 422, "overloaded": 429, "not_ready": 503, "not_found": 404, "internal": 500}
 
-
-class ServiceError(Exception):
-    def __init__(self, error_type: str, message: str, loc: tuple = ()) -> None:
-        super().__init__(message)
-        self.error_type = error_type
-        self.message = message
-        self.loc = loc  # the request field at fault, for validation errors
-
-
-def _body(error_type: str, message: str, detail: list | None = None) -> dict:
-    body = {"error": message, "error_type": error_type}
+def error_response(kind: str, message: str, detail: list | None = None, headers: dict | None = None) -> JSONResponse:
+    body = {"error": message, "error_type": kind}
     if detail is not None:
         body["detail"] = detail
-    return body
+    return JSONResponse(body, status_code=STATUS[kind], headers=headers)
 
 
 def _describe(err: dict) -> str:
@@ -36,25 +29,27 @@ def _describe(err: dict) -> str:
 
 
 def install_handlers(app: FastAPI) -> None:
-    @app.exception_handler(ServiceError)
-    async def _service_error(_: Request, exc: ServiceError) -> JSONResponse:
-        detail = [{"loc": list(exc.loc), "msg": exc.message, "type": "value_error"}] if exc.loc else None
-        return JSONResponse(_body(exc.error_type, exc.message, detail), status_code=STATUS[exc.error_type])
+    @app.exception_handler(AppError)
+    async def _app_error(_: Request, exc: AppError) -> JSONResponse:
+        if exc.field is None:
+            return error_response(exc.kind, exc.message)
+        detail = [{"loc": ["body", exc.field], "msg": exc.message, "type": "value_error"}]
+        return error_response(exc.kind, f"{exc.field}: {exc.message}", detail)
 
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
-        message = "; ".join(_describe(e) for e in errors)
-        return JSONResponse(_body("validation", message, errors), status_code=422)
+        return error_response("validation", "; ".join(_describe(e) for e in errors), errors)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = kind_for_status(exc.status_code)
         if exc.status_code == 400:  # an unparsable body (e.g. not UTF-8) is a validation error like bad JSON
             detail = [{"loc": ["body"], "msg": str(exc.detail), "type": "body_invalid"}]
-            return JSONResponse(_body("validation", f"body: {exc.detail}", detail), status_code=422)
-        return JSONResponse(_body("http", str(exc.detail)), status_code=exc.status_code)
+            return error_response(kind, f"body: {exc.detail}", detail)
+        return error_response(kind, str(exc.detail), headers=getattr(exc, "headers", None))
 
     @app.exception_handler(Exception)
     async def _unexpected(_: Request, exc: Exception) -> JSONResponse:
         logger.exception("unexpected error")
-        return JSONResponse(_body("internal", f"internal error: {type(exc).__name__}"), status_code=500)
+        return error_response("internal", f"internal error: {type(exc).__name__}")

@@ -1,6 +1,8 @@
 """`fill-eval`: exact match of fills on LAMA-style probes, over the HTTP-free fill engine.
 
-    fill-eval --index DIR --probes probes.jsonl [--per-relation 100] [--out predictions.jsonl]
+    fill-eval --index DIR --probes probes.jsonl [--per-relation 100] [--out predictions.jsonl] [--mode dense ...]
+
+Every fill option of the API (`FillOptions`: --k, --mode, --aggregate, ...) is also a flag here.
 
 Probe files: lines of {"relation", "query" (with one <mask>), "answers": [...]}, or LAMA Google-RE
 files (`--google-re DIR`: sub_label / obj_label / obj_aliases with LAMA's templates).
@@ -10,18 +12,23 @@ stripped, equals an answer normalised the same way (EM@1); recall@5 looks at the
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
+import typer
+from pydantic import Field
 
-from encoder.tokens import count_masks
-from service.engine import FillEngine, FillParams
+from common.cli import model_command
+from common.errors import AppError
+from common.files import write_bytes_atomic, write_json_atomic
+from common.masks import count_masks
+from service.config import Settings
+from service.engine import FillEngine
+from service.schemas import FillOptions, FillRequest
 from service.spans import strip_phrase
 
 logger = logging.getLogger(__name__)
@@ -38,25 +45,53 @@ def normalize(text: str) -> str:
     return " ".join(text[a:b].lower().split())
 
 
+class EvalConfig(FillOptions):
+    """Exact match of mask fills on LAMA-style probes, over the HTTP-free fill engine."""
+
+    index: Path = Field(description="index directory built by `indexer build`")
+    probes: Path | None = Field(None, description='JSON lines {"relation", "query", "answers"}')
+    google_re: Path | None = Field(None, description="directory with LAMA Google-RE *_test.jsonl files")
+    per_relation: int | None = Field(None, ge=1, description="evaluate a fixed random sample per relation")
+    seed: int = Field(0, description="seed of the per-relation sample")
+    model: Path | None = Field(None, description="encoder directory (default: the manifest's)")
+    out: Path | None = Field(None, description="write every prediction as JSON lines")
+    report: Path | None = Field(None, description="write the summary as JSON")
+
+
+def _read_lines(path: Path) -> list[str]:
+    try:
+        return path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AppError(f"cannot read probes from {path}: {exc}") from exc
+
+
+def _json(path: Path, n: int, line: str):
+    try:
+        return json.loads(line)
+    except ValueError as exc:
+        raise AppError(f"{path}:{n}: not valid JSON ({exc}); write one JSON object per line") from exc
+
+
 def load_probes(path: Path | None = None, google_re: Path | None = None) -> list[dict]:
     probes = []
     if google_re is not None:
         for relation, template in GOOGLE_RE_TEMPLATES.items():
-            for line in open(google_re / f"{relation}_test.jsonl", encoding="utf-8"):
-                d = json.loads(line)
+            file = google_re / f"{relation}_test.jsonl"
+            for n, line in enumerate(_read_lines(file), 1):
+                d = _json(file, n, line)
                 probes.append({
                     "relation": relation,
                     "query": template.replace("[X]", d["sub_label"]).replace("[Y]", "<mask>"),
                     "answers": [d["obj_label"], *d.get("obj_aliases", [])],
                 })
     if path is not None:
-        for n, line in enumerate(open(path, encoding="utf-8"), 1):
+        for n, line in enumerate(_read_lines(path), 1):
             if line.strip():
-                d = json.loads(line)
+                d = _json(path, n, line)
                 if not isinstance(d, dict) or not {"relation", "query", "answers"} <= d.keys():
-                    raise ValueError(f"{path}:{n}: a probe is an object with relation, query and answers")
+                    raise AppError(f"{path}:{n}: a probe is an object with relation, query and answers")
                 if not isinstance(d["answers"], list) or count_masks(d["query"]) != 1:
-                    raise ValueError(f"{path}:{n}: answers must be a list and the query must hold one <mask>")
+                    raise AppError(f"{path}:{n}: answers must be a list and the query must hold one <mask>")
                 probes.append(d)
     return probes
 
@@ -83,13 +118,14 @@ def score_prediction(phrases: list[str], answers: list[str]) -> tuple[bool, bool
     return bool(preds) and preds[0] in gold, any(p in gold for p in preds[:5])
 
 
-def evaluate(engine: FillEngine, probes: list[dict], params: FillParams, out: Path | None = None) -> dict:
+def evaluate(engine: FillEngine, probes: list[dict], options: FillOptions, out: Path | None = None) -> dict:
     stats: dict[str, dict] = defaultdict(lambda: {"n": 0, "em": 0, "r5": 0})
     latencies = []
-    sink = open(out, "w", encoding="utf-8") if out else None
+    fill_options = options.model_dump(include=set(FillOptions.model_fields))
+    lines = []  # predictions, written at the end (atomically) when `out` is given
     for probe in probes:
         t0 = time.perf_counter()
-        result = engine.fill(probe["query"], params)
+        result = engine.fill(FillRequest(text=probe["query"], **fill_options))
         latencies.append((time.perf_counter() - t0) * 1000)
         phrases = [c.phrase for c in result.masks[0].candidates] if result.masks else []
         em, r5 = score_prediction(phrases, probe["answers"])
@@ -97,14 +133,14 @@ def evaluate(engine: FillEngine, probes: list[dict], params: FillParams, out: Pa
         s["n"] += 1
         s["em"] += em
         s["r5"] += r5
-        if sink:
+        if out:
             top = result.masks[0].candidates[:5] if result.masks else []
-            sink.write(json.dumps({
+            lines.append(json.dumps({
                 **probe, "predictions": [c.phrase for c in top], "scores": [round(c.score, 5) for c in top],
                 "evidence": [c.evidence[0].doc_id if c.evidence else None for c in top], "em": em, "r5": r5,
             }, ensure_ascii=False) + "\n")
-    if sink:
-        sink.close()
+    if out:
+        write_bytes_atomic(out, "".join(lines).encode("utf-8"))
     relations = {r: {"n": s["n"], "em@1": 100 * s["em"] / s["n"], "recall@5": 100 * s["r5"] / s["n"]} for r, s in sorted(stats.items())}
     lat = np.array(latencies) if latencies else np.zeros(1)
     return {
@@ -126,46 +162,24 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="fill-eval", description="Exact match of mask fills on LAMA-style probes.")
-    ap.add_argument("--index", type=Path, required=True)
-    ap.add_argument("--probes", type=Path, help='JSON lines {"relation", "query", "answers"}')
-    ap.add_argument("--google-re", type=Path, help="directory with LAMA Google-RE *_test.jsonl files")
-    ap.add_argument("--per-relation", type=int, default=None, help="evaluate a fixed random sample per relation")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--model", type=Path, default=None, help="encoder dir (default: the manifest's)")
-    ap.add_argument("--k", type=int, default=1024)
-    ap.add_argument("--max-span-tokens", type=int, default=10)
-    ap.add_argument("--alpha", type=float, default=0.0)
-    ap.add_argument("--mode", choices=("dense", "restricted", "hybrid"), default="dense")
-    ap.add_argument("--aggregate", choices=("max", "sum"), default="max", help="a phrase's mass over its occurrences")
-    ap.add_argument("--blocks", type=int, default=3, help="BM25 blocks for restricted / hybrid")
-    ap.add_argument("--out", type=Path, help="write every prediction as JSON lines")
-    ap.add_argument("--report", type=Path, help="write the summary as JSON")
-    args = ap.parse_args(argv)
+def run(cfg: EvalConfig) -> None:
     logging.basicConfig(level=logging.WARNING)
-    if not args.probes and not args.google_re:
-        ap.error("give --probes FILE or --google-re DIR")
-    from indexer.errors import IndexerError
-    from service.config import Settings
-    from service.state import load_engine
-
-    try:
-        probes = subsample(load_probes(args.probes, args.google_re), args.per_relation, args.seed)
-        engine = load_engine(Settings(index=args.index, model=args.model))
-    except (OSError, ValueError, IndexerError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
-    params = FillParams(top_k=5, k=args.k, max_span_tokens=args.max_span_tokens, alpha=args.alpha, evidence=1,
-                        mode=args.mode, blocks=args.blocks, aggregate=args.aggregate)
-    try:
-        report = evaluate(engine, probes, params, args.out)
-    except ValueError as exc:  # e.g. a query longer than the model accepts
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(2)
+    if not cfg.probes and not cfg.google_re:
+        raise AppError("give --probes FILE or --google-re DIR", kind="validation")
+    probes = subsample(load_probes(cfg.probes, cfg.google_re), cfg.per_relation, cfg.seed)
+    engine = FillEngine.open(Settings(index=cfg.index, model=cfg.model))
+    report = evaluate(engine, probes, cfg, cfg.out)
     print(format_report(report))
-    if args.report:
-        args.report.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    if cfg.report:
+        write_json_atomic(cfg.report, report)
+
+
+app = typer.Typer(add_completion=False)
+model_command(app, EvalConfig, run, name="fill-eval", env_prefix="FILL_EVAL_")
+
+
+def main(argv: list[str] | None = None) -> None:
+    app(args=argv, prog_name="fill-eval")
 
 
 if __name__ == "__main__":

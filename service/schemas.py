@@ -1,41 +1,54 @@
-"""HTTP request and response models of the fill API."""
+"""The fill API's types, declared once: what a fill asks for (`FillOptions`, `FillRequest`) and what it
+returns (`FillResult` and its parts). The engine takes and returns these; the HTTP layer validates
+requests and serialises results with the very same classes."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from encoder.tokens import count_masks
+from common.masks import count_masks
 
 MAX_MASKS = 16
 MAX_TEXT_CHARS = 2000
 
+Mode = Literal["dense", "restricted", "hybrid"]
+Aggregate = Literal["max", "sum"]
+MODES: tuple[str, ...] = get_args(Mode)
+AGGREGATIONS: tuple[str, ...] = get_args(Aggregate)
 
-class FillRequest(BaseModel):
+
+class FillOptions(BaseModel):
+    """How to fill: everything of a request but its text (also the options of `fill-eval`)."""
+
     model_config = ConfigDict(extra="forbid")
 
-    text: str = Field(
-        ..., min_length=1, max_length=MAX_TEXT_CHARS,
-        description="text with 1 to 16 masks written <mask> or [MASK]",
-        examples=["Allan Peiper was born in <mask> ."],
-    )
     top_k: int = Field(5, ge=1, le=100, description="phrases returned per mask")
     k: int = Field(1024, ge=1, le=8192, description="tokens retrieved by each of the start and end searches")
     max_span_tokens: int = Field(10, ge=1, le=32, description="longest phrase, in tokens")
     alpha: float = Field(0.0, ge=-4.0, le=4.0, description="length preference: rank by mass * len^alpha")
     evidence: int = Field(3, ge=0, le=20, description="occurrences returned per phrase")
     case_sensitive: bool = Field(True, description="aggregate phrases case-sensitively")
-    mode: Literal["dense", "restricted", "hybrid"] = Field(
+    mode: Mode = Field(
         "dense", description="dense: FAISS top-k start/end tokens; restricted: every token of the top BM25 "
         "blocks for the query (masks blanked); hybrid: both")
     blocks: int = Field(3, ge=1, le=100, description="BM25 blocks used by restricted and hybrid modes")
     drop_stopwords: bool = Field(True, description="drop fills made only of stopwords ('in', 'of the'), single letters, "
-                                "or phrases starting / ending with a lower-case stopword ('in London')")
-
-    aggregate: Literal["max", "sum"] = Field(
+                                 "or phrases starting / ending with a lower-case stopword ('in London')")
+    aggregate: Aggregate = Field(
         "max", description="a phrase's mass over its occurrences: max (its best occurrence; the default) or sum "
         "(NPM's total probability, which favours phrases that occur often among the hits)")
+
+
+class FillRequest(FillOptions):
+    """A text with masks to fill, and how to fill them."""
+
+    text: str = Field(
+        ..., min_length=1, max_length=MAX_TEXT_CHARS,
+        description="text with 1 to 16 masks written <mask> or [MASK]",
+        examples=["Allan Peiper was born in <mask> ."],
+    )
 
     @field_validator("text")
     @classmethod
@@ -48,7 +61,7 @@ class FillRequest(BaseModel):
         return text
 
 
-class EvidenceOut(BaseModel):
+class Evidence(BaseModel):
     doc_id: str
     block: int
     start: int = Field(description="char offset of the phrase in the document text")
@@ -57,22 +70,26 @@ class EvidenceOut(BaseModel):
     score: float = Field(description="span score P_start + P_end of this occurrence")
 
 
-class CandidateOut(BaseModel):
+class Candidate(BaseModel):
     phrase: str
     score: float = Field(description="aggregated mass, normalised over all candidates of the mask")
-    evidence: list[EvidenceOut]
+    evidence: list[Evidence] = Field(default_factory=list)
 
 
-class MaskOut(BaseModel):
+class MaskFill(BaseModel):
     index: int
-    candidates: list[CandidateOut]
+    candidates: list[Candidate]
 
 
-class FillResponse(BaseModel):
+STAGES = ("encode", "search", "spans", "rank")
+
+
+class FillResult(BaseModel):
     filled: str
-    masks: list[MaskOut]
+    masks: list[MaskFill]
     took_ms: float
     timings_ms: dict[str, float] = Field(
+        default_factory=dict,
         description="ms per stage: encode (query), search (FAISS / BM25), spans (candidates, exact scores), rank"
     )
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from encoder.tokens import WORD_END, WORD_START
+from corpus.tokens import WORD_END, WORD_START
+from service.schemas import AGGREGATIONS
 
 
 def spans_from_hits(
@@ -125,9 +126,6 @@ class Phrase:
 
     def rank_value(self, alpha: float) -> float:
         return self.mass * (self.tokens**alpha if alpha else 1.0)
-
-
-AGGREGATIONS = ("sum", "max")
 
 
 def aggregate(

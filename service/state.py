@@ -1,42 +1,21 @@
-"""Loading the engine (in the background, so the process answers /healthz at once) and guarding it."""
+"""The service's one engine: loaded in the background (so the process answers /healthz at once),
+guarded by a fixed number of slots (more requests at once get 429), measured."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from pathlib import Path
+import time
 
+from common.errors import AppError
 from service.config import Settings
-from service.engine import FillEngine, FillParams
+from service.engine import FillEngine
+from service.metrics import Metrics
+from service.schemas import FillRequest, FillResult
 
 logger = logging.getLogger(__name__)
 
-
-def load_engine(settings: Settings) -> FillEngine:
-    """Open the index and the encoder it was built with; refuse a model whose fingerprint differs."""
-    from encoder.model import Encoder, model_fingerprint
-    from indexer.errors import IndexerError
-    from service.index import PhraseIndex
-
-    if settings.index is None:
-        raise IndexerError("no index given: pass --index DIR or set FILL_INDEX")
-    index = PhraseIndex(
-        settings.index, verify=settings.verify, nprobe=settings.nprobe, ef_search=settings.ef_search,
-        refine=settings.refine,
-    )
-    model_dir = Path(settings.model) if settings.model else Path(index.manifest.model.path)
-    if not model_dir.is_dir():
-        raise IndexerError(f"model directory {model_dir} named by the manifest does not exist here; pass --model")
-    if model_fingerprint(model_dir) != index.manifest.model.fingerprint:
-        raise IndexerError(
-            f"model {model_dir} differs from the model the index {settings.index} was built with "
-            f"(fingerprint {index.manifest.model.fingerprint[:12]}); pass the right --model or rebuild"
-        )
-    encoder = Encoder(model_dir, device=settings.device, dtype=settings.dtype)
-    return FillEngine(encoder, index)
-
-
-WARMUP = FillParams(top_k=1, k=1, max_span_tokens=1, evidence=0)
+WARMUP = FillRequest(text="<mask>", top_k=1, k=1, max_span_tokens=1, evidence=0)
 
 
 class ServiceState:
@@ -46,12 +25,13 @@ class ServiceState:
         self.error: str | None = None
         self.ready = False
         self.slots = threading.BoundedSemaphore(settings.max_concurrency)
+        self.metrics = Metrics()
         if engine is not None:
             self._warm_up()
 
     def load(self) -> None:
         try:
-            self.engine = load_engine(self.settings)
+            self.engine = FillEngine.open(self.settings)
             self._warm_up()
         except Exception as exc:  # reported by /readyz and in the log; the process stays up
             self.error = str(exc)
@@ -59,7 +39,7 @@ class ServiceState:
 
     def _warm_up(self) -> None:
         assert self.engine is not None
-        self.engine.fill("<mask>", WARMUP)
+        self.engine.fill(WARMUP)
         self.ready = True
         logger.info("service ready")
 
@@ -67,3 +47,27 @@ class ServiceState:
         thread = threading.Thread(target=self.load, name="load-engine", daemon=True)
         thread.start()
         return thread
+
+    def ready_engine(self) -> FillEngine:
+        """The engine, or a not_ready AppError saying why there is none."""
+        if not self.ready or self.engine is None:
+            reason = f"failed to load: {self.error}" if self.error else "model and index are loading"
+            raise AppError(f"service not ready ({reason})", kind="not_ready")
+        return self.engine
+
+    def fill(self, request: FillRequest) -> FillResult:
+        """One fill in a free slot (else an overloaded AppError), counted in the metrics."""
+        engine = self.ready_engine()
+        if not self.slots.acquire(blocking=False):
+            self.metrics.outcome("overloaded")
+            raise AppError(f"too many requests in flight (max {self.settings.max_concurrency}); retry", kind="overloaded")
+        t0 = time.perf_counter()
+        try:
+            result = engine.fill(request)
+        except AppError as exc:
+            self.metrics.outcome("invalid" if exc.kind == "validation" else exc.kind)
+            raise
+        finally:
+            self.slots.release()
+        self.metrics.filled(result, time.perf_counter() - t0)
+        return result

@@ -10,7 +10,7 @@ import encoder.data as data_mod
 from encoder.data import STOPWORDS, TrainBlock, content_token_mask, load_blocks, make_batch
 from encoder.masking import MaskingConfig
 from encoder.model import Encoder
-from encoder.tokens import WORD_END, WORD_START, tokenize_documents
+from corpus.tokens import WORD_END, WORD_START, tokenize_documents
 from tests.conftest import write_jsonl
 
 GROUPS = [

@@ -39,12 +39,12 @@ def test_model_card_gives_recipe_data_license_and_quality():
 def default_engine(tmp_path_factory):
     from indexer.build import BuildConfig, build_index
     from service.config import Settings
-    from service.state import load_engine
+    from service.engine import FillEngine
 
     root = tmp_path_factory.mktemp("default_model")
     corpus = write_jsonl(root / "corpus.jsonl", CORPUS)
     build_index(BuildConfig(corpus=corpus, out=root / "idx"))  # no --model: the bundled default
-    engine = load_engine(Settings(index=root / "idx"))
+    engine = FillEngine.open(Settings(index=root / "idx"))
     yield engine
     engine.index.close()
 
@@ -59,9 +59,9 @@ def test_default_model_fills_facts_of_the_corpus(default_engine, mode, query, an
     """The answer is among the top 5 fills. The top fill may overshoot ("Warsaw in 1867") or take the
     neighbouring year: the Curie document of this toy corpus has no title, while the model was trained
     on queries that always name their subject's title."""
-    from service.engine import FillParams
+    from service.schemas import FillRequest
 
-    result = default_engine.fill(query, FillParams(mode=mode, top_k=5))
+    result = default_engine.fill(FillRequest(text=query, mode=mode, top_k=5))
     assert answer in [c.phrase for c in result.masks[0].candidates]
 
 

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from encoder.masking import MaskedBlock, MaskingConfig, mask_group, ngram_occurrences
-from encoder.tokens import WORD_END, WORD_START
+from corpus.tokens import WORD_END, WORD_START
 
 MASK = 999  # never used as a token id below
 W = WORD_START | WORD_END  # a one-piece word

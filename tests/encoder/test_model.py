@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from encoder.device import choose_device, choose_dtype
-from encoder.model import BlockInput, Encoder, EncoderError, QueryError
+from common.errors import AppError
+from encoder.model import BlockInput, Encoder
 
 MODELS = ["bert", "roberta"]
 
@@ -55,7 +56,7 @@ def test_loads_on_cpu(which, encoders):
 
 
 def test_dir_without_config_raises(tmp_path):
-    with pytest.raises(EncoderError, match="config.json"):
+    with pytest.raises(AppError, match="config.json"):
         Encoder(tmp_path, device="cpu")
 
 
@@ -65,7 +66,7 @@ def test_dir_with_corrupt_config_raises(tmp_path, tiny_bert_dir):
     bad = tmp_path / "bad"
     shutil.copytree(tiny_bert_dir, bad)
     (bad / "config.json").write_text("{this is not json", encoding="utf-8")
-    with pytest.raises(EncoderError, match=re.escape(str(bad))):
+    with pytest.raises(AppError, match=re.escape(str(bad))):
         Encoder(bad, device="cpu")
 
 
@@ -75,7 +76,7 @@ def test_dir_with_config_but_no_weights_raises(tmp_path, tiny_bert_dir):
     bare = tmp_path / "bare"
     bare.mkdir()
     shutil.copy(tiny_bert_dir / "config.json", bare / "config.json")
-    with pytest.raises(EncoderError):
+    with pytest.raises(AppError):
         Encoder(bare, device="cpu")
 
 
@@ -146,7 +147,7 @@ def test_padding_in_a_batch_does_not_change_vectors(which, encoders):
 def test_encode_blocks_rejects_too_long_block(which, encoders):
     enc = encoders[which]
     ids = np.full(enc.max_length - enc.block_overhead + 1, enc.tokenizer.convert_tokens_to_ids(enc.tokenizer.unk_token), dtype=np.int32)
-    with pytest.raises(ValueError, match=str(enc.max_length)):
+    with pytest.raises(AppError, match=str(enc.max_length)):
         enc.encode_blocks([BlockInput(ids)])
     (ok,) = enc.encode_blocks([BlockInput(ids[:-1])])  # exactly at the limit
     assert ok.shape == (len(ids) - 1, enc.dim)
@@ -209,16 +210,16 @@ def test_encode_queries_equals_model_by_hand(which, encoders):
 @pytest.mark.parametrize("which", MODELS)
 @pytest.mark.parametrize("text", ["no mask at all", "", "mask> <mas k>"])
 def test_query_without_mask_raises(which, text, encoders):
-    with pytest.raises(QueryError):
+    with pytest.raises(AppError):
         encoders[which].encode_queries([text])
 
 
 @pytest.mark.parametrize("which", MODELS)
 def test_query_too_long_raises(which, encoders):
     enc = encoders[which]
-    with pytest.raises(QueryError, match=str(enc.max_length)):
+    with pytest.raises(AppError, match=str(enc.max_length)):
         enc.encode_queries(["Paris " * 200 + "<mask>"])
-    with pytest.raises(QueryError):
+    with pytest.raises(AppError):
         enc.query_layout("<mask> " + "France " * 200)
 
 
@@ -232,7 +233,7 @@ def test_choose_dtype():
     assert choose_dtype(cpu, "bf16") == torch.bfloat16
     assert choose_dtype(cpu, "fp32") == torch.float32
     assert choose_dtype(torch.device("cuda"), "auto") == torch.float16
-    with pytest.raises(ValueError):
+    with pytest.raises(AppError):
         choose_dtype(cpu, "float64")
 
 
@@ -244,12 +245,12 @@ def test_choose_device_cpu():
 @pytest.mark.skipif(torch.cuda.is_available(), reason="CUDA is present")
 @pytest.mark.parametrize("name", ["cuda", "cuda:0"])
 def test_choose_device_cuda_without_cuda_raises(name):
-    with pytest.raises(ValueError, match="CUDA"):
+    with pytest.raises(AppError, match="CUDA"):
         choose_device(name)
 
 
 def test_encoder_on_missing_cuda_raises(tiny_bert_dir):
     if torch.cuda.is_available():
         pytest.skip("CUDA is present")
-    with pytest.raises(ValueError, match="CUDA"):
+    with pytest.raises(AppError, match="CUDA"):
         Encoder(tiny_bert_dir, device="cuda")

@@ -7,7 +7,7 @@ import pytest
 
 from encoder.masking import MaskingConfig, mask_group
 from encoder.salient import salient_spans
-from encoder.tokens import tokenize_documents
+from corpus.tokens import tokenize_documents
 from tests.encoder.test_masking import MASK, _check_invariants, _group, _single_words
 
 
@@ -49,7 +49,7 @@ def test_line_breaks_split_runs(tokenizer):
 
 
 def test_spans_are_word_aligned_token_ranges(tokenizer):
-    from encoder.tokens import WORD_END, WORD_START
+    from corpus.tokens import WORD_END, WORD_START
 
     text = "Anna Karenina moved to Novosibirsk in 1999 with Pyotr Ilyich."
     doc = tokenize_documents(tokenizer, [text])[0]

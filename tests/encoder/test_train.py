@@ -16,6 +16,7 @@ from safetensors import safe_open
 from safetensors.torch import load_file
 
 import encoder.train as train_mod
+from common.errors import AppError
 from encoder.cli import main as cli_main
 from encoder.model import BlockInput, Encoder
 from encoder.train import LATEST, STATE_FILE, TrainConfig, Trainer, train
@@ -245,7 +246,7 @@ def test_views_repeat_each_block_and_train_by_document(city_corpus, tiny_bert_di
 
 def test_too_small_corpus_is_refused(tiny_bert_dir, tmp_path):
     path = write_jsonl(tmp_path / "one.jsonl", [{"id": "a", "text": "Just one short block."}])
-    with pytest.raises(ValueError, match="groups"):
+    with pytest.raises(AppError, match="groups"):
         Trainer(config(path, tmp_path / "run", tiny_bert_dir))
 
 
@@ -262,7 +263,7 @@ def test_torchrun_two_processes_on_cpu(city_corpus, tiny_bert_dir, tmp_path):
     out = tmp_path / "ddp"
     cmd = [
         sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
-        "-m", "encoder.train", "--corpus", str(city_corpus), "--out", str(out), "--init", str(tiny_bert_dir),
+        "-m", "encoder", "train", "--corpus", str(city_corpus), "--out", str(out), "--init", str(tiny_bert_dir),
         "--steps", "2", "--save-every", "2", "--group-size", "4", "--block-tokens", "32", "--title-tokens", "8",
         "--device", "cpu", "--dtype", "fp32",
     ]
@@ -323,7 +324,7 @@ def test_gather_across_two_processes():
 
 
 def test_python_m_encoder_train_help():
-    proc = subprocess.run([sys.executable, "-m", "encoder.train", "--help"], cwd=ROOT, capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "encoder", "train", "--help"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     assert "--corpus" in proc.stdout and "--save-every" in proc.stdout

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 import indexer.ann as ann_mod
+from common.errors import AppError
 from indexer.ann import (
     FaissDevice,
     build_faiss_index,
@@ -25,7 +26,7 @@ from indexer.ann import (
 )
 from indexer.manifest import Counts, Manifest, ModelInfo
 from indexer.store import ShardContent, write_shard
-from service.index import PhraseIndex, is_exact
+from indexer.phrase_index import PhraseIndex, is_exact
 
 DIM = 32
 
@@ -82,9 +83,9 @@ def test_auto_picks_most_accurate_type_within_budget():
 def test_check_index_type():
     assert check_index_type("IVFPQ", 384) == "ivfpq"
     assert check_index_type("IVF16,SQ8", 384) == "IVF16,SQ8"
-    with pytest.raises(ValueError, match="neither one of auto, flat"):
+    with pytest.raises(AppError, match="neither one of auto, flat"):
         check_index_type("bogus", 384)
-    with pytest.raises(ValueError, match="dimension 384"):
+    with pytest.raises(AppError, match="dimension 384"):
         check_index_type("PQ7", 384)  # 7 does not divide 384
 
 
@@ -94,7 +95,7 @@ def test_parse_bytes():
     assert parse_bytes("1.5k") == 1536
     assert parse_bytes("1000") == 1000
     for bad in ("", "lots", "-1G", "0"):
-        with pytest.raises(ValueError, match="memory-budget"):
+        with pytest.raises(ValueError, match="size|positive"):
             parse_bytes(bad)
 
 
@@ -168,7 +169,7 @@ def test_refine_rescores_ann_hits_exactly_and_merges_shards_by_exact_score(tmp_p
     coarse = PhraseIndex(tmp_path, nprobe=4, refine=1)
     overlap = [len(set(zip(sh.tolist(), pos.tolist())) & want) for (sh, pos), want in zip(coarse.search(queries, k), truth)]
     assert np.mean(overlap) < k  # without refining, PQ's own ranking misses some of the exact top-k
-    with pytest.raises(ValueError, match="refine"):
+    with pytest.raises(AppError, match="refine"):
         PhraseIndex(tmp_path, refine=0)
     refined.close()
     coarse.close()

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from encoder.model import BlockInput, Encoder
-from encoder.tokens import WORD_START, tokenize_documents
+from corpus.tokens import WORD_START, tokenize_documents
 from indexer.build import BuildConfig, build_index
-from indexer.errors import IndexerError
-from indexer.files import sha256_file
+from common.errors import AppError
+from common.files import sha256_file
 from indexer.manifest import MANIFEST_NAME, Manifest
 from indexer.store import SHARD_FILES
-from service.index import PhraseIndex
+from indexer.phrase_index import PhraseIndex
 from tests.conftest import CORPUS
 
 BLOCK_TOKENS = 16
@@ -238,7 +238,7 @@ def test_resume_after_interruption(tmp_path, tiny_corpus, tiny_bert_dir):
     last = m1.shards[-1]
     (out / MANIFEST_NAME).unlink()
     shutil.rmtree(out / last.name)
-    with pytest.raises(IndexerError):
+    with pytest.raises(AppError):
         PhraseIndex(out)
 
     second = build_index(_config(tiny_corpus, out, tiny_bert_dir))
@@ -270,7 +270,7 @@ def test_different_config_refused_then_overwritten(tmp_path, tiny_corpus, tiny_b
     build_index(_config(tiny_corpus, out, tiny_bert_dir))
     before = _shard_hashes(out)
     manifest_before = (out / MANIFEST_NAME).read_text()
-    with pytest.raises(IndexerError, match="--overwrite"):
+    with pytest.raises(AppError, match="--overwrite"):
         build_index(_config(tiny_corpus, out, tiny_bert_dir, block_tokens=8))
     # nothing was touched by the refused build
     assert _shard_hashes(out) == before
@@ -291,7 +291,7 @@ def test_different_config_refused_then_overwritten(tmp_path, tiny_corpus, tiny_b
 def test_other_model_refused(tmp_path, tiny_corpus, tiny_bert_dir, tiny_roberta_dir):
     out = tmp_path / "idx"
     build_index(_config(tiny_corpus, out, tiny_bert_dir))
-    with pytest.raises(IndexerError, match="--overwrite"):
+    with pytest.raises(AppError, match="--overwrite"):
         build_index(_config(tiny_corpus, out, tiny_roberta_dir))
 
 
@@ -299,13 +299,13 @@ def test_out_dir_with_foreign_files_refused(tmp_path, tiny_corpus, tiny_bert_dir
     out = tmp_path / "idx"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    with pytest.raises(IndexerError, match=re.escape(str(out))):
+    with pytest.raises(AppError, match=re.escape(str(out))):
         build_index(_config(tiny_corpus, out, tiny_bert_dir))
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]
 
 
 def test_block_tokens_beyond_model_limit_refused(tmp_path, tiny_corpus, tiny_bert_dir):
-    with pytest.raises(IndexerError, match="--block-tokens"):
+    with pytest.raises(AppError, match="--block-tokens"):
         build_index(_config(tiny_corpus, tmp_path / "idx", tiny_bert_dir, block_tokens=127, title_tokens=0))
     assert not (tmp_path / "idx").exists()
 
@@ -313,7 +313,7 @@ def test_block_tokens_beyond_model_limit_refused(tmp_path, tiny_corpus, tiny_ber
 def test_all_empty_corpus_refused(tmp_path, tiny_bert_dir):
     corpus = tmp_path / "empty_docs.jsonl"
     corpus.write_text('{"text": ""}\n{"text": "  "}\n')
-    with pytest.raises(IndexerError, match=re.escape(str(corpus))):
+    with pytest.raises(AppError, match=re.escape(str(corpus))):
         build_index(_config(corpus, tmp_path / "idx", tiny_bert_dir))
 
 
@@ -335,7 +335,7 @@ def test_truncated_vectors_raise(bert_index_copy):
     path = bert_index_copy / "shard_00000" / "vectors.npy"
     data = path.read_bytes()
     path.write_bytes(data[: len(data) - 64])
-    with pytest.raises(IndexerError, match="vectors.npy"):
+    with pytest.raises(AppError, match="vectors.npy"):
         PhraseIndex(bert_index_copy)
 
 
@@ -346,19 +346,19 @@ def test_flipped_byte_fails_verification(bert_index_copy, fname):
     data = bytearray(path.read_bytes())
     data[-1] ^= 0xFF
     path.write_bytes(bytes(data))
-    with pytest.raises(IndexerError, match=re.escape(fname)):
+    with pytest.raises(AppError, match=re.escape(fname)):
         PhraseIndex(bert_index_copy, verify=True)
 
 
 def test_missing_shard_file_raises(bert_index_copy):
     (bert_index_copy / "shard_00001" / "index.faiss").unlink()
-    with pytest.raises(IndexerError, match="index.faiss"):
+    with pytest.raises(AppError, match="index.faiss"):
         PhraseIndex(bert_index_copy)
 
 
 def test_missing_manifest_raises(bert_index_copy):
     (bert_index_copy / MANIFEST_NAME).unlink()
-    with pytest.raises(IndexerError, match=MANIFEST_NAME):
+    with pytest.raises(AppError, match=MANIFEST_NAME):
         PhraseIndex(bert_index_copy)
 
 

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from indexer.files import write_npy_atomic
+from common.files import write_npy_atomic
 from indexer.offsets import OFFSET_FILES, CharOffsets, pack_offsets
 
 

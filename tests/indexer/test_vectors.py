@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from indexer.files import write_npy_atomic
+from common.files import write_npy_atomic
 from indexer.vectors import StoredVectors, quantize_int8
 
 

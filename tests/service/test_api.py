@@ -9,10 +9,11 @@ import re
 import pytest
 from fastapi.testclient import TestClient
 
-from encoder.tokens import MASK_PATTERN
+from common.masks import MASK_PATTERN
 from service.api import create_app
 from service.config import Settings
-from service.state import ServiceState, load_engine
+from service.engine import FillEngine
+from service.state import ServiceState
 from tests.conftest import CORPUS
 
 DOCS = {d["id"]: d["text"] for d in CORPUS}
@@ -29,7 +30,7 @@ def settings(tiny_index) -> Settings:
 
 @pytest.fixture(scope="module")
 def state(settings) -> ServiceState:
-    return ServiceState(settings, engine=load_engine(settings))
+    return ServiceState(settings, engine=FillEngine.open(settings))
 
 
 @pytest.fixture(scope="module")
@@ -440,7 +441,7 @@ def test_docs_and_openapi(client):
 def test_unknown_route_is_404_json(client):
     r = client.get("/nope")
     assert r.status_code == 404
-    assert r.json()["error_type"] == "http"
+    assert r.json()["error_type"] == "not_found"
 
 
 def test_wrong_method_is_405(client):
@@ -484,7 +485,7 @@ def assert_all_slots_free(state, settings) -> None:
 
 
 def test_slots_released_after_errors(client, state, settings):
-    # QueryError path (too many tokens) and successful path must each give the slot back
+    # the query-too-long path (too many tokens) and successful path must each give the slot back
     for _ in range(settings.max_concurrency + 2):
         assert client.post("/fill", json={"text": "word " * 300 + "<mask>"}).status_code == 422
         assert client.post("/fill", json={"text": "<mask>"}).status_code == 200

@@ -1,7 +1,7 @@
 """FillEngine against a brute-force reference on a real (tiny, random-vector) index on disk.
 
 The index is written with indexer.store.write_shard + indexer.manifest.Manifest and opened with
-service.index.PhraseIndex; the encoder is a fake returning fixed query vectors. The reference below
+indexer.phrase_index.PhraseIndex; the encoder is a fake returning fixed query vectors. The reference below
 re-implements NPM inference with plain loops (no service.spans): enumerate every valid span, keep
 those touching the top-k start / end hits, softmax over distinct starts / ends, sum (or max) per
 phrase, rank by mass * len^alpha, normalise.
@@ -18,11 +18,13 @@ import numpy as np
 import pytest
 
 from encoder.model import QueryVectors
-from encoder.tokens import WORD_END, WORD_START, count_masks
+from corpus.tokens import WORD_END, WORD_START
+from common.masks import count_masks
 from indexer.manifest import Counts, Manifest, ModelInfo
 from indexer.store import ShardContent, write_shard
-from service.engine import FillEngine, FillParams
-from service.index import PhraseIndex
+from service.engine import FillEngine
+from service.schemas import FillRequest
+from indexer.phrase_index import PhraseIndex
 
 DIM = 16
 SCALE = 1.0 / math.sqrt(DIM)
@@ -250,7 +252,7 @@ def top_k(lg: dict[tuple[int, int], float], k: int) -> set[tuple[int, int]]:
 
 
 def reference(corpus: Corpus, qs: np.ndarray, qe: np.ndarray, k: int, max_len: int, alpha: float,
-              case_sensitive: bool = True, aggregate: str = FillParams.aggregate) -> list[RefPhrase]:
+              case_sensitive: bool = True, aggregate: str = FillRequest.model_fields["aggregate"].default) -> list[RefPhrase]:
     """Brute force: every valid span touching an exact top-k hit; a phrase's len is its own token count."""
     ls, le = logits(corpus, qs), logits(corpus, qe)
     hit_s, hit_e = top_k(ls, k), top_k(le, k)
@@ -415,8 +417,8 @@ def test_engine_matches_bruteforce(index_for, seed, max_len, alpha, aggregate):
     corpus, index = index_for(seed)
     qs, qe = query_vectors(seed, 1)
     engine = FillEngine(FakeEncoder(qs, qe), index)
-    params = FillParams(k=corpus.tokens, top_k=ALL, max_span_tokens=max_len, alpha=alpha, aggregate=aggregate)
-    result = engine.fill("The <mask> was seen.", params)
+    params = dict(k=corpus.tokens, top_k=ALL, max_span_tokens=max_len, alpha=alpha, aggregate=aggregate)
+    result = engine.fill(FillRequest.model_construct(text="The <mask> was seen.", **params))
     assert len(result.masks) == 1 and result.masks[0].index == 0
     cands = result.masks[0].candidates
     assert np.isclose(sum(c.score for c in cands), 1.0)
@@ -433,7 +435,7 @@ def test_top_k_truncates_but_normalises_over_all(index_for, seed):
     corpus, index = index_for(seed)
     qs, qe = query_vectors(seed, 1)
     engine = FillEngine(FakeEncoder(qs, qe), index)
-    res = engine.fill("<mask>", FillParams(k=corpus.tokens, top_k=4, max_span_tokens=3, alpha=0.0, evidence=1))
+    res = engine.fill(FillRequest.model_construct(text="<mask>", k=corpus.tokens, top_k=4, max_span_tokens=3, alpha=0.0, evidence=1))
     ref = reference(corpus, qs[0], qe[0], corpus.tokens, 3, 0.0)
     cands = res.masks[0].candidates
     assert [c.phrase for c in cands] == [ph.text for ph in ref[:4]]
@@ -448,8 +450,9 @@ def test_case_insensitive_matches_bruteforce(index_for, seed):
     corpus, index = index_for(seed)
     qs, qe = query_vectors(seed, 1)
     engine = FillEngine(FakeEncoder(qs, qe), index)
-    params = FillParams(k=corpus.tokens, top_k=ALL, max_span_tokens=3, alpha=0.0, case_sensitive=False)
-    cands = engine.fill("<mask>!", params).masks[0].candidates
+    params = FillRequest.model_construct(text="<mask>!", k=corpus.tokens, top_k=ALL, max_span_tokens=3, alpha=0.0,
+                                         case_sensitive=False)
+    cands = engine.fill(params).masks[0].candidates
     ref = reference(corpus, qs[0], qe[0], corpus.tokens, 3, 0.0, case_sensitive=False)
     assert_same_ranking(cands, ref, case_sensitive=False)
     assert_evidence(cands, ref, corpus, params.evidence, case_sensitive=False)
@@ -462,8 +465,9 @@ def test_two_masks(index_for, seed):
     corpus, index = index_for(seed)
     qs, qe = query_vectors(seed, 2)
     engine = FillEngine(FakeEncoder(qs, qe), index)
-    params = FillParams(k=corpus.tokens, top_k=ALL, max_span_tokens=3, alpha=0.0)
-    res = engine.fill("A <mask> and [MASK] here.", params)
+    params = FillRequest.model_construct(text="A <mask> and [MASK] here.", k=corpus.tokens, top_k=ALL, max_span_tokens=3,
+                                         alpha=0.0)
+    res = engine.fill(params)
     assert [m.index for m in res.masks] == [0, 1]
     tops = []
     for m in range(2):
@@ -473,7 +477,8 @@ def test_two_masks(index_for, seed):
         tops.append(ref[0].text)
     assert res.filled == f"A {tops[0]} and {tops[1]} here."
     # the masks are scored with their own vectors: swapping them swaps the answers
-    swapped = FillEngine(FakeEncoder(qs[::-1].copy(), qe[::-1].copy()), index).fill("<mask> <mask>", params)
+    swapped = FillEngine(FakeEncoder(qs[::-1].copy(), qe[::-1].copy()), index).fill(
+        params.model_copy(update={"text": "<mask> <mask>"}))
     assert swapped.filled == f"{tops[1]} {tops[0]}"
 
 
@@ -485,7 +490,7 @@ def test_small_k_candidates_touch_top_hits(index_for, seed, max_len, alpha):
     qs, qe = query_vectors(seed, 1)
     engine = FillEngine(FakeEncoder(qs, qe), index)
     k = 3
-    res = engine.fill("<mask>", FillParams(k=k, top_k=ALL, max_span_tokens=max_len, alpha=alpha))
+    res = engine.fill(FillRequest.model_construct(text="<mask>", k=k, top_k=ALL, max_span_tokens=max_len, alpha=alpha))
     full = reference(corpus, qs[0], qe[0], corpus.tokens, max_len, alpha)
     cands = res.masks[0].candidates
     # a strict subset of all phrases; every phrase occurs in a span that starts or ends at a top-k hit
@@ -506,11 +511,11 @@ def test_k_larger_than_index_and_no_candidates(index_for):
     corpus, index = index_for(1)
     qs, qe = query_vectors(1, 1)
     engine = FillEngine(FakeEncoder(qs, qe), index)
-    big = engine.fill("<mask>", FillParams(k=corpus.tokens * 5, top_k=ALL, max_span_tokens=3))
-    exact = engine.fill("<mask>", FillParams(k=corpus.tokens, top_k=ALL, max_span_tokens=3))
+    big = engine.fill(FillRequest.model_construct(text="<mask>", k=corpus.tokens * 5, top_k=ALL, max_span_tokens=3))
+    exact = engine.fill(FillRequest.model_construct(text="<mask>", k=corpus.tokens, top_k=ALL, max_span_tokens=3))
     assert [(c.phrase, c.score) for c in big.masks[0].candidates] == [(c.phrase, c.score) for c in exact.masks[0].candidates]
     # max_span_tokens=0: no span at all, the mask is left in place
-    none = engine.fill("x <mask> y", FillParams(k=corpus.tokens, max_span_tokens=0))
+    none = engine.fill(FillRequest.model_construct(text="x <mask> y", k=corpus.tokens, max_span_tokens=0))
     assert none.masks[0].candidates == [] and none.filled == "x <mask> y"
 
 
@@ -538,7 +543,7 @@ def test_exact_scores_on_hand_made_index(tmp_path):
     index = _tiny_index(tmp_path / "idx", "beta, gamma", [(0, 4, 3), (4, 5, 3), (6, 11, 3)])
     zero = np.zeros((1, DIM), np.float32)
     engine = FillEngine(FakeEncoder(zero, zero), index)
-    res = engine.fill("<mask>", FillParams(k=3, top_k=10, max_span_tokens=3, alpha=0.0, aggregate="sum"))
+    res = engine.fill(FillRequest.model_construct(text="<mask>", k=3, top_k=10, max_span_tokens=3, alpha=0.0, aggregate="sum"))
     # spans: beta | beta, -> "beta" (4/3); ", gamma" | gamma -> "gamma" (4/3); "beta, gamma" (2/3); "," dropped
     got = {c.phrase: c.score for c in res.masks[0].candidates}
     assert got.keys() == {"beta", "gamma", "beta, gamma"}
@@ -560,7 +565,7 @@ def test_phrase_length_ignores_stripped_punctuation(tmp_path):
     """
     index = _tiny_index(tmp_path / "idx", ", beta gamma", [(0, 1, 3), (2, 6, 3), (7, 12, 3)])
     zero = np.zeros((1, DIM), np.float32)
-    res = FillEngine(FakeEncoder(zero, zero), index).fill("<mask>", FillParams(k=3, top_k=10, max_span_tokens=3, alpha=1.0, aggregate="sum"))
+    res = FillEngine(FakeEncoder(zero, zero), index).fill(FillRequest.model_construct(text="<mask>", k=3, top_k=10, max_span_tokens=3, alpha=1.0, aggregate="sum"))
     got = {c.phrase: c.score for c in res.masks[0].candidates}
     index.close()
     assert got.keys() == {"beta", "gamma", "beta gamma"}
@@ -571,8 +576,7 @@ def test_max_aggregation_on_hand_made_index(tmp_path):
     """The same "beta, gamma" index with max: every span scores 2/3, so every phrase has mass 2/3."""
     index = _tiny_index(tmp_path / "idx", "beta, gamma", [(0, 4, 3), (4, 5, 3), (6, 11, 3)])
     zero = np.zeros((1, DIM), np.float32)
-    res = FillEngine(FakeEncoder(zero, zero), index).fill(
-        "<mask>", FillParams(k=3, top_k=10, max_span_tokens=3, alpha=0.0, aggregate="max"))
+    res = FillEngine(FakeEncoder(zero, zero), index).fill(FillRequest.model_construct(text="<mask>", k=3, top_k=10, max_span_tokens=3, alpha=0.0, aggregate="max"))
     index.close()
     got = {c.phrase: c.score for c in res.masks[0].candidates}
     assert got.keys() == {"beta", "gamma", "beta, gamma"}

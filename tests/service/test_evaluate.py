@@ -8,7 +8,9 @@ from pathlib import Path
 import pytest
 
 from service.config import Settings
-from service.engine import FillParams
+from common.errors import AppError
+from service.engine import FillEngine
+from service.schemas import FillOptions, FillRequest
 from service.evaluate import (
     GOOGLE_RE_TEMPLATES,
     evaluate,
@@ -19,10 +21,9 @@ from service.evaluate import (
     score_prediction,
     subsample,
 )
-from service.state import load_engine
 from tests.conftest import CORPUS, write_jsonl
 
-PARAMS = FillParams(top_k=5, k=1024, max_span_tokens=10, alpha=0.0, evidence=1)  # what main() uses (k default)
+PARAMS = FillOptions(top_k=5, k=1024, max_span_tokens=10, alpha=0.0, evidence=1)
 QUERIES = [
     "Paris is the capital of <mask>.",
     "Marie Curie was born in <mask> in 1867.",
@@ -144,12 +145,12 @@ def test_load_probes_errors(tmp_path):
         + json.dumps({"relation": "r", "query": "q <mask>"}) + "\n",
         encoding="utf-8",
     )
-    with pytest.raises(ValueError, match=r"bad\.jsonl:2"):
+    with pytest.raises(AppError, match=r"bad\.jsonl:2"):
         load_probes(path)
     incomplete = tmp_path / "gre"
     incomplete.mkdir()
     (incomplete / "place_of_birth_test.jsonl").write_text(json.dumps({"sub_label": "A", "obj_label": "B"}) + "\n")
-    with pytest.raises(OSError):
+    with pytest.raises(AppError, match="date_of_birth_test.jsonl"):
         load_probes(google_re=incomplete)
     assert load_probes() == []
 
@@ -159,7 +160,7 @@ def test_load_probes_errors(tmp_path):
 
 @pytest.fixture(scope="module")
 def engine(tiny_index):
-    return load_engine(Settings(index=tiny_index, device="cpu", dtype="fp32"))
+    return FillEngine.open(Settings(index=tiny_index, device="cpu", dtype="fp32"))
 
 
 @pytest.fixture(scope="module")
@@ -167,7 +168,7 @@ def tops(engine) -> dict[str, list[str]]:
     """The engine's own top-5 phrases for each query."""
     out = {}
     for q in QUERIES:
-        cands = engine.fill(q, PARAMS).masks[0].candidates
+        cands = engine.fill(FillRequest(text=q, **PARAMS.model_dump())).masks[0].candidates
         assert cands, q
         out[q] = [c.phrase for c in cands]
     return out
@@ -220,11 +221,17 @@ def test_evaluate_without_output_and_empty(engine, tops):
     assert empty["relations"] == {} and empty["macro_em@1"] == 0.0 and empty["probes"] == 0
 
 
+def run_main(args: list[str]) -> None:
+    with pytest.raises(SystemExit) as exc:  # the command line exits 0 when done
+        main(args)
+    assert exc.value.code in (0, None)
+
+
 def test_fill_eval_main(tiny_index, tops, tmp_path, capsys):
     probes = _probe_set(tops)
     path = write_jsonl(tmp_path / "probes.jsonl", probes)
     report_path, pred_path = tmp_path / "report.json", tmp_path / "pred.jsonl"
-    main(["--index", str(tiny_index), "--probes", str(path), "--report", str(report_path), "--out", str(pred_path)])
+    run_main(["--index", str(tiny_index), "--probes", str(path), "--report", str(report_path), "--out", str(pred_path)])
     report = json.loads(report_path.read_text())
     assert report["relations"]["right"]["em@1"] == 100.0
     assert report["relations"]["wrong"]["em@1"] == 0.0
@@ -235,7 +242,7 @@ def test_fill_eval_main(tiny_index, tops, tmp_path, capsys):
     assert "macro" in printed and "right" in printed
 
     # --per-relation 1: one probe per relation
-    main(["--index", str(tiny_index), "--probes", str(path), "--report", str(report_path), "--per-relation", "1"])
+    run_main(["--index", str(tiny_index), "--probes", str(path), "--report", str(report_path), "--per-relation", "1"])
     report = json.loads(report_path.read_text())
     assert report["probes"] == 3 and all(r["n"] == 1 for r in report["relations"].values())
 
@@ -243,7 +250,7 @@ def test_fill_eval_main(tiny_index, tops, tmp_path, capsys):
 def test_fill_eval_main_google_re(tiny_index, tmp_path):
     root = _google_re(tmp_path / "gre")
     report_path = tmp_path / "r.json"
-    main(["--index", str(tiny_index), "--google-re", str(root), "--report", str(report_path)])
+    run_main(["--index", str(tiny_index), "--google-re", str(root), "--report", str(report_path)])
     report = json.loads(report_path.read_text())
     assert report["probes"] == 4
     assert {r: v["n"] for r, v in report["relations"].items()} == {"date_of_birth": 1, "place_of_birth": 2, "place_of_death": 1}

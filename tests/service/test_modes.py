@@ -8,8 +8,10 @@ import numpy as np
 import pytest
 
 from indexer.bm25 import match_query
-from service.engine import FillEngine, FillParams, ModeError
-from service.index import PhraseIndex
+from common.errors import AppError
+from service.engine import FillEngine
+from service.schemas import FillRequest
+from indexer.phrase_index import PhraseIndex
 from service.spans import spans_from_hits
 
 
@@ -39,8 +41,8 @@ def test_match_query_quotes_words_and_ignores_syntax():
 
 def test_restricted_scores_exactly_the_tokens_of_the_chosen_block(engine):
     text = "Marie Curie was born in <mask> ."
-    params = FillParams(mode="restricted", blocks=1, top_k=100, max_span_tokens=3, evidence=20, drop_stopwords=False)
-    result = engine.fill(text, params)
+    params = dict(mode="restricted", blocks=1, top_k=100, max_span_tokens=3, evidence=20, drop_stopwords=False)
+    result = engine.fill(FillRequest(text=text, **params))
     chosen = int(engine.index.bm25.search(text.replace("<mask>", " "), 1)[0])
     evidence_blocks = {e.block for c in result.masks[0].candidates for e in c.evidence}
     assert evidence_blocks == {chosen}
@@ -61,24 +63,24 @@ def test_restricted_scores_exactly_the_tokens_of_the_chosen_block(engine):
 def test_hybrid_candidates_include_restricted_and_dense(engine):
     text = "Paris is the capital of <mask> ."
     common = dict(top_k=100, max_span_tokens=2, k=8, blocks=1, drop_stopwords=False)
-    restricted = {c.phrase for c in engine.fill(text, FillParams(mode="restricted", **common)).masks[0].candidates}
-    dense = {c.phrase for c in engine.fill(text, FillParams(mode="dense", **common)).masks[0].candidates}
-    hybrid = {c.phrase for c in engine.fill(text, FillParams(mode="hybrid", **common)).masks[0].candidates}
+    restricted = {c.phrase for c in engine.fill(FillRequest(text=text, mode="restricted", **common)).masks[0].candidates}
+    dense = {c.phrase for c in engine.fill(FillRequest(text=text, mode="dense", **common)).masks[0].candidates}
+    hybrid = {c.phrase for c in engine.fill(FillRequest(text=text, mode="hybrid", **common)).masks[0].candidates}
     assert restricted and dense
     assert restricted | dense == hybrid
 
 
 def test_unknown_mode_and_missing_bm25_are_refused(engine, tiny_index, fresh_copy, tiny_bert_dir):
-    with pytest.raises(ModeError):
-        engine.fill("a <mask>", FillParams(mode="sparse"))
+    with pytest.raises(AppError):
+        engine.fill(FillRequest.model_construct(text="a <mask>", mode="sparse"))  # past the validator
     copy = fresh_copy(tiny_index)
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["bm25"] = None
     (copy / "manifest.json").write_text(json.dumps(manifest))
     no_bm25 = FillEngine(engine.encoder, PhraseIndex(copy))
-    with pytest.raises(ModeError, match="BM25"):
-        no_bm25.fill("a <mask>", FillParams(mode="restricted"))
-    assert no_bm25.fill("a <mask>", FillParams(mode="dense")).masks
+    with pytest.raises(AppError, match="BM25"):
+        no_bm25.fill(FillRequest(text="a <mask>", mode="restricted"))
+    assert no_bm25.fill(FillRequest(text="a <mask>", mode="dense")).masks
 
 
 def test_api_mode_validation(tiny_index):
@@ -86,10 +88,10 @@ def test_api_mode_validation(tiny_index):
 
     from service.api import create_app
     from service.config import Settings
-    from service.state import ServiceState, load_engine
+    from service.state import ServiceState
 
     settings = Settings(index=tiny_index)
-    client = TestClient(create_app(settings, ServiceState(settings, engine=load_engine(settings))))
+    client = TestClient(create_app(settings, ServiceState(settings, engine=FillEngine.open(settings))))
     r = client.post("/fill", json={"text": "Paris is the capital of <mask> .", "mode": "sparse"})
     assert r.status_code == 422 and "mode" in r.json()["error"]
     r = client.post("/fill", json={"text": "Paris is the capital of <mask> .", "mode": "restricted", "blocks": 0})

@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from encoder.tokens import MASK_PATTERN
+from common.masks import MASK_PATTERN
 from tests.conftest import CORPUS
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from encoder.tokens import WORD_END, WORD_START
+from corpus.tokens import WORD_END, WORD_START
 from service.spans import Phrase, aggregate, rank, score_spans, softmax, spans_from_hits, strip_phrase
 
 S, E, SE, MID = WORD_START, WORD_END, WORD_START | WORD_END, 0

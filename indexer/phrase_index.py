@@ -1,4 +1,5 @@
-"""A phrase index opened for search: every shard memory-mapped, searched in parallel, merged."""
+"""The read side of an index directory: every shard memory-mapped, searched in parallel, merged (the
+write side is `indexer.build` / `indexer.store`)."""
 
 from __future__ import annotations
 
@@ -8,10 +9,10 @@ from pathlib import Path
 
 import numpy as np
 
+from common.errors import AppError
+from common.files import sha256_file
 from indexer.ann import set_search_params
 from indexer.bm25 import BM25, BM25_NAME
-from indexer.errors import IndexerError
-from indexer.files import sha256_file
 from indexer.manifest import Manifest
 from indexer.store import Shard
 
@@ -37,7 +38,7 @@ class PhraseIndex:
         self.root = Path(root)
         self.refine = DEFAULT_REFINE if refine is None else int(refine)
         if self.refine < 1:
-            raise ValueError(f"refine must be >= 1, got {refine}")
+            raise AppError(f"refine must be >= 1, got {refine}", kind="validation")
         self.manifest = Manifest.load(self.root)
         if verify:
             self.verify()
@@ -58,7 +59,7 @@ class PhraseIndex:
             files.append((self.root / BM25_NAME, self.manifest.bm25))
         for path, rec in files:
             if not path.is_file() or sha256_file(path) != rec.sha256:
-                raise IndexerError(f"index file {path} is missing or corrupted (checksum mismatch); rebuild the index")
+                raise AppError(f"index file {path} is missing or corrupted (checksum mismatch); rebuild the index")
 
     def block_hits(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every token of the given global blocks, as (shard numbers, positions)."""

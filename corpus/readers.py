@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
-from indexer.errors import IndexerError
+from common.errors import AppError
 
 logger = logging.getLogger(__name__)
 
@@ -38,26 +38,26 @@ class Document:
 
 
 def detect_format(path: Path) -> str:
-    """Return the corpus format of ``path`` (one of FORMATS) or raise IndexerError."""
+    """Return the corpus format of ``path`` (one of FORMATS) or raise AppError."""
     path = Path(path)
     if not path.exists():
-        raise IndexerError(f"corpus path {path} does not exist; check the path (supported: {SUPPORTED})")
+        raise AppError(f"corpus path {path} does not exist; check the path (supported: {SUPPORTED})")
     if path.is_dir():
         if (path / "dataset_dict.json").is_file():
             splits = _dataset_dict_splits(path)
             example = splits[0] if splits else "train"
-            raise IndexerError(
+            raise AppError(
                 f"{path} is a HuggingFace DatasetDict with splits {', '.join(splits) or '(none)'}; "
                 f"pass one split directory instead, e.g. {path / example}")
         if (path / "state.json").is_file():
             return "hf_dataset"
         if any(p.is_file() for p in path.rglob("*.txt")):
             return "text_dir"
-        raise IndexerError(f"directory {path} has neither state.json nor .txt files; "
+        raise AppError(f"directory {path} has neither state.json nor .txt files; "
                            f"supported corpus formats: {SUPPORTED}")
     fmt = _SUFFIXES.get(path.suffix.lower())
     if fmt is None:
-        raise IndexerError(f"unknown corpus format for {path} (suffix {path.suffix!r}); "
+        raise AppError(f"unknown corpus format for {path} (suffix {path.suffix!r}); "
                            f"supported corpus formats: {SUPPORTED}")
     return fmt
 
@@ -66,11 +66,11 @@ def read_corpus(path: str | Path, batch_rows: int = 1024) -> Iterator[Document]:
     """Stream the documents of the corpus at ``path``.
 
     The path and format are checked immediately; columns are checked before the first document is
-    yielded; an IndexerError is raised at the end of iteration if the corpus held no documents.
+    yielded; an AppError is raised at the end of iteration if the corpus held no documents.
     """
     path = Path(path)
     if batch_rows < 1:
-        raise IndexerError(f"batch_rows must be >= 1, got {batch_rows}")
+        raise AppError(f"batch_rows must be >= 1, got {batch_rows}")
     fmt = detect_format(path)
     logger.info("reading %s corpus from %s", fmt, path)
     if fmt in ("hf_dataset", "arrow", "parquet"):
@@ -106,18 +106,18 @@ def _numbered(path: Path, raw: Iterator[Raw]) -> Iterator[Document]:
                        title="" if title is None else str(title), text="" if text is None else str(text))
         row += 1
     if row == 0:
-        raise IndexerError(f"corpus {path} holds no documents; point to a non-empty corpus")
+        raise AppError(f"corpus {path} holds no documents; point to a non-empty corpus")
     logger.info("read %d documents from %s", row, path)
 
 
-def _unreadable(path: Path, kind: str, exc: BaseException) -> IndexerError:
-    return IndexerError(f"cannot read {path} as {kind}: {exc}; check that the file is complete and "
+def _unreadable(path: Path, kind: str, exc: BaseException) -> AppError:
+    return AppError(f"cannot read {path} as {kind}: {exc}; check that the file is complete and "
                         f"really is {kind} (supported: {SUPPORTED})")
 
 
 def _check_columns(path: Path, names: list[str]) -> list[str]:
     if "text" not in names:
-        raise IndexerError(f"{path} has no `text` column (columns found: {', '.join(names) or 'none'}); "
+        raise AppError(f"{path} has no `text` column (columns found: {', '.join(names) or 'none'}); "
                            f"rename the document text column to `text`")
     return [c for c in _COLUMNS if c in names]
 
@@ -134,10 +134,10 @@ def _hf_files(path: Path) -> list[Path]:
     try:
         files = [path / f["filename"] for f in json.loads(state.read_text("utf-8"))["_data_files"]]
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise IndexerError(f"cannot read {state} ({exc}); re-save the dataset with save_to_disk") from exc
+        raise AppError(f"cannot read {state} ({exc}); re-save the dataset with save_to_disk") from exc
     for f in files:
         if not f.is_file():
-            raise IndexerError(f"{state} lists {f.name} but {f} does not exist; re-save the dataset")
+            raise AppError(f"{state} lists {f.name} but {f} does not exist; re-save the dataset")
     return files
 
 
@@ -168,7 +168,7 @@ def _ipc_batches(path: Path, reader: Any) -> Iterator[pa.RecordBatch]:
 
 
 def _guarded(batches: Iterator[pa.RecordBatch], path: Path, kind: str) -> Iterator[pa.RecordBatch]:
-    """The batches, with a read error half-way through turned into an IndexerError naming the file."""
+    """The batches, with a read error half-way through turned into an AppError naming the file."""
     while True:
         try:
             batch = next(batches)
@@ -217,7 +217,7 @@ def _lines(path: Path) -> Iterator[tuple[int, str]]:
         with path.open("r", encoding="utf-8") as fh:
             yield from enumerate(fh, start=1)
     except UnicodeDecodeError as exc:
-        raise IndexerError(f"{path} is not valid UTF-8 ({exc}); re-encode the file as UTF-8") from exc
+        raise AppError(f"{path} is not valid UTF-8 ({exc}); re-encode the file as UTF-8") from exc
 
 
 def _read_jsonl(path: Path) -> Iterator[Raw]:
@@ -227,13 +227,13 @@ def _read_jsonl(path: Path) -> Iterator[Raw]:
         try:
             obj = json.loads(line)
         except ValueError as exc:
-            raise IndexerError(f"{path} line {lineno} is not valid JSON: {exc}; "
+            raise AppError(f"{path} line {lineno} is not valid JSON: {exc}; "
                                f"fix the line (one JSON object per line)") from exc
         if not isinstance(obj, dict):
-            raise IndexerError(f"{path} line {lineno} is a JSON {type(obj).__name__}, not an object; "
+            raise AppError(f"{path} line {lineno} is a JSON {type(obj).__name__}, not an object; "
                                f"write one JSON object with a `text` field per line")
         if "text" not in obj:
-            raise IndexerError(f"{path} line {lineno} has no `text` field (fields found: "
+            raise AppError(f"{path} line {lineno} has no `text` field (fields found: "
                                f"{', '.join(obj) or 'none'}); add a `text` field to every line")
         yield obj.get("id"), obj.get("title"), obj["text"]
 
@@ -250,5 +250,5 @@ def _read_text_dir(path: Path) -> Iterator[Raw]:
         try:
             text = f.read_text(encoding="utf-8")
         except UnicodeDecodeError as exc:
-            raise IndexerError(f"{f} is not valid UTF-8 ({exc}); re-encode the file as UTF-8") from exc
+            raise AppError(f"{f} is not valid UTF-8 ({exc}); re-encode the file as UTF-8") from exc
         yield f.relative_to(path).as_posix(), f.stem, text

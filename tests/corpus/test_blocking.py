@@ -1,13 +1,13 @@
-"""Tests for indexer.blocking: cut points within budget at word starts; blocks never cross documents."""
+"""Tests for corpus.blocking: cut points within budget at word starts; blocks never cross documents."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from encoder.tokens import WORD_END, WORD_START, boundary_flags, tokenize_documents
-from indexer.blocking import cut_points, iter_blocks
-from indexer.readers import Document
+from corpus.tokens import WORD_END, WORD_START, boundary_flags, tokenize_documents
+from corpus.blocking import cut_points, iter_blocks
+from corpus.readers import Document
 from tests.conftest import CORPUS
 
 S, E = WORD_START, WORD_END

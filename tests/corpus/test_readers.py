@@ -1,4 +1,4 @@
-"""Tests for indexer.readers: every corpus format yields the same documents; errors name the file."""
+"""Tests for corpus.readers: every corpus format yields the same documents; errors name the file."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from indexer.errors import IndexerError
-from indexer.readers import Document, count_documents, detect_format, read_corpus
+from common.errors import AppError
+from corpus.readers import Document, count_documents, detect_format, read_corpus
 
 TEXTS = ["The cat sat on the mat.", "Zürich ist schön — 東京タワー 🚀", "No title here.", "Last one, ça va?"]
 TITLES = ["Cats", "Städte", None, "Ende"]
@@ -143,7 +143,7 @@ def test_hf_checks_every_shard_before_yielding(tmp_path: Path) -> None:
     shards = [f["filename"] for f in json.loads((tmp_path / "hf" / "state.json").read_text())["_data_files"]]
     write_arrow_stream(tmp_path, {"body": ["x"]}).replace(tmp_path / "hf" / shards[1])
     docs = read_corpus(tmp_path / "hf")
-    with pytest.raises(IndexerError, match=shards[1].replace(".", r"\.") + ".*body"):
+    with pytest.raises(AppError, match=shards[1].replace(".", r"\.") + ".*body"):
         next(docs)
 
 
@@ -151,7 +151,7 @@ def test_dataset_dict_gives_helpful_error(tmp_path: Path) -> None:
     datasets = pytest.importorskip("datasets")
     ds = datasets.Dataset.from_dict({"text": ["a"]})
     datasets.DatasetDict({"train": ds, "validation": ds}).save_to_disk(str(tmp_path / "dd"))
-    with pytest.raises(IndexerError) as err:
+    with pytest.raises(AppError) as err:
         read_corpus(tmp_path / "dd")
     msg = str(err.value)
     assert "train" in msg and "validation" in msg and str(tmp_path / "dd" / "train") in msg
@@ -160,19 +160,19 @@ def test_dataset_dict_gives_helpful_error(tmp_path: Path) -> None:
 # --- errors --------------------------------------------------------------------------------------
 
 def test_missing_path(tmp_path: Path) -> None:
-    with pytest.raises(IndexerError, match="nope.parquet.*does not exist"):
+    with pytest.raises(AppError, match="nope.parquet.*does not exist"):
         read_corpus(tmp_path / "nope.parquet")
 
 
 def test_unknown_format_lists_supported(tmp_path: Path) -> None:
     path = tmp_path / "corpus.csv"
     path.write_text("id,text\n1,a\n", encoding="utf-8")
-    with pytest.raises(IndexerError, match=r"corpus\.csv.*parquet"):
+    with pytest.raises(AppError, match=r"corpus\.csv.*parquet"):
         read_corpus(path)
     empty_dir = tmp_path / "emptydir"
     empty_dir.mkdir()
     (empty_dir / "x.csv").write_text("a", encoding="utf-8")
-    with pytest.raises(IndexerError, match="emptydir.*state.json"):
+    with pytest.raises(AppError, match="emptydir.*state.json"):
         detect_format(empty_dir)
 
 
@@ -184,14 +184,14 @@ def test_unknown_format_lists_supported(tmp_path: Path) -> None:
 ])
 def test_corrupt_files(tmp_path: Path, name: str, data: bytes) -> None:
     (tmp_path / name).write_bytes(data)
-    with pytest.raises(IndexerError, match=name.replace(".", r"\.")):
+    with pytest.raises(AppError, match=name.replace(".", r"\.")):
         list(read_corpus(tmp_path / name))
 
 
 def test_truncated_arrow_stream(tmp_path: Path) -> None:
     path = write_arrow_stream(tmp_path, {"text": [f"some text {i}" * 20 for i in range(100)]})
     path.write_bytes(path.read_bytes()[:-300])
-    with pytest.raises(IndexerError, match=r"corpus\.arrow"):
+    with pytest.raises(AppError, match=r"corpus\.arrow"):
         list(read_corpus(path))
 
 
@@ -199,7 +199,7 @@ def test_truncated_arrow_stream(tmp_path: Path) -> None:
 def test_missing_text_column_before_any_document(tmp_path: Path, writer) -> None:
     path = writer(tmp_path, {"id": ["a", "b"], "body": ["x", "y"]})
     docs = read_corpus(path)
-    with pytest.raises(IndexerError) as err:
+    with pytest.raises(AppError) as err:
         next(docs)  # nothing is yielded before the schema check
     msg = str(err.value)
     assert "`text`" in msg and "body" in msg and "id" in msg
@@ -211,28 +211,28 @@ def test_malformed_jsonl_line(tmp_path: Path) -> None:
     path.write_text('{"text": "ok"}\n\n{"text": "broken"\n', encoding="utf-8")
     docs = read_corpus(path)
     assert next(docs).text == "ok"
-    with pytest.raises(IndexerError, match=r"bad\.jsonl line 3"):
+    with pytest.raises(AppError, match=r"bad\.jsonl line 3"):
         next(docs)
 
 
 def test_jsonl_array_is_rejected(tmp_path: Path) -> None:
     path = tmp_path / "arr.json"
     path.write_text('[1, 2]\n', encoding="utf-8")
-    with pytest.raises(IndexerError, match=r"arr\.json line 1.*not an object"):
+    with pytest.raises(AppError, match=r"arr\.json line 1.*not an object"):
         list(read_corpus(path))
 
 
 @pytest.mark.parametrize("name,content", [("empty.jsonl", ""), ("blank.txt", "\n  \n\n")])
 def test_empty_text_corpus(tmp_path: Path, name: str, content: str) -> None:
     (tmp_path / name).write_text(content, encoding="utf-8")
-    with pytest.raises(IndexerError, match=name.replace(".", r"\.") + ".*holds no documents"):
+    with pytest.raises(AppError, match=name.replace(".", r"\.") + ".*holds no documents"):
         list(read_corpus(tmp_path / name))
 
 
 @pytest.mark.parametrize("writer", [write_arrow_stream, write_arrow_file, write_parquet, write_hf])
 def test_empty_columnar_corpus(tmp_path: Path, writer) -> None:
     path = writer(tmp_path, {"text": []})
-    with pytest.raises(IndexerError, match="holds no documents") as err:
+    with pytest.raises(AppError, match="holds no documents") as err:
         list(read_corpus(path))
     assert path.name in str(err.value)
 
@@ -247,13 +247,13 @@ def test_hf_missing_shard(tmp_path: Path) -> None:
     path = write_hf(tmp_path, _columns(STR_IDS))
     shard = next(path.glob("*.arrow"))
     shard.unlink()
-    with pytest.raises(IndexerError, match=shard.name.replace(".", r"\.")):
+    with pytest.raises(AppError, match=shard.name.replace(".", r"\.")):
         list(read_corpus(path))
-    with pytest.raises(IndexerError, match=shard.name.replace(".", r"\.")):
+    with pytest.raises(AppError, match=shard.name.replace(".", r"\.")):
         count_documents(path)
 
 
 def test_bad_batch_rows(tmp_path: Path) -> None:
     path = write_parquet(tmp_path, _columns(STR_IDS))
-    with pytest.raises(IndexerError, match="batch_rows"):
+    with pytest.raises(AppError, match="batch_rows"):
         read_corpus(path, batch_rows=0)

@@ -1,0 +1,109 @@
+"""Atomic writes and checksums: the one way this project puts a file or a directory on disk.
+
+A write goes to a temporary name in the same directory, is fsynced, renamed over the final name,
+and the directory is fsynced, so a reader (or a resumed job) sees the old content or the new one,
+never a torn file, and a crash never leaves a moment with neither.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TMP_SUFFIX = ".tmp"
+
+
+def tmp_path(path: Path) -> Path:
+    """The temporary name used while `path` is written."""
+    return path.with_name(path.name + TMP_SUFFIX)
+
+
+def fsync_dir(directory: Path) -> None:
+    """Make a rename in `directory` durable (no-op where directories cannot be opened, e.g. Windows)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _fsync_tree(root: Path) -> None:
+    for path in [root, *root.rglob("*")] if root.is_dir() else [root]:
+        if path.is_file():
+            with open(path, "rb") as f:
+                os.fsync(f.fileno())
+        elif path.is_dir():
+            fsync_dir(path)
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif path.exists() or path.is_symlink():
+        path.unlink()
+
+
+@contextmanager
+def atomic_path(path: Path) -> Iterator[Path]:
+    """Yield a temporary path next to `path` (a file or a directory: the caller decides); on success
+    fsync it, rename it over `path` and fsync the parent; on failure remove it and leave `path` alone.
+
+    A directory replaces an existing directory in two renames (old -> `.old`, new -> final), so the
+    final name is missing only between them and `.old` is removed afterwards."""
+    path = Path(path)
+    tmp = tmp_path(path)
+    _remove(tmp)
+    try:
+        yield tmp
+        _fsync_tree(tmp)
+        if tmp.is_dir() and path.exists():
+            old = path.with_name(path.name + ".old")
+            _remove(old)
+            os.replace(path, old)
+            os.replace(tmp, path)
+            _remove(old)
+        else:
+            os.replace(tmp, path)
+        fsync_dir(path.parent)
+    except BaseException:
+        _remove(tmp)
+        raise
+
+
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_bytes(data)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    write_bytes_atomic(path, (json.dumps(data, indent=2, sort_keys=False) + "\n").encode("utf-8"))
+
+
+def write_npy_atomic(path: Path, array: np.ndarray) -> None:
+    with atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.save(f, np.ascontiguousarray(array), allow_pickle=False)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 22), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def file_record(path: Path) -> dict[str, Any]:
+    return {"bytes": path.stat().st_size, "sha256": sha256_file(path)}

@@ -1,0 +1,1 @@
+"""The ground floor's text side: reading corpora, tokenizing with offsets and word boundaries, blocking."""

@@ -1,0 +1,3 @@
+from encoder.cli import main
+
+main()

@@ -1,0 +1,52 @@
+"""Tests for common.files: atomic file and directory writes, checksums."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+
+import common.files as files_mod
+from common.files import atomic_path, file_record, write_bytes_atomic, write_json_atomic, write_npy_atomic
+
+
+def test_file_write_replaces_and_leaves_no_temporary(tmp_path):
+    path = tmp_path / "a.json"
+    write_json_atomic(path, {"x": 1})
+    write_json_atomic(path, {"x": 2})
+    assert json.loads(path.read_text()) == {"x": 2}
+    write_npy_atomic(tmp_path / "v.npy", np.arange(5))
+    np.testing.assert_array_equal(np.load(tmp_path / "v.npy"), np.arange(5))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "v.npy"]
+    rec = file_record(path)
+    assert rec == {"bytes": path.stat().st_size, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def test_failed_write_keeps_the_old_content(tmp_path):
+    path = tmp_path / "model.bin"
+    write_bytes_atomic(path, b"old")
+    with pytest.raises(RuntimeError), atomic_path(path) as tmp:
+        tmp.write_bytes(b"half")
+        raise RuntimeError("interrupted")
+    assert path.read_bytes() == b"old"
+    assert [p.name for p in tmp_path.iterdir()] == ["model.bin"]
+
+
+def test_directory_replaces_directory_and_fsyncs(tmp_path, monkeypatch):
+    synced = []
+    real = files_mod.os.fsync
+    monkeypatch.setattr(files_mod.os, "fsync", lambda fd: synced.append(fd) or real(fd))
+    out = tmp_path / "model"
+    out.mkdir()
+    (out / "old.txt").write_text("old")
+    with atomic_path(out) as tmp:
+        tmp.mkdir()
+        (tmp / "weights").write_bytes(b"w")
+        (tmp / "sub").mkdir()
+        (tmp / "sub" / "x").write_text("x")
+    assert sorted(p.name for p in out.iterdir()) == ["sub", "weights"]
+    assert (out / "sub" / "x").read_text() == "x"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
+    assert len(synced) >= 5  # two files, two directories, the parent

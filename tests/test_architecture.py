@@ -1,0 +1,125 @@
+"""The layout's rules, checked on every test run: one-way import floors (import-linter's contract in
+pyproject.toml), no import cycle between modules, source files under 400 lines."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import grimp
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGES = ("common", "corpus", "encoder", "indexer", "service")
+MAX_LINES = 400
+
+
+def _lint(cwd: Path, config: Path) -> subprocess.CompletedProcess:
+    """import-linter's own command line on `config`, importing the packages found in `cwd`."""
+    code = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(config_filename=sys.argv[1], no_cache=True))"
+    env = {**os.environ, "PYTHONPATH": str(cwd)}
+    return subprocess.run([sys.executable, "-c", code, str(config)], cwd=cwd, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_layer_contract_is_kept():
+    proc = _lint(ROOT, ROOT / "pyproject.toml")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "1 kept, 0 broken" in proc.stdout
+
+
+def test_layer_contract_catches_an_upward_import_inside_a_function(tmp_path):
+    """The same kind of contract on a toy tree: an import hidden in a function body still breaks it."""
+    for pkg, body in {
+        "low_pkg": "def f():\n    from high_pkg import g\n    return g\n",
+        "high_pkg": "import low_pkg\n\ndef g():\n    return low_pkg\n",
+    }.items():
+        (tmp_path / pkg).mkdir()
+        (tmp_path / pkg / "__init__.py").write_text(body)
+    config = tmp_path / "pyproject.toml"
+    config.write_text(textwrap.dedent("""
+        [tool.importlinter]
+        root_packages = ["low_pkg", "high_pkg"]
+
+        [[tool.importlinter.contracts]]
+        name = "toy layers"
+        type = "layers"
+        layers = ["high_pkg", "low_pkg"]
+    """))
+    proc = _lint(tmp_path, config)
+    assert proc.returncode != 0
+    assert "BROKEN" in proc.stdout and "low_pkg -> high_pkg" in proc.stdout
+
+
+def _cycles(graph, modules: set[str]) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan, iterative)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out = []
+    counter = 0
+    for root in sorted(modules):
+        if root in index:
+            continue
+        work = [(root, iter(sorted(graph.find_modules_directly_imported_by(root) & modules)))]
+        index[root] = low[root] = counter
+        counter += 1
+        stack.append(root)
+        on_stack.add(root)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = []
+                    while True:
+                        m = stack.pop()
+                        on_stack.discard(m)
+                        component.append(m)
+                        if m == node:
+                            break
+                    if len(component) > 1:
+                        out.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = counter
+                counter += 1
+                stack.append(child)
+                on_stack.add(child)
+                work.append((child, iter(sorted(graph.find_modules_directly_imported_by(child) & modules))))
+            elif child in on_stack:
+                low[node] = min(low[node], index[child])
+    return out
+
+
+def test_no_import_cycle_between_modules():
+    graph = grimp.build_graph(*PACKAGES)
+    # a package's __init__ is not a module of its own here: its children import each other
+    modules = {m for m in graph.modules if m.split(".")[0] in PACKAGES}
+    assert _cycles(graph, modules) == []
+
+
+def test_cycle_finder_finds_a_cycle():
+    graph = grimp.ImportGraph()
+    for m in ("a", "b", "c", "d"):
+        graph.add_module(m)
+    graph.add_import(importer="a", imported="b")
+    graph.add_import(importer="b", imported="c")
+    graph.add_import(importer="c", imported="a")
+    graph.add_import(importer="c", imported="d")
+    assert _cycles(graph, {"a", "b", "c", "d"}) == [["a", "b", "c"]]
+
+
+def test_source_files_stay_small():
+    long = {}
+    for pkg in PACKAGES:
+        for path in (ROOT / pkg).rglob("*.py"):
+            n = len(path.read_text(encoding="utf-8").splitlines())
+            if n > MAX_LINES:
+                long[str(path.relative_to(ROOT))] = n
+    assert long == {}
