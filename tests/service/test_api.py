@@ -447,6 +447,8 @@ def test_unknown_route_is_404_json(client):
 def test_wrong_method_is_405(client):
     r = client.get("/fill")
     assert r.status_code == 405
+    assert r.json()["error_type"] == "method_not_allowed"
+    assert r.headers["allow"] == "POST"
 
 
 # ---------------------------------------------------------------- 429
