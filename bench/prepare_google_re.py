@@ -1,25 +1,56 @@
-"""Turn the LAMA Google-RE files into (1) a corpus of de-duplicated evidence snippets and (2) probes.
+"""Turn the LAMA Google-RE files into the two sides of the subject-disjoint split, each a corpus of
+de-duplicated evidence snippets and its probes.
 
     python bench/prepare_google_re.py --data ../shared/data/google_re --out data-local/google_re
 
-corpus.jsonl: {"id", "title", "text"}, title from the snippet's Wikipedia URL, sorted by title so
-snippets about the same subject are consecutive. probes.jsonl: {"relation", "query", "answers"}
-with LAMA's templates (service.evaluate.load_probes). Neither file is committed (CC-BY-NC data).
+A probe's subject is on the TRAIN side when the first hex digit of sha256(sub_label) is 0-7, else on
+the HELD side (`service.evaluate.google_re_side`); a snippet goes to the side of the probes citing it
+(no snippet is cited from both sides; one that were would be left out). Writes, for SIDE in train, held:
+  SIDE/corpus.jsonl  {"id", "title", "text"}, title from the snippet's Wikipedia URL, sorted by title so
+                     snippets about the same subject are consecutive;
+  SIDE/probes.jsonl  {"relation", "query", "answers"} with LAMA's templates;
+and held_untitled/ (the held side's snippets without their titles, and its probes), a reference
+corpus like a user's untitled one. Train on `train/` only; report on `held*/` only. Nothing here is
+committed (CC-BY-NC data).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+from collections import defaultdict
 from pathlib import Path
 from urllib.parse import unquote
 
-from service.evaluate import GOOGLE_RE_TEMPLATES, load_probes
+from common.files import write_bytes_atomic
+from service.evaluate import GOOGLE_RE_TEMPLATES, google_re_side, load_probes
 
+SIDES = ("train", "held")
 
 
 def title_of(url: str) -> str:
     return unquote(url.rstrip("/").rsplit("/", 1)[-1]).replace("_", " ")
+
+
+def split_snippets(data: Path) -> dict[str, list[tuple[str, str]]]:
+    """side -> sorted (title, text) of the snippets cited only by probes of that side."""
+    sides: dict[str, set[str]] = defaultdict(set)
+    titles: dict[str, str] = {}
+    for relation in GOOGLE_RE_TEMPLATES:
+        for line in open(data / f"{relation}_test.jsonl", encoding="utf-8"):
+            probe = json.loads(line)
+            for ev in probe["evidences"]:
+                titles.setdefault(ev["snippet"], title_of(ev.get("url", "")))
+                sides[ev["snippet"]].add(google_re_side(probe["sub_label"]))
+    out: dict[str, list[tuple[str, str]]] = {side: [] for side in SIDES}
+    for text, where in sides.items():
+        if len(where) == 1:
+            out[next(iter(where))].append((titles[text], text))
+    return {side: sorted(rows) for side, rows in out.items()}
+
+
+def _jsonl(rows: list[dict]) -> bytes:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
 
 
 def main() -> None:
@@ -27,21 +58,19 @@ def main() -> None:
     ap.add_argument("--data", type=Path, required=True)
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args()
-    args.out.mkdir(parents=True, exist_ok=True)
-    snippets: dict[str, str] = {}
-    for relation in GOOGLE_RE_TEMPLATES:
-        for line in open(args.data / f"{relation}_test.jsonl", encoding="utf-8"):
-            for ev in json.loads(line)["evidences"]:
-                snippets.setdefault(ev["snippet"], title_of(ev.get("url", "")))
-    probes = load_probes(google_re=args.data)
-    rows = sorted(snippets.items(), key=lambda kv: (kv[1], kv[0]))
-    with open(args.out / "corpus.jsonl", "w", encoding="utf-8") as f:
-        for i, (text, title) in enumerate(rows):
-            f.write(json.dumps({"id": f"grs-{i}", "title": title, "text": text}, ensure_ascii=False) + "\n")
-    with open(args.out / "probes.jsonl", "w", encoding="utf-8") as f:
-        for p in probes:
-            f.write(json.dumps(p, ensure_ascii=False) + "\n")
-    print(f"{len(rows)} snippets -> {args.out / 'corpus.jsonl'}; {len(probes)} probes -> {args.out / 'probes.jsonl'}")
+    for side, rows in split_snippets(args.data).items():
+        (args.out / side).mkdir(parents=True, exist_ok=True)
+        corpus = [{"id": f"grs-{side}-{i}", "title": title, "text": text} for i, (title, text) in enumerate(rows)]
+        probes = load_probes(google_re=args.data, side=side)
+        write_bytes_atomic(args.out / side / "corpus.jsonl", _jsonl(corpus))
+        write_bytes_atomic(args.out / side / "probes.jsonl", _jsonl(probes))
+        print(f"{side}: {len(corpus)} snippets -> {args.out / side / 'corpus.jsonl'}; "
+              f"{len(probes)} probes -> {args.out / side / 'probes.jsonl'}")
+        if side == "held":
+            (args.out / "held_untitled").mkdir(parents=True, exist_ok=True)
+            untitled = [{"id": d["id"], "text": d["text"]} for d in corpus]
+            write_bytes_atomic(args.out / "held_untitled" / "corpus.jsonl", _jsonl(untitled))
+            write_bytes_atomic(args.out / "held_untitled" / "probes.jsonl", _jsonl(probes))
 
 
 if __name__ == "__main__":

@@ -20,4 +20,4 @@ done
 fill() { "$VENV/bin/python" deploy/fill_client.py "http://127.0.0.1:$PORT/fill" "$1"; }
 fill '{"text": "Marie Curie was born in <mask> .", "top_k": 3}'
 fill '{"text": "Paris is the capital of <mask> .", "top_k": 3, "mode": "restricted"}'
-fill '{"text": "The <mask> flows through <mask> .", "top_k": 3}'
+fill '{"text": "Marie Curie was born in <mask> . In 1891 she moved to <mask> .", "top_k": 3}'

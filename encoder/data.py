@@ -110,7 +110,7 @@ def make_batch(
     groups: list[list[TrainBlock]], encoder, rng: np.random.Generator, masking: MaskingConfig,
     content: np.ndarray | None = None, query_title_dropout: float = 0.5, single: bool = False,
     by_document: bool = False, include_self: bool = False, query_window: int = 0, query_views: int = 1,
-    inline_title: bool = False,
+    inline_title: bool = False, untitled_rate: float = 0.0,
 ) -> Batch:
     """Mask each group; queries are the masked blocks, candidates every token of the unmasked blocks.
 
@@ -125,6 +125,9 @@ def make_batch(
     candidates stay whole blocks. `query_views` masked queries are drawn per block. With
     `inline_title` a query's title (when kept) is written in front of its text as one segment,
     the way a user writes a subject into a query, instead of as a separate first segment.
+
+    With `untitled_rate` a share of the blocks is seen without its title on BOTH sides (queries and
+    candidates), as in a corpus without titles.
 
     With `single` (NPM-single) each masked token is one mask token, and the "end" query is the
     same output as the start query.
@@ -144,6 +147,9 @@ def make_batch(
     seq_base = 0
     pending: list[tuple[int, int, int, int]] = []  # (query row, block in batch, start, length)
     for group in groups:
+        if untitled_rate > 0:  # drawn only when asked for: the default keeps the random stream unchanged
+            group = [TrainBlock(b.ids, b.flags, None, b.doc, b.salient) if rng.random() < untitled_rate else b
+                     for b in group]
         for _ in range(query_views):
             regions = [choose_window(b.flags, rng, query_window) for b in group] if query_window > 0 else None
             masked = mask_group(

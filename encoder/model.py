@@ -126,7 +126,7 @@ class Encoder:
         except ValueError as exc:
             raise AppError(f"{self.model_dir}: {exc}; the tokenizer must add its special tokens the usual way") from exc
         self.max_length = self._max_length()
-        self.uses_token_types = getattr(self.model.config, "type_vocab_size", 1) > 1
+        self.uses_token_types = (getattr(self.model.config, "type_vocab_size", 1) or 1) > 1
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         logger.info(
             "encoder %s on %s (%s), dim %d, max length %d",
@@ -136,7 +136,7 @@ class Encoder:
     def _max_length(self) -> int:
         cfg = self.model.config
         limit = int(getattr(cfg, "max_position_embeddings", 512))
-        if cfg.model_type in ("roberta", "xlm-roberta", "camembert"):
+        if cfg.model_type in ("roberta", "xlm-roberta", "camembert", "mpnet"):
             limit -= 2  # positions are offset by padding_idx + 1
         tok_limit = int(getattr(self.tokenizer, "model_max_length", limit) or limit)
         return min(limit, tok_limit) if tok_limit < 1_000_000 else limit

@@ -43,7 +43,10 @@ class TrainConfig(BaseModel):
     init: Path | None = Field(None, description="initial encoder directory (default: all-MiniLM-L6-v2 from its wheel)")
     steps: int = Field(1000, ge=1)
     until: int | None = Field(None, ge=1, description="stop after this step (the lr schedule still spans `steps`)")
+    minutes: float | None = Field(None, gt=0, description="stop after this many minutes of training (time budget)")
     lr: float = 5e-5
+    schedule: Literal["linear", "constant"] = Field(
+        "linear", description="after warm-up: linear decay to 0 at `steps`, or constant (for time-budgeted runs)")
     weight_decay: float = 0.01
     warmup_steps: int = 100
     clip: float = 2.0
@@ -68,6 +71,8 @@ class TrainConfig(BaseModel):
     block_tokens: int = 128
     title_tokens: int = 32
     query_title_dropout: float = Field(0.5, ge=0.0, le=1.0, description="drop the title from masked blocks")
+    untitled_rate: float = Field(
+        0.0, ge=0.0, le=1.0, description="share of blocks seen without their title on both sides (untitled corpora)")
     mask_budget: float = 0.15
     max_span: int = 10
     salient_rate: float = Field(
@@ -91,6 +96,18 @@ def _group_order(n_groups: int, epoch: int, cfg: TrainConfig, lengths: np.ndarra
             window = order[a : a + 64]
             order[a : a + 64] = window[np.argsort(lengths[window], kind="stable")]
     return order
+
+
+def lr_lambda(cfg: TrainConfig):
+    """The lr factor at step s: linear warm-up, then linear decay to 0 at `steps` (or constant)."""
+    warm, total, constant = cfg.warmup_steps, cfg.steps, cfg.schedule == "constant"
+
+    def factor(s: int) -> float:
+        if s < warm:
+            return (s + 1) / max(1, warm)
+        return 1.0 if constant else max(0.0, (total - s) / max(1, total - warm))
+
+    return factor
 
 
 class Trainer:
@@ -133,10 +150,7 @@ class Trainer:
         self.opt = torch.optim.AdamW(
             [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr
         )
-        warm, total = cfg.warmup_steps, cfg.steps
-        self.sched = torch.optim.lr_scheduler.LambdaLR(
-            self.opt, lambda s: (s + 1) / max(1, warm) if s < warm else max(0.0, (total - s) / max(1, total - warm))
-        )
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg))
         self.scaler = grad_scaler(self.encoder.device, self.encoder.dtype)  # enabled for fp16 only
         self.step = 0
         self.position = 0  # micro-batches consumed (all processes together)
@@ -163,6 +177,7 @@ class Trainer:
             groups, self.encoder, rng, self.masking, self.content, self.cfg.query_title_dropout, self.cfg.single,
             by_document=self.cfg.positives != "group", include_self=self.cfg.positives == "self",
             query_window=self.cfg.query_window, query_views=self.cfg.query_views, inline_title=self.cfg.inline_title,
+            untitled_rate=self.cfg.untitled_rate,
         )
 
     # ---- loss -------------------------------------------------------------------------------
@@ -260,9 +275,15 @@ class Trainer:
         cfg.out.mkdir(parents=True, exist_ok=True)
         log = open(cfg.out / "metrics.jsonl", "a", encoding="utf-8") if self.rank == 0 else None
         stop = min(cfg.steps, cfg.until or cfg.steps)
+        deadline = time.monotonic() + cfg.minutes * 60 if cfg.minutes else None
         bar = tqdm(total=stop, initial=self.step, desc="train", disable=self.rank != 0, dynamic_ncols=True)
         last = None
         while self.step < stop:
+            if deadline is not None and self._agree(time.monotonic() >= deadline):
+                logger.info("time budget of %.1f min spent at step %d", cfg.minutes, self.step)
+                if last is None or self.step % cfg.save_every:
+                    last = self.save()
+                break
             rec = self.train_step()
             bar.update(1)
             bar.set_postfix(loss=f"{rec['loss']:.3f}", tok_s=f"{rec['tokens'] * self.world / rec['seconds']:.0f}")
@@ -274,7 +295,15 @@ class Trainer:
         bar.close()
         if log:
             log.close()
-        return last
+        return last if last is not None else self._latest()  # nothing left to train: the run's last checkpoint
+
+    def _agree(self, flag: bool) -> bool:
+        """Rank 0's `flag` on every process (so that all stop at the same step)."""
+        if self.world == 1:
+            return flag
+        t = torch.tensor([int(flag)], device=self.encoder.device)
+        dist.broadcast(t, 0)
+        return bool(t.item())
 
     # ---- checkpoints ------------------------------------------------------------------------
     def save(self) -> Path:

@@ -12,11 +12,13 @@ stripped, equals an answer normalised the same way (EM@1); recall@5 looks at the
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import time
 from collections import defaultdict
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import typer
@@ -45,12 +47,23 @@ def normalize(text: str) -> str:
     return " ".join(text[a:b].lower().split())
 
 
+Side = Literal["held", "train", "all"]
+
+
+def google_re_side(sub_label: str) -> str:
+    """The side of the subject-disjoint Google-RE split: "train" when the first hex digit of
+    sha256(sub_label) is 0-7, else "held". Held-side snippets and probes never enter training."""
+    return "train" if hashlib.sha256(sub_label.encode("utf-8")).hexdigest()[0] in "01234567" else "held"
+
+
 class EvalConfig(FillOptions):
     """Exact match of mask fills on LAMA-style probes, over the HTTP-free fill engine."""
 
     index: Path = Field(description="index directory built by `indexer build`")
     probes: Path | None = Field(None, description='JSON lines {"relation", "query", "answers"}')
     google_re: Path | None = Field(None, description="directory with LAMA Google-RE *_test.jsonl files")
+    side: Side = Field(
+        "held", description="Google-RE probes of the held side (reported numbers), the train side (fitting) or all")
     per_relation: int | None = Field(None, ge=1, description="evaluate a fixed random sample per relation")
     seed: int = Field(0, description="seed of the per-relation sample")
     model: Path | None = Field(None, description="encoder directory (default: the manifest's)")
@@ -72,13 +85,16 @@ def _json(path: Path, n: int, line: str):
         raise AppError(f"{path}:{n}: not valid JSON ({exc}); write one JSON object per line") from exc
 
 
-def load_probes(path: Path | None = None, google_re: Path | None = None) -> list[dict]:
+def load_probes(path: Path | None = None, google_re: Path | None = None, side: Side = "all") -> list[dict]:
+    """Probes of a JSON-lines file, and/or of the Google-RE files (those of `side` of the split)."""
     probes = []
     if google_re is not None:
         for relation, template in GOOGLE_RE_TEMPLATES.items():
             file = google_re / f"{relation}_test.jsonl"
             for n, line in enumerate(_read_lines(file), 1):
                 d = _json(file, n, line)
+                if side != "all" and google_re_side(d["sub_label"]) != side:
+                    continue
                 probes.append({
                     "relation": relation,
                     "query": template.replace("[X]", d["sub_label"]).replace("[Y]", "<mask>"),
@@ -166,7 +182,7 @@ def run(cfg: EvalConfig) -> None:
     logging.basicConfig(level=logging.WARNING)
     if not cfg.probes and not cfg.google_re:
         raise AppError("give --probes FILE or --google-re DIR", kind="validation")
-    probes = subsample(load_probes(cfg.probes, cfg.google_re), cfg.per_relation, cfg.seed)
+    probes = subsample(load_probes(cfg.probes, cfg.google_re, cfg.side), cfg.per_relation, cfg.seed)
     engine = FillEngine.open(Settings(index=cfg.index, model=cfg.model))
     report = evaluate(engine, probes, cfg, cfg.out)
     print(format_report(report))

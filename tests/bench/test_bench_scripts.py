@@ -106,3 +106,37 @@ def test_probes_script_writes_cloze_probes_whose_answer_restores_the_text(tmp_pa
         assert row["relation"] == "cloze" and row["query"].count("<mask>") == 1 and len(row["answers"]) == 1
         restored = row["query"].replace("<mask>", row["answers"][0])
         assert any(restored in " ".join(t.split()) for t in texts)  # the window is a real passage of the corpus
+
+
+def test_prepare_google_re_sides_share_no_subject_and_no_snippet(tmp_path):
+    from service.evaluate import google_re_side
+
+    data = tmp_path / "gre"
+    data.mkdir()
+    people = [f"Person {i}" for i in range(12)]
+    shared = "A snippet cited for two people."
+    for rel in ("place_of_birth", "date_of_birth", "place_of_death"):
+        rows = [{"sub_label": p, "obj_label": f"Town {i}", "obj_aliases": [],
+                 "evidences": [{"url": f"http://en.wikipedia.org/wiki/{p.replace(' ', '_')}",
+                                "snippet": f"{p} was born in Town {i}. ({rel})"}]} for i, p in enumerate(people)]
+        rows[0]["evidences"].append({"url": "http://x/wiki/Two", "snippet": shared})
+        rows[1]["evidences"].append({"url": "http://x/wiki/Two", "snippet": shared})
+        (data / f"{rel}_test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _run("prepare_google_re.py", "--data", str(data), "--out", str(tmp_path / "out"))
+    read = lambda side, name: [json.loads(x) for x in (tmp_path / "out" / side / name).read_text().splitlines()]
+    texts = {side: {d["text"] for d in read(side, "corpus.jsonl")} for side in ("train", "held")}
+    assert not texts["train"] & texts["held"]
+    for side in ("train", "held"):
+        for doc in read(side, "corpus.jsonl"):
+            if doc["text"] != shared:
+                assert google_re_side(doc["title"]) == side  # the title is the subject
+        queries = [p["query"] for p in read(side, "probes.jsonl")]
+        assert queries and all(google_re_side(next(p for p in people if q.startswith(p + " "))) == side
+                               for q in queries)
+    both = {google_re_side(people[0]), google_re_side(people[1])}
+    assert (shared in texts["train"] | texts["held"]) == (len(both) == 1)  # cited from both sides: left out
+    assert len(texts["train"]) + len(texts["held"]) == 36 + (len(both) == 1)
+    untitled = read("held_untitled", "corpus.jsonl")
+    assert [d["text"] for d in untitled] == [d["text"] for d in read("held", "corpus.jsonl")]
+    assert all("title" not in d for d in untitled)
+    assert read("held_untitled", "probes.jsonl") == read("held", "probes.jsonl")

@@ -224,6 +224,22 @@ def test_query_title_dropout(bert, recorder):
     assert torch.equal(drop.c_ids, keep.c_ids) and torch.equal(drop.cand_at, keep.cand_at)
 
 
+def test_untitled_rate_drops_titles_on_both_sides(bert):
+    groups = make_groups(bert)
+    cfg = MaskingConfig(budget=0.3)
+    blocks = [b for g in groups for b in g]
+    none = make_batch(groups, bert, np.random.default_rng(0), cfg, query_title_dropout=0.0, untitled_rate=1.0)
+    assert (none.q_types == 0).all() and (none.c_types == 0).all()  # no title segment anywhere
+    for s, b in enumerate(blocks):  # candidates: [CLS] block [SEP]
+        assert none.c_ids[s, 1 : 1 + len(b.ids)].tolist() == b.ids.tolist()
+    default = make_batch(groups, bert, np.random.default_rng(0), cfg, query_title_dropout=0.0)
+    zero = make_batch(groups, bert, np.random.default_rng(0), cfg, query_title_dropout=0.0, untitled_rate=0.0)
+    assert torch.equal(default.q_ids, zero.q_ids) and torch.equal(default.c_ids, zero.c_ids)  # same stream
+    some = make_batch(groups, bert, np.random.default_rng(3), cfg, query_title_dropout=0.0, untitled_rate=0.5)
+    titled = some.c_types.max(dim=1).values == 1
+    assert 0 < int(titled.sum()) < len(blocks)  # seeded: some blocks keep their title, some do not
+
+
 def test_single_mode(bert, recorder):
     groups = make_groups(bert)
     batch = make_batch(groups, bert, np.random.default_rng(2), MaskingConfig(budget=0.3, max_span=1),

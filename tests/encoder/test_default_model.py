@@ -69,3 +69,31 @@ def test_index_records_the_bundled_model(default_engine):
     model = default_engine.index.manifest.model
     assert Path(model.path).resolve() == BUNDLED_MODEL.resolve()
     assert model.fingerprint == model_fingerprint(BUNDLED_MODEL)
+
+
+DEMO = Path(__file__).resolve().parents[2] / "deploy" / "demo.sh"
+SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample" / "encyclopedia.jsonl"
+DEMO_ANSWERS = {  # the top fill of each mask of each query of deploy/demo.sh
+    "Marie Curie was born in <mask> .": ["Warsaw"],
+    "Paris is the capital of <mask> .": ["France"],
+    "Marie Curie was born in <mask> . In 1891 she moved to <mask> .": ["Warsaw", "Paris"],
+}
+
+
+def test_demo_queries_are_filled_right_from_the_bundled_sample(tmp_path):
+    """What `bash deploy/demo.sh` shows a newcomer: every top fill right (index the sample, fill each query)."""
+    import re
+
+    from indexer.build import BuildConfig, build_index
+    from service.config import Settings
+    from service.engine import FillEngine
+    from service.schemas import FillRequest
+
+    requests = [json.loads(m) for m in re.findall(r"^fill '(\{.*\})'$", DEMO.read_text(encoding="utf-8"), re.M)]
+    assert [r["text"] for r in requests] == list(DEMO_ANSWERS)
+    build_index(BuildConfig(corpus=SAMPLE, out=tmp_path / "idx"))
+    engine = FillEngine.open(Settings(index=tmp_path / "idx"))
+    for request in requests:
+        result = engine.fill(FillRequest(**request))
+        assert [m.candidates[0].phrase for m in result.masks] == DEMO_ANSWERS[request["text"]], request
+    engine.close()

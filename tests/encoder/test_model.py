@@ -254,3 +254,23 @@ def test_encoder_on_missing_cuda_raises(tiny_bert_dir):
         pytest.skip("CUDA is present")
     with pytest.raises(AppError, match="CUDA"):
         Encoder(tiny_bert_dir, device="cuda")
+
+
+def test_mpnet_encoder_without_token_types(tiny_roberta_dir, tmp_path):
+    """MPNet (all-mpnet-base-v2's architecture): no token_type_ids, positions offset like RoBERTa."""
+    from transformers import AutoTokenizer, MPNetConfig, MPNetModel
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_roberta_dir))
+    torch.manual_seed(0)
+    cfg = MPNetConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+                      intermediate_size=64, max_position_embeddings=130, pad_token_id=tok.pad_token_id)
+    MPNetModel(cfg).save_pretrained(tmp_path)
+    tok.save_pretrained(tmp_path)
+    enc = Encoder(tmp_path, device="cpu", dtype="fp32")
+    assert enc.model.config.model_type == "mpnet" and not enc.uses_token_types
+    assert enc.max_length == 128
+    title = np.asarray(tok("Paris", add_special_tokens=False)["input_ids"])
+    ids = np.asarray(tok("Paris is the capital of France.", add_special_tokens=False)["input_ids"])
+    assert enc.encode_blocks([BlockInput(ids=ids, prefix_ids=title)])[0].shape == (len(ids), 32)
+    q = enc.encode_queries(["Paris is the capital of <mask> ."])[0]
+    assert q.starts.shape == (1, 32) and not np.allclose(q.starts, q.ends)

@@ -250,10 +250,20 @@ def test_fill_eval_main(tiny_index, tops, tmp_path, capsys):
 def test_fill_eval_main_google_re(tiny_index, tmp_path):
     root = _google_re(tmp_path / "gre")
     report_path = tmp_path / "r.json"
-    run_main(["--index", str(tiny_index), "--google-re", str(root), "--report", str(report_path)])
+    run_main(["--index", str(tiny_index), "--google-re", str(root), "--side", "all", "--report", str(report_path)])
     report = json.loads(report_path.read_text())
     assert report["probes"] == 4
     assert {r: v["n"] for r, v in report["relations"].items()} == {"date_of_birth": 1, "place_of_birth": 2, "place_of_death": 1}
+
+
+def test_fill_eval_google_re_defaults_to_the_held_side(tiny_index, tmp_path):
+    root = _google_re(tmp_path / "gre")
+    with open(root / "place_of_birth_test.jsonl", "a", encoding="utf-8") as f:  # a train-side subject
+        f.write(json.dumps({"sub_label": "Ada Lovelace", "obj_label": "London", "obj_aliases": []}) + "\n")
+    report_path = tmp_path / "r.json"
+    run_main(["--index", str(tiny_index), "--google-re", str(root), "--report", str(report_path)])
+    assert len(load_probes(google_re=root, side="all")) == 5
+    assert json.loads(report_path.read_text())["probes"] == len(load_probes(google_re=root, side="held")) == 4
 
 
 def test_fill_eval_main_errors(tiny_index, tmp_path, capsys):
@@ -272,3 +282,33 @@ def test_fill_eval_main_errors(tiny_index, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--index", str(tmp_path / "no_index"), "--probes", str(bad)])
     assert exc.value.code == 2
+
+
+# ---------------------------------------------------------------- the subject-disjoint Google-RE split
+
+
+def test_google_re_side_follows_the_first_hex_digit_of_sha256():
+    import hashlib
+
+    from service.evaluate import google_re_side
+
+    names = [f"Person {i}" for i in range(200)] + ["Marie Curie", "Allan Peiper", "Zoë Ø"]
+    for name in names:
+        digit = hashlib.sha256(name.encode("utf-8")).hexdigest()[0]
+        assert google_re_side(name) == ("train" if int(digit, 16) < 8 else "held")
+    sides = [google_re_side(n) for n in names]
+    assert 60 < sides.count("train") < 140  # about half
+
+
+def test_load_probes_by_side(tmp_path):
+    from service.evaluate import google_re_side
+
+    root = _google_re(tmp_path / "gre")
+    with open(root / "date_of_birth_test.jsonl", "a", encoding="utf-8") as f:  # a train-side subject
+        f.write(json.dumps({"sub_label": "Ada Lovelace", "obj_label": "1815", "obj_aliases": []}) + "\n")
+    every = load_probes(google_re=root)
+    train, held = load_probes(google_re=root, side="train"), load_probes(google_re=root, side="held")
+    assert len(train) + len(held) == len(every) == 5 and len(train) == 1
+    subject = {p["query"]: p["query"].split(" (born")[0].split(" was born")[0].split(" died")[0] for p in every}
+    assert all(google_re_side(subject[p["query"]]) == "train" for p in train)
+    assert all(google_re_side(subject[p["query"]]) == "held" for p in held)
