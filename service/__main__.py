@@ -8,7 +8,6 @@ import typer
 import uvicorn
 
 from common.cli import model_command
-from common.errors import AppError
 from indexer.manifest import Manifest
 from service.api import create_app
 from service.config import ENV_PREFIX, Settings
@@ -17,10 +16,8 @@ app = typer.Typer(add_completion=False)
 
 
 def serve(settings: Settings) -> None:
-    if settings.index is None:
-        raise AppError("no index given: pass --index DIR or set FILL_INDEX", kind="validation")
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    Manifest.load(settings.index)  # fail fast on a wrong path; the heavy load happens in the background
+    Manifest.load(settings.index_dir())  # fail fast on a wrong path; the heavy load happens in the background
     uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level=settings.log_level)
 
 

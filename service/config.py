@@ -8,6 +8,8 @@ from pathlib import Path
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from common.errors import AppError
+
 ENV_PREFIX = "FILL_"
 
 
@@ -28,6 +30,12 @@ class Settings(BaseSettings):
     refine: int | None = Field(None, ge=1, description="ANN shards return refine * k hits (default 2), re-scored exactly")
     max_concurrency: int = Field(4, ge=1, description="requests computed at once; more get 429")
     log_level: str = Field("info", description="debug, info, warning or error")
+
+    def index_dir(self) -> Path:
+        """The index directory, or a validation AppError saying how to give one."""
+        if self.index is None:
+            raise AppError("no index given: pass --index DIR or set FILL_INDEX", kind="validation")
+        return self.index
 
 
 @lru_cache

@@ -54,10 +54,8 @@ class FillEngine:
     @classmethod
     def open(cls, settings: Settings) -> "FillEngine":
         """Open the index and the encoder it was built with; refuse a model whose fingerprint differs."""
-        if settings.index is None:
-            raise AppError("no index given: pass --index DIR or set FILL_INDEX", kind="validation")
         index = PhraseIndex(
-            settings.index, verify=settings.verify, nprobe=settings.nprobe, ef_search=settings.ef_search,
+            settings.index_dir(), verify=settings.verify, nprobe=settings.nprobe, ef_search=settings.ef_search,
             refine=settings.refine,
         )
         model_dir = Path(settings.model) if settings.model else Path(index.manifest.model.path)
