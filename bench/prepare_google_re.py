@@ -10,8 +10,10 @@ the HELD side (`service.evaluate.google_re_side`); a snippet goes to the side of
                      snippets about the same subject are consecutive;
   SIDE/probes.jsonl  {"relation", "query", "answers"} with LAMA's templates;
 and held_untitled/ (the held side's snippets without their titles, and its probes), a reference
-corpus like a user's untitled one. Train on `train/` only; report on `held*/` only. Nothing here is
-committed (CC-BY-NC data).
+corpus like a user's untitled one; and the two folds of the train side, train_a/ (first hex digit 0-3)
+and train_b/ (4-7), split the same way: a model trained on train_a is fitted (scoring weights,
+confidence) on train_b, text it never saw. Train on `train*/` only; report on `held*/` only. Nothing
+here is committed (CC-BY-NC data).
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from common.files import write_bytes_atomic
-from service.evaluate import GOOGLE_RE_TEMPLATES, google_re_side, load_probes
+from service.evaluate import GOOGLE_RE_TEMPLATES, load_probes, on_side
 
-SIDES = ("train", "held")
+SIDES = ("train", "held", "train_a", "train_b")
 
 
 def title_of(url: str) -> str:
@@ -33,20 +35,18 @@ def title_of(url: str) -> str:
 
 
 def split_snippets(data: Path) -> dict[str, list[tuple[str, str]]]:
-    """side -> sorted (title, text) of the snippets cited only by probes of that side."""
-    sides: dict[str, set[str]] = defaultdict(set)
+    """side -> sorted (title, text) of the snippets cited only by probes of that side (or fold)."""
+    sides: dict[str, dict[str, set[bool]]] = {side: defaultdict(set) for side in SIDES}
     titles: dict[str, str] = {}
     for relation in GOOGLE_RE_TEMPLATES:
         for line in open(data / f"{relation}_test.jsonl", encoding="utf-8"):
             probe = json.loads(line)
             for ev in probe["evidences"]:
                 titles.setdefault(ev["snippet"], title_of(ev.get("url", "")))
-                sides[ev["snippet"]].add(google_re_side(probe["sub_label"]))
-    out: dict[str, list[tuple[str, str]]] = {side: [] for side in SIDES}
-    for text, where in sides.items():
-        if len(where) == 1:
-            out[next(iter(where))].append((titles[text], text))
-    return {side: sorted(rows) for side, rows in out.items()}
+                for side in SIDES:
+                    sides[side][ev["snippet"]].add(on_side(probe["sub_label"], side))
+    return {side: sorted((titles[text], text) for text, where in cited.items() if where == {True})
+            for side, cited in sides.items()}
 
 
 def _jsonl(rows: list[dict]) -> bytes:

@@ -16,6 +16,8 @@
 # The exported checkpoint (EXPORT_STEP, default 80 of stage 2's 320-step schedule) was chosen on
 # the earlier dev probes (whose corpus the model was trained on), not re-tuned on the held side; STAGE2_UNTIL=320 trains the whole schedule (checkpoints every 40 steps) for the
 # quality-vs-steps table. Training is deterministic on CPU: the same command gives the same weights.
+# TRAIN_SIDE=train_a trains the same recipe on one fold of the train side (the model whose scores on
+# the other fold, train_b, fit the scoring weights and the confidence: bench/fit_scoring.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GRE="${1:-../shared/data/google_re}"
@@ -24,7 +26,8 @@ VENV="${VENV:-.venv}"
 EXPORT_TO="${EXPORT_TO:-$WORK/default_model}"
 EXPORT_STEP="${EXPORT_STEP:-80}"
 STAGE2_UNTIL="${STAGE2_UNTIL:-$EXPORT_STEP}"
-common=(--corpus "$WORK/google_re/train/corpus.jsonl" --corpus data/sample/encyclopedia.jsonl
+TRAIN_SIDE="${TRAIN_SIDE:-train}"
+common=(--corpus "$WORK/google_re/$TRAIN_SIDE/corpus.jsonl" --corpus data/sample/encyclopedia.jsonl
         --positives self --query-views 2 --groups-per-step 2 --group-size 16
         --block-tokens 128 --title-tokens 32 --keep-checkpoints 0 --resume
         --dtype fp32)  # pinned: CPUs with AMX/AVX512-BF16 would otherwise train in bf16 autocast

@@ -16,8 +16,9 @@ def main() -> None:
     print(f"POST /fill {body}")
     print(f"  filled: {r['filled']}")
     for m in r["masks"]:
-        cands = ", ".join(f"{c['phrase']!r} {c['score']:.3f}" for c in m["candidates"])
-        print(f"  mask {m['index']}: {cands}")
+        cands = ", ".join(f"{c['phrase']!r} (score {c['score']:.3f}, confidence {c['confidence']:.2f})"
+                          for c in m["candidates"])
+        print(f"  mask {m['index']}: {'abstained: no fill is confident enough' if m['abstained'] else cands}")
         if m["candidates"] and m["candidates"][0]["evidence"]:
             e = m["candidates"][0]["evidence"][0]
             print(f"    evidence: doc {e['doc_id']} chars {e['start']}-{e['end']}: {e['context']}")

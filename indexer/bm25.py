@@ -70,14 +70,19 @@ class BM25:
 
     def search(self, text: str, n: int) -> np.ndarray:
         """Global block ids of the top-n blocks for `text`, best first."""
+        return self.search_scored(text, n)[0]
+
+    def search_scored(self, text: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+        """(global block ids, BM25 scores) of the top-n blocks for `text`, best first; scores are
+        positive, higher is better (FTS5's bm25() with its sign flipped)."""
         query = match_query(text)
         if query is None:
-            return np.empty(0, dtype=np.int64)
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
         with self._lock:
             rows = self._con.execute(
-                "SELECT rowid FROM blocks WHERE blocks MATCH ? ORDER BY bm25(blocks) LIMIT ?", (query, n)
+                "SELECT rowid, bm25(blocks) FROM blocks WHERE blocks MATCH ? ORDER BY bm25(blocks) LIMIT ?", (query, n)
             ).fetchall()
-        return np.array([r[0] for r in rows], dtype=np.int64)
+        return np.array([r[0] for r in rows], dtype=np.int64), np.array([-r[1] for r in rows], dtype=np.float64)
 
     def close(self) -> None:
         self._con.close()

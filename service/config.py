@@ -22,6 +22,9 @@ class Settings(BaseSettings):
     host: str = Field("127.0.0.1", description="bind address")
     port: int = Field(8000, ge=0, le=65535, description="port")
     model: Path | None = Field(None, description="encoder directory (default: the one named in the manifest)")
+    scoring: Path | None = Field(
+        None, description="fitted lexical weights and confidence calibration (default: scoring.json in the model "
+        "directory, if there; written by fill-fit)")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
     dtype: str = Field("auto", description="auto, fp32, bf16 or fp16")
     verify: bool = Field(False, description="check every index file's sha256 at start (slow on big indexes)")

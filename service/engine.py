@@ -17,11 +17,13 @@ from encoder.stopwords import poor_fill
 from indexer.phrase_index import PhraseIndex
 from service.config import Settings
 from service.schemas import MODES, STAGES, Candidate, Evidence, FillOptions, FillRequest, FillResult, MaskFill
-from service.spans import SpanScores, aggregate, rank, score_spans, spans_from_hits, strip_phrase
+from service.scoring import Scoring, mask_features
+from service.spans import BlockPrior, Bonus, SpanScores, aggregate, rank, score_spans, spans_from_hits, strip_phrase
 
 logger = logging.getLogger(__name__)
 
 CONTEXT_CHARS = 80
+PRIOR_BLOCKS = 100  # blocks whose BM25 scores make the lexical prior (the others get 0)
 
 
 @dataclass
@@ -47,9 +49,11 @@ def context_window(text: str, start: int, end: int, width: int = CONTEXT_CHARS) 
 
 
 class FillEngine:
-    def __init__(self, encoder: Encoder, index: PhraseIndex) -> None:
+    def __init__(self, encoder: Encoder, index: PhraseIndex, scoring: Scoring | None = None) -> None:
         self.encoder = encoder
         self.index = index
+        self.scoring = scoring if scoring is not None else Scoring()
+        self._block_bases = [sh.info.block_base for sh in index.shards]
 
     @classmethod
     def open(cls, settings: Settings) -> "FillEngine":
@@ -66,7 +70,8 @@ class FillEngine:
                 f"model {model_dir} differs from the model the index {settings.index} was built with "
                 f"(fingerprint {index.manifest.model.fingerprint[:12]}); pass the right --model or rebuild"
             )
-        return cls(Encoder(model_dir, device=settings.device, dtype=settings.dtype), index)
+        scoring = Scoring.beside(model_dir, settings.scoring)
+        return cls(Encoder(model_dir, device=settings.device, dtype=settings.dtype), index, scoring)
 
     def close(self) -> None:
         self.index.close()
@@ -85,9 +90,17 @@ class FillEngine:
             "vector_dtype": m.vector_dtype,
             "counts": m.counts.model_dump(),
             "build": m.build,
+            "scoring": {"lexical_weight": {mode: self.scoring.weight(mode) for mode in MODES},
+                        "calibrated": {mode: mode in self.scoring.confidence for mode in MODES},
+                        "fitted": self.scoring.fitted},
         }
 
     def fill(self, request: FillRequest) -> FillResult:
+        return self.fill_detailed(request)[0]
+
+    def fill_detailed(self, request: FillRequest) -> tuple[FillResult, list[np.ndarray]]:
+        """The fill, and per mask the confidence features of its candidates (service.scoring.FEATURES;
+        before abstention), which `fill-fit` fits the calibration on."""
         t0 = time.perf_counter()
         text = request.text
         if request.mode not in MODES:
@@ -112,16 +125,26 @@ class FillEngine:
             hits = [empty] * (2 * n_masks)
         else:
             hits = self.index.search(np.concatenate([qv.starts, qv.ends]), request.k)
+        prior, bonus = None, None
         if request.mode != "dense":
-            block_hits = self.index.block_hits(self.index.bm25.search(blank_masks(text), request.blocks))
+            weight = self.scoring.weight(request.mode) if request.lexical_weight is None else request.lexical_weight
+            blocks, bm25 = self.index.bm25.search_scored(blank_masks(text), max(request.blocks, PRIOR_BLOCKS))
+            prior = BlockPrior.from_bm25(blocks, bm25)
+            bonus = self._bonus(prior, weight) if weight else None
+            block_hits = self.index.block_hits(blocks[: request.blocks])
             hits = [(np.concatenate([h[0], block_hits[0]]), np.concatenate([h[1], block_hits[1]])) for h in hits]
         lap("search")
-        masks = []
+        masks, features = [], []
         for m in range(n_masks):
             spans = self._candidates(hits[m], hits[n_masks + m], request.max_span_tokens)
-            scored = score_spans(*spans, qv.starts[m], qv.ends[m], self.index.vectors, self.index.scale)
+            scored = score_spans(*spans, qv.starts[m], qv.ends[m], self.index.vectors, self.index.scale, bonus)
             lap("spans")
-            masks.append(MaskFill(index=m, candidates=self._rank(scored, request)))
+            candidates, feats = self._rank(scored, request, prior)
+            if not candidates or candidates[0].confidence < request.min_confidence:
+                masks.append(MaskFill(index=m, candidates=[], abstained=True))
+            else:
+                masks.append(MaskFill(index=m, candidates=candidates))
+            features.append(feats)
             lap("rank")
         tops = iter([mf.candidates[0].phrase if mf.candidates else None for mf in masks])
 
@@ -130,8 +153,16 @@ class FillEngine:
             return top if top is not None else match.group(0)
 
         filled = MASK_PATTERN.sub(sub, text)
-        return FillResult(filled=filled, masks=masks, took_ms=(time.perf_counter() - t0) * 1000,
-                          timings_ms={k: round(v, 3) for k, v in spent.items()})
+        result = FillResult(filled=filled, masks=masks, took_ms=(time.perf_counter() - t0) * 1000,
+                            timings_ms={k: round(v, 3) for k, v in spent.items()})
+        return result, features
+
+    def _bonus(self, prior: BlockPrior, weight: float) -> Bonus:
+        def bonus(shard: int, positions: np.ndarray) -> np.ndarray:
+            blocks = self.index.shards[shard].block_of(positions) + self._block_bases[shard]
+            return weight * prior(blocks)
+
+        return bonus
 
     def _candidates(self, start_hits, end_hits, max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         shards, starts, ends = [], [], []
@@ -183,7 +214,9 @@ class FillEngine:
 
         return keys, locate
 
-    def _rank(self, scored: SpanScores, params: FillOptions) -> list[Candidate]:
+    def _rank(
+        self, scored: SpanScores, params: FillRequest, prior: BlockPrior | None
+    ) -> tuple[list[Candidate], np.ndarray]:
         keys, locate = self._occurrences(scored)
         if params.drop_stopwords:  # "in", "of the", "in London", "c": never the answer
             poor = {k for k in set(keys) if k is not None and poor_fill(k)}  # far fewer distinct keys than spans
@@ -196,11 +229,21 @@ class FillEngine:
                 offs = np.asarray(shard.offsets[int(scored.start[idx]) : int(scored.end[idx]) + 1])
                 phrase.tokens = int(((offs[:, 0] < o.end) & (offs[:, 1] > o.start)).sum())
         ranked = rank(phrases, params.alpha)
-        out = []
+        shown, best = [], []
         for phrase, value in ranked[: params.top_k]:
-            evidence, seen = [], set()
             occ_idx = np.asarray(phrase.occurrences, dtype=np.int64)
-            for idx in occ_idx[np.argsort(-scored.score[occ_idx], kind="stable")].tolist():
+            order = occ_idx[np.argsort(-scored.score[occ_idx], kind="stable")].tolist()
+            shown.append((phrase, value, order))
+            best.append(order[0])
+        lexical = float(prior(np.array([locate(best[0]).block]))[0]) if prior is not None and best else 0.0
+        runner_up = ranked[1][1] if len(ranked) > 1 else None
+        feats = mask_features(np.array([v for _, v, _ in shown]), runner_up, lexical, scored.start_max,
+                              scored.end_max)
+        confidence = self.scoring.confidence_of(params.mode, feats)
+        out = []
+        for (phrase, value, order), conf in zip(shown, confidence.tolist()):
+            evidence, seen = [], set()
+            for idx in order:
                 o = locate(idx)
                 where = (o.doc_id, o.start, o.end)
                 if where in seen:
@@ -210,5 +253,6 @@ class FillEngine:
                     break
                 evidence.append(Evidence(doc_id=o.doc_id, block=o.block, start=o.start, end=o.end,
                                          context=context_window(o.text, o.start, o.end), score=float(scored.score[idx])))
-            out.append(Candidate(phrase=phrase.text, score=value, evidence=evidence))
-        return out
+            out.append(Candidate(phrase=phrase.text, score=value, confidence=min(1.0, max(0.0, conf)),
+                                 evidence=evidence))
+        return out, feats

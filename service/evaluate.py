@@ -47,13 +47,25 @@ def normalize(text: str) -> str:
     return " ".join(text[a:b].lower().split())
 
 
-Side = Literal["held", "train", "all"]
+Side = Literal["held", "train", "train_a", "train_b", "all"]
+# first hex digit of sha256(subject) -> side; train_a / train_b are the two folds of the train side
+# (a model trained on train_a is fitted on train_b: scores of a model on text it never saw)
+SIDE_DIGITS = {"train": "01234567", "held": "89abcdef", "train_a": "0123", "train_b": "4567"}
+
+
+def _digit(sub_label: str) -> str:
+    return hashlib.sha256(sub_label.encode("utf-8")).hexdigest()[0]
 
 
 def google_re_side(sub_label: str) -> str:
     """The side of the subject-disjoint Google-RE split: "train" when the first hex digit of
     sha256(sub_label) is 0-7, else "held". Held-side snippets and probes never enter training."""
-    return "train" if hashlib.sha256(sub_label.encode("utf-8")).hexdigest()[0] in "01234567" else "held"
+    return "train" if _digit(sub_label) in SIDE_DIGITS["train"] else "held"
+
+
+def on_side(sub_label: str, side: Side) -> bool:
+    """Whether a subject is on `side` ("all", a side of the split, or a fold of its train side)."""
+    return side == "all" or _digit(sub_label) in SIDE_DIGITS[side]
 
 
 class EvalConfig(FillOptions):
@@ -63,10 +75,12 @@ class EvalConfig(FillOptions):
     probes: Path | None = Field(None, description='JSON lines {"relation", "query", "answers"}')
     google_re: Path | None = Field(None, description="directory with LAMA Google-RE *_test.jsonl files")
     side: Side = Field(
-        "held", description="Google-RE probes of the held side (reported numbers), the train side (fitting) or all")
+        "held", description="Google-RE probes of the held side (reported numbers), the train side (fitting), "
+        "one of its folds train_a / train_b, or all")
     per_relation: int | None = Field(None, ge=1, description="evaluate a fixed random sample per relation")
     seed: int = Field(0, description="seed of the per-relation sample")
     model: Path | None = Field(None, description="encoder directory (default: the manifest's)")
+    scoring: Path | None = Field(None, description="fitted scoring file (default: scoring.json in the model directory)")
     out: Path | None = Field(None, description="write every prediction as JSON lines")
     report: Path | None = Field(None, description="write the summary as JSON")
 
@@ -93,7 +107,7 @@ def load_probes(path: Path | None = None, google_re: Path | None = None, side: S
             file = google_re / f"{relation}_test.jsonl"
             for n, line in enumerate(_read_lines(file), 1):
                 d = _json(file, n, line)
-                if side != "all" and google_re_side(d["sub_label"]) != side:
+                if not on_side(d["sub_label"], side):
                     continue
                 probes.append({
                     "relation": relation,
@@ -134,25 +148,54 @@ def score_prediction(phrases: list[str], answers: list[str]) -> tuple[bool, bool
     return bool(preds) and preds[0] in gold, any(p in gold for p in preds[:5])
 
 
+THRESHOLDS = (0.3, 0.5, 0.7, 0.9)
+
+
+def calibration(confidence: list[float | None], correct: list[bool], bins: int = 10) -> dict:
+    """Expected calibration error of the top fills (`bins` equal-width bins over [0, 1]; fills with no
+    confidence, i.e. abstained, left out) and the risk-coverage table: at each threshold, the share
+    of all probes answered with a confidence >= it and the accuracy of those answers."""
+    pairs = [(c, ok) for c, ok in zip(confidence, correct) if c is not None]
+    conf = np.array([c for c, _ in pairs], dtype=np.float64)
+    hit = np.array([ok for _, ok in pairs], dtype=np.float64)
+    ece = 0.0
+    if conf.size:
+        which = np.minimum((conf * bins).astype(np.int64), bins - 1)
+        for b in range(bins):
+            sel = which == b
+            if sel.any():
+                ece += sel.sum() / conf.size * abs(hit[sel].mean() - conf[sel].mean())
+    total = max(len(correct), 1)
+    table = []
+    for t in THRESHOLDS:
+        kept = conf >= t
+        table.append({"threshold": t, "coverage": 100 * float(kept.sum()) / total,
+                      "accuracy": 100 * float(hit[kept].mean()) if kept.any() else None})
+    return {"ece": 100 * ece, "mean_confidence": 100 * float(conf.mean()) if conf.size else None,
+            "accuracy": 100 * float(hit.mean()) if hit.size else None, "risk_coverage": table}
+
+
 def evaluate(engine: FillEngine, probes: list[dict], options: FillOptions, out: Path | None = None) -> dict:
     stats: dict[str, dict] = defaultdict(lambda: {"n": 0, "em": 0, "r5": 0})
-    latencies = []
+    latencies, confidences, correct = [], [], []
     fill_options = options.model_dump(include=set(FillOptions.model_fields))
     lines = []  # predictions, written at the end (atomically) when `out` is given
     for probe in probes:
         t0 = time.perf_counter()
         result = engine.fill(FillRequest(text=probe["query"], **fill_options))
         latencies.append((time.perf_counter() - t0) * 1000)
-        phrases = [c.phrase for c in result.masks[0].candidates] if result.masks else []
-        em, r5 = score_prediction(phrases, probe["answers"])
+        top = result.masks[0].candidates[:5] if result.masks else []
+        em, r5 = score_prediction([c.phrase for c in top], probe["answers"])
+        confidences.append(top[0].confidence if top else None)
+        correct.append(em)
         s = stats[probe["relation"]]
         s["n"] += 1
         s["em"] += em
         s["r5"] += r5
         if out:
-            top = result.masks[0].candidates[:5] if result.masks else []
             lines.append(json.dumps({
                 **probe, "predictions": [c.phrase for c in top], "scores": [round(c.score, 5) for c in top],
+                "confidence": [round(c.confidence, 5) for c in top],
                 "evidence": [c.evidence[0].doc_id if c.evidence else None for c in top], "em": em, "r5": r5,
             }, ensure_ascii=False) + "\n")
     if out:
@@ -164,8 +207,20 @@ def evaluate(engine: FillEngine, probes: list[dict], options: FillOptions, out: 
         "macro_em@1": float(np.mean([r["em@1"] for r in relations.values()])) if relations else 0.0,
         "macro_recall@5": float(np.mean([r["recall@5"] for r in relations.values()])) if relations else 0.0,
         "probes": len(probes),
+        "calibration": calibration(confidences, correct),
         "latency_ms": {"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)), "mean": float(lat.mean())},
     }
+
+
+def format_calibration(cal: dict) -> list[str]:
+    answered = "-" if cal["accuracy"] is None else f"{cal['accuracy']:.1f}"
+    mean = "-" if cal["mean_confidence"] is None else f"{cal['mean_confidence']:.1f}"
+    lines = [f"top fill: accuracy {answered}  mean confidence {mean}  ECE (10 bins) {cal['ece']:.1f}",
+             f"{'confidence >=':<14} {'kept %':>7} {'EM@1 of kept':>13}"]
+    for row in cal["risk_coverage"]:
+        acc = "-" if row["accuracy"] is None else f"{row['accuracy']:.1f}"
+        lines.append(f"{row['threshold']:<14} {row['coverage']:>7.1f} {acc:>13}")
+    return lines
 
 
 def format_report(report: dict) -> str:
@@ -173,6 +228,8 @@ def format_report(report: dict) -> str:
     for rel, r in report["relations"].items():
         lines.append(f"{rel:<20} {r['n']:>6} {r['em@1']:>7.1f} {r['recall@5']:>7.1f}")
     lines.append(f"{'macro':<20} {report['probes']:>6} {report['macro_em@1']:>7.1f} {report['macro_recall@5']:>7.1f}")
+    if "calibration" in report:
+        lines += format_calibration(report["calibration"])
     lat = report["latency_ms"]
     lines.append(f"latency ms: p50 {lat['p50']:.1f}  p99 {lat['p99']:.1f}  mean {lat['mean']:.1f}")
     return "\n".join(lines)
@@ -183,7 +240,7 @@ def run(cfg: EvalConfig) -> None:
     if not cfg.probes and not cfg.google_re:
         raise AppError("give --probes FILE or --google-re DIR", kind="validation")
     probes = subsample(load_probes(cfg.probes, cfg.google_re, cfg.side), cfg.per_relation, cfg.seed)
-    engine = FillEngine.open(Settings(index=cfg.index, model=cfg.model))
+    engine = FillEngine.open(Settings(index=cfg.index, model=cfg.model, scoring=cfg.scoring))
     report = evaluate(engine, probes, cfg, cfg.out)
     print(format_report(report))
     if cfg.report:

@@ -31,14 +31,21 @@ class FillOptions(BaseModel):
     evidence: int = Field(3, ge=0, le=20, description="occurrences returned per phrase")
     case_sensitive: bool = Field(True, description="aggregate phrases case-sensitively")
     mode: Mode = Field(
-        "dense", description="dense: FAISS top-k start/end tokens; restricted: every token of the top BM25 "
-        "blocks for the query (masks blanked); hybrid: both")
+        "hybrid", description="hybrid (the default): the candidates of both, scored with the lexical prior; dense: "
+        "FAISS top-k start/end tokens; restricted: every token of the top BM25 blocks for the query (masks blanked)")
     blocks: int = Field(3, ge=1, le=100, description="BM25 blocks used by restricted and hybrid modes")
     drop_stopwords: bool = Field(True, description="drop fills made only of stopwords ('in', 'of the'), single letters, "
                                  "or phrases starting / ending with a lower-case stopword ('in London')")
     aggregate: Aggregate = Field(
         "max", description="a phrase's mass over its occurrences: max (its best occurrence; the default) or sum "
         "(NPM's total probability, which favours phrases that occur often among the hits)")
+    lexical_weight: float | None = Field(
+        None, ge=0.0, le=50.0, description="restricted and hybrid modes: weight of the lexical prior (a block's "
+        "BM25 score for the query, masks blanked, over the best block's) added to the start and end logits of "
+        "the block's tokens; default: the value fitted for the mode (GET /info); 0: encoder scores only")
+    min_confidence: float = Field(
+        0.0, ge=0.0, le=1.0, description="abstain below it: a mask whose best fill has a lower confidence comes "
+        "back with no candidates, abstained true, and stays <mask> in `filled`; 0 always answers")
 
 
 class FillRequest(FillOptions):
@@ -73,12 +80,18 @@ class Evidence(BaseModel):
 class Candidate(BaseModel):
     phrase: str
     score: float = Field(description="aggregated mass, normalised over all candidates of the mask")
+    confidence: float = Field(
+        ge=0.0, le=1.0, description="probability that this fill is correct, calibrated on held-apart data "
+        "(docs/QUALITY.md); monotone in `score` within a mask")
     evidence: list[Evidence] = Field(default_factory=list)
 
 
 class MaskFill(BaseModel):
     index: int
     candidates: list[Candidate]
+    abstained: bool = Field(
+        False, description="true when the mask is left unfilled: its best fill's confidence is below "
+        "min_confidence, or the index offered no candidate")
 
 
 STAGES = ("encode", "search", "spans", "rank")

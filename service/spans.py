@@ -5,6 +5,8 @@ at most `max_len` tokens long. Candidates come from start hits (extended forward
 (extended backward). With S the distinct candidate starts and E the distinct candidate ends,
     P_start = softmax over S of q_start . v_i * scale,  P_end = softmax over E of q_end . v_j * scale,
     score(i, j) = P_start(i) + P_end(j).
+A lexical prior (hybrid scoring) adds w * prior(block) to both logits, prior(block) being the block's
+BM25 score for the query (masks blanked) over the best block's (0 for a block BM25 did not return).
 Phrases (original text, surrounding white space and punctuation stripped) aggregate the scores of
 all their occurrences, by their SUM (NPM: the phrase's total probability) or their MAX (the best
 single occurrence, as phrase retrieval such as DensePhrases ranks), and are ranked by
@@ -17,6 +19,7 @@ import functools
 import sys
 import unicodedata
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
@@ -65,7 +68,36 @@ class SpanScores:
     start: np.ndarray
     end: np.ndarray
     score: np.ndarray  # P_start(start) + P_end(end)
+    start_max: float = float("-inf")  # the best encoder logit q_start . v * scale among the candidate starts
+    end_max: float = float("-inf")  # and among the candidate ends (both without any prior)
 
+
+@dataclass
+class BlockPrior:
+    """A lexical prior over blocks: each retrieved block's BM25 score over the best one's, in [0, 1];
+    0 for blocks BM25 did not return."""
+
+    blocks: np.ndarray  # global block ids, sorted
+    values: np.ndarray
+
+    @classmethod
+    def from_bm25(cls, blocks: np.ndarray, scores: np.ndarray) -> "BlockPrior":
+        blocks, scores = np.asarray(blocks, dtype=np.int64), np.asarray(scores, dtype=np.float64)
+        best = float(scores.max()) if scores.size else 0.0
+        order = np.argsort(blocks, kind="stable")
+        values = np.clip(scores[order] / best, 0.0, 1.0) if best > 0 else np.zeros(order.size)
+        return cls(blocks[order], values)
+
+    def __call__(self, blocks: np.ndarray) -> np.ndarray:
+        blocks = np.asarray(blocks, dtype=np.int64)
+        if self.blocks.size == 0:
+            return np.zeros(blocks.shape, dtype=np.float64)
+        i = np.clip(np.searchsorted(self.blocks, blocks), 0, self.blocks.size - 1)
+        return np.where(self.blocks[i] == blocks, self.values[i], 0.0)
+
+
+# bonus(shard number, positions) -> a logit added to each position's (the prior, weighted)
+Bonus = Callable[[int, np.ndarray], np.ndarray]
 
 _LEN_BITS = 8  # span length - 1 < 256 (max_span_tokens <= 32)
 _POS_BITS = 36  # up to 68 billion tokens per shard; shard numbers get the remaining 19 bits
@@ -74,22 +106,26 @@ _POS_MASK = (1 << _POS_BITS) - 1
 
 def score_spans(
     shard: np.ndarray, start: np.ndarray, end: np.ndarray, q_start: np.ndarray, q_end: np.ndarray,
-    vectors: list, scale: float,
+    vectors: list, scale: float, bonus: Bonus | None = None,
 ) -> SpanScores:
-    """Deduplicate spans and score them exactly from the stored vectors (`vectors[shard][pos]`)."""
+    """Deduplicate spans and score them exactly from the stored vectors (`vectors[shard][pos]`),
+    `bonus` (if given) added to the start and end logits before the softmaxes."""
     if shard.size == 0:
         return SpanScores(shard, start, end, np.empty(0))
     # one int64 key per span (1-D unique is several times faster than unique rows)
     keys = np.unique((shard << _POS_BITS | start) << _LEN_BITS | (end - start))
     shard, start = keys >> (_POS_BITS + _LEN_BITS), (keys >> _LEN_BITS) & _POS_MASK
     end = start + (keys & ((1 << _LEN_BITS) - 1))
-    p_start = _position_probs(shard, start, q_start, vectors, scale)
-    p_end = _position_probs(shard, end, q_end, vectors, scale)
-    return SpanScores(shard, start, end, p_start + p_end)
+    p_start, start_max = _position_probs(shard, start, q_start, vectors, scale, bonus)
+    p_end, end_max = _position_probs(shard, end, q_end, vectors, scale, bonus)
+    return SpanScores(shard, start, end, p_start + p_end, start_max, end_max)
 
 
-def _position_probs(shard: np.ndarray, pos: np.ndarray, q: np.ndarray, vectors: list, scale: float) -> np.ndarray:
-    """Softmax over the distinct (shard, position) pairs, returned per input row."""
+def _position_probs(
+    shard: np.ndarray, pos: np.ndarray, q: np.ndarray, vectors: list, scale: float, bonus: Bonus | None
+) -> tuple[np.ndarray, float]:
+    """Softmax over the distinct (shard, position) pairs, returned per input row, and the best logit
+    before the bonus."""
     keys, inverse = np.unique(shard << _POS_BITS | pos, return_inverse=True)
     key_shard, key_pos = keys >> _POS_BITS, keys & _POS_MASK
     logits = np.empty(keys.shape[0], dtype=np.float64)
@@ -98,7 +134,12 @@ def _position_probs(shard: np.ndarray, pos: np.ndarray, q: np.ndarray, vectors: 
         rows = np.flatnonzero(key_shard == s)
         vecs = np.asarray(vectors[int(s)][key_pos[rows]], dtype=np.float32)  # sorted keys: sequential reads
         logits[rows] = vecs @ q * scale
-    return softmax(logits)[inverse.ravel()]
+    best = float(logits.max())
+    if bonus is not None:
+        for s in np.unique(key_shard):
+            rows = np.flatnonzero(key_shard == s)
+            logits[rows] += bonus(int(s), key_pos[rows])
+    return softmax(logits)[inverse.ravel()], best
 
 
 @functools.lru_cache(maxsize=1)

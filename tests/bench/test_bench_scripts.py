@@ -109,7 +109,7 @@ def test_probes_script_writes_cloze_probes_whose_answer_restores_the_text(tmp_pa
 
 
 def test_prepare_google_re_sides_share_no_subject_and_no_snippet(tmp_path):
-    from service.evaluate import google_re_side
+    from service.evaluate import google_re_side, on_side
 
     data = tmp_path / "gre"
     data.mkdir()
@@ -140,3 +140,14 @@ def test_prepare_google_re_sides_share_no_subject_and_no_snippet(tmp_path):
     assert [d["text"] for d in untitled] == [d["text"] for d in read("held", "corpus.jsonl")]
     assert all("title" not in d for d in untitled)
     assert read("held_untitled", "probes.jsonl") == read("held", "probes.jsonl")
+    # the train side's two folds: disjoint, each snippet and probe of its fold's subjects, within train
+    folds = {fold: read(fold, "corpus.jsonl") for fold in ("train_a", "train_b")}
+    fold_texts = {fold: {d["text"] for d in docs} for fold, docs in folds.items()}
+    assert not fold_texts["train_a"] & fold_texts["train_b"]
+    assert fold_texts["train_a"] | fold_texts["train_b"] <= texts["train"]
+    for fold, docs in folds.items():
+        assert all(on_side(d["title"], fold) for d in docs if d["text"] != shared)
+        queries = [p["query"] for p in read(fold, "probes.jsonl")]
+        assert all(on_side(next(p for p in people if q.startswith(p + " ")), fold) for q in queries)
+    in_train = [p for p in people if google_re_side(p) == "train"]
+    assert sum(len(read(f, "probes.jsonl")) for f in folds) == 3 * len(in_train)

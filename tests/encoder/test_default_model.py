@@ -35,6 +35,25 @@ def test_model_card_gives_recipe_data_license_and_quality():
     assert cfg["grouping"] == "similar" and cfg["positives"] == "self"
 
 
+def test_the_bundled_scoring_is_fitted_for_every_mode_away_from_the_held_side():
+    from service.schemas import MODES
+    from service.scoring import SCORING_NAME, Scoring
+
+    scoring = Scoring.load(BUNDLED_MODEL / SCORING_NAME)
+    assert set(scoring.confidence) == set(MODES)
+    assert scoring.weight("hybrid") > 0 and scoring.weight("restricted") > 0
+    data = scoring.fitted["data"]
+    assert data["google_re_side"] == "train_b" and data["probes"] >= 300
+    # fitted with a model of the recipe that never saw train_b: not the bundled weights themselves
+    assert scoring.fitted["model"]["fingerprint"] != model_fingerprint(BUNDLED_MODEL)
+
+
+def test_the_default_engine_uses_the_bundled_scoring(default_engine):
+    info = default_engine.describe()["scoring"]
+    assert info["calibrated"] == {"dense": True, "restricted": True, "hybrid": True}
+    assert info["lexical_weight"]["hybrid"] > 0
+
+
 @pytest.fixture(scope="module")
 def default_engine(tmp_path_factory):
     from indexer.build import BuildConfig, build_index
@@ -49,7 +68,7 @@ def default_engine(tmp_path_factory):
     engine.index.close()
 
 
-@pytest.mark.parametrize("mode", ["dense", "restricted"])
+@pytest.mark.parametrize("mode", ["dense", "restricted", "hybrid"])
 @pytest.mark.parametrize(
     "query,answer",
     [("Marie Curie was born in <mask> .", "Warsaw"), ("The <mask> flows through Paris .", "Seine"),

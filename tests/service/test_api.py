@@ -63,10 +63,15 @@ def check_response(data: dict, text: str, params: dict | None = None) -> None:
     for i, mask in enumerate(data["masks"]):
         assert mask["index"] == i
         cands = mask["candidates"]
+        assert mask["abstained"] == (not cands)
         assert len(cands) <= top_k
         scores = [c["score"] for c in cands]
         assert all(0.0 < s <= 1.0 for s in scores), scores
         assert scores == sorted(scores, reverse=True)
+        confidences = [c["confidence"] for c in cands]
+        assert all(0.0 <= p <= 1.0 for p in confidences), confidences
+        assert confidences == sorted(confidences, reverse=True)  # monotone in the score
+        assert not cands or confidences[0] >= params.get("min_confidence", 0.0)
         assert sum(scores) <= 1.0 + 1e-9
         phrases = [c["phrase"] for c in cands]
         keys = phrases if case_sensitive else [p.lower() for p in phrases]
@@ -412,6 +417,8 @@ def test_info_matches_manifest(client, tiny_index):
     assert info["index_type"] == m.index_type
     assert info["factories"] == sorted({s.factory for s in m.shards})
     assert info["created_at"] == m.created_at
+    assert info["scoring"]["lexical_weight"] == {"dense": 0.0, "restricted": 0.0, "hybrid": 0.0}  # nothing fitted
+    assert info["scoring"]["calibrated"] == {"dense": False, "restricted": False, "hybrid": False}
 
 
 def test_metrics_counts_fill_requests(client):
@@ -435,7 +442,33 @@ def test_docs_and_openapi(client):
     assert "/fill" in spec["paths"] and "post" in spec["paths"]["/fill"]
     for path in ("/healthz", "/readyz", "/info", "/metrics"):
         assert path in spec["paths"]
-    assert "FillRequest" in spec["components"]["schemas"]
+    schemas = spec["components"]["schemas"]
+    assert "FillRequest" in schemas
+    assert {"min_confidence", "lexical_weight"} <= set(schemas["FillRequest"]["properties"])
+    assert schemas["FillRequest"]["properties"]["min_confidence"]["maximum"] == 1.0
+    assert "confidence" in schemas["Candidate"]["required"]
+    assert "abstained" in schemas["MaskFill"]["properties"]
+
+
+def test_min_confidence_abstains_and_keeps_the_mask(client):
+    text = "Marie Curie was born in <mask> . Paris is the capital of <mask> ."
+    answered = fill(client, text=text)
+    check_response(answered, text)
+    tops = [m["candidates"][0]["confidence"] for m in answered["masks"]]
+    # a threshold between the two masks' top confidences: the weaker mask abstains, the other is filled
+    if tops[0] != tops[1]:
+        weak, strong = (0, 1) if tops[0] < tops[1] else (1, 0)
+        cut = (tops[0] + tops[1]) / 2
+        data = fill(client, text=text, min_confidence=cut)
+        check_response(data, text, {"min_confidence": cut})
+        assert data["masks"][weak] == {"index": weak, "candidates": [], "abstained": True}
+        assert data["masks"][strong]["candidates"] == answered["masks"][strong]["candidates"]
+    data = fill(client, text=text, min_confidence=1.0)
+    check_response(data, text, {"min_confidence": 1.0})
+    if max(tops) < 1.0:
+        assert data["filled"] == text and all(m["abstained"] for m in data["masks"])
+    r = client.post("/fill", json={"text": text, "min_confidence": 1.5})
+    assert r.status_code == 422 and "min_confidence" in r.json()["error"]
 
 
 def test_unknown_route_is_404_json(client):

@@ -24,10 +24,16 @@ from indexer.manifest import Counts, Manifest, ModelInfo
 from indexer.store import ShardContent, write_shard
 from service.engine import FillEngine
 from service.schemas import FillRequest
+
 from indexer.phrase_index import PhraseIndex
 
 DIM = 16
 SCALE = 1.0 / math.sqrt(DIM)
+
+
+def dense_request(**fields) -> FillRequest:
+    """A dense-mode request past the validator (the reference is dense retrieval; these indexes have no BM25)."""
+    return FillRequest.model_construct(mode="dense", **fields)
 ALL = 10**6  # top_k large enough to return every phrase
 
 # words as their token pieces; multi-piece words: first piece WORD_START only, last WORD_END only
@@ -418,7 +424,7 @@ def test_engine_matches_bruteforce(index_for, seed, max_len, alpha, aggregate):
     qs, qe = query_vectors(seed, 1)
     engine = FillEngine(FakeEncoder(qs, qe), index)
     params = dict(k=corpus.tokens, top_k=ALL, max_span_tokens=max_len, alpha=alpha, aggregate=aggregate)
-    result = engine.fill(FillRequest.model_construct(text="The <mask> was seen.", **params))
+    result = engine.fill(dense_request(text="The <mask> was seen.", **params))
     assert len(result.masks) == 1 and result.masks[0].index == 0
     cands = result.masks[0].candidates
     assert np.isclose(sum(c.score for c in cands), 1.0)
@@ -435,7 +441,7 @@ def test_top_k_truncates_but_normalises_over_all(index_for, seed):
     corpus, index = index_for(seed)
     qs, qe = query_vectors(seed, 1)
     engine = FillEngine(FakeEncoder(qs, qe), index)
-    res = engine.fill(FillRequest.model_construct(text="<mask>", k=corpus.tokens, top_k=4, max_span_tokens=3, alpha=0.0, evidence=1))
+    res = engine.fill(dense_request(text="<mask>", k=corpus.tokens, top_k=4, max_span_tokens=3, alpha=0.0, evidence=1))
     ref = reference(corpus, qs[0], qe[0], corpus.tokens, 3, 0.0)
     cands = res.masks[0].candidates
     assert [c.phrase for c in cands] == [ph.text for ph in ref[:4]]
@@ -450,7 +456,7 @@ def test_case_insensitive_matches_bruteforce(index_for, seed):
     corpus, index = index_for(seed)
     qs, qe = query_vectors(seed, 1)
     engine = FillEngine(FakeEncoder(qs, qe), index)
-    params = FillRequest.model_construct(text="<mask>!", k=corpus.tokens, top_k=ALL, max_span_tokens=3, alpha=0.0,
+    params = dense_request(text="<mask>!", k=corpus.tokens, top_k=ALL, max_span_tokens=3, alpha=0.0,
                                          case_sensitive=False)
     cands = engine.fill(params).masks[0].candidates
     ref = reference(corpus, qs[0], qe[0], corpus.tokens, 3, 0.0, case_sensitive=False)
@@ -465,7 +471,7 @@ def test_two_masks(index_for, seed):
     corpus, index = index_for(seed)
     qs, qe = query_vectors(seed, 2)
     engine = FillEngine(FakeEncoder(qs, qe), index)
-    params = FillRequest.model_construct(text="A <mask> and [MASK] here.", k=corpus.tokens, top_k=ALL, max_span_tokens=3,
+    params = dense_request(text="A <mask> and [MASK] here.", k=corpus.tokens, top_k=ALL, max_span_tokens=3,
                                          alpha=0.0)
     res = engine.fill(params)
     assert [m.index for m in res.masks] == [0, 1]
@@ -490,7 +496,7 @@ def test_small_k_candidates_touch_top_hits(index_for, seed, max_len, alpha):
     qs, qe = query_vectors(seed, 1)
     engine = FillEngine(FakeEncoder(qs, qe), index)
     k = 3
-    res = engine.fill(FillRequest.model_construct(text="<mask>", k=k, top_k=ALL, max_span_tokens=max_len, alpha=alpha))
+    res = engine.fill(dense_request(text="<mask>", k=k, top_k=ALL, max_span_tokens=max_len, alpha=alpha))
     full = reference(corpus, qs[0], qe[0], corpus.tokens, max_len, alpha)
     cands = res.masks[0].candidates
     # a strict subset of all phrases; every phrase occurs in a span that starts or ends at a top-k hit
@@ -511,11 +517,11 @@ def test_k_larger_than_index_and_no_candidates(index_for):
     corpus, index = index_for(1)
     qs, qe = query_vectors(1, 1)
     engine = FillEngine(FakeEncoder(qs, qe), index)
-    big = engine.fill(FillRequest.model_construct(text="<mask>", k=corpus.tokens * 5, top_k=ALL, max_span_tokens=3))
-    exact = engine.fill(FillRequest.model_construct(text="<mask>", k=corpus.tokens, top_k=ALL, max_span_tokens=3))
+    big = engine.fill(dense_request(text="<mask>", k=corpus.tokens * 5, top_k=ALL, max_span_tokens=3))
+    exact = engine.fill(dense_request(text="<mask>", k=corpus.tokens, top_k=ALL, max_span_tokens=3))
     assert [(c.phrase, c.score) for c in big.masks[0].candidates] == [(c.phrase, c.score) for c in exact.masks[0].candidates]
     # max_span_tokens=0: no span at all, the mask is left in place
-    none = engine.fill(FillRequest.model_construct(text="x <mask> y", k=corpus.tokens, max_span_tokens=0))
+    none = engine.fill(dense_request(text="x <mask> y", k=corpus.tokens, max_span_tokens=0))
     assert none.masks[0].candidates == [] and none.filled == "x <mask> y"
 
 
@@ -543,7 +549,7 @@ def test_exact_scores_on_hand_made_index(tmp_path):
     index = _tiny_index(tmp_path / "idx", "beta, gamma", [(0, 4, 3), (4, 5, 3), (6, 11, 3)])
     zero = np.zeros((1, DIM), np.float32)
     engine = FillEngine(FakeEncoder(zero, zero), index)
-    res = engine.fill(FillRequest.model_construct(text="<mask>", k=3, top_k=10, max_span_tokens=3, alpha=0.0, aggregate="sum"))
+    res = engine.fill(dense_request(text="<mask>", k=3, top_k=10, max_span_tokens=3, alpha=0.0, aggregate="sum"))
     # spans: beta | beta, -> "beta" (4/3); ", gamma" | gamma -> "gamma" (4/3); "beta, gamma" (2/3); "," dropped
     got = {c.phrase: c.score for c in res.masks[0].candidates}
     assert got.keys() == {"beta", "gamma", "beta, gamma"}
@@ -565,7 +571,7 @@ def test_phrase_length_ignores_stripped_punctuation(tmp_path):
     """
     index = _tiny_index(tmp_path / "idx", ", beta gamma", [(0, 1, 3), (2, 6, 3), (7, 12, 3)])
     zero = np.zeros((1, DIM), np.float32)
-    res = FillEngine(FakeEncoder(zero, zero), index).fill(FillRequest.model_construct(text="<mask>", k=3, top_k=10, max_span_tokens=3, alpha=1.0, aggregate="sum"))
+    res = FillEngine(FakeEncoder(zero, zero), index).fill(dense_request(text="<mask>", k=3, top_k=10, max_span_tokens=3, alpha=1.0, aggregate="sum"))
     got = {c.phrase: c.score for c in res.masks[0].candidates}
     index.close()
     assert got.keys() == {"beta", "gamma", "beta gamma"}
@@ -576,7 +582,7 @@ def test_max_aggregation_on_hand_made_index(tmp_path):
     """The same "beta, gamma" index with max: every span scores 2/3, so every phrase has mass 2/3."""
     index = _tiny_index(tmp_path / "idx", "beta, gamma", [(0, 4, 3), (4, 5, 3), (6, 11, 3)])
     zero = np.zeros((1, DIM), np.float32)
-    res = FillEngine(FakeEncoder(zero, zero), index).fill(FillRequest.model_construct(text="<mask>", k=3, top_k=10, max_span_tokens=3, alpha=0.0, aggregate="max"))
+    res = FillEngine(FakeEncoder(zero, zero), index).fill(dense_request(text="<mask>", k=3, top_k=10, max_span_tokens=3, alpha=0.0, aggregate="max"))
     index.close()
     got = {c.phrase: c.score for c in res.masks[0].candidates}
     assert got.keys() == {"beta", "gamma", "beta, gamma"}

@@ -300,6 +300,17 @@ def test_google_re_side_follows_the_first_hex_digit_of_sha256():
     assert 60 < sides.count("train") < 140  # about half
 
 
+def test_the_train_folds_split_the_train_side():
+    from service.evaluate import google_re_side, on_side
+
+    names = [f"Person {i}" for i in range(300)]
+    for name in names:
+        a, b, held = on_side(name, "train_a"), on_side(name, "train_b"), on_side(name, "held")
+        assert (a or b) == (google_re_side(name) == "train") and not (a and b) and held == (not (a or b))
+        assert on_side(name, "all") and on_side(name, "train") == (a or b)
+    assert 40 < sum(on_side(n, "train_a") for n in names) < 110  # about a quarter
+
+
 def test_load_probes_by_side(tmp_path):
     from service.evaluate import google_re_side
 

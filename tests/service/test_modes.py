@@ -98,3 +98,59 @@ def test_api_mode_validation(tiny_index):
     assert r.status_code == 422 and "blocks" in r.json()["error"]
     r = client.post("/fill", json={"text": "Paris is the capital of <mask> .", "mode": "restricted", "blocks": 2})
     assert r.status_code == 200 and r.json()["masks"][0]["candidates"]
+
+
+# ---------------------------------------------------------------- the lexical prior (hybrid scoring)
+
+
+@pytest.mark.parametrize("mode", ["restricted", "hybrid"])
+def test_a_large_lexical_weight_takes_the_top_fill_from_the_best_bm25_block(engine, mode):
+    text = "Paris is the capital of <mask> ."
+    opts = dict(mode=mode, top_k=20, max_span_tokens=3, k=64, blocks=3, drop_stopwords=False)
+    best = int(engine.index.bm25.search(text.replace("<mask>", " "), 1)[0])
+    plain = engine.fill(FillRequest(text=text, lexical_weight=0.0, **opts)).masks[0].candidates
+    lexical = engine.fill(FillRequest(text=text, lexical_weight=50.0, **opts)).masks[0].candidates
+    assert lexical[0].evidence[0].block == best
+    # the phrases of the best block take more of the mass
+    share = lambda cands: sum(c.score for c in cands if c.evidence[0].block == best)  # noqa: E731
+    assert share(lexical) > share(plain)
+
+
+def test_the_fitted_weight_is_the_default_and_a_request_overrides_it(engine):
+    from service.scoring import Scoring
+
+    text = "Marie Curie was born in <mask> ."
+    opts = dict(mode="hybrid", top_k=10, k=64, drop_stopwords=False)
+    fitted = FillEngine(engine.encoder, engine.index, Scoring(lexical_weight={"hybrid": 8.0}))
+    by_default = fitted.fill(FillRequest(text=text, **opts)).masks[0].candidates
+    explicit = engine.fill(FillRequest(text=text, lexical_weight=8.0, **opts)).masks[0].candidates
+    assert [(c.phrase, c.score) for c in by_default] == [(c.phrase, c.score) for c in explicit]
+    unweighted = fitted.fill(FillRequest(text=text, lexical_weight=0.0, **opts)).masks[0].candidates
+    assert [(c.phrase, c.score) for c in unweighted] == \
+        [(c.phrase, c.score) for c in engine.fill(FillRequest(text=text, **opts)).masks[0].candidates]
+    assert [(c.phrase, c.score) for c in unweighted] != [(c.phrase, c.score) for c in by_default]
+
+
+def test_calibrated_confidence_is_monotone_in_the_score_and_abstains(engine):
+    from service.scoring import FEATURES, Calibration, Confidence, Scoring
+
+    n = len(FEATURES)
+    cal = Confidence(top=Calibration(coef=[1.5, 0.0, 0.3, 0.2, 0.1, 0.1], intercept=-0.5, mean=[0.0] * n, scale=[1.0] * n),
+                     rest=Calibration(coef=[1.0, 1.0, 0.0, 0.0, 0.0, 0.0], intercept=0.0, mean=[0.0] * n, scale=[1.0] * n))
+    calibrated = FillEngine(engine.encoder, engine.index, Scoring(confidence={"hybrid": cal, "dense": cal}))
+    text = "Marie Curie was born in <mask> ."
+    for mode in ("dense", "hybrid"):
+        result, feats = calibrated.fill_detailed(FillRequest(text=text, mode=mode, top_k=20, k=64))
+        cands = result.masks[0].candidates
+        assert len(cands) > 2
+        conf = [c.confidence for c in cands]
+        scores = [c.score for c in cands]
+        assert all(0 < p < 1 for p in conf)
+        assert all(a >= b for a, b in zip(conf, conf[1:])) and scores == sorted(scores, reverse=True)
+        np.testing.assert_allclose(conf, cal(feats[0]))
+        top = conf[0]
+        kept = calibrated.fill(FillRequest(text=text, mode=mode, top_k=20, k=64, min_confidence=top))
+        assert kept.masks[0].candidates == cands and not kept.masks[0].abstained
+        refused = calibrated.fill(FillRequest(text=text, mode=mode, top_k=20, k=64,
+                                              min_confidence=min(1.0, top + 1e-6)))
+        assert refused.masks[0].abstained and refused.masks[0].candidates == [] and refused.filled == text

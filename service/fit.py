@@ -1,0 +1,177 @@
+"""`fill-fit`: fit the scoring of a model (service/scoring.py) on probes it was not trained on.
+
+    fill-fit --index DIR --google-re DIR --side train_b --out MODEL_DIR/scoring.json [--model M]
+
+1. Lexical weight, per BM25 mode (restricted, hybrid): the weight of the grid with the best macro EM@1
+   (ties: the smallest weight).
+2. Confidence, per mode (with its weight): logistic regressions (scikit-learn, `pip install .[fit]`) of
+   "this candidate is correct" on its features: one over the top candidate of every probe, one over
+   the candidates ranked 2..top_k (service.scoring.Confidence).
+
+Fit on text and probes the model never saw: the bundled model's scoring was fitted with a model of
+the same recipe trained on the train_a fold, on the train_b fold (bench/fit_scoring.sh). The held
+side of the Google-RE split is refused: it is for reporting only.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+from pathlib import Path
+
+import numpy as np
+import typer
+from pydantic import BaseModel, ConfigDict, Field
+
+from common.cli import model_command
+from common.errors import AppError
+from common.files import write_json_atomic
+from encoder.model import model_fingerprint
+from service.config import Settings
+from service.engine import FillEngine
+from service.evaluate import Side, calibration, load_probes, normalize, subsample
+from service.schemas import MODES, FillOptions, FillRequest, Mode
+from service.scoring import FEATURES, MONOTONE, Calibration, Confidence, Scoring
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_GRID = [0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
+
+
+class FitConfig(BaseModel):
+    """Fit the lexical weight of the BM25 modes and the confidence calibration of every mode."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    index: Path = Field(description="index of the fitting corpus, built with the model")
+    out: Path = Field(description="scoring file to write (scoring.json in a model directory is its default)")
+    probes: Path | None = Field(None, description='JSON lines {"relation", "query", "answers"}')
+    google_re: Path | None = Field(None, description="directory with LAMA Google-RE *_test.jsonl files")
+    side: Side = Field("train_b", description="side of the Google-RE split to fit on (never held)")
+    per_relation: int | None = Field(200, ge=1, description="fit on a fixed random sample per relation")
+    seed: int = Field(0, description="seed of the per-relation sample")
+    model: Path | None = Field(None, description="encoder directory (default: the manifest's)")
+    grid: list[float] = Field(DEFAULT_GRID, min_length=1, description="lexical weights tried")
+    modes: list[Mode] = Field(list(MODES), min_length=1, description="modes fitted")
+    top_k: int = Field(5, ge=1, le=100, description="candidates per probe the calibration is fitted on")
+    c: float = Field(1.0, gt=0, description="inverse L2 strength of the logistic regression")
+
+
+def run_probes(engine: FillEngine, probes: list[dict], options: FillOptions) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """Per probe: the candidates' confidence features and whether each candidate is correct."""
+    feats, labels = [], []
+    opts = options.model_dump()
+    for probe in probes:
+        result, features = engine.fill_detailed(FillRequest(text=probe["query"], **opts))
+        gold = {normalize(a) for a in probe["answers"]}
+        cands = result.masks[0].candidates if result.masks else []
+        feats.append(features[0] if features else np.zeros((0, len(FEATURES))))
+        labels.append(np.array([normalize(c.phrase) in gold for c in cands], dtype=bool))
+    return feats, labels
+
+
+def macro_em(probes: list[dict], labels: list[np.ndarray]) -> float:
+    by_rel: dict[str, list[bool]] = {}
+    for probe, lab in zip(probes, labels):
+        by_rel.setdefault(probe["relation"], []).append(bool(lab.size and lab[0]))
+    return 100 * float(np.mean([np.mean(v) for v in by_rel.values()])) if by_rel else 0.0
+
+
+def fit_confidence(feats: list[np.ndarray], labels: list[np.ndarray], c: float = 1.0) -> Confidence:
+    """`top` fitted on each probe's first candidate, `rest` on the others."""
+    return Confidence(top=fit_calibration([f[:1] for f in feats], [lab[:1] for lab in labels], c),
+                      rest=fit_calibration([f[1:] for f in feats], [lab[1:] for lab in labels], c))
+
+
+def fit_calibration(feats: list[np.ndarray], labels: list[np.ndarray], c: float = 1.0) -> Calibration:
+    """Logistic regression of correctness on standardised features of every candidate given."""
+    try:
+        from sklearn.linear_model import LogisticRegression
+    except ImportError as exc:
+        raise AppError("fill-fit needs scikit-learn: pip install '.[fit]'") from exc
+    x = np.concatenate([f for f in feats if len(f)]) if any(len(f) for f in feats) else np.zeros((0, len(FEATURES)))
+    y = np.concatenate([lab for lab in labels if lab.size]) if x.shape[0] else np.zeros(0, dtype=bool)
+    if x.shape[0] == 0 or y.all() or not y.any():
+        raise AppError("cannot fit a confidence: the fitting fills are all right or all wrong (or none); "
+                       "use more or other probes")
+    mean, scale = x.mean(axis=0), x.std(axis=0)
+    scale[scale < 1e-9] = 1.0
+    z = (x - mean) / scale
+    used = np.ones(len(FEATURES), dtype=bool)
+    while True:  # a score feature with a negative coefficient is left out (confidence stays monotone)
+        model = LogisticRegression(C=c, max_iter=1000).fit(z[:, used], y)
+        coef = np.zeros(len(FEATURES))
+        coef[used] = model.coef_[0]
+        negative = [i for i in MONOTONE if coef[i] < 0]
+        if not negative:
+            break
+        used[negative] = False
+    return Calibration(coef=coef.tolist(), intercept=float(model.intercept_[0]), mean=mean.tolist(),
+                       scale=scale.tolist())
+
+
+def fit(engine: FillEngine, probes: list[dict], cfg: FitConfig) -> Scoring:
+    weights: dict[str, float] = {}
+    grid_report: dict[str, dict[str, float]] = {}
+    for mode in cfg.modes:
+        if mode == "dense":
+            continue
+        scores = {}
+        for w in sorted(cfg.grid):
+            _, labels = run_probes(engine, probes, FillOptions(mode=mode, lexical_weight=w, top_k=1))
+            scores[w] = macro_em(probes, labels)
+            logger.warning("fit %s lexical_weight %g: macro EM@1 %.1f", mode, w, scores[w])
+        weights[mode] = max(scores, key=lambda w: (scores[w], -w))
+        grid_report[mode] = {str(w): round(v, 2) for w, v in scores.items()}
+    calibrations, quality = {}, {}
+    for mode in cfg.modes:
+        options = FillOptions(mode=mode, lexical_weight=weights.get(mode, 0.0), top_k=cfg.top_k)
+        feats, labels = run_probes(engine, probes, options)
+        cal = fit_confidence(feats, labels, cfg.c)
+        calibrations[mode] = cal
+        top_conf = [float(cal(f[:1])[0]) if len(f) else None for f in feats]
+        top_ok = [bool(lab.size and lab[0]) for lab in labels]
+        quality[mode] = {"macro_em@1": round(macro_em(probes, labels), 2),
+                         "ece": round(float(calibration(top_conf, top_ok)["ece"]), 2)}
+        logger.warning("fit %s confidence: %s", mode, quality[mode])
+    manifest = engine.index.manifest
+    fitted = {
+        "by": "fill-fit", "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "data": {"google_re_side": cfg.side if cfg.google_re else None,
+                 "probes_file": cfg.probes.name if cfg.probes else None, "probes": len(probes),
+                 "per_relation": cfg.per_relation, "seed": cfg.seed, "index_tokens": manifest.counts.tokens},
+        "model": {"name": engine.encoder.model_dir.name, "fingerprint": model_fingerprint(engine.encoder.model_dir)},
+        "grid_macro_em@1": grid_report, "on_fit_data": quality, "features": list(FEATURES),
+    }
+    return Scoring(lexical_weight=weights, confidence=calibrations, fitted=fitted)
+
+
+def run(cfg: FitConfig) -> None:
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    if not cfg.probes and not cfg.google_re:
+        raise AppError("give --probes FILE or --google-re DIR", kind="validation")
+    if cfg.google_re and cfg.side in ("held", "all"):
+        raise AppError(f"--side {cfg.side} includes the held side, which is for reporting only; fit on train, "
+                       "train_a or train_b", kind="validation", field="side")
+    probes = subsample(load_probes(cfg.probes, cfg.google_re, cfg.side), cfg.per_relation, cfg.seed)
+    if not probes:
+        raise AppError("no probes to fit on", kind="validation")
+    engine = FillEngine.open(Settings(index=cfg.index, model=cfg.model))
+    try:
+        scoring = fit(engine, probes, cfg)
+    finally:
+        engine.close()
+    write_json_atomic(cfg.out, scoring.model_dump(mode="json"))
+    print(f"wrote {cfg.out}: lexical weights {scoring.lexical_weight}; fit quality {scoring.fitted['on_fit_data']}")
+
+
+app = typer.Typer(add_completion=False)
+model_command(app, FitConfig, run, name="fill-fit", env_prefix="FILL_FIT_")
+
+
+def main(argv: list[str] | None = None) -> None:
+    app(args=argv, prog_name="fill-fit")
+
+
+if __name__ == "__main__":
+    main()

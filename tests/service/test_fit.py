@@ -1,0 +1,90 @@
+"""fill-fit: the lexical weight grid, the confidence calibration and the scoring file it writes."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from service.evaluate import calibration
+from service.fit import FitConfig, fit_calibration, main
+from service.scoring import FEATURES, SCORING_NAME, Scoring
+from tests.conftest import CORPUS, write_jsonl
+
+
+def test_calibration_metrics_by_hand():
+    report = calibration([0.95, 0.95, 0.15, 0.15, None], [True, False, False, False, False])
+    # bin 9: accuracy 0.5, confidence 0.95; bin 1: accuracy 0, confidence 0.15; each half the answers
+    assert report["ece"] == pytest.approx(100 * (0.5 * 0.45 + 0.5 * 0.15))
+    assert report["accuracy"] == pytest.approx(25.0) and report["mean_confidence"] == pytest.approx(55.0)
+    rows = {r["threshold"]: r for r in report["risk_coverage"]}
+    assert rows[0.3]["coverage"] == pytest.approx(40.0) and rows[0.3]["accuracy"] == pytest.approx(50.0)
+    assert rows[0.9]["coverage"] == pytest.approx(40.0)
+    none = calibration([None], [False])
+    assert none["ece"] == 0.0 and all(r["coverage"] == 0.0 and r["accuracy"] is None for r in none["risk_coverage"])
+
+
+def test_fit_calibration_recovers_a_calibrated_probability():
+    rng = np.random.default_rng(0)
+    n = 6000
+    x = rng.standard_normal((n, len(FEATURES)))
+    true_logit = 1.5 * x[:, 0] + 0.5 * x[:, 1] - 0.7 * x[:, 2]
+    y = rng.random(n) < 1 / (1 + np.exp(-true_logit))
+    cal = fit_calibration([x[: n // 2]], [y[: n // 2]])
+    p = cal(x[n // 2 :])
+    assert cal.coef[0] > 1.0 and cal.coef[1] > 0.2 and cal.coef[2] < -0.3
+    # calibrated on fresh data from the same law
+    assert calibration(p.tolist(), y[n // 2 :].tolist())["ece"] < 3.0
+
+
+def test_fit_calibration_never_decreases_with_the_score():
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((500, len(FEATURES)))
+    y = rng.random(500) < 1 / (1 + np.exp(2.0 * x[:, 0] - x[:, 3]))  # higher score, less often right
+    cal = fit_calibration([x], [y])
+    assert cal.coef[0] == 0.0 and cal.coef[3] > 0.3  # left out; the other features still fitted
+
+
+def test_fit_refuses_the_held_side(tmp_path, tiny_index, capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["--index", str(tiny_index), "--google-re", str(tmp_path), "--side", "held", "--out", str(tmp_path / "s.json")])
+    assert exc.value.code == 2
+    assert "held side" in capsys.readouterr().err
+    assert not (tmp_path / "s.json").exists()
+
+
+def test_fit_writes_a_scoring_file_the_engine_uses(tmp_path, tiny_index, tiny_bert_dir):
+    from service.config import Settings
+    from service.engine import FillEngine
+    from service.schemas import FillRequest
+
+    # every run of up to 12 words of the corpus is an answer of the first two probes: their fills are right
+    runs = [d["text"].split() for d in CORPUS]
+    words = sorted({" ".join(ws[i : i + n]) for ws in runs for n in range(1, 13) for i in range(len(ws))})
+    probes = write_jsonl(tmp_path / "probes.jsonl", [
+        {"relation": "any_word", "query": "Marie Curie was born in <mask> .", "answers": words},
+        {"relation": "any_word", "query": "Paris is the capital of <mask> .", "answers": words},
+        {"relation": "nothing", "query": "The Seine flows through <mask> .", "answers": ["zzz"]},
+    ])
+    out = tmp_path / "model" / SCORING_NAME
+    out.parent.mkdir()
+    with pytest.raises(SystemExit) as exc:
+        main(["--index", str(tiny_index), "--probes", str(probes), "--out", str(out), "--grid", "0", "--grid", "50",
+              "--per-relation", "5"])
+    assert exc.value.code == 0
+    written = json.loads(out.read_text())
+    scoring = Scoring.model_validate(written)
+    assert set(scoring.lexical_weight) == {"restricted", "hybrid"}
+    assert all(w in (0.0, 50.0) for w in scoring.lexical_weight.values())
+    assert set(scoring.confidence) == {"dense", "restricted", "hybrid"}
+    assert written["fitted"]["data"]["probes"] == 3 and written["fitted"]["features"] == list(FEATURES)
+    assert set(written["fitted"]["grid_macro_em@1"]["hybrid"]) == {"0.0", "50.0"}
+    engine = FillEngine.open(Settings(index=tiny_index, model=tiny_bert_dir, scoring=out))
+    assert engine.scoring == scoring
+    cands = engine.fill(FillRequest(text="Paris is the capital of <mask> .", mode="hybrid")).masks[0].candidates
+    np.testing.assert_allclose(
+        [c.confidence for c in cands],
+        scoring.confidence["hybrid"](engine.fill_detailed(FillRequest(text="Paris is the capital of <mask> .",
+                                                                      mode="hybrid"))[1][0]))
+    assert FitConfig.model_fields["side"].default == "train_b"
