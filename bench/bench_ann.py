@@ -117,7 +117,7 @@ def main() -> None:
     aggregates = args.aggregates.split(",")
     if not set(aggregates) <= {"max", "sum"}:
         p.error(f"--aggregates: use max and/or sum, got {args.aggregates!r}")
-    params = {agg: dict(k=args.k, aggregate=agg) for agg in aggregates}
+    params = {agg: dict(k=args.k, aggregate=agg, mode="dense") for agg in aggregates}  # the token search alone
     qvecs = [encoder.encode_queries([t])[0] for t in probes]  # as the engine computes them, one query at a time
     queries = np.concatenate([np.concatenate([q.starts, q.ends]) for q in qvecs]).astype(np.float32)
     t0 = time.perf_counter()
