@@ -16,7 +16,7 @@ from encoder.model import Encoder, model_fingerprint
 from encoder.stopwords import poor_fill
 from indexer.phrase_index import PhraseIndex
 from service.config import Settings
-from service.schemas import MODES, STAGES, Candidate, Evidence, FillOptions, FillRequest, FillResult, MaskFill
+from service.schemas import MODES, STAGES, Candidate, Evidence, FillRequest, FillResult, MaskFill
 from service.scoring import Scoring, mask_features
 from service.spans import BlockPrior, Bonus, SpanScores, aggregate, rank, score_spans, spans_from_hits, strip_phrase
 
