@@ -1,0 +1,110 @@
+"""The query encoder for one short query at a time, as /fill runs it, in several runtimes on this CPU:
+
+    python bench/bench_query_encode.py [--model DIR] [--corpus data/sample/encyclopedia.jsonl] [--queries 200]
+
+Per runtime: ms per query (p50 / mean) of the bare forward pass over the queries' token ids, and how
+far its mask vectors are from the served path's (`Encoder` with its run-time dtype choice): the
+largest absolute difference and the smallest cosine. Tokenization (`Encoder.query_layout`) and the
+whole `encode_queries` are timed too, so the share of each part is visible. Runtimes: fp32, bf16
+autocast, torch.compile of each, torch.jit.trace (fp32). All in one run: compare ratios, not
+absolute figures (the machines are shared).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from probes import make_probes  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _timed(fn, items, warmup: int = 5) -> tuple[list[float], list]:
+    for item in items[:warmup]:
+        fn(item)
+    times, outs = [], []
+    for item in items:
+        t = time.perf_counter()
+        outs.append(fn(item))
+        times.append((time.perf_counter() - t) * 1000)
+    return times, outs
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model", type=Path, default=None)
+    p.add_argument("--corpus", type=Path, default=ROOT / "data" / "sample" / "encyclopedia.jsonl")
+    p.add_argument("--queries", type=int, default=200)
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    args = p.parse_args()
+    sys.path.insert(0, str(ROOT))
+    from encoder.model import Encoder
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    texts = make_probes(args.corpus, args.queries)
+    served = Encoder(args.model)
+    layouts = [served.query_layout(t) for t in texts]
+    reference = [served.encode_queries([t])[0] for t in texts]
+    ref = np.concatenate([np.concatenate([q.starts, q.ends]) for q in reference])
+    print(f"{len(texts)} queries, {statistics.mean(len(ids) for ids, _ in layouts):.1f} tokens on average; "
+          f"served dtype {str(served.dtype).replace('torch.', '')}, {torch.get_num_threads()} threads")
+
+    t_tok, _ = _timed(served.query_layout, texts)
+    t_all, _ = _timed(lambda t: served.encode_queries([t]), texts)
+    rows = [("tokenize (query_layout)", t_tok, None), ("encode_queries (served)", t_all, None)]
+    model = served.model
+    model.requires_grad_(False)  # inference only (torch.jit.trace refuses parameters that require grad)
+
+    def runner(forward, autocast_bf16: bool):
+        def run(layout):
+            ids, pos = layout
+            x = torch.tensor([ids])
+            with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_bf16):
+                h = forward(x, torch.ones_like(x), torch.zeros_like(x))
+            h = h[0].float().numpy()
+            pos = np.asarray(pos)
+            return np.concatenate([h[pos], h[pos + 1]])
+        return run
+
+    eager = lambda ids, att, types: model(input_ids=ids, attention_mask=att, token_type_ids=types).last_hidden_state  # noqa: E731
+    variants = [("fp32 eager", eager, False), ("bf16 autocast eager", eager, True)]
+    compiled = torch.compile(eager, dynamic=True)
+    variants += [("fp32 torch.compile", compiled, False), ("bf16 torch.compile", compiled, True)]
+    try:
+        example = torch.tensor([layouts[0][0]])
+        with torch.inference_mode():
+            traced = torch.jit.trace(
+                lambda ids, att, types: model(input_ids=ids, attention_mask=att, token_type_ids=types,
+                                              return_dict=False)[0],
+                (example, torch.ones_like(example), torch.zeros_like(example)), check_trace=False, strict=False)
+        variants.append(("fp32 torch.jit.trace", traced, False))
+    except Exception as exc:  # tracing support varies by model class; report and go on
+        print(f"torch.jit.trace failed: {str(exc)[:200]}")
+    for name, forward, bf16 in variants:
+        try:
+            times, outs = _timed(runner(forward, bf16), layouts)
+        except Exception as exc:
+            print(f"{name}: failed ({type(exc).__name__}: {str(exc)[:200]})")
+            continue
+        got = np.concatenate(outs)
+        cos = (got * ref).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1))
+        rows.append((name, times, (float(np.abs(got - ref).max()), float(cos.min()))))
+    base = statistics.median(rows[2][1]) if len(rows) > 2 else 1.0
+    print(f"{'runtime':<28} {'p50 ms':>8} {'mean ms':>8} {'vs fp32':>8} {'max |diff|':>11} {'min cos':>9}")
+    for name, times, diff in rows:
+        extra = f"{diff[0]:>11.4f} {diff[1]:>9.5f}" if diff else ""
+        print(f"{name:<28} {statistics.median(times):>8.2f} {statistics.mean(times):>8.2f} "
+              f"{statistics.median(times) / base:>8.2f} {extra}")
+
+
+if __name__ == "__main__":
+    main()
