@@ -228,7 +228,7 @@ class FillEngine:
                 o, shard = locate(idx), self.index.shards[int(scored.shard[idx])]
                 offs = np.asarray(shard.offsets[int(scored.start[idx]) : int(scored.end[idx]) + 1])
                 phrase.tokens = int(((offs[:, 0] < o.end) & (offs[:, 1] > o.start)).sum())
-        ranked = rank(phrases, params.alpha)
+        ranked = rank(phrases, params.alpha, max(params.top_k, 2))  # the shown phrases and the runner-up
         shown, best = [], []
         for phrase, value in ranked[: params.top_k]:
             occ_idx = np.asarray(phrase.occurrences, dtype=np.int64)

@@ -152,6 +152,8 @@ def _strip_chars() -> str:
 
 def strip_phrase(text: str) -> tuple[int, int]:
     """(lead, end) such that text[lead:end] has no surrounding white space or punctuation."""
+    if text[:1].isalnum() and text[-1:].isalnum():  # the common case: letters and digits are never stripped
+        return 0, len(text)
     chars = _strip_chars()
     end = len(text.rstrip(chars))
     lead = end - len(text[:end].lstrip(chars))
@@ -191,9 +193,14 @@ def aggregate(
     return list(phrases.values())
 
 
-def rank(phrases: list[Phrase], alpha: float) -> list[tuple[Phrase, float]]:
-    """Phrases sorted by mass * len^alpha, with that value normalised over all phrases."""
+def rank(phrases: list[Phrase], alpha: float, n: int | None = None) -> list[tuple[Phrase, float]]:
+    """Phrases sorted by mass * len^alpha (ties: by text), with that value normalised over all phrases;
+    only the first `n` when given (the same as the first n of the whole order, without sorting it all)."""
     values = np.array([p.rank_value(alpha) for p in phrases], dtype=np.float64)
     total = float(values.sum()) if values.size else 0.0
-    order = sorted(range(len(phrases)), key=lambda i: (-values[i], phrases[i].text))
+    pool = np.arange(values.size)
+    if n is not None and n < values.size:
+        cut = np.partition(values, values.size - n)[values.size - n]  # the n-th largest value
+        pool = np.flatnonzero(values >= cut)  # every phrase that can be among the first n, ties included
+    order = sorted(pool.tolist(), key=lambda i: (-values[i], phrases[i].text))[:n]
     return [(phrases[i], float(values[i] / total) if total > 0 else 0.0) for i in order]

@@ -195,6 +195,21 @@ def test_strip_phrase_only_punctuation_is_empty(text):
     assert text[a:b] == ""
 
 
+def test_strip_phrase_fast_path_agrees_with_the_full_strip():
+    import random
+    import unicodedata
+
+    alphabet = "aZ9é東٣²½ _-.,«»—()\u3000!$+\u00a0'\"ⅷ"  # letters, digits and other numbers, punctuation, spaces
+    rng = random.Random(0)
+    for _ in range(3000):
+        text = "".join(rng.choice(alphabet) for _ in range(rng.randint(1, 6)))
+        a, b = strip_phrase(text)
+        strip = lambda c: c.isspace() or unicodedata.category(c).startswith("P")  # noqa: E731
+        lead = next((i for i, c in enumerate(text) if not strip(c)), len(text))
+        end = next((i + 1 for i in range(len(text) - 1, -1, -1) if not strip(text[i])), 0)
+        assert text[a:b] == (text[lead:end] if end > lead else ""), text
+
+
 # ---------------------------------------------------------------- softmax
 
 
@@ -306,3 +321,14 @@ def test_rank_empty_and_zero():
     assert rank([], 0.5) == []
     ranked = rank([Phrase("x", 0.0, 1)], 0.0)
     assert ranked[0][1] == 0.0
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 5, 50])
+def test_rank_first_n_is_the_head_of_the_whole_order(n):
+    rng = np.random.default_rng(n)
+    masses = rng.choice([0.1, 0.2, 0.2, 0.3, 0.05], size=40)  # many ties: the text decides among them
+    phrases = [Phrase(f"p{int(i):02d}", float(m), int(1 + i % 3)) for i, m in zip(rng.permutation(40), masses)]
+    for alpha in (0.0, 1.0):
+        whole = rank(phrases, alpha)
+        head = rank(phrases, alpha, n)
+        assert [(p.text, v) for p, v in head] == [(p.text, v) for p, v in whole[:n]]
