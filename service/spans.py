@@ -165,7 +165,7 @@ class Phrase:
     text: str
     mass: float = 0.0
     tokens: int = 0
-    occurrences: list[int] = field(default_factory=list)  # indices into the span arrays
+    occurrences: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # span indices, ascending
 
     def rank_value(self, alpha: float) -> float:
         return self.mass * (self.tokens**alpha if alpha else 1.0)
@@ -174,23 +174,37 @@ class Phrase:
 def aggregate(
     keys: list[str | None], scores: np.ndarray, lengths: np.ndarray, case_sensitive: bool = True, how: str = "sum"
 ) -> list[Phrase]:
-    """Sum (or take the max of) span scores per phrase key; spans whose key is None or empty are dropped."""
+    """Sum (or take the max of) span scores per phrase key; spans whose key is None or empty are dropped.
+    Phrases come in the order of their first occurrence, with that occurrence's text and length."""
     if how not in AGGREGATIONS:
         raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {how!r}")
-    use_max = how == "max"
-    phrases: dict[str, Phrase] = {}
-    score_list = np.asarray(scores, dtype=np.float64).tolist()
-    length_list = np.asarray(lengths).tolist()
-    for idx, key in enumerate(keys):
+    index: dict[str, int] = {}
+    firsts: list[int] = []
+    codes = []
+    for idx, key in enumerate(keys):  # the one Python loop: a phrase number per span (-1: dropped)
         if not key:
+            codes.append(-1)
             continue
         norm = key if case_sensitive else key.lower()
-        ph = phrases.get(norm)
-        if ph is None:
-            ph = phrases[norm] = Phrase(text=key, tokens=int(length_list[idx]))
-        ph.mass = max(ph.mass, score_list[idx]) if use_max else ph.mass + score_list[idx]
-        ph.occurrences.append(idx)
-    return list(phrases.values())
+        code = index.get(norm)
+        if code is None:
+            code = index[norm] = len(firsts)
+            firsts.append(idx)
+        codes.append(code)
+    n = len(firsts)
+    code_of = np.asarray(codes, dtype=np.int64)
+    kept = np.flatnonzero(code_of >= 0)
+    score = np.asarray(scores, dtype=np.float64)[kept]
+    if how == "max":
+        mass = np.zeros(n)
+        np.maximum.at(mass, code_of[kept], score)
+    else:  # bincount adds in span order, as a running sum would
+        mass = np.bincount(code_of[kept], weights=score, minlength=n)
+    grouped = kept[np.argsort(code_of[kept], kind="stable")]
+    bounds = np.searchsorted(code_of[grouped], np.arange(1, n))
+    lengths = np.asarray(lengths)
+    return [Phrase(text=keys[first], mass=float(m), tokens=int(lengths[first]), occurrences=occ)
+            for first, m, occ in zip(firsts, mass.tolist(), np.split(grouped, bounds))]
 
 
 def rank(phrases: list[Phrase], alpha: float, n: int | None = None) -> list[tuple[Phrase, float]]:
