@@ -17,7 +17,7 @@ from encoder.stopwords import poor_fill
 from indexer.phrase_index import PhraseIndex
 from service.config import Settings
 from service.schemas import MODES, STAGES, Candidate, Evidence, FillRequest, FillResult, MaskFill
-from service.scoring import Scoring, mask_features
+from service.scoring import SCORING_NAME, Scoring, mask_features
 from service.spans import BlockPrior, Bonus, SpanScores, aggregate, rank, score_spans, spans_from_hits, strip_phrase
 
 logger = logging.getLogger(__name__)
@@ -56,8 +56,9 @@ class FillEngine:
         self._block_bases = [sh.info.block_base for sh in index.shards]
 
     @classmethod
-    def open(cls, settings: Settings) -> "FillEngine":
-        """Open the index and the encoder it was built with; refuse a model whose fingerprint differs."""
+    def open(cls, settings: Settings, scoring: Scoring | None = None) -> "FillEngine":
+        """Open the index and the encoder it was built with; refuse a model whose fingerprint differs.
+        `scoring` replaces the fitted scoring read from the settings / the model directory."""
         index = PhraseIndex(
             settings.index_dir(), verify=settings.verify, nprobe=settings.nprobe, ef_search=settings.ef_search,
             refine=settings.refine,
@@ -70,7 +71,12 @@ class FillEngine:
                 f"model {model_dir} differs from the model the index {settings.index} was built with "
                 f"(fingerprint {index.manifest.model.fingerprint[:12]}); pass the right --model or rebuild"
             )
-        scoring = Scoring.beside(model_dir, settings.scoring)
+        if scoring is None:
+            scoring = Scoring.beside(model_dir, settings.scoring)
+            if not scoring.lexical_weight:
+                logger.warning("no fitted scoring for model %s (no %s there, no --scoring): lexical weight 0, so "
+                               "hybrid fills as dense does, and confidence is the uncalibrated score; see fill-fit",
+                               model_dir.name, SCORING_NAME)
         return cls(Encoder(model_dir, device=settings.device, dtype=settings.dtype), index, scoring)
 
     def close(self) -> None:
@@ -90,10 +96,16 @@ class FillEngine:
             "vector_dtype": m.vector_dtype,
             "counts": m.counts.model_dump(),
             "build": m.build,
+            "default_mode": self.default_mode,
             "scoring": {"lexical_weight": {mode: self.scoring.weight(mode) for mode in MODES},
                         "calibrated": {mode: mode in self.scoring.confidence for mode in MODES},
                         "fitted": self.scoring.fitted},
         }
+
+    @property
+    def default_mode(self) -> str:
+        """The mode of a request that names none: hybrid, or dense on an index without BM25."""
+        return "hybrid" if self.index.bm25 is not None else "dense"
 
     def fill(self, request: FillRequest) -> FillResult:
         return self.fill_detailed(request)[0]
@@ -103,10 +115,11 @@ class FillEngine:
         before abstention), which `fill-fit` fits the calibration on."""
         t0 = time.perf_counter()
         text = request.text
-        if request.mode not in MODES:
-            raise AppError(f"mode must be one of {MODES}, got {request.mode!r}", kind="validation", field="mode")
-        if request.mode != "dense" and self.index.bm25 is None:
-            raise AppError(f"mode {request.mode!r} needs a BM25 index; this index has none (rebuild it)",
+        mode = self.default_mode if request.mode is None else request.mode
+        if mode not in MODES:
+            raise AppError(f"mode must be one of {MODES}, got {mode!r}", kind="validation", field="mode")
+        if mode != "dense" and self.index.bm25 is None:
+            raise AppError(f"mode {mode!r} needs a BM25 index; this index has none (rebuild it)",
                            kind="validation", field="mode")
         spent = dict.fromkeys(STAGES, 0.0)
         mark = time.perf_counter()
@@ -121,13 +134,13 @@ class FillEngine:
         lap("encode")
         n_masks = qv.starts.shape[0]
         empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
-        if request.mode == "restricted":
+        if mode == "restricted":
             hits = [empty] * (2 * n_masks)
         else:
             hits = self.index.search(np.concatenate([qv.starts, qv.ends]), request.k)
         prior, bonus = None, None
-        if request.mode != "dense":
-            weight = self.scoring.weight(request.mode) if request.lexical_weight is None else request.lexical_weight
+        if mode != "dense":
+            weight = self.scoring.weight(mode) if request.lexical_weight is None else request.lexical_weight
             blocks, bm25 = self.index.bm25.search_scored(blank_masks(text), max(request.blocks, PRIOR_BLOCKS))
             prior = BlockPrior.from_bm25(blocks, bm25)
             bonus = self._bonus(prior, weight) if weight else None
@@ -139,7 +152,7 @@ class FillEngine:
             spans = self._candidates(hits[m], hits[n_masks + m], request.max_span_tokens)
             scored = score_spans(*spans, qv.starts[m], qv.ends[m], self.index.vectors, self.index.scale, bonus)
             lap("spans")
-            candidates, feats = self._rank(scored, request, prior)
+            candidates, feats = self._rank(scored, request, mode, prior)
             if not candidates or candidates[0].confidence < request.min_confidence:
                 masks.append(MaskFill(index=m, candidates=[], abstained=True))
             else:
@@ -215,7 +228,7 @@ class FillEngine:
         return keys, locate
 
     def _rank(
-        self, scored: SpanScores, params: FillRequest, prior: BlockPrior | None
+        self, scored: SpanScores, params: FillRequest, mode: str, prior: BlockPrior | None
     ) -> tuple[list[Candidate], np.ndarray]:
         keys, locate = self._occurrences(scored)
         if params.drop_stopwords:  # "in", "of the", "in London", "c": never the answer
@@ -239,7 +252,7 @@ class FillEngine:
         runner_up = ranked[1][1] if len(ranked) > 1 else None
         feats = mask_features(np.array([v for _, v, _ in shown]), runner_up, lexical, scored.start_max,
                               scored.end_max)
-        confidence = self.scoring.confidence_of(params.mode, feats)
+        confidence = self.scoring.confidence_of(mode, feats)
         out = []
         for (phrase, value, order), conf in zip(shown, confidence.tolist()):
             evidence, seen = [], set()

@@ -156,7 +156,7 @@ def run(cfg: FitConfig) -> None:
     probes = subsample(load_probes(cfg.probes, cfg.google_re, cfg.side), cfg.per_relation, cfg.seed)
     if not probes:
         raise AppError("no probes to fit on", kind="validation")
-    engine = FillEngine.open(Settings(index=cfg.index, model=cfg.model))
+    engine = FillEngine.open(Settings(index=cfg.index, model=cfg.model), scoring=Scoring())  # never needs the old one
     try:
         scoring = fit(engine, probes, cfg)
     finally:

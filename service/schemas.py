@@ -30,9 +30,10 @@ class FillOptions(BaseModel):
     alpha: float = Field(0.0, ge=-4.0, le=4.0, description="length preference: rank by mass * len^alpha")
     evidence: int = Field(3, ge=0, le=20, description="occurrences returned per phrase")
     case_sensitive: bool = Field(True, description="aggregate phrases case-sensitively")
-    mode: Mode = Field(
-        "hybrid", description="hybrid (the default): the candidates of both, scored with the lexical prior; dense: "
-        "FAISS top-k start/end tokens; restricted: every token of the top BM25 blocks for the query (masks blanked)")
+    mode: Mode | None = Field(
+        None, description="hybrid (the default when the index has BM25, else dense): the candidates of both, "
+        "scored with the lexical prior; dense: FAISS top-k start/end tokens; restricted: every token of the top BM25 "
+        "blocks for the query (masks blanked)")
     blocks: int = Field(3, ge=1, le=100, description="BM25 blocks used by restricted and hybrid modes")
     drop_stopwords: bool = Field(True, description="drop fills made only of stopwords ('in', 'of the'), single letters, "
                                  "or phrases starting / ending with a lower-case stopword ('in London')")

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Annotated
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -34,6 +35,8 @@ from common.errors import AppError
 from service.schemas import Mode
 
 SCORING_NAME = "scoring.json"
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+Weight = Annotated[float, Field(ge=0.0, le=50.0, allow_inf_nan=False)]  # the bounds of the request field
 FEATURES = ("log_score", "log_ratio", "margin", "lexical", "start_max", "end_max")
 MONOTONE = (0, 1)  # the features whose coefficients must be >= 0
 LOG_FLOOR = 1e-12
@@ -66,10 +69,10 @@ class Calibration(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    coef: list[float] = Field(min_length=len(FEATURES), max_length=len(FEATURES))
-    intercept: float
-    mean: list[float] = Field(min_length=len(FEATURES), max_length=len(FEATURES))
-    scale: list[float] = Field(min_length=len(FEATURES), max_length=len(FEATURES))
+    coef: list[Finite] = Field(min_length=len(FEATURES), max_length=len(FEATURES))
+    intercept: Finite
+    mean: list[Finite] = Field(min_length=len(FEATURES), max_length=len(FEATURES))
+    scale: list[Finite] = Field(min_length=len(FEATURES), max_length=len(FEATURES))
 
     @model_validator(mode="after")
     def _monotone(self) -> "Calibration":
@@ -110,7 +113,7 @@ class Scoring(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    lexical_weight: dict[Mode, float] = Field(default_factory=dict)
+    lexical_weight: dict[Mode, Weight] = Field(default_factory=dict)
     confidence: dict[Mode, Confidence] = Field(default_factory=dict)
     fitted: dict = Field(default_factory=dict, description="provenance: data, model, grid, fit quality")
 

@@ -165,7 +165,8 @@ class Phrase:
     text: str
     mass: float = 0.0
     tokens: int = 0
-    occurrences: np.ndarray = field(default_factory=lambda: np.empty(0, dtype=np.int64))  # span indices, ascending
+    occurrences: np.ndarray = field(  # span indices, ascending
+        default_factory=lambda: np.empty(0, dtype=np.int64), compare=False)
 
     def rank_value(self, alpha: float) -> float:
         return self.mass * (self.tokens**alpha if alpha else 1.0)
@@ -213,6 +214,8 @@ def rank(phrases: list[Phrase], alpha: float, n: int | None = None) -> list[tupl
     values = np.array([p.rank_value(alpha) for p in phrases], dtype=np.float64)
     total = float(values.sum()) if values.size else 0.0
     pool = np.arange(values.size)
+    if n is not None and n < 1:
+        return []
     if n is not None and n < values.size:
         cut = np.partition(values, values.size - n)[values.size - n]  # the n-th largest value
         pool = np.flatnonzero(values >= cut)  # every phrase that can be among the first n, ties included

@@ -76,7 +76,9 @@ def test_fit_writes_a_scoring_file_the_engine_uses(tmp_path, tiny_index, tiny_be
     written = json.loads(out.read_text())
     scoring = Scoring.model_validate(written)
     assert set(scoring.lexical_weight) == {"restricted", "hybrid"}
-    assert all(w in (0.0, 50.0) for w in scoring.lexical_weight.values())
+    for mode, weight in scoring.lexical_weight.items():  # the best of the grid; a tie goes to the smaller
+        grid = {float(w): em for w, em in written["fitted"]["grid_macro_em@1"][mode].items()}
+        assert weight == min(w for w, em in grid.items() if em == max(grid.values()))
     assert set(scoring.confidence) == {"dense", "restricted", "hybrid"}
     assert written["fitted"]["data"]["probes"] == 3 and written["fitted"]["features"] == list(FEATURES)
     assert set(written["fitted"]["grid_macro_em@1"]["hybrid"]) == {"0.0", "50.0"}
@@ -88,3 +90,24 @@ def test_fit_writes_a_scoring_file_the_engine_uses(tmp_path, tiny_index, tiny_be
         scoring.confidence["hybrid"](engine.fill_detailed(FillRequest(text="Paris is the capital of <mask> .",
                                                                       mode="hybrid"))[1][0]))
     assert FitConfig.model_fields["side"].default == "train_b"
+
+
+def test_fit_ignores_a_broken_scoring_file_beside_the_model(tmp_path, tiny_index, tiny_bert_dir):
+    """fill-fit is how a broken scoring.json is replaced: it must not need the old one."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_bert_dir, model)
+    (model / SCORING_NAME).write_text("{ not json")
+    runs = [d["text"].split() for d in CORPUS]
+    words = sorted({" ".join(ws[i : i + n]) for ws in runs for n in range(1, 13) for i in range(len(ws))})
+    probes = write_jsonl(tmp_path / "probes.jsonl", [
+        {"relation": "r", "query": "Paris is the capital of <mask> .", "answers": words},
+        {"relation": "r", "query": "Marie Curie was born in <mask> .", "answers": words},
+        {"relation": "s", "query": "The Seine flows through <mask> .", "answers": ["zzz"]},
+    ])
+    with pytest.raises(SystemExit) as exc:
+        main(["--index", str(tiny_index), "--model", str(model), "--probes", str(probes), "--grid", "0",
+              "--modes", "dense", "--out", str(model / SCORING_NAME)])
+    assert exc.value.code == 0
+    assert set(Scoring.load(model / SCORING_NAME).confidence) == {"dense"}

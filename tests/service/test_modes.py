@@ -81,6 +81,13 @@ def test_unknown_mode_and_missing_bm25_are_refused(engine, tiny_index, fresh_cop
     with pytest.raises(AppError, match="BM25"):
         no_bm25.fill(FillRequest(text="a <mask>", mode="restricted"))
     assert no_bm25.fill(FillRequest(text="a <mask>", mode="dense")).masks
+    # a request that names no mode: hybrid where there is BM25, dense where there is none (not an error)
+    assert no_bm25.default_mode == "dense" and engine.default_mode == "hybrid"
+    dense = no_bm25.fill(FillRequest(text="Paris is the capital of <mask> .", mode="dense"))
+    unnamed = no_bm25.fill(FillRequest(text="Paris is the capital of <mask> ."))
+    assert unnamed.masks == dense.masks
+    hybrid = engine.fill(FillRequest(text="Paris is the capital of <mask> .", mode="hybrid"))
+    assert engine.fill(FillRequest(text="Paris is the capital of <mask> .")).masks == hybrid.masks
 
 
 def test_api_mode_validation(tiny_index):

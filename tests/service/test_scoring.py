@@ -119,6 +119,12 @@ def test_confidence_uses_top_for_the_best_and_ties_rest_below_and_never_rises():
     assert Confidence(top=top, rest=rest)(np.zeros((0, n))).shape == (0,)
 
 
+def test_a_valid_confidence_file_loads(tmp_path):
+    path = tmp_path / "scoring.json"
+    path.write_text(_confidence_json("0.5"))
+    assert Scoring.load(path).confidence["dense"].top.intercept == 0.5
+
+
 def test_scoring_file_beside_the_model_and_explicit(tmp_path):
     assert Scoring.beside(tmp_path) == Scoring()  # none there: nothing fitted
     (tmp_path / SCORING_NAME).write_text(json.dumps(Scoring(lexical_weight={"hybrid": 4.0}).model_dump(mode="json")))
@@ -128,7 +134,18 @@ def test_scoring_file_beside_the_model_and_explicit(tmp_path):
     assert Scoring.beside(tmp_path, other).weight("restricted") == 1.5
 
 
-@pytest.mark.parametrize("content", ["{", '{"lexical_weight": {"sparse": 1}}', '{"confidence": {"dense": {"coef": [1]}}}'])
+def _confidence_json(value: str) -> str:
+    n = len(FEATURES)
+    cal = {"coef": [1.0] * n, "intercept": 0.0, "mean": [0.0] * n, "scale": [1.0] * n}
+    text = json.dumps({"top": cal, "rest": cal})
+    return '{"confidence": {"dense": ' + text.replace('"intercept": 0.0', f'"intercept": {value}', 1) + "}}"
+
+
+@pytest.mark.parametrize("content", [
+    "{", '{"lexical_weight": {"sparse": 1}}', '{"confidence": {"dense": {"coef": [1]}}}',
+    '{"lexical_weight": {"hybrid": NaN}}', '{"lexical_weight": {"hybrid": -1}}', '{"lexical_weight": {"hybrid": 51}}',
+    _confidence_json("NaN"), _confidence_json("Infinity"),
+])
 def test_a_bad_scoring_file_names_the_file(tmp_path, content):
     path = tmp_path / "scoring.json"
     path.write_text(content)

@@ -332,3 +332,38 @@ def test_rank_first_n_is_the_head_of_the_whole_order(n):
         whole = rank(phrases, alpha)
         head = rank(phrases, alpha, n)
         assert [(p.text, v) for p, v in head] == [(p.text, v) for p, v in whole[:n]]
+
+
+def _aggregate_by_loop(keys, scores, lengths, case_sensitive, how):
+    """The span-by-span reference: a running sum (or max) per phrase, in span order."""
+    phrases: dict[str, list] = {}
+    for idx, key in enumerate(keys):
+        if not key:
+            continue
+        norm = key if case_sensitive else key.lower()
+        if norm not in phrases:
+            phrases[norm] = [key, 0.0, int(lengths[idx]), []]
+        p = phrases[norm]
+        p[1] = max(p[1], float(scores[idx])) if how == "max" else p[1] + float(scores[idx])
+        p[3].append(idx)
+    return [tuple(p) for p in phrases.values()]
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_aggregate_is_exactly_the_running_sum_or_max(seed):
+    rng = np.random.default_rng(seed)
+    pool = ["a", "A", "b", "B b", "b b", None, "", "c"]
+    n = int(rng.integers(0, 60))
+    keys = [pool[i] for i in rng.integers(0, len(pool), n)]
+    scores = rng.random(n) * rng.choice([1e-9, 1.0, 1e3], n)  # magnitudes where summation order shows
+    lengths = rng.integers(1, 5, n)
+    for case_sensitive in (True, False):
+        for how in ("sum", "max"):
+            got = [(p.text, p.mass, p.tokens, p.occurrences.tolist())
+                   for p in aggregate(keys, scores, lengths, case_sensitive, how)]
+            assert got == _aggregate_by_loop(keys, scores, lengths, case_sensitive, how)
+
+
+def test_rank_of_no_phrase_and_phrases_compare_without_occurrences():
+    assert rank([Phrase("x", 0.5, 1)], 0.0, 0) == []
+    assert Phrase("x", 0.5, 1, np.array([1, 2])) == Phrase("x", 0.5, 1, np.array([3]))
