@@ -242,13 +242,12 @@ class FillEngine:
                 offs = np.asarray(shard.offsets[int(scored.start[idx]) : int(scored.end[idx]) + 1])
                 phrase.tokens = int(((offs[:, 0] < o.end) & (offs[:, 1] > o.start)).sum())
         ranked = rank(phrases, params.alpha, max(params.top_k, 2))  # the shown phrases and the runner-up
-        shown, best = [], []
+        shown = []  # (phrase, value, its occurrences best first)
         for phrase, value in ranked[: params.top_k]:
             occ_idx = np.asarray(phrase.occurrences, dtype=np.int64)
-            order = occ_idx[np.argsort(-scored.score[occ_idx], kind="stable")].tolist()
-            shown.append((phrase, value, order))
-            best.append(order[0])
-        lexical = float(prior(np.array([locate(best[0]).block]))[0]) if prior is not None and best else 0.0
+            shown.append((phrase, value, occ_idx[np.argsort(-scored.score[occ_idx], kind="stable")].tolist()))
+        # the lexical prior of the block of the top phrase's best occurrence
+        lexical = float(prior(np.array([locate(shown[0][2][0]).block]))[0]) if prior is not None and shown else 0.0
         runner_up = ranked[1][1] if len(ranked) > 1 else None
         feats = mask_features(np.array([v for _, v, _ in shown]), runner_up, lexical, scored.start_max,
                               scored.end_max)

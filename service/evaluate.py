@@ -126,6 +126,14 @@ def load_probes(path: Path | None = None, google_re: Path | None = None, side: S
     return probes
 
 
+def select_probes(path: Path | None, google_re: Path | None, side: Side, per_relation: int | None,
+                  seed: int) -> list[dict]:
+    """The probes a job runs on (`fill-eval`, `fill-fit`): loaded, then sampled per relation."""
+    if not path and not google_re:
+        raise AppError("give --probes FILE or --google-re DIR", kind="validation")
+    return subsample(load_probes(path, google_re, side), per_relation, seed)
+
+
 def subsample(probes: list[dict], per_relation: int | None, seed: int = 0) -> list[dict]:
     """A fixed random sample of at most `per_relation` probes of each relation (all when None)."""
     if not per_relation:
@@ -237,9 +245,7 @@ def format_report(report: dict) -> str:
 
 def run(cfg: EvalConfig) -> None:
     logging.basicConfig(level=logging.WARNING)
-    if not cfg.probes and not cfg.google_re:
-        raise AppError("give --probes FILE or --google-re DIR", kind="validation")
-    probes = subsample(load_probes(cfg.probes, cfg.google_re, cfg.side), cfg.per_relation, cfg.seed)
+    probes = select_probes(cfg.probes, cfg.google_re, cfg.side, cfg.per_relation, cfg.seed)
     engine = FillEngine.open(Settings(index=cfg.index, model=cfg.model, scoring=cfg.scoring))
     report = evaluate(engine, probes, cfg, cfg.out)
     print(format_report(report))

@@ -29,7 +29,7 @@ from common.files import write_json_atomic
 from encoder.model import model_fingerprint
 from service.config import Settings
 from service.engine import FillEngine
-from service.evaluate import Side, calibration, load_probes, normalize, subsample
+from service.evaluate import Side, calibration, normalize, select_probes
 from service.schemas import MODES, FillOptions, FillRequest, Mode
 from service.scoring import FEATURES, MONOTONE, Calibration, Confidence, Scoring
 
@@ -89,8 +89,8 @@ def fit_calibration(feats: list[np.ndarray], labels: list[np.ndarray], c: float 
         from sklearn.linear_model import LogisticRegression
     except ImportError as exc:
         raise AppError("fill-fit needs scikit-learn: pip install '.[fit]'") from exc
-    x = np.concatenate([f for f in feats if len(f)]) if any(len(f) for f in feats) else np.zeros((0, len(FEATURES)))
-    y = np.concatenate([lab for lab in labels if lab.size]) if x.shape[0] else np.zeros(0, dtype=bool)
+    x = np.concatenate([np.zeros((0, len(FEATURES))), *feats])
+    y = np.concatenate([np.zeros(0, dtype=bool), *labels])
     if x.shape[0] == 0 or y.all() or not y.any():
         raise AppError("cannot fit a confidence: the fitting fills are all right or all wrong (or none); "
                        "use more or other probes")
@@ -111,24 +111,22 @@ def fit_calibration(feats: list[np.ndarray], labels: list[np.ndarray], c: float 
 
 
 def fit(engine: FillEngine, probes: list[dict], cfg: FitConfig) -> Scoring:
+    """Each mode's lexical weight (the grid's best macro EM@1; dense has none), then its confidence,
+    fitted on the fills of that very pass (features do not depend on a calibration)."""
     weights: dict[str, float] = {}
     grid_report: dict[str, dict[str, float]] = {}
-    for mode in cfg.modes:
-        if mode == "dense":
-            continue
-        scores = {}
-        for w in sorted(cfg.grid):
-            _, labels = run_probes(engine, probes, FillOptions(mode=mode, lexical_weight=w, top_k=1))
-            scores[w] = macro_em(probes, labels)
-            logger.warning("fit %s lexical_weight %g: macro EM@1 %.1f", mode, w, scores[w])
-        weights[mode] = max(scores, key=lambda w: (scores[w], -w))
-        grid_report[mode] = {str(w): round(v, 2) for w, v in scores.items()}
     calibrations, quality = {}, {}
     for mode in cfg.modes:
-        options = FillOptions(mode=mode, lexical_weight=weights.get(mode, 0.0), top_k=cfg.top_k)
-        feats, labels = run_probes(engine, probes, options)
-        cal = fit_confidence(feats, labels, cfg.c)
-        calibrations[mode] = cal
+        passes, scores = {}, {}
+        for w in sorted(cfg.grid) if mode != "dense" else [0.0]:
+            passes[w] = run_probes(engine, probes, FillOptions(mode=mode, lexical_weight=w, top_k=cfg.top_k))
+            scores[w] = macro_em(probes, passes[w][1])
+            logger.warning("fit %s lexical_weight %g: macro EM@1 %.1f", mode, w, scores[w])
+        if mode != "dense":
+            weights[mode] = max(scores, key=lambda w: (scores[w], -w))
+            grid_report[mode] = {str(w): round(v, 2) for w, v in scores.items()}
+        feats, labels = passes[weights.get(mode, 0.0)]
+        cal = calibrations[mode] = fit_confidence(feats, labels, cfg.c)
         top_conf = [float(cal(f[:1])[0]) if len(f) else None for f in feats]
         top_ok = [bool(lab.size and lab[0]) for lab in labels]
         quality[mode] = {"macro_em@1": round(macro_em(probes, labels), 2),
@@ -148,12 +146,10 @@ def fit(engine: FillEngine, probes: list[dict], cfg: FitConfig) -> Scoring:
 
 def run(cfg: FitConfig) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
-    if not cfg.probes and not cfg.google_re:
-        raise AppError("give --probes FILE or --google-re DIR", kind="validation")
     if cfg.google_re and cfg.side in ("held", "all"):
         raise AppError(f"--side {cfg.side} includes the held side, which is for reporting only; fit on train, "
                        "train_a or train_b", kind="validation", field="side")
-    probes = subsample(load_probes(cfg.probes, cfg.google_re, cfg.side), cfg.per_relation, cfg.seed)
+    probes = select_probes(cfg.probes, cfg.google_re, cfg.side, cfg.per_relation, cfg.seed)
     if not probes:
         raise AppError("no probes to fit on", kind="validation")
     engine = FillEngine.open(Settings(index=cfg.index, model=cfg.model), scoring=Scoring())  # never needs the old one

@@ -130,14 +130,13 @@ def _position_probs(
     key_shard, key_pos = keys >> _POS_BITS, keys & _POS_MASK
     logits = np.empty(keys.shape[0], dtype=np.float64)
     q = np.asarray(q, dtype=np.float32)
+    best = float("-inf")
     for s in np.unique(key_shard):
         rows = np.flatnonzero(key_shard == s)
         vecs = np.asarray(vectors[int(s)][key_pos[rows]], dtype=np.float32)  # sorted keys: sequential reads
         logits[rows] = vecs @ q * scale
-    best = float(logits.max())
-    if bonus is not None:
-        for s in np.unique(key_shard):
-            rows = np.flatnonzero(key_shard == s)
+        best = max(best, float(logits[rows].max()))
+        if bonus is not None:
             logits[rows] += bonus(int(s), key_pos[rows])
     return softmax(logits)[inverse.ravel()], best
 

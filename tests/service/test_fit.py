@@ -54,19 +54,24 @@ def test_fit_refuses_the_held_side(tmp_path, tiny_index, capsys):
     assert not (tmp_path / "s.json").exists()
 
 
+def _right_and_wrong_probes(tmp_path):
+    """Probes over the tiny corpus whose fills are right (every run of up to 12 words of the corpus is an
+    answer of the first two) and wrong (the third's answer is nowhere): both classes to fit on."""
+    runs = [d["text"].split() for d in CORPUS]
+    words = sorted({" ".join(ws[i : i + n]) for ws in runs for n in range(1, 13) for i in range(len(ws))})
+    return write_jsonl(tmp_path / "probes.jsonl", [
+        {"relation": "any_word", "query": "Marie Curie was born in <mask> .", "answers": words},
+        {"relation": "any_word", "query": "Paris is the capital of <mask> .", "answers": words},
+        {"relation": "nothing", "query": "The Seine flows through <mask> .", "answers": ["zzz"]},
+    ])
+
+
 def test_fit_writes_a_scoring_file_the_engine_uses(tmp_path, tiny_index, tiny_bert_dir):
     from service.config import Settings
     from service.engine import FillEngine
     from service.schemas import FillRequest
 
-    # every run of up to 12 words of the corpus is an answer of the first two probes: their fills are right
-    runs = [d["text"].split() for d in CORPUS]
-    words = sorted({" ".join(ws[i : i + n]) for ws in runs for n in range(1, 13) for i in range(len(ws))})
-    probes = write_jsonl(tmp_path / "probes.jsonl", [
-        {"relation": "any_word", "query": "Marie Curie was born in <mask> .", "answers": words},
-        {"relation": "any_word", "query": "Paris is the capital of <mask> .", "answers": words},
-        {"relation": "nothing", "query": "The Seine flows through <mask> .", "answers": ["zzz"]},
-    ])
+    probes = _right_and_wrong_probes(tmp_path)
     out = tmp_path / "model" / SCORING_NAME
     out.parent.mkdir()
     with pytest.raises(SystemExit) as exc:
@@ -99,13 +104,7 @@ def test_fit_ignores_a_broken_scoring_file_beside_the_model(tmp_path, tiny_index
     model = tmp_path / "model"
     shutil.copytree(tiny_bert_dir, model)
     (model / SCORING_NAME).write_text("{ not json")
-    runs = [d["text"].split() for d in CORPUS]
-    words = sorted({" ".join(ws[i : i + n]) for ws in runs for n in range(1, 13) for i in range(len(ws))})
-    probes = write_jsonl(tmp_path / "probes.jsonl", [
-        {"relation": "r", "query": "Paris is the capital of <mask> .", "answers": words},
-        {"relation": "r", "query": "Marie Curie was born in <mask> .", "answers": words},
-        {"relation": "s", "query": "The Seine flows through <mask> .", "answers": ["zzz"]},
-    ])
+    probes = _right_and_wrong_probes(tmp_path)
     with pytest.raises(SystemExit) as exc:
         main(["--index", str(tiny_index), "--model", str(model), "--probes", str(probes), "--grid", "0",
               "--modes", "dense", "--out", str(model / SCORING_NAME)])
