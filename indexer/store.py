@@ -28,6 +28,7 @@ from common.errors import AppError
 from common.files import atomic_path, file_record
 from corpus.blocking import Block
 from indexer.ann import build_faiss_index, resolve_factory
+from indexer.doc_text import DocText
 from indexer.manifest import ShardInfo
 from indexer.offsets import OFFSET_FILES, CharOffsets, pack_offsets
 from indexer.vectors import StoredVectors, quantize_int8
@@ -169,6 +170,7 @@ class Shard:
         if self.vectors.shape != (info.tokens, dim):
             raise AppError(f"{self.dir}/vectors.npy has shape {self.vectors.shape}, expected ({info.tokens}, {dim})")
         self.docs = pa.ipc.open_file(pa.memory_map(str(self.dir / "docs.arrow"), "r")).read_all()
+        self.text = DocText(self.docs.column("text"), self.blocks, self.offsets)
         self.index = _read_index(self.dir / "index.faiss")
         if self.index.ntotal != info.tokens:
             raise AppError(f"{self.dir}/index.faiss holds {self.index.ntotal} vectors, expected {info.tokens}")

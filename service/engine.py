@@ -18,6 +18,7 @@ from indexer.phrase_index import PhraseIndex
 from service.config import Settings
 from service.schemas import MODES, STAGES, Candidate, Evidence, FillRequest, FillResult, MaskFill
 from service.scoring import SCORING_NAME, Scoring, mask_features
+from service.phrases import Collision, phrase_table, rank_table, span_texts
 from service.spans import BlockPrior, Bonus, SpanScores, aggregate, rank, score_spans, spans_from_hits, strip_phrase
 
 logger = logging.getLogger(__name__)
@@ -227,9 +228,8 @@ class FillEngine:
 
         return keys, locate
 
-    def _rank(
-        self, scored: SpanScores, params: FillRequest, mode: str, prior: BlockPrior | None
-    ) -> tuple[list[Candidate], np.ndarray]:
+    def _rank_strings(self, scored: SpanScores, params: FillRequest):
+        """`_rank`'s phrases by Python strings (the reference of service.phrases; used on a hash collision)."""
         keys, locate = self._occurrences(scored)
         if params.drop_stopwords:  # "in", "of the", "in London", "c": never the answer
             poor = {k for k in set(keys) if k is not None and poor_fill(k)}  # far fewer distinct keys than spans
@@ -242,10 +242,56 @@ class FillEngine:
                 offs = np.asarray(shard.offsets[int(scored.start[idx]) : int(scored.end[idx]) + 1])
                 phrase.tokens = int(((offs[:, 0] < o.end) & (offs[:, 1] > o.start)).sum())
         ranked = rank(phrases, params.alpha, max(params.top_k, 2))  # the shown phrases and the runner-up
-        shown = []  # (phrase, value, its occurrences best first)
-        for phrase, value in ranked[: params.top_k]:
-            occ_idx = np.asarray(phrase.occurrences, dtype=np.int64)
-            shown.append((phrase, value, occ_idx[np.argsort(-scored.score[occ_idx], kind="stable")].tolist()))
+        return [(p.text, value, np.asarray(p.occurrences, dtype=np.int64)) for p, value in ranked], locate
+
+    def _table(self, scored: SpanScores, params: FillRequest):
+        """The phrase table of the spans and a function locating span i in its document."""
+        raw, block, row, char_a = span_texts(self.index.shards, scored.shard, scored.start, scored.end)
+        table = phrase_table(raw, scored.score, scored.end - scored.start + 1, params.case_sensitive,
+                             params.aggregate, params.drop_stopwords)
+        if params.alpha:  # len^alpha counts the tokens of the stripped phrase, not of the raw span
+            table.tokens = self._stripped_tokens(scored, table.first, char_a + table.lead,
+                                                 char_a + table.lead + table.keys.length)
+        texts: dict[tuple[int, int], str] = {}
+
+        def locate(i: int) -> _Occurrence:
+            s, r = int(scored.shard[i]), int(row[i])
+            text = texts.get((s, r))
+            if text is None:
+                text = texts[(s, r)] = self.index.shards[s].doc_text(r)
+            start = int(char_a[i] + table.lead[i])
+            return _Occurrence(self.index.shards[s].doc_id(r), self._block_bases[s] + int(block[i]), start,
+                               start + int(table.keys.length[i]), text)
+
+        return table, locate
+
+    def _stripped_tokens(self, scored: SpanScores, spans: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """Per span in `spans`: its tokens whose chars overlap [a, b) of the span."""
+        out = np.zeros(spans.size, dtype=np.int64)
+        steps = np.arange(int((scored.end - scored.start).max(initial=0)) + 1)
+        for s in np.unique(scored.shard[spans]).tolist():
+            sel = np.flatnonzero(scored.shard[spans] == s)
+            i = spans[sel]
+            pos = scored.start[i][:, None] + steps[None, :]
+            inside = pos <= scored.end[i][:, None]
+            offs = self.index.shards[s].offsets[np.where(inside, pos, scored.start[i][:, None]).ravel()]
+            offs = offs.reshape(pos.shape + (2,))
+            overlap = inside & (offs[..., 0] < b[i][:, None]) & (offs[..., 1] > a[i][:, None])
+            out[sel] = overlap.sum(axis=1)
+        return out
+
+    def _rank(
+        self, scored: SpanScores, params: FillRequest, mode: str, prior: BlockPrior | None
+    ) -> tuple[list[Candidate], np.ndarray]:
+        try:
+            table, locate = self._table(scored, params)
+            ranked = [(table.text(p), value, table.occurrences(p))
+                      for p, value in rank_table(table, params.alpha, max(params.top_k, 2))]
+        except Collision:  # two phrases hashed alike: group by strings
+            ranked, locate = self._rank_strings(scored, params)
+        shown = []  # (phrase text, value, its occurrences best first)
+        for text, value, occ_idx in ranked[: params.top_k]:
+            shown.append((text, value, occ_idx[np.argsort(-scored.score[occ_idx], kind="stable")].tolist()))
         # the lexical prior of the block of the top phrase's best occurrence
         lexical = float(prior(np.array([locate(shown[0][2][0]).block]))[0]) if prior is not None and shown else 0.0
         runner_up = ranked[1][1] if len(ranked) > 1 else None
@@ -265,6 +311,6 @@ class FillEngine:
                     break
                 evidence.append(Evidence(doc_id=o.doc_id, block=o.block, start=o.start, end=o.end,
                                          context=context_window(o.text, o.start, o.end), score=float(scored.score[idx])))
-            out.append(Candidate(phrase=phrase.text, score=value, confidence=min(1.0, max(0.0, conf)),
+            out.append(Candidate(phrase=phrase, score=value, confidence=min(1.0, max(0.0, conf)),
                                  evidence=evidence))
         return out, feats

@@ -1,0 +1,79 @@
+"""BM25 from the postings copied out of FTS5 equals FTS5's own bm25() ranking, bit for bit."""
+
+from __future__ import annotations
+
+import random
+import shutil
+import sqlite3
+
+import numpy as np
+import pytest
+
+from indexer.bm25 import BM25, BM25_NAME
+from tests.conftest import write_jsonl
+
+VOCAB = ("the of and a to in is was born river city music band album song 1960 1867 2001 paris france "
+         "warsaw cyclist victoria seine flows capital marie curie died passy australian alexandra").split()
+
+
+@pytest.fixture(scope="module")
+def bm25_index(tmp_path_factory, tiny_bert_dir):
+    """An index over 120 random documents, a dozen of them repeated word for word (tied BM25 scores)."""
+    from indexer.build import BuildConfig, build_index
+
+    rng = random.Random(7)
+    docs = []
+    for i in range(120):
+        words = [rng.choice(VOCAB) for _ in range(rng.randint(3, 40))]
+        docs.append({"id": f"d{i}", "title": rng.choice(VOCAB).title(), "text": " ".join(words) + "."})
+    docs += [dict(d, id=f"copy{i}") for i, d in enumerate(docs[:12])]
+    tmp = tmp_path_factory.mktemp("bm25")
+    out = tmp / "idx"
+    build_index(BuildConfig(corpus=write_jsonl(tmp / "c.jsonl", docs), out=out, model=tiny_bert_dir, block_tokens=16))
+    return out
+
+
+def _queries(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(VOCAB + ["unseen", "zzz", "The", "RIVER"]) for _ in range(rng.randint(1, 24)))
+            for _ in range(n)]
+
+
+def test_postings_give_fts5_blocks_and_scores_exactly(bm25_index):
+    bm25 = BM25(bm25_index / BM25_NAME)
+    assert bm25.lengths is not None
+    ties = 0
+    for text in _queries(300):
+        for n in (1, 3, 10, 100):
+            fast, ref = bm25.search_scored(text, n), bm25.search_fts5(text, n)
+            assert np.array_equal(fast[0], ref[0]), text
+            assert np.array_equal(fast[1], ref[1]), text  # the same doubles, not close ones
+        ties += len(set(ref[1].tolist())) < len(ref[1])
+    assert ties > 10  # the repeated documents tie, and ties come out in block order as FTS5's do
+
+
+def test_plain_words_never_reach_fts5(bm25_index, monkeypatch):
+    bm25 = BM25(bm25_index / BM25_NAME)
+    monkeypatch.setattr(bm25, "search_fts5", lambda *a: pytest.fail("plain words must not reach FTS5"))
+    assert bm25.search_scored("river city 1960", 5)[0].size > 0
+
+
+def test_words_fts5_tokenizes_differently_go_to_fts5(bm25_index):
+    bm25 = BM25(bm25_index / BM25_NAME)
+    for text in ("Rivér", "city_river", "paris-france", "Warsaw’s"):
+        assert np.array_equal(bm25.search_scored(text, 10)[0], bm25.search_fts5(text, 10)[0])
+    assert bm25.search_scored("rivér", 10)[0].size > 0  # diacritics removed by FTS5: matches "river"
+
+
+def test_an_index_without_postings_uses_fts5(bm25_index, tmp_path):
+    path = tmp_path / BM25_NAME
+    shutil.copy(bm25_index / BM25_NAME, path)
+    con = sqlite3.connect(path)
+    con.execute("DROP TABLE postings")
+    con.execute("DROP TABLE postings_meta")
+    con.commit()
+    con.close()
+    old, new = BM25(path), BM25(bm25_index / BM25_NAME)
+    assert old.lengths is None
+    for text in _queries(20, seed=1):
+        assert np.array_equal(old.search_scored(text, 10)[1], new.search_scored(text, 10)[1])

@@ -1,0 +1,92 @@
+"""service.phrases equals the string path (strip_phrase, poor_fill, str.lower, aggregate + rank) exactly."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import service.phrases as phrases
+from encoder.stopwords import STOPWORDS, poor_fill
+from service.phrases import Collision, Ragged, group, lower, phrase_table, poor, rank_table, strip
+from service.spans import aggregate, rank, strip_phrase
+
+PIECES = STOPWORDS[:30] + ["The", "Of", "IN", "London", "Hague", "x", "Q", "7", "1867", "city", "İstanbul", "Kelvin",
+                           "café", "naïve", "Straße", "東京", "_", "-", ",", ".", "«", "»", "—", "…", "(", ")", "'", "\u00a0",
+                           "\t", "$", "+", "%", " "]
+
+
+def _strings(n: int, seed: int) -> list[str]:
+    rng = random.Random(seed)
+    out = []
+    for _ in range(n):
+        parts = [rng.choice(PIECES) for _ in range(rng.randint(0, 5))]
+        out.append("".join(p + rng.choice(["", " ", " ", "-"]) for p in parts))
+    return out
+
+
+def _ragged(texts: list[str]) -> Ragged:
+    codes = [np.frombuffer(t.encode("utf-32-le"), dtype="<u4") for t in texts]
+    length = np.array([c.size for c in codes], dtype=np.int64)
+    flat = np.concatenate(codes).astype(np.uint32) if codes else np.empty(0, np.uint32)
+    return Ragged(flat, np.cumsum(length) - length, length)
+
+
+def test_strip_equals_strip_phrase():
+    texts = _strings(3000, 0) + ["", " ", "...", "«a»", "a", " a b ", "—"]
+    lead, end = strip(_ragged(texts))
+    for t, a, b in zip(texts, lead.tolist(), end.tolist()):
+        ref = strip_phrase(t)
+        assert (t[a:b] if b > a else "") == (t[ref[0]:ref[1]] if ref[1] > ref[0] else ""), t
+
+
+def test_poor_equals_poor_fill():
+    texts = [t for t in _strings(4000, 1) if t] + ["a", "A", "7", "in London", "The Hague", "the Hague", "of the", "Of"]
+    got = poor(_ragged(texts))
+    assert got.tolist() == [poor_fill(t) for t in texts]
+    assert got.any() and not got.all()
+
+
+def test_lower_equals_str_lower_even_when_it_changes_the_length():
+    texts = _strings(500, 2) + ["İstanbul", "\u212a", "ABC"]
+    low = lower(_ragged(texts))
+    assert [low.text(i) for i in range(len(texts))] == [t.lower() for t in texts]
+
+
+def test_group_is_exact_and_numbers_groups_by_first_appearance():
+    texts = [t for t in _strings(2000, 3) if t]
+    groups, firsts = group(_ragged(texts))
+    seen: dict[str, int] = {}
+    ref = [seen.setdefault(t, len(seen)) for t in texts]
+    assert groups.tolist() == ref
+    assert [texts[i] for i in firsts.tolist()] == list(seen)
+
+
+def test_a_hash_collision_is_detected_not_merged(monkeypatch):
+    monkeypatch.setattr(phrases, "_hash_table", lambda n: np.zeros(max(n, 1), dtype=np.uint64))  # every key alike
+    with pytest.raises(Collision):
+        group(_ragged(["ab", "ba"]))  # same length, same hash, different text
+    groups, _ = group(_ragged(["ab", "ab"]))  # equal keys still group
+    assert groups.tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("case_sensitive", [True, False])
+@pytest.mark.parametrize("how", ["max", "sum"])
+@pytest.mark.parametrize("drop", [True, False])
+@pytest.mark.parametrize("alpha", [0.0, 0.5, -1.0])
+def test_phrase_table_and_rank_equal_aggregate_and_rank(case_sensitive, how, drop, alpha):
+    rng = np.random.default_rng(4)
+    texts = _strings(1500, 4)
+    scores = rng.random(len(texts))
+    tokens = rng.integers(1, 11, len(texts))
+    table = phrase_table(_ragged(texts), scores, tokens, case_sensitive, how, drop)
+    got = [(table.text(p), v, table.occurrences(p).tolist()) for p, v in rank_table(table, alpha, 40)]
+    keys = []
+    for t in texts:
+        a, b = strip_phrase(t)
+        key = t[a:b] if b > a else None
+        keys.append(None if key is None or (drop and poor_fill(key)) else key)
+    ref = rank(aggregate(keys, scores, tokens, case_sensitive, how), alpha, 40)
+    assert got == [(p.text, v, p.occurrences.tolist()) for p, v in ref]
+    assert len(got) == 40
