@@ -10,7 +10,12 @@
 - /fill latency for one client: --probes sequential POST /fill in --mode (default dense, the API's
   default until 2026-11-23, so figures compare with the earlier ones; the API default is now hybrid)
   and the other API defaults (k=1024), after 10 warm-up requests; client-side wall time; p50 / p99; and the engine's own time per stage
-  (the response's timings_ms: encode, search, spans, rank).
+  (the response's timings_ms: encode, search, spans, rank);
+- floors, in this process on the same queries after the server has stopped: the bare encoder
+  (`Encoder.encode_queries`: tokenizer + forward, the model and dtype the server runs) and the bare FAISS
+  search of the same query vectors (every shard's `index.search` for k hits, refine * k on ANN shards, in turn,
+  no re-scoring), and the ratio of /fill p50 to the sum of their p50s: what the service adds over the
+  two things it cannot skip.
 Targets (issue 4): ready <= 5 s at 10M tokens, <= 100 B of RAM per token, p50 <= 20 ms, p99 <= 60 ms.
 """
 
@@ -78,6 +83,32 @@ def _baseline(path: Path | None) -> Path:
     return out
 
 
+def _floors(index: Path, texts: list[str], k: int) -> dict[str, float]:
+    """p50 ms of the bare encoder and of the bare FAISS search of its vectors over `texts`."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT))
+    from indexer.phrase_index import is_exact
+    from service.config import Settings
+    from service.engine import FillEngine
+
+    engine = FillEngine.open(Settings(index=index))
+    enc, faiss_ms, vectors = [], [], []
+    for text in texts:
+        t = time.perf_counter()
+        qv = engine.encoder.encode_queries([text])[0]
+        enc.append((time.perf_counter() - t) * 1000)
+        vectors.append(np.ascontiguousarray(np.concatenate([qv.starts, qv.ends]), dtype=np.float32))
+    for q in vectors:
+        t = time.perf_counter()
+        for shard in engine.index.shards:
+            hits = k if is_exact(shard.info.factory) else k * engine.index.refine
+            shard.index.search(q, min(hits, len(shard)))
+        faiss_ms.append((time.perf_counter() - t) * 1000)
+    engine.close()
+    return {"encoder": round(statistics.median(enc), 2), "faiss": round(statistics.median(faiss_ms), 2)}
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", type=Path, required=True)
@@ -120,6 +151,7 @@ def main() -> None:
                     stages.setdefault(stage, []).append(ms)
     rss_after = _rss(server.proc.pid)
     server.stop()
+    floors = _floors(args.index, probes[10:], 1024)
 
     q = statistics.quantiles(lat, n=100)
     per_token = {k: (rss_after[k] - rss_base[k]) / (tokens - base_tokens) for k in rss_after}
@@ -132,6 +164,7 @@ def main() -> None:
         "probes": len(lat),
         "stage_ms_p50": {k: round(statistics.median(v), 1) for k, v in stages.items()},
         "stage_ms_mean": {k: round(statistics.mean(v), 1) for k, v in stages.items()},
+        "floor_ms_p50": floors, "fill_over_floors": round(q[49] / (floors["encoder"] + floors["faiss"]), 2),
     }
     mib = lambda b: f"{b / 2**20:,.0f} MiB"  # noqa: E731
     print(f"index {args.index}: {tokens:,} tokens")
@@ -146,6 +179,8 @@ def main() -> None:
           f"(targets 20 / 60 ms)")
     print("engine stages, p50 / mean ms: " + ", ".join(
         f"{k} {figures['stage_ms_p50'][k]:.1f} / {figures['stage_ms_mean'][k]:.1f}" for k in stages))
+    print(f"floors p50: bare encoder {floors['encoder']:.1f} ms, bare FAISS search {floors['faiss']:.1f} ms; "
+          f"/fill p50 over their sum: {figures['fill_over_floors']:.2f}x")
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
 

@@ -4,6 +4,7 @@ write side is `indexer.build` / `indexer.store`)."""
 from __future__ import annotations
 
 import logging
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -72,6 +73,13 @@ class PhraseIndex:
         if not positions:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         return np.concatenate(shard_no), np.concatenate(positions)
+
+    def warm(self) -> None:
+        """Map every page a fill reads at random into this process (Shard.warm), shard after shard."""
+        t = time.perf_counter()
+        for shard in self.shards:
+            shard.warm()
+        logger.info("mapped the stored vectors of %d shards in %.1f s", len(self.shards), time.perf_counter() - t)
 
     @property
     def total_tokens(self) -> int:

@@ -31,7 +31,7 @@ from indexer.ann import build_faiss_index, resolve_factory
 from indexer.doc_text import DocText
 from indexer.manifest import ShardInfo
 from indexer.offsets import OFFSET_FILES, CharOffsets, pack_offsets
-from indexer.vectors import StoredVectors, quantize_int8
+from indexer.vectors import StoredVectors, quantize_int8, touch_pages
 
 logger = logging.getLogger(__name__)
 
@@ -177,6 +177,12 @@ class Shard:
 
     def __len__(self) -> int:
         return self.info.tokens
+
+    def warm(self) -> None:
+        """Map every page of the files a fill reads at random (vectors, flags, offsets) into this process."""
+        self.vectors.warm()
+        for array in (self.flags, self.offsets.starts, self.offsets.lengths):
+            touch_pages(array)
 
     def block_of(self, positions: np.ndarray) -> np.ndarray:
         """Local block number of each token position."""

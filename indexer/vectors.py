@@ -7,6 +7,7 @@ to within scale / 2 per dimension.
 
 from __future__ import annotations
 
+import mmap
 from pathlib import Path
 
 import numpy as np
@@ -29,6 +30,14 @@ def quantize_int8(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return codes, scales
 
 
+def touch_pages(array: np.ndarray, chunk: int = 1 << 26) -> None:
+    """Read one byte of every page of a (memory-mapped) array, a chunk of `chunk` bytes at a time."""
+    flat = array.reshape(-1).view(np.uint8)
+    step = mmap.PAGESIZE
+    for a in range(0, flat.size, chunk):
+        int(flat[a : a + chunk : step].max(initial=0))
+
+
 class StoredVectors:
     """Row access to a shard's re-scoring vectors: `vectors[rows]` is float32 whatever the storage."""
 
@@ -43,6 +52,13 @@ class StoredVectors:
 
     def __len__(self) -> int:
         return self.data.shape[0]
+
+    def warm(self) -> None:
+        """Touch every page of the memory-mapped files, so that later random row reads take no page faults
+        (a first read of a mapped page costs a fault even when the file is in the page cache)."""
+        for array in (self.data, self.scales):
+            if array is not None:
+                touch_pages(array)
 
     def __getitem__(self, rows) -> np.ndarray:
         out = np.asarray(self.data[rows], dtype=np.float32)

@@ -31,6 +31,9 @@ class Settings(BaseSettings):
     nprobe: int | None = Field(None, ge=1, description="IVF lists searched per query (default: 1/16 of the lists, >= 16)")
     ef_search: int | None = Field(None, ge=1, description="HNSW search breadth (default 256)")
     refine: int | None = Field(None, ge=1, description="ANN shards return refine * k hits (default 2), re-scored exactly")
+    warm: bool = Field(True, description="after start, map every page of the stored vectors into the process in the "
+                       "background, so re-scoring takes no page faults (the file-backed RSS grows to the vectors' size; "
+                       "those pages stay reclaimable page cache)")
     max_concurrency: int = Field(4, ge=1, description="requests computed at once; more get 429")
     log_level: str = Field("info", description="debug, info, warning or error")
 

@@ -36,6 +36,16 @@ class _Occurrence:
     text: str
 
 
+def single_thread_blas() -> None:
+    """One BLAS thread for the process. A fill's matrix products are small (hits x dim by dim x 2), so a
+    second BLAS thread gains nothing, and its spin-waiting after each product took a core from the
+    encoder and FAISS (dense p50 at 10M tokens 78 -> 65 ms, docs/BENCHMARKS.md). The last bits of a
+    score depend on the BLAS thread count, so fills are now those of OMP_NUM_THREADS=1 everywhere."""
+    from threadpoolctl import threadpool_limits
+
+    threadpool_limits(limits=1, user_api="blas")
+
+
 def context_window(text: str, start: int, end: int, width: int = CONTEXT_CHARS) -> str:
     """The phrase with up to `width` chars either side, cut at white space, '...' marking cuts."""
     a, b = max(0, start - width), min(len(text), end + width)
@@ -72,6 +82,7 @@ class FillEngine:
                 f"model {model_dir} differs from the model the index {settings.index} was built with "
                 f"(fingerprint {index.manifest.model.fingerprint[:12]}); pass the right --model or rebuild"
             )
+        single_thread_blas()
         if scoring is None:
             scoring = Scoring.beside(model_dir, settings.scoring)
             if not scoring.lexical_weight:

@@ -36,6 +36,8 @@ def _strip_table() -> np.ndarray:
 
 @functools.lru_cache(maxsize=1)
 def _stopword_codes() -> np.ndarray:
+    if any(len(w) > 7 or not w.isascii() for w in STOPWORD_SET):
+        raise ValueError("stopwords must be ASCII words of at most 7 chars to pack into 56 bits")
     return np.array(sorted(_pack(w.encode()) for w in STOPWORD_SET), dtype=np.uint64)
 
 
@@ -112,28 +114,40 @@ def poor(keys: Ragged) -> np.ndarray:
     ends_at = np.flatnonzero(alnum & ((rel == keys.length[seg] - 1) | ~np.concatenate([alnum[1:], [False]])))
     word_seg, word_len = seg[word_at], ends_at - word_at + 1
     n_words = np.bincount(word_seg, minlength=keys.length.size)
-    # pack words of <= 5 chars exactly (the longest stopword has 5); longer words are no stopwords
-    short = word_len <= 5
-    pos = word_at[:, None] + np.arange(5)[None, :]
-    inside = np.arange(5)[None, :] < word_len[:, None]
-    pos = np.minimum(pos, c.size - 1)
-    shift = (8 * np.arange(5, dtype=np.uint64))[None, :]
-    length_bits = word_len.astype(np.uint64) << np.uint64(56)
-    packed = (np.where(inside, c[pos], 0).astype(np.uint64) << shift).sum(axis=1, dtype=np.uint64) | length_bits
-    packed_lower = (np.where(inside, lower[pos], 0).astype(np.uint64) << shift).sum(axis=1, dtype=np.uint64) | length_bits
-    stop = _stopword_codes()
-    is_stop = short & np.isin(packed, stop)
-    is_stop_lower = short & np.isin(packed_lower, stop)
+    if word_seg.size == 0:
+        return out
     first_word = np.searchsorted(word_seg, np.arange(keys.length.size))
     last_word = np.searchsorted(word_seg, np.arange(keys.length.size), side="right") - 1
     has = n_words > 0
-    fw, lw = np.where(has, first_word, 0), np.where(has, last_word, 0)
-    if word_seg.size == 0:
-        return out
-    single_letter = (n_words == 1) & (word_len[fw] == 1) & alpha[word_at[fw]]
-    all_stop = np.bincount(word_seg, weights=~is_stop_lower, minlength=keys.length.size) == 0
-    vec = has & (single_letter | is_stop[fw] | is_stop[lw] | all_stop)
+    fw, lw = first_word[has], last_word[has]
+    # case kept: only a key's first and last words are looked up; case folded: every word
+    in_first, in_last = _stopwords_at(c, word_at[fw], word_len[fw]), _stopwords_at(c, word_at[lw], word_len[lw])
+    folded = _stopwords_at(lower, word_at, word_len)
+    all_stop = np.bincount(word_seg, weights=~folded, minlength=keys.length.size) == 0
+    single_letter = (n_words[has] == 1) & (word_len[fw] == 1) & alpha[word_at[fw]]
+    vec = np.zeros(keys.length.size, dtype=bool)
+    vec[has] = single_letter | in_first | in_last | all_stop[has]
     return np.where(non_ascii, out, vec)
+
+
+def _stopwords_at(c: np.ndarray, at: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Whether each word (chars c[at : at + length], ASCII) is a stopword: words no longer than the longest
+    stopword, packed exactly into an integer (a byte per char, the length on top), looked up among the
+    packed stopwords (sorted)."""
+    out = np.zeros(at.size, dtype=bool)
+    stop = _stopword_codes()
+    longest = int(stop.max() >> np.uint64(56)) if stop.size else 0
+    short = np.flatnonzero(length <= longest)
+    if short.size == 0:
+        return out
+    steps = np.arange(longest)
+    inside = steps[None, :] < length[short][:, None]
+    chars = c[np.minimum(at[short][:, None] + steps[None, :], c.size - 1)]
+    packed = (np.where(inside, chars, 0).astype(np.uint64) << (8 * steps).astype(np.uint64)).sum(axis=1, dtype=np.uint64)
+    packed |= length[short].astype(np.uint64) << np.uint64(56)
+    i = np.minimum(np.searchsorted(stop, packed), stop.size - 1)
+    out[short] = stop[i] == packed
+    return out
 
 
 def lower(keys: Ragged) -> Ragged:

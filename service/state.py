@@ -42,6 +42,8 @@ class ServiceState:
         self.engine.fill(WARMUP)
         self.ready = True
         logger.info("service ready")
+        if self.settings.warm:
+            threading.Thread(target=self.engine.index.warm, name="warm-pages", daemon=True).start()
 
     def start_loading(self) -> threading.Thread:
         thread = threading.Thread(target=self.load, name="load-engine", daemon=True)

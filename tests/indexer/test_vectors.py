@@ -44,3 +44,26 @@ def test_stored_vectors_decode_int8_and_float16(tmp_path):
     assert i8[rows].dtype == np.float32
     np.testing.assert_allclose(i8[rows], v[rows].astype(np.float32), atol=float(scales[rows].max()))
     assert i8[5].shape == (16,)  # a single row too
+
+
+def _mapped_kb(path) -> int:
+    """Resident kB of this process's mappings of `path` (/proc/self/smaps)."""
+    total, inside = 0, False
+    for line in open("/proc/self/smaps", encoding="utf-8"):
+        if line[0] in "0123456789abcdef" and "-" in line.split()[0]:
+            inside = line.rstrip().endswith(str(path))
+        elif inside and line.startswith("Rss:"):
+            total += int(line.split()[1])
+    return total
+
+
+def test_touch_pages_maps_every_page_of_a_memory_mapped_file(tmp_path):
+    from indexer.vectors import touch_pages
+
+    path = tmp_path / "v.npy"
+    np.save(path, np.arange(2**18, dtype=np.float32))  # 1 MiB
+    array = np.load(path, mmap_mode="r")
+    before = _mapped_kb(path)
+    touch_pages(array, chunk=1 << 16)
+    after = _mapped_kb(path)
+    assert before < 512 and after >= 1024, (before, after)

@@ -161,3 +161,10 @@ def test_calibrated_confidence_is_monotone_in_the_score_and_abstains(engine):
         refused = calibrated.fill(FillRequest(text=text, mode=mode, top_k=20, k=64,
                                               min_confidence=min(1.0, top + 1e-6)))
         assert refused.masks[0].abstained and refused.masks[0].candidates == [] and refused.filled == text
+
+
+def test_the_engine_runs_blas_on_one_thread(engine):
+    from threadpoolctl import threadpool_info
+
+    blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
+    assert blas and all(pool["num_threads"] == 1 for pool in blas)

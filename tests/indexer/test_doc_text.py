@@ -1,0 +1,45 @@
+"""indexer.doc_text: per block, the bytes of ASCII blocks and the decoded text of the others are the block's text."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from indexer.phrase_index import PhraseIndex
+from indexer.store import Shard
+from tests.conftest import write_jsonl
+
+
+def _check(shard: Shard) -> tuple[int, int]:
+    ascii_blocks = other = 0
+    text = shard.text
+    for b in range(shard.blocks.shape[0]):
+        row, first, end = (int(x) for x in shard.blocks[b])
+        if end <= first:
+            continue
+        doc = shard.doc_text(row)
+        a, z = int(shard.offsets[first, 0]), int(shard.offsets[end - 1, 1])
+        is_ascii, byte = text.ascii_bytes(np.array([b]), np.array([a]))
+        if is_ascii[0]:
+            ascii_blocks += 1
+            assert bytes(text.data[byte[0] : byte[0] + (z - a)]).decode("ascii") == doc[a:z]
+        else:
+            other += 1
+            codes = text.block_codes(b)
+            block = codes.astype("<u4").tobytes().decode("utf-32-le")
+            base = int(text.block_chars[b])
+            assert block[a - base : z - base] == doc[a:z]
+    return ascii_blocks, other
+
+
+def test_block_text_of_ascii_and_other_documents(tmp_path, tiny_bert_dir):
+    from indexer.build import BuildConfig, build_index
+
+    docs = [{"id": "a", "title": "Plain", "text": "Plain ASCII text about rivers and cities. " * 6},
+            {"id": "u", "title": "Ünïcode", "text": "Start plain, then naïve café — «quoted» 東京 words; " * 6},
+            {"id": "late", "title": "Late", "text": "Plain words for a while here. " * 8 + "then Straße at the end."}]
+    out = tmp_path / "idx"
+    build_index(BuildConfig(corpus=write_jsonl(tmp_path / "c.jsonl", docs), out=out, model=tiny_bert_dir,
+                            block_tokens=16))
+    index = PhraseIndex(out)
+    counts = np.array([_check(s) for s in index.shards]).sum(axis=0)
+    assert counts[0] > 0 and counts[1] > 0  # both kinds of block were checked
