@@ -9,7 +9,7 @@
   latency run; per token = (RSS - RSS of the same server over a tiny baseline index) / tokens;
 - /fill latency for one client: --probes sequential POST /fill in --mode (default dense, the API's
   default until 2026-11-23, so figures compare with the earlier ones; the API default is now hybrid)
-  and the other API defaults (k=1024), after 10 warm-up requests; client-side wall time; p50 / p99; and the engine's own time per stage
+  and the other API defaults (k=1024), --settle seconds after ready and 10 warm-up requests; client-side wall time; p50 / p99; and the engine's own time per stage
   (the response's timings_ms: encode, search, spans, rank);
 - floors, in this process on the same queries after the server has stopped: the bare encoder
   (`Encoder.encode_queries`: tokenizer + forward, the model and dtype the server runs) and the bare FAISS
@@ -117,6 +117,9 @@ def main() -> None:
     p.add_argument("--probes", type=int, default=500)
     p.add_argument("--mode", choices=["dense", "restricted", "hybrid"], default="dense")
     p.add_argument("--starts", type=int, default=3)
+    p.add_argument("--settle", type=float, default=15.0,
+                   help="seconds to wait after ready before the latency run (the server maps the vectors' pages "
+                   "in the background after ready, FILL_WARM)")
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
@@ -137,6 +140,7 @@ def main() -> None:
     server = Server(args.index, args.port)
     ready.append(server.wait_ready())
     rss_ready = _rss(server.proc.pid)
+    time.sleep(args.settle)
     probes = make_probes(args.corpus, args.probes + 10)
     lat, stages = [], {}
     with httpx.Client(timeout=120) as client:

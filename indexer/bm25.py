@@ -6,10 +6,11 @@ highest for the query (with its masks blanked) supply every one of their tokens 
 FTS5 ranks every block that shares a word with the query before it applies the LIMIT (~100 ms for a
 24-word query at 10M tokens, most of it on words such as "the"). So bm25.sqlite also holds FTS5's own
 postings, copied out of it at build time (fts5vocab), as arrays: a `postings` table (term -> block ids and
-frequencies) and the length of every block. `BM25.search_scored` scores a query from them with numpy,
-with FTS5's bm25() formula, in its order of operations, so the blocks and scores are FTS5's to the last
-bit (tests/indexer/test_bm25.py). Queries with a word FTS5 may tokenize differently from Python (anything
-but ASCII letters and digits), and indexes built before the postings existed, use the FTS5 query.
+the term's bm25() weight in each, computed with FTS5's formula in its order of operations). A query adds
+its words' weights with numpy in FTS5's order, so the blocks and scores are FTS5's to the last bit
+(tests/indexer/test_bm25.py). A word FTS5 may tokenize differently from Python (anything but ASCII letters
+and digits: "foo_bar" is the phrase "foo bar" to FTS5, "café" is "cafe") gets its weights from FTS5 as the
+score of the one-word query; indexes built before the postings existed use the whole FTS5 query.
 """
 
 from __future__ import annotations
@@ -69,34 +70,37 @@ def build_bm25(root: Path, shards: list[Shard]) -> Path:
 
 
 def _write_postings(con: sqlite3.Connection, rows: int) -> None:
-    """Copy FTS5's postings out of it: per term the block ids and in-block frequencies (sorted by block id),
-    and per block its token count (FTS5's document length)."""
+    """Copy FTS5's postings out of it: per term its block ids (ascending) and its BM25 term weight in each,
+    idf * (f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl))) as fts5_aux.c computes it (f: the term's
+    count in the block, D: the block's token count); they depend on the index only, so a query adds them."""
     con.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, blocks, instance)")
-    con.execute("CREATE TABLE postings(term TEXT PRIMARY KEY, blocks BLOB NOT NULL, freqs BLOB NOT NULL) WITHOUT ROWID")
-    con.execute("CREATE TABLE postings_meta(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
+    terms: list[tuple[str, np.ndarray, np.ndarray]] = []
     lengths = np.zeros(rows, dtype=np.int64)
-    block_dtype = "<u4" if rows < 2**32 else "<i8"
-    cur = con.execute("SELECT term, doc, count(*) FROM temp.vocab GROUP BY term, doc")
     term, blocks, freqs = None, [], []
-
-    def flush() -> None:
-        b, f = np.asarray(blocks, dtype=np.int64), np.asarray(freqs, dtype=np.int64)
-        lengths[b] += f  # a term's blocks are distinct
-        con.execute("INSERT INTO postings VALUES (?, ?, ?)", (term, b.astype(block_dtype).tobytes(), f.astype("<u4").tobytes()))
-
-    for t, doc, count in cur:
+    for t, doc, count in con.execute("SELECT term, doc, count(*) FROM temp.vocab GROUP BY term, doc"):  # by term, block
         if t != term:
             if term is not None:
-                flush()
+                terms.append((term, np.asarray(blocks, dtype=np.int64), np.asarray(freqs, dtype=np.float64)))
             term, blocks, freqs = t, [], []
         blocks.append(doc)
         freqs.append(count)
     if term is not None:
-        flush()
+        terms.append((term, np.asarray(blocks, dtype=np.int64), np.asarray(freqs, dtype=np.float64)))
     con.execute("DROP TABLE temp.vocab")
+    for _, b, f in terms:
+        lengths[b] += f.astype(np.int64)  # a term's blocks are distinct
+    avgdl = float(int(lengths.sum())) / float(rows) if rows else 1.0
+    norm = K1 * ((1 - B) + B * lengths.astype(np.float64) / avgdl)  # k1 * (1 - b + b * D / avgdl)
+    block_dtype = "<u4" if rows < 2**32 else "<i8"
+    con.execute("CREATE TABLE postings(term TEXT PRIMARY KEY, blocks BLOB NOT NULL, weights BLOB NOT NULL) WITHOUT ROWID")
+    con.execute("CREATE TABLE postings_meta(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
+    for t, b, f in terms:
+        idf = math.log((rows - b.size + 0.5) / (b.size + 0.5))
+        idf = idf if idf > 0.0 else 1e-6
+        weights = idf * ((f * (K1 + 1.0)) / (f + norm[b]))
+        con.execute("INSERT INTO postings VALUES (?, ?, ?)", (t, b.astype(block_dtype).tobytes(), weights.astype("<f8").tobytes()))
     con.executemany("INSERT INTO postings_meta VALUES (?, ?)",
-                    [("rows", str(rows).encode()), ("block_dtype", block_dtype.encode()),
-                     ("lengths", lengths.astype("<u4").tobytes())])
+                    [("rows", str(rows).encode()), ("block_dtype", block_dtype.encode())])
 
 
 def query_words(text: str) -> list[str]:
@@ -116,15 +120,12 @@ class BM25:
         self.path = path
         self._con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
         self._lock = threading.Lock()
-        self.lengths: np.ndarray | None = None  # FTS5's length of each block; None: no postings (an older index)
+        self.rows: int | None = None  # blocks; None: no postings (an index built before them), FTS5 queries only
         has = self._con.execute("SELECT 1 FROM sqlite_master WHERE name = 'postings_meta'").fetchone()
         if has:
             meta = dict(self._con.execute("SELECT key, value FROM postings_meta").fetchall())
             self.rows = int(meta["rows"])
             self._block_dtype = meta["block_dtype"].decode()
-            self.lengths = np.frombuffer(meta["lengths"], dtype="<u4").astype(np.int64)
-            avgdl = float(int(self.lengths.sum())) / float(self.rows) if self.rows else 1.0
-            self._norm = K1 * ((1 - B) + B * self.lengths.astype(np.float64) / avgdl)  # k1 * (1 - b + b * D / avgdl)
 
     def search(self, text: str, n: int) -> np.ndarray:
         """Global block ids of the top-n blocks for `text`, best first."""
@@ -136,7 +137,7 @@ class BM25:
         words = query_words(text)
         if not words:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-        if self.lengths is not None and all(_PLAIN.fullmatch(w) for w in words):
+        if self.rows is not None:
             return self._from_postings(words, n)
         return self.search_fts5(text, n)
 
@@ -153,23 +154,27 @@ class BM25:
         return np.array([r[0] for r in rows], dtype=np.int64), np.array([-r[1] for r in rows], dtype=np.float64)
 
     def _from_postings(self, words: list[str], n: int) -> tuple[np.ndarray, np.ndarray]:
-        """FTS5's bm25() over the blocks holding any of `words`: per phrase (word, in query order)
-        idf * (f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl))) added to the block's score, as fts5_aux.c does."""
+        """FTS5's bm25() over the blocks holding any of `words`: each word's weight in a block added to the
+        block's score word by word in query order, as fts5_aux.c sums its phrases."""
+        plain = [w for w in words if _PLAIN.fullmatch(w)]
         with self._lock:
-            found = dict((t, (b, f)) for t, b, f in self._con.execute(
-                f"SELECT term, blocks, freqs FROM postings WHERE term IN ({','.join('?' * len(words))})", words))
-        score = np.zeros(self.lengths.shape[0], dtype=np.float64)
-        hit = np.zeros(self.lengths.shape[0], dtype=bool)
+            found = {t: (np.frombuffer(b, dtype=self._block_dtype), np.frombuffer(w, dtype="<f8"))
+                     for t, b, w in self._con.execute(
+                         f"SELECT term, blocks, weights FROM postings WHERE term IN ({','.join('?' * len(plain))})", plain)}
+            for word in words:
+                if word not in found and not _PLAIN.fullmatch(word):
+                    # FTS5 may cut it into several tokens (a phrase) or fold it: its weights by FTS5 itself, as
+                    # the bm25() of the one-phrase query, which is minus that phrase's term of the sum
+                    rows = self._con.execute("SELECT rowid, bm25(blocks) FROM blocks WHERE blocks MATCH ?",
+                                             (f'"{word}"',)).fetchall()
+                    found[word] = (np.array([r[0] for r in rows], dtype=np.int64),
+                                   -np.array([r[1] for r in rows], dtype=np.float64))
+        score = np.zeros(self.rows, dtype=np.float64)
         for word in words:  # a word in no block adds 0 to every block (FTS5's nHit = 0)
-            if word not in found:
-                continue
-            blocks = np.frombuffer(found[word][0], dtype=self._block_dtype)
-            freq = np.frombuffer(found[word][1], dtype="<u4").astype(np.float64)
-            idf = math.log((self.rows - blocks.size + 0.5) / (blocks.size + 0.5))
-            idf = idf if idf > 0.0 else 1e-6
-            score[blocks] += idf * ((freq * (K1 + 1.0)) / (freq + self._norm[blocks]))
-            hit[blocks] = True
-        matched = np.flatnonzero(hit)
+            if word in found:
+                blocks, weights = found[word]
+                score[blocks] += weights
+        matched = np.flatnonzero(score > 0)  # every weight is > 0 (idf >= 1e-6, f >= 1)
         if matched.size > n:
             cut = np.partition(-score[matched], n - 1)[n - 1]  # the n-th best score
             matched = matched[-score[matched] <= cut]  # ties at the cut included, trimmed below

@@ -25,7 +25,8 @@ class DocText:
         self._lock = threading.Lock()
         self._ready = False
 
-    def _load(self) -> None:
+    def load(self) -> None:
+        """Read the shard's text once to find each block's first byte and whether it is ASCII (else on first use)."""
         with self._lock:
             if self._ready:
                 return
@@ -65,12 +66,12 @@ class DocText:
 
     def ascii_bytes(self, blocks: np.ndarray, chars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(whether each block is ASCII, the byte of each char `chars` of the block's document where it is)."""
-        self._load()
+        self.load()
         blocks = np.asarray(blocks, dtype=np.int64)
         return self.block_ascii[blocks], self.block_bytes[blocks] + (chars - self.block_chars[blocks])
 
     def block_codes(self, block: int) -> np.ndarray:
         """The code points of one block's text (for blocks that are not ASCII)."""
-        self._load()
+        self.load()
         text = bytes(self.data[int(self.block_bytes[block]) : int(self.block_byte_ends[block])]).decode("utf-8")
         return np.frombuffer(text.encode("utf-32-le"), dtype="<u4")

@@ -66,6 +66,12 @@ class CharOffsets:
         if self.lengths.shape != self.starts.shape or self.block_chars.shape != self.block_starts.shape:
             raise ValueError(f"offset files in {directory} disagree in length")
 
+    def span_chars(self, blocks: np.ndarray, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(start char of token `first`, end char of token `last`) of spans lying in the given blocks."""
+        base = self.block_chars[blocks]
+        start = base + np.asarray(self.starts[first], dtype=np.int64)
+        return start, base + np.asarray(self.starts[last], dtype=np.int64) + np.asarray(self.lengths[last], dtype=np.int64)
+
     @property
     def shape(self) -> tuple[int, int]:
         return (int(self.starts.shape[0]), 2)

@@ -8,6 +8,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import faiss
 import numpy as np
 
 from common.errors import AppError
@@ -50,7 +51,11 @@ class PhraseIndex:
         self.vectors = [s.vectors for s in self.shards]
         self.bm25 = BM25(self.root / BM25_NAME) if self.manifest.bm25 is not None else None
         self._block_bases = np.array([s.info.block_base for s in self.shards], dtype=np.int64)
-        self._pool = ThreadPoolExecutor(max_workers=min(8, len(self.shards))) if len(self.shards) > 1 else None
+        self._quantizer, self._shared = shared_quantizer(self.shards)
+        # the pool searches shards in parallel, so each FAISS call runs on one thread: FAISS's OpenMP keeps a
+        # team of spinning threads per calling thread, and teams of 8 pool threads would fight over the cores
+        self._pool = ThreadPoolExecutor(max_workers=min(8, len(self.shards)), initializer=faiss.omp_set_num_threads,
+                                        initargs=(1,)) if len(self.shards) > 1 else None
         logger.info("opened index %s: %d shards, %d tokens", self.root, len(self.shards), self.manifest.counts.tokens)
 
     def verify(self) -> None:
@@ -90,12 +95,20 @@ class PhraseIndex:
 
         Exact shards answer with exact scores; ANN shards' hits are re-scored from the stored vectors."""
         q = np.ascontiguousarray(queries, dtype=np.float32)
+        assigned = None
+        if self._quantizer is not None:  # the IVF lists of the query, once for every shard that shares them
+            quantizer, nprobe = self._quantizer
+            assigned = self._pool.submit(quantizer.search, q, nprobe).result()  # a pool thread: one OpenMP thread
 
         def one(s: int):
             shard = self.shards[s]
             if is_exact(shard.info.factory):
                 return shard.index.search(q, min(k, len(shard)))
-            scores, ids = shard.index.search(q, min(k * self.refine, len(shard)))
+            hits = min(k * self.refine, len(shard))
+            if s in self._shared:
+                scores, ids = shard.index.search_preassigned(q, hits, assigned[1], assigned[0])
+            else:
+                scores, ids = shard.index.search(q, hits)
             return _rescore(shard, q, ids), ids
 
         results = list(self._pool.map(one, range(len(self.shards)))) if self._pool else [one(0)]
@@ -117,6 +130,27 @@ class PhraseIndex:
             self.bm25.close()
         if self._pool:
             self._pool.shutdown(wait=False)
+
+
+def shared_quantizer(shards: list[Shard]) -> tuple[tuple[faiss.Index, int] | None, set[int]]:
+    """The coarse quantizer (and nprobe) of the IVF shards whose centroids and nprobe equal the first IVF
+    shard's (a build trains them once, indexer.templates), and those shards' numbers: a query is assigned
+    to its lists once and each of them scans its own lists (`search_preassigned`, the second half of
+    what `search` does, so the hits are the same)."""
+    first, members = None, set()
+    for number, shard in enumerate(shards):
+        index = shard.index
+        if not isinstance(index, faiss.IndexIVF) or is_exact(shard.info.factory):
+            continue
+        centroids = index.quantizer.reconstruct_n(0, index.nlist)
+        if first is None:
+            first = (index, centroids)
+        elif index.nprobe != first[0].nprobe or not np.array_equal(centroids, first[1]):
+            continue
+        members.add(number)
+    if first is None or len(members) < 2:
+        return None, set()
+    return (first[0].quantizer, first[0].nprobe), members
 
 
 def _rescore(shard, q: np.ndarray, ids: np.ndarray) -> np.ndarray:

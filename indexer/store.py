@@ -179,8 +179,10 @@ class Shard:
         return self.info.tokens
 
     def warm(self) -> None:
-        """Map every page of the files a fill reads at random (vectors, flags, offsets) into this process."""
+        """Map every page of the files a fill reads at random (vectors, flags, offsets) into this process,
+        and locate the blocks' text (DocText.load)."""
         self.vectors.warm()
+        self.text.load()
         for array in (self.flags, self.offsets.starts, self.offsets.lengths):
             touch_pages(array)
 

@@ -63,8 +63,10 @@ class Ragged:
         first = np.cumsum(self.length) - self.length
         return seg, np.arange(seg.size) - first[seg]
 
-    def elements(self) -> np.ndarray:
-        seg, rel = self.flat_index()
+    def elements(self, seg: np.ndarray, rel: np.ndarray) -> np.ndarray:
+        """The elements of all segments in order (`seg`, `rel` from flat_index)."""
+        if self.codes.size == seg.size and np.array_equal(self.start, np.cumsum(self.length) - self.length):
+            return self.codes  # the segments are the whole array, in order
         return self.codes[self.start[seg] + rel]
 
     def text(self, i: int) -> str:
@@ -176,7 +178,7 @@ def strip(raw: Ragged) -> tuple[np.ndarray, np.ndarray]:
     """(lead, end) per segment such that segment[lead:end] has no surrounding white space or punctuation
     (`service.spans.strip_phrase`); end <= lead for a segment of only such characters."""
     seg, rel = raw.flat_index()
-    keep = np.flatnonzero(~_strip_table()[raw.codes[raw.start[seg] + rel]])
+    keep = np.flatnonzero(~_strip_table()[raw.elements(seg, rel)])
     kept_seg = seg[keep]
     n = raw.length.size
     a = np.searchsorted(kept_seg, np.arange(n))
@@ -198,8 +200,7 @@ def span_texts(shards: list, shard: np.ndarray, start: np.ndarray, end: np.ndarr
         sel = np.flatnonzero(shard == s)
         block[sel] = sh.block_of(start[sel])
         row[sel] = sh.blocks[block[sel], 0]
-        char_a[sel] = sh.offsets[start[sel], 0]
-        char_b[sel] = sh.offsets[end[sel], 1]
+        char_a[sel], char_b[sel] = sh.offsets.span_chars(block[sel], start[sel], end[sel])
         where.append((s, sel))
     length = np.maximum(char_b - char_a, 0)
     first = np.cumsum(length) - length

@@ -112,8 +112,10 @@ def _clustered(rng: np.random.Generator, n: int) -> np.ndarray:
     return (centres[rng.integers(0, 20, n)] + rng.standard_normal((n, DIM))).astype(np.float16)
 
 
-def _index(root, shards: list[np.ndarray], kind: str) -> None:
+def _index(root, shards: list[np.ndarray], kind: str, template: bool = False) -> None:
+    """An index of the given shards; with `template`, every shard copies one trained index (as a build does)."""
     infos, base = [], 0
+    trained = train_faiss_index(shards[0].astype(np.float32), kind) if template else None
     for number, vecs in enumerate(shards):
         n = len(vecs)
         content = ShardContent(
@@ -121,7 +123,7 @@ def _index(root, shards: list[np.ndarray], kind: str) -> None:
             flags=np.full(n, 3, np.uint8), blocks=np.array([[0, 0, n]], np.int64),
             doc_ids=[f"d{number}"], doc_titles=[""], doc_texts=["x"],
         )
-        infos.append(write_shard(root, number, content, kind, base, number))
+        infos.append(write_shard(root, number, content, kind, base, number, trained=trained))
         base += n
     Manifest(
         created_at="2024-01-01T00:00:00+00:00",
@@ -173,6 +175,25 @@ def test_refine_rescores_ann_hits_exactly_and_merges_shards_by_exact_score(tmp_p
         PhraseIndex(tmp_path, refine=0)
     refined.close()
     coarse.close()
+
+
+@pytest.mark.parametrize("kind", ["IVF8,Flat", "IVF8,PQ8x4fs"])
+def test_shards_sharing_centroids_are_assigned_once_with_the_same_hits(tmp_path, kind):
+    rng = np.random.default_rng(5)
+    shards = [_clustered(rng, n) for n in (900, 700, 1100)]
+    _index(tmp_path / "shared", shards, kind, template=True)
+    _index(tmp_path / "own", shards, kind)
+    queries = rng.standard_normal((6, DIM)).astype(np.float32)
+    shared = PhraseIndex(tmp_path / "shared", nprobe=3)
+    assert shared._shared == {0, 1, 2} and shared._quantizer is not None
+    once = shared.search(queries, 40)
+    shared._quantizer, shared._shared = None, set()  # each shard assigns the queries itself
+    for (s1, p1), (s2, p2) in zip(once, shared.search(queries, 40)):
+        assert np.array_equal(s1, s2) and np.array_equal(p1, p2) and s1.size == 40
+    own = PhraseIndex(tmp_path / "own", nprobe=3)  # trained one by one: different centroids, nothing shared
+    assert own._quantizer is None and own._shared == set()
+    shared.close()
+    own.close()
 
 
 def test_is_exact():
