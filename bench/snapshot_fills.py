@@ -11,7 +11,9 @@ change a fill):
 a second option set (top_k 20, alpha 0.5, sum aggregation, case-insensitive, evidence 5, k 2048,
 max_span_tokens 16), in process (FillEngine, no HTTP). Each line is a FillResult without its timings.
 `compare` prints the top-1 agreement per mode, how many results are equal field for field, and the largest
-score / confidence difference (floating-point summation order may move the last digits).
+score / confidence difference. Take both snapshots with the same BLAS threads: the engine now runs BLAS
+on one thread, engines before 2026-11-24 used all cores unless OMP_NUM_THREADS=1, and the thread count
+moves scores in their last digits (up to 1e-8), never a top-1 fill.
 """
 
 from __future__ import annotations

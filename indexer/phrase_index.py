@@ -95,21 +95,11 @@ class PhraseIndex:
 
         Exact shards answer with exact scores; ANN shards' hits are re-scored from the stored vectors."""
         q = np.ascontiguousarray(queries, dtype=np.float32)
-        assigned = None
-        if self._quantizer is not None:  # the IVF lists of the query, once for every shard that shares them
-            quantizer, nprobe = self._quantizer
-            assigned = self._pool.submit(quantizer.search, q, nprobe).result()  # a pool thread: one OpenMP thread
+        assigned = self._pool.submit(self.assign, q).result() if self._quantizer else None  # one OpenMP thread
 
         def one(s: int):
-            shard = self.shards[s]
-            if is_exact(shard.info.factory):
-                return shard.index.search(q, min(k, len(shard)))
-            hits = min(k * self.refine, len(shard))
-            if s in self._shared:
-                scores, ids = shard.index.search_preassigned(q, hits, assigned[1], assigned[0])
-            else:
-                scores, ids = shard.index.search(q, hits)
-            return _rescore(shard, q, ids), ids
+            scores, ids = self.faiss_search(s, q, k, assigned)
+            return (scores if is_exact(self.shards[s].info.factory) else _rescore(self.shards[s], q, ids)), ids
 
         results = list(self._pool.map(one, range(len(self.shards)))) if self._pool else [one(0)]
         scores = np.concatenate([r[0] for r in results], axis=1)
@@ -124,6 +114,24 @@ class PhraseIndex:
                 sh, pos = sh[top], pos[top]
             out.append((sh, pos))
         return out
+
+    def assign(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+        """(distances, lists) of the queries' nearest IVF lists in the shards sharing one quantizer, or None."""
+        if self._quantizer is None:
+            return None
+        quantizer, nprobe = self._quantizer
+        return quantizer.search(q, nprobe)
+
+    def faiss_search(self, s: int, q: np.ndarray, k: int, assigned=None) -> tuple[np.ndarray, np.ndarray]:
+        """Shard s's own FAISS search for the queries: k hits (exact shards) or refine * k (ANN shards, to be
+        re-scored), with the lists from `assign` where the shard shares the quantizer."""
+        shard = self.shards[s]
+        if is_exact(shard.info.factory):
+            return shard.index.search(q, min(k, len(shard)))
+        hits = min(k * self.refine, len(shard))
+        if assigned is not None and s in self._shared:
+            return shard.index.search_preassigned(q, hits, assigned[1], assigned[0])
+        return shard.index.search(q, hits)
 
     def close(self) -> None:
         if self.bm25 is not None:
