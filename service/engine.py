@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -14,6 +15,7 @@ from common.errors import AppError
 from common.masks import MASK_PATTERN, blank_masks
 from encoder.model import Encoder, model_fingerprint
 from encoder.stopwords import poor_fill
+from indexer.manifest import Manifest
 from indexer.phrase_index import PhraseIndex
 from service.config import Settings
 from service.schemas import MODES, STAGES, Candidate, Evidence, FillRequest, FillResult, MaskFill
@@ -39,8 +41,8 @@ class _Occurrence:
 def single_thread_blas() -> None:
     """One BLAS thread for the process. A fill's matrix products are small (hits x dim by dim x 2), so a
     second BLAS thread gains nothing, and its spin-waiting after each product took a core from the
-    encoder and FAISS (dense p50 at 10M tokens 78 -> 65 ms, docs/BENCHMARKS.md). The last bits of a
-    score depend on the BLAS thread count, so fills are now those of OMP_NUM_THREADS=1 everywhere."""
+    encoder and FAISS (docs/BENCHMARKS.md, "The latency issue at 10.5M tokens"). The last bits of a score
+    depend on the BLAS thread count, so fills are now those of OMP_NUM_THREADS=1 everywhere."""
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=1, user_api="blas")
@@ -70,18 +72,31 @@ class FillEngine:
     def open(cls, settings: Settings, scoring: Scoring | None = None) -> "FillEngine":
         """Open the index and the encoder it was built with; refuse a model whose fingerprint differs.
         `scoring` replaces the fitted scoring read from the settings / the model directory."""
-        index = PhraseIndex(
-            settings.index_dir(), verify=settings.verify, nprobe=settings.nprobe, ef_search=settings.ef_search,
-            refine=settings.refine,
-        )
-        model_dir = Path(settings.model) if settings.model else Path(index.manifest.model.path)
+        manifest = Manifest.load(settings.index_dir())
+        model_dir = Path(settings.model) if settings.model else Path(manifest.model.path)
         if not model_dir.is_dir():
             raise AppError(f"model directory {model_dir} named by the manifest does not exist here; pass --model")
-        if model_fingerprint(model_dir) != index.manifest.model.fingerprint:
-            raise AppError(
-                f"model {model_dir} differs from the model the index {settings.index} was built with "
-                f"(fingerprint {index.manifest.model.fingerprint[:12]}); pass the right --model or rebuild"
+
+        def load_encoder() -> Encoder:
+            if model_fingerprint(model_dir) != manifest.model.fingerprint:
+                raise AppError(
+                    f"model {model_dir} differs from the model the index {settings.index} was built with "
+                    f"(fingerprint {manifest.model.fingerprint[:12]}); pass the right --model or rebuild"
+                )
+            return Encoder(model_dir, device=settings.device, dtype=settings.dtype)
+
+        # the encoder loads (mostly Python imports) while the index opens (mostly file mapping, GIL released)
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="load-encoder") as pool:
+            loading = pool.submit(load_encoder)
+            index = PhraseIndex(
+                settings.index_dir(), verify=settings.verify, nprobe=settings.nprobe, ef_search=settings.ef_search,
+                refine=settings.refine,
             )
+            try:
+                encoder = loading.result()
+            except BaseException:
+                index.close()
+                raise
         single_thread_blas()
         if scoring is None:
             scoring = Scoring.beside(model_dir, settings.scoring)
@@ -89,7 +104,7 @@ class FillEngine:
                 logger.warning("no fitted scoring for model %s (no %s there, no --scoring): lexical weight 0, so "
                                "hybrid fills as dense does, and confidence is the uncalibrated score; see fill-fit",
                                model_dir.name, SCORING_NAME)
-        return cls(Encoder(model_dir, device=settings.device, dtype=settings.dtype), index, scoring)
+        return cls(encoder, index, scoring)
 
     def close(self) -> None:
         self.index.close()

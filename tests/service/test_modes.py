@@ -168,3 +168,22 @@ def test_the_engine_runs_blas_on_one_thread(engine):
 
     blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
     assert blas and all(pool["num_threads"] == 1 for pool in blas)
+
+
+@pytest.mark.parametrize("options", [{}, {"alpha": 0.5, "aggregate": "sum", "case_sensitive": False, "top_k": 20}])
+def test_a_hash_collision_falls_back_to_the_string_path_with_the_same_fills(engine, monkeypatch, options):
+    import service.phrases as phrases
+
+    request = FillRequest(text="Allan Peiper was born in <mask> .", mode="hybrid", **options)
+    want = engine.fill(request).model_dump(exclude={"took_ms", "timings_ms"})
+    calls = []
+
+    def strings(*args):
+        calls.append(1)
+        return original(*args)
+
+    original = engine._rank_strings
+    monkeypatch.setattr(engine, "_rank_strings", strings)
+    monkeypatch.setattr(phrases, "_hash_table", lambda n: np.zeros(max(n, 1), dtype=np.uint64))  # all keys alike
+    assert engine.fill(request).model_dump(exclude={"took_ms", "timings_ms"}) == want
+    assert calls  # the collision was seen and the string path taken
