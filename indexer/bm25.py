@@ -74,31 +74,36 @@ def _write_postings(con: sqlite3.Connection, rows: int) -> None:
     idf * (f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl))) as fts5_aux.c computes it (f: the term's
     count in the block, D: the block's token count); they depend on the index only, so a query adds them."""
     con.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, blocks, instance)")
-    terms: list[tuple[str, np.ndarray, np.ndarray]] = []
-    lengths = np.zeros(rows, dtype=np.int64)
-    term, blocks, freqs = None, [], []
-    for t, doc, count in con.execute("SELECT term, doc, count(*) FROM temp.vocab GROUP BY term, doc"):  # by term, block
-        if t != term:
-            if term is not None:
-                terms.append((term, np.asarray(blocks, dtype=np.int64), np.asarray(freqs, dtype=np.float64)))
-            term, blocks, freqs = t, [], []
-        blocks.append(doc)
-        freqs.append(count)
-    if term is not None:
-        terms.append((term, np.asarray(blocks, dtype=np.int64), np.asarray(freqs, dtype=np.float64)))
-    con.execute("DROP TABLE temp.vocab")
-    for _, b, f in terms:
-        lengths[b] += f.astype(np.int64)  # a term's blocks are distinct
+    lengths = np.zeros(rows, dtype=np.int64)  # first pass: each block's token count
+    for doc, count in con.execute("SELECT doc, count(*) FROM temp.vocab GROUP BY doc"):
+        lengths[doc] = count
     avgdl = float(int(lengths.sum())) / float(rows) if rows else 1.0
     norm = K1 * ((1 - B) + B * lengths.astype(np.float64) / avgdl)  # k1 * (1 - b + b * D / avgdl)
     block_dtype = "<u4" if rows < 2**32 else "<i8"
     con.execute("CREATE TABLE postings(term TEXT PRIMARY KEY, blocks BLOB NOT NULL, weights BLOB NOT NULL) WITHOUT ROWID")
     con.execute("CREATE TABLE postings_meta(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
-    for t, b, f in terms:
+
+    def insert(term: str, blocks: list[int], freqs: list[int]) -> None:
+        b, f = np.asarray(blocks, dtype=np.int64), np.asarray(freqs, dtype=np.float64)
         idf = math.log((rows - b.size + 0.5) / (b.size + 0.5))
         idf = idf if idf > 0.0 else 1e-6
         weights = idf * ((f * (K1 + 1.0)) / (f + norm[b]))
-        con.execute("INSERT INTO postings VALUES (?, ?, ?)", (t, b.astype(block_dtype).tobytes(), weights.astype("<f8").tobytes()))
+        con.execute("INSERT INTO postings VALUES (?, ?, ?)", (term, b.astype(block_dtype).tobytes(), weights.astype("<f8").tobytes()))
+
+    # second pass, a term at a time (memory: one term's postings)
+    term, blocks, freqs = None, [], []
+    instances = con.execute("SELECT term, doc, count(*) FROM temp.vocab GROUP BY term, doc").fetchmany
+    while batch := instances(65536):
+        for t, doc, count in batch:  # by term, then block
+            if t != term:
+                if term is not None:
+                    insert(term, blocks, freqs)
+                term, blocks, freqs = t, [], []
+            blocks.append(doc)
+            freqs.append(count)
+    if term is not None:
+        insert(term, blocks, freqs)
+    con.execute("DROP TABLE temp.vocab")
     con.executemany("INSERT INTO postings_meta VALUES (?, ?)",
                     [("rows", str(rows).encode()), ("block_dtype", block_dtype.encode())])
 
