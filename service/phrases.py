@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from encoder.stopwords import STOPWORD_SET, poor_fill
-from service.spans import _strip_chars
+from service.spans import strip_chars
 
 _MULT = np.uint64(0x9E3779B97F4A7C15)
 
@@ -30,7 +30,7 @@ class Collision(Exception):
 @functools.lru_cache(maxsize=1)
 def _strip_table() -> np.ndarray:
     table = np.zeros(0x110000, dtype=bool)
-    table[np.frombuffer(_strip_chars().encode("utf-32-le"), dtype="<u4")] = True
+    table[np.frombuffer(strip_chars().encode("utf-32-le"), dtype="<u4")] = True
     return table
 
 

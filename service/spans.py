@@ -142,7 +142,7 @@ def _position_probs(
 
 
 @functools.lru_cache(maxsize=1)
-def _strip_chars() -> str:
+def strip_chars() -> str:
     """Every white-space and punctuation (Unicode category P*) character, built once on first use."""
     return "".join(
         c for c in map(chr, range(sys.maxunicode + 1)) if c.isspace() or unicodedata.category(c).startswith("P")
@@ -153,7 +153,7 @@ def strip_phrase(text: str) -> tuple[int, int]:
     """(lead, end) such that text[lead:end] has no surrounding white space or punctuation."""
     if text[:1].isalnum() and text[-1:].isalnum():  # the common case: letters and digits are never stripped
         return 0, len(text)
-    chars = _strip_chars()
+    chars = strip_chars()
     end = len(text.rstrip(chars))
     lead = end - len(text[:end].lstrip(chars))
     return lead, end
