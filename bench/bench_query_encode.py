@@ -6,13 +6,15 @@ Per runtime: ms per query (p50 / mean) of the bare forward pass over the queries
 far its mask vectors are from the served path's (`Encoder` with its run-time dtype choice): the
 largest absolute difference and the smallest cosine. Tokenization (`Encoder.query_layout`) and the
 whole `encode_queries` are timed too, so the share of each part is visible. Runtimes: fp32, bf16
-autocast, torch.compile of each, torch.jit.trace (fp32). All in one run: compare ratios, not
+autocast, torch.compile of each, torch.jit.trace (fp32), ONNX Runtime (fp32; when onnxruntime is installed:
+`.venv/bin/pip install onnxruntime==1.32.0 onnx==1.23.2`, not dependencies of the project). All in one run: compare ratios, not
 absolute figures (the machines are shared).
 """
 
 from __future__ import annotations
 
 import argparse
+import tempfile
 import statistics
 import sys
 import time
@@ -36,6 +38,52 @@ def _timed(fn, items, warmup: int = 5) -> tuple[list[float], list]:
         outs.append(fn(item))
         times.append((time.perf_counter() - t) * 1000)
     return times, outs
+
+
+def _onnx_runtime(model, example_ids: list[int], threads: int):
+    """The model exported to ONNX (fp32) and run by ONNX Runtime on `threads` threads, as a forward function,
+    or None (with the reason printed) when onnxruntime is missing or the export fails."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        print("ONNX Runtime not measured: .venv/bin/pip install onnxruntime==1.32.0 onnx==1.23.2")
+        return None
+
+    class Hidden(torch.nn.Module):
+        def __init__(self, inner) -> None:
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, ids, att, types):
+            return self.inner(input_ids=ids, attention_mask=att, token_type_ids=types, return_dict=False)[0]
+
+    path = Path(tempfile.mkdtemp()) / "encoder.onnx"
+    x = torch.tensor([example_ids])
+    names = ["input_ids", "attention_mask", "token_type_ids"]
+    try:
+        torch.onnx.export(Hidden(model).eval(), (x, torch.ones_like(x), torch.zeros_like(x)), str(path),
+                          input_names=names, output_names=["hidden"], opset_version=17, dynamo=False,
+                          dynamic_axes={n: {0: "batch", 1: "tokens"} for n in names + ["hidden"]})
+    except Exception as exc:  # exporter support varies by model class and torch version
+        print(f"ONNX export failed: {type(exc).__name__}: {str(exc)[:200]}")
+        return None
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+    def forward(ids, att, types):
+        feed = dict(zip(names, (ids.numpy(), att.numpy(), types.numpy())))
+        return torch.from_numpy(session.run(None, feed)[0])
+
+    return forward
+
+
+def _with_onnx(variants: list, model, example_ids: list[int]):
+    """The variants, then ONNX Runtime's (exported only after the torch variants ran)."""
+    yield from variants
+    onnx = _onnx_runtime(model, example_ids, torch.get_num_threads())
+    if onnx is not None:
+        yield ("fp32 ONNX Runtime", onnx, False)
 
 
 def main() -> None:
@@ -89,9 +137,9 @@ def main() -> None:
         variants.append(("fp32 torch.jit.trace", traced, False))
     except Exception as exc:  # tracing support varies by model class; report and go on
         print(f"torch.jit.trace failed: {str(exc)[:200]}")
-    for name, forward, bf16 in variants:
-        try:
-            times, outs = _timed(runner(forward, bf16), layouts)
+    for name, forward, bf16 in _with_onnx(variants, model, layouts[0][0]):
+        try:  # on the served encoder's thread, as the served path runs (one OpenMP team)
+            times, outs = served.on_thread(_timed, runner(forward, bf16), layouts)
         except Exception as exc:
             print(f"{name}: failed ({type(exc).__name__}: {str(exc)[:200]})")
             continue

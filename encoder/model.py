@@ -176,9 +176,13 @@ class Encoder:
         """Last hidden states (float32), computed on this encoder's one inference thread: torch's OpenMP
         keeps a team of spinning worker threads per calling thread, so a server calling it from many request
         threads ran two or more teams on two cores (the encode stage took 10 ms instead of 5-6)."""
+        return self.on_thread(self._forward_here, seqs, types)
+
+    def on_thread(self, fn, *args):
+        """fn(*args) run on this encoder's inference thread (see _forward)."""
         if self._runner is None:
             self._runner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encoder")
-        return self._runner.submit(self._forward_here, seqs, types).result()
+        return self._runner.submit(fn, *args).result()
 
     @torch.inference_mode()
     def _forward_here(self, seqs: list[list[int]], types: list[list[int]]) -> torch.Tensor:
