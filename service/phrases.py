@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from encoder.stopwords import STOPWORD_SET, poor_fill
-from service.spans import strip_chars
+from service.spans import masses, strip_chars, top_values
 
 _MULT = np.uint64(0x9E3779B97F4A7C15)
 
@@ -271,12 +271,7 @@ def phrase_table(raw: Ragged, scores: np.ndarray, span_tokens: np.ndarray, case_
     code = np.full(raw.length.size, -1, dtype=np.int64)
     code[keep] = number[pre]
     firsts = keep[first_of[order]]
-    score = np.asarray(scores, dtype=np.float64)[keep]
-    if how == "max":
-        mass = np.zeros(n_pre)
-        np.maximum.at(mass, code[keep], score)
-    else:  # bincount adds in span order, as a running sum would
-        mass = np.bincount(code[keep], weights=score, minlength=n_pre)
+    mass = masses(code[keep], np.asarray(scores, dtype=np.float64)[keep], n_pre, how)
     return PhraseTable(keys, lead, code, firsts, mass, np.asarray(span_tokens, dtype=np.int64)[firsts])
 
 
@@ -287,12 +282,4 @@ def rank_table(table: PhraseTable, alpha: float, n: int) -> list[tuple[int, floa
         values = table.mass * np.array([factor[t] for t in table.tokens.tolist()], dtype=np.float64)
     else:
         values = table.mass * 1.0
-    total = float(values.sum()) if values.size else 0.0
-    if n < 1:
-        return []
-    pool = np.arange(values.size)
-    if n < values.size:
-        cut = np.partition(values, values.size - n)[values.size - n]
-        pool = np.flatnonzero(values >= cut)
-    order = sorted(pool.tolist(), key=lambda i: (-values[i], table.text(i)))[:n]
-    return [(i, float(values[i] / total) if total > 0 else 0.0) for i in order]
+    return top_values(values, table.text, n)

@@ -194,12 +194,7 @@ def aggregate(
     n = len(firsts)
     code_of = np.asarray(codes, dtype=np.int64)
     kept = np.flatnonzero(code_of >= 0)
-    score = np.asarray(scores, dtype=np.float64)[kept]
-    if how == "max":
-        mass = np.zeros(n)
-        np.maximum.at(mass, code_of[kept], score)
-    else:  # bincount adds in span order, as a running sum would
-        mass = np.bincount(code_of[kept], weights=score, minlength=n)
+    mass = masses(code_of[kept], np.asarray(scores, dtype=np.float64)[kept], n, how)
     grouped = kept[np.argsort(code_of[kept], kind="stable")]
     bounds = np.searchsorted(code_of[grouped], np.arange(1, n))
     lengths = np.asarray(lengths)
@@ -207,16 +202,32 @@ def aggregate(
             for first, m, occ in zip(firsts, mass.tolist(), np.split(grouped, bounds))]
 
 
+def masses(code: np.ndarray, scores: np.ndarray, n: int, how: str) -> np.ndarray:
+    """The mass of each of n phrases from its spans' scores (`code`: the phrase of each span, in span order):
+    their max, or their sum added in span order, as a running sum would."""
+    if how == "max":
+        mass = np.zeros(n)
+        np.maximum.at(mass, code, scores)
+        return mass
+    return np.bincount(code, weights=scores, minlength=n)
+
+
+def top_values(values: np.ndarray, text: Callable[[int], str], n: int | None) -> list[tuple[int, float]]:
+    """(index, value over the sum of all values) of the n largest values (ties: by text(index)); all when n
+    is None. Only the values that can be among the first n are sorted."""
+    total = float(values.sum()) if values.size else 0.0
+    if n is not None and n < 1:
+        return []
+    pool = np.arange(values.size)
+    if n is not None and n < values.size:
+        cut = np.partition(values, values.size - n)[values.size - n]  # the n-th largest value
+        pool = np.flatnonzero(values >= cut)  # every phrase that can be among the first n, ties included
+    order = sorted(pool.tolist(), key=lambda i: (-values[i], text(i)))[:n]
+    return [(i, float(values[i] / total) if total > 0 else 0.0) for i in order]
+
+
 def rank(phrases: list[Phrase], alpha: float, n: int | None = None) -> list[tuple[Phrase, float]]:
     """Phrases sorted by mass * len^alpha (ties: by text), with that value normalised over all phrases;
     only the first `n` when given (the same as the first n of the whole order, without sorting it all)."""
     values = np.array([p.rank_value(alpha) for p in phrases], dtype=np.float64)
-    total = float(values.sum()) if values.size else 0.0
-    pool = np.arange(values.size)
-    if n is not None and n < 1:
-        return []
-    if n is not None and n < values.size:
-        cut = np.partition(values, values.size - n)[values.size - n]  # the n-th largest value
-        pool = np.flatnonzero(values >= cut)  # every phrase that can be among the first n, ties included
-    order = sorted(pool.tolist(), key=lambda i: (-values[i], phrases[i].text))[:n]
-    return [(phrases[i], float(values[i] / total) if total > 0 else 0.0) for i in order]
+    return [(phrases[i], value) for i, value in top_values(values, lambda i: phrases[i].text, n)]

@@ -1,0 +1,99 @@
+"""The two searches of a fill against their slower reference paths, on the same queries:
+
+    python bench/bench_search.py --index data-local/bench/idx_10m --corpus data-local/debian/corpus_10m.jsonl \
+        [--probes 300]
+
+- BM25: `BM25.search_scored` (numpy over the postings copied out of FTS5) against `search_fts5` (the FTS5
+  query) for the top 100 blocks of each probe (masks blanked) and of as many random 1-6 word queries made
+  of the probes' words: how many answers are identical (blocks and scores), and ms per query of each;
+- FAISS, on one thread: each shard's own `index.search` against one shared IVF assignment followed by
+  `search_preassigned` per shard (`PhraseIndex.assign` / `faiss_search`), for refine * k hits (k = 1024)
+  of the probes' start and end vectors: identical hits, ms per query of each, and of the assignment alone
+  done per shard (what sharing saves).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from probes import make_probes  # noqa: E402
+
+
+def _ms(fn) -> tuple[float, object]:
+    t = time.perf_counter()
+    out = fn()
+    return (time.perf_counter() - t) * 1000, out
+
+
+def bm25(index, texts: list[str]) -> None:
+    from common.masks import blank_masks
+
+    queries = [blank_masks(t) for t in texts]
+    words = " ".join(queries).split()
+    rng = random.Random(1)
+    queries += [" ".join(rng.sample(words, rng.randint(1, 6))) for _ in range(len(texts))]
+    fast_ms, fts5_ms, same = [], [], 0
+    for q in queries:
+        a_ms, a = _ms(lambda: index.bm25.search_scored(q, 100))
+        b_ms, b = _ms(lambda: index.bm25.search_fts5(q, 100))
+        same += np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+        fast_ms.append(a_ms)
+        fts5_ms.append(b_ms)
+    print(f"BM25 top 100, {len(queries)} queries: identical blocks and scores {same}/{len(queries)}; "
+          f"postings {statistics.mean(fast_ms):.2f} ms/query, FTS5 {statistics.mean(fts5_ms):.2f} ms/query")
+
+
+def faiss_once(index, vectors: list[np.ndarray], k: int) -> None:
+    import faiss
+
+    faiss.omp_set_num_threads(1)
+    if index.assign(vectors[0]) is None:
+        print("FAISS: the shards share no IVF quantizer; nothing to compare")
+        return
+    own, shared, assign, same = [], [], [], 0
+    shards = range(len(index.shards))
+    for q in vectors:
+        a_ms, a = _ms(lambda: [index.faiss_search(s, q, k) for s in shards])
+        b_ms, b = _ms(lambda: (lambda assigned: [index.faiss_search(s, q, k, assigned) for s in shards])(index.assign(q)))
+        q_ms, _ = _ms(lambda: [index.assign(q) for _ in shards])
+        same += all(np.array_equal(x[1], y[1]) for x, y in zip(a, b))
+        own.append(a_ms)
+        shared.append(b_ms)
+        assign.append(q_ms)
+    print(f"FAISS on one thread, {len(vectors)} queries x {len(index.shards)} shards: identical hits {same}/{len(vectors)}; "
+          f"per-shard search p50 {statistics.median(own):.2f} ms, shared assignment + search_preassigned p50 "
+          f"{statistics.median(shared):.2f} ms; the assignment done once per shard p50 {statistics.median(assign):.2f} ms")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--index", type=Path, required=True)
+    p.add_argument("--corpus", type=Path, required=True)
+    p.add_argument("--probes", type=int, default=300)
+    p.add_argument("--k", type=int, default=1024)
+    args = p.parse_args()
+    from encoder.model import Encoder
+    from indexer.phrase_index import PhraseIndex
+
+    index = PhraseIndex(args.index)
+    texts = make_probes(args.corpus, args.probes)
+    if index.bm25 is not None:
+        bm25(index, texts)
+    encoder = Encoder(Path(index.manifest.model.path))
+    vectors = [np.ascontiguousarray(np.concatenate([v.starts, v.ends]), dtype=np.float32)
+               for v in (encoder.encode_queries([t])[0] for t in texts)]
+    faiss_once(index, vectors, args.k)
+
+
+if __name__ == "__main__":
+    main()
