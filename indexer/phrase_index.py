@@ -11,6 +11,7 @@ from pathlib import Path
 import faiss
 import numpy as np
 
+from common.arrays import unique_inverse
 from common.errors import AppError
 from common.files import sha256_file
 from indexer.ann import set_search_params
@@ -167,8 +168,8 @@ def _rescore(shard, q: np.ndarray, ids: np.ndarray) -> np.ndarray:
     valid = ids >= 0
     if not valid.any():
         return scores
-    rows, inverse = np.unique(ids[valid], return_inverse=True)  # sorted rows: sequential reads of the mmap
+    rows, inverse = unique_inverse(ids[valid])  # sorted rows: sequential reads of the mmap
     exact = shard.vectors[rows] @ q.T  # [distinct hits, queries]
     query_of = np.broadcast_to(np.arange(ids.shape[0])[:, None], ids.shape)[valid]
-    scores[valid] = exact[inverse.ravel(), query_of]
+    scores[valid] = exact[inverse, query_of]
     return scores

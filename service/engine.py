@@ -11,6 +11,7 @@ from typing import Callable
 
 import numpy as np
 
+from common.arrays import unique
 from common.errors import AppError
 from common.masks import MASK_PATTERN, blank_masks
 from encoder.model import Encoder, model_fingerprint
@@ -207,7 +208,7 @@ class FillEngine:
     def _candidates(self, start_hits, end_hits, max_len: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         shards, starts, ends = [], [], []
         for (sh_s, pos_s), forward in ((start_hits, True), (end_hits, False)):
-            for s in np.unique(sh_s):
+            for s in unique(sh_s):
                 shard = self.index.shards[int(s)]
                 a, b = spans_from_hits(pos_s[sh_s == s], forward, max_len, shard.flags, shard.block_of)
                 shards.append(np.full(a.shape, s, dtype=np.int64))
@@ -226,7 +227,7 @@ class FillEngine:
         row = np.empty(n, dtype=np.int64)
         char_a = np.empty(n, dtype=np.int64)
         char_b = np.empty(n, dtype=np.int64)
-        for s in np.unique(scored.shard):
+        for s in unique(scored.shard):
             shard = self.index.shards[int(s)]
             sel = np.flatnonzero(scored.shard == s)
             block[sel] = shard.block_of(scored.start[sel])
@@ -295,7 +296,7 @@ class FillEngine:
         """Per span in `spans`: its tokens whose chars overlap [a, b) of the span."""
         out = np.zeros(spans.size, dtype=np.int64)
         steps = np.arange(int((scored.end - scored.start).max(initial=0)) + 1)
-        for s in np.unique(scored.shard[spans]).tolist():
+        for s in unique(scored.shard[spans]).tolist():
             sel = np.flatnonzero(scored.shard[spans] == s)
             i = spans[sel]
             pos = scored.start[i][:, None] + steps[None, :]

@@ -17,10 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.arrays import unique, unique_inverse
 from encoder.stopwords import STOPWORD_SET, poor_fill
 from service.spans import masses, strip_chars, top_values
 
 _MULT = np.uint64(0x9E3779B97F4A7C15)
+_BASE = 0xD6E8FEB86659FD93  # odd: invertible modulo 2**64
 
 
 class Collision(Exception):
@@ -45,13 +47,40 @@ def _pack(word: bytes) -> int:
     return int.from_bytes(word, "little") | (len(word) << 56)
 
 
-def _hash_table(n: int) -> np.ndarray:
-    return np.random.default_rng(0x5EED).integers(1, 2**63, size=max(n, 1), dtype=np.uint64) | np.uint64(1)
+_powers_cache: tuple[np.ndarray, np.ndarray] = (np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64))
+
+
+def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(BASE**i, BASE**-i) modulo 2**64 for i < n at least (uint64 arithmetic wraps modulo 2**64)."""
+    global _powers_cache
+    have = _powers_cache
+    if have[0].size >= n:
+        return have
+    m = max(n, 2 * have[0].size, 1 << 16)
+    up = np.empty(m, dtype=np.uint64)
+    down = np.empty(m, dtype=np.uint64)
+    up[0] = down[0] = 1
+    np.cumprod(np.full(m - 1, _BASE, dtype=np.uint64), out=up[1:])
+    np.cumprod(np.full(m - 1, pow(_BASE, -1, 1 << 64), dtype=np.uint64), out=down[1:])
+    _powers_cache = (up, down)
+    return _powers_cache
+
+
+def _hashes(keys: "Ragged") -> np.ndarray:
+    """A 64-bit hash of each segment's content: sum of (code + 1) * BASE**rel modulo 2**64, from prefix
+    sums over the whole code array (so overlapping segments cost nothing extra), mixed with the length."""
+    up, down = _powers(keys.codes.size + 1)
+    prefix = np.zeros(keys.codes.size + 1, dtype=np.uint64)
+    np.cumsum((keys.codes.astype(np.uint64) + np.uint64(1)) * up[: keys.codes.size], out=prefix[1:])
+    h = (prefix[keys.start + keys.length] - prefix[keys.start]) * down[keys.start]
+    return h ^ keys.length.astype(np.uint64) * _MULT
 
 
 @dataclass
 class Ragged:
-    """Segments of a flat code-point array: segment i is codes[start[i] : start[i] + length[i]]."""
+    """Segments of a flat code-point array: segment i is codes[start[i] : start[i] + length[i]]. Segments may
+    overlap (the spans of one mask share a buffer of their blocks' text, service.phrases.span_texts), so
+    every per-segment question below is answered from arrays over `codes` computed once, not per element."""
 
     codes: np.ndarray
     start: np.ndarray
@@ -63,15 +92,20 @@ class Ragged:
         first = np.cumsum(self.length) - self.length
         return seg, np.arange(seg.size) - first[seg]
 
-    def elements(self, seg: np.ndarray, rel: np.ndarray) -> np.ndarray:
-        """The elements of all segments in order (`seg`, `rel` from flat_index)."""
-        if self.codes.size == seg.size and np.array_equal(self.start, np.cumsum(self.length) - self.length):
-            return self.codes  # the segments are the whole array, in order
-        return self.codes[self.start[seg] + rel]
-
     def text(self, i: int) -> str:
         a = int(self.start[i])
         return self.codes[a : a + int(self.length[i])].astype("<u4").tobytes().decode("utf-32-le")
+
+
+def _next_true(flag: np.ndarray) -> np.ndarray:
+    """Per position i (and one past the end): the first j >= i with flag[j], else flag.size."""
+    at = np.where(np.append(flag, True), np.arange(flag.size + 1), flag.size)
+    return np.minimum.accumulate(at[::-1])[::-1]
+
+
+def _prev_true(flag: np.ndarray) -> np.ndarray:
+    """Per position i: the last j <= i with flag[j], else -1."""
+    return np.maximum.accumulate(np.where(flag, np.arange(flag.size), -1)) if flag.size else np.empty(0, np.int64)
 
 
 def group(keys: Ragged) -> tuple[np.ndarray, np.ndarray]:
@@ -80,75 +114,92 @@ def group(keys: Ragged) -> tuple[np.ndarray, np.ndarray]:
     n = keys.length.size
     if n == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    seg, rel = keys.flat_index()
-    values = keys.codes[keys.start[seg] + rel].astype(np.uint64)
-    table = _hash_table(int(keys.length.max()) + 1)
-    h = np.add.reduceat((values + np.uint64(1)) * table[rel], np.cumsum(keys.length) - keys.length)
-    h ^= keys.length.astype(np.uint64) * _MULT
-    _, first, inverse = np.unique(h, return_index=True, return_inverse=True)
+    _, first, inverse = unique_inverse(_hashes(keys), first=True)
     order = np.argsort(first, kind="stable")
     number = np.empty(order.size, dtype=np.int64)
     number[order] = np.arange(order.size)
-    groups, firsts = number[inverse.ravel()], first[order]
+    groups, firsts = number[inverse], first[order]
     rep = firsts[groups]
-    if np.any(keys.length[rep] != keys.length) or np.any(keys.codes[keys.start[rep][seg] + rel] != keys.codes[keys.start[seg] + rel]):
+    if np.any(keys.length[rep] != keys.length):
+        raise Collision
+    others = np.flatnonzero(rep != np.arange(n))  # compared element by element with their group's first
+    seg, rel = Ragged(keys.codes, keys.start[others], keys.length[others]).flat_index()
+    if np.any(keys.codes[keys.start[rep[others]][seg] + rel] != keys.codes[keys.start[others][seg] + rel]):
         raise Collision
     return groups, firsts
 
 
 def poor(keys: Ragged) -> np.ndarray:
-    """`encoder.stopwords.poor_fill` of each segment: vectorized where a segment is ASCII."""
-    out = np.zeros(keys.length.size, dtype=bool)
-    if keys.length.size == 0:
+    """`encoder.stopwords.poor_fill` of each non-empty segment: vectorized where a segment is ASCII. A word
+    is a maximal run of [A-Za-z0-9] inside the segment; the first and the last word may be runs of `codes`
+    cut by the segment's ends, the words between them are whole runs of `codes`."""
+    n = keys.length.size
+    out = np.zeros(n, dtype=bool)
+    if n == 0:
         return out
-    seg, rel = keys.flat_index()
-    c = keys.codes[keys.start[seg] + rel].astype(np.int64)
-    non_ascii = np.zeros(keys.length.size, dtype=bool)
-    non_ascii[seg[c >= 128]] = True
+    c = keys.codes.astype(np.int64)
+    s, e = keys.start, keys.start + keys.length
+    wide = np.zeros(c.size + 1, dtype=np.int64)
+    np.cumsum(c >= 128, out=wide[1:])
+    non_ascii = (wide[e] - wide[s]) > 0
+    lower_c = np.where((c >= 65) & (c <= 90), c + 32, c)
+    alpha = (lower_c >= 97) & (lower_c <= 122)
+    alnum = alpha | ((c >= 48) & (c <= 57))
+    prev_alnum = np.concatenate([[False], alnum[:-1]])
+    next_alnum = np.concatenate([alnum[1:], [False]])
+    run_start = _prev_true(alnum & ~prev_alnum)  # of the run holding an alnum position
+    run_end = _next_true(alnum & ~next_alnum) + 1  # one past it
+    fa = _next_true(alnum)[s]  # the first word's first char
+    has = fa < e
+    la = _prev_true(alnum)[np.maximum(e - 1, 0)]  # the last word's last char
+    fa_c, la_c = np.minimum(fa, max(c.size - 1, 0)), np.maximum(la, 0)
+    fe = np.minimum(run_end[fa_c], e)  # the first word is [fa, fe)
+    ls = np.maximum(run_start[la_c], s)  # the last word is [ls, la + 1)
+    starts = np.zeros(c.size + 1, dtype=np.int64)
+    np.cumsum(alnum & ~prev_alnum, out=starts[1:])
+    n_words = 1 + starts[e] - starts[np.minimum(fa + 1, c.size)]
+    single_letter = (n_words == 1) & (fe - fa == 1) & alpha[fa_c]
+    exact, folded = _word_codes(c), _word_codes(lower_c)
+    in_first = _is_stopword(exact, fa_c, fe - fa)
+    in_last = _is_stopword(exact, ls, la + 1 - ls)
+    # words between the first and the last: whole runs starting in [fe, ls); count those not stopwords
+    runs = np.flatnonzero(alnum & ~prev_alnum)
+    not_stop = np.zeros(c.size + 1, dtype=np.int64)
+    not_stop[runs + 1] = ~_is_stopword(folded, runs, run_end[runs] - runs)
+    np.cumsum(not_stop, out=not_stop)
+    inner = np.where(n_words >= 3, not_stop[np.maximum(ls, fe)] - not_stop[np.minimum(fe, ls)], 0)
+    all_stop = _is_stopword(folded, fa_c, fe - fa) & _is_stopword(folded, ls, la + 1 - ls) & (inner == 0)
+    out = has & (single_letter | in_first | in_last | all_stop)
     for i in np.flatnonzero(non_ascii).tolist():
         out[i] = poor_fill(keys.text(i))
-    lower = np.where((c >= 65) & (c <= 90), c + 32, c)
-    alpha = ((lower >= 97) & (lower <= 122))
-    alnum = alpha | ((c >= 48) & (c <= 57))
-    # words: maximal runs of [A-Za-z0-9] inside a segment
-    starts = alnum & ((rel == 0) | ~np.concatenate([[False], alnum[:-1]]))
-    word_at = np.flatnonzero(starts)
-    ends_at = np.flatnonzero(alnum & ((rel == keys.length[seg] - 1) | ~np.concatenate([alnum[1:], [False]])))
-    word_seg, word_len = seg[word_at], ends_at - word_at + 1
-    n_words = np.bincount(word_seg, minlength=keys.length.size)
-    if word_seg.size == 0:
-        return out
-    first_word = np.searchsorted(word_seg, np.arange(keys.length.size))
-    last_word = np.searchsorted(word_seg, np.arange(keys.length.size), side="right") - 1
-    has = n_words > 0
-    fw, lw = first_word[has], last_word[has]
-    # case kept: only a key's first and last words are looked up; case folded: every word
-    in_first, in_last = _stopwords_at(c, word_at[fw], word_len[fw]), _stopwords_at(c, word_at[lw], word_len[lw])
-    folded = _stopwords_at(lower, word_at, word_len)
-    all_stop = np.bincount(word_seg, weights=~folded, minlength=keys.length.size) == 0
-    single_letter = (n_words[has] == 1) & (word_len[fw] == 1) & alpha[word_at[fw]]
-    vec = np.zeros(keys.length.size, dtype=bool)
-    vec[has] = single_letter | in_first | in_last | all_stop[has]
-    return np.where(non_ascii, out, vec)
+    return out
 
 
-def _stopwords_at(c: np.ndarray, at: np.ndarray, length: np.ndarray) -> np.ndarray:
-    """Whether each word (chars c[at : at + length], ASCII) is a stopword: words no longer than the longest
-    stopword, packed exactly into an integer (a byte per char, the length on top), looked up among the
-    packed stopwords (sorted)."""
+def _word_codes(c: np.ndarray) -> np.ndarray:
+    """Per position i: codes[i : i + 7] packed a byte each (clipped to 255), low byte first."""
+    longest = 7
+    clipped = np.minimum(c, 255).astype(np.uint64)
+    padded = np.concatenate([clipped, np.zeros(longest, dtype=np.uint64)])
+    packed = np.zeros(c.size, dtype=np.uint64)
+    for t in range(longest):
+        packed |= padded[t : t + c.size] << np.uint64(8 * t)
+    return packed
+
+
+def _is_stopword(packed: np.ndarray, at: np.ndarray, length: np.ndarray) -> np.ndarray:
+    """Whether each word (`length` chars from position `at`, ASCII) is a stopword: words no longer than the
+    longest stopword, packed exactly (a byte per char, the length on top), looked up among the packed
+    stopwords (sorted)."""
     out = np.zeros(at.size, dtype=bool)
     stop = _stopword_codes()
-    longest = int(stop.max() >> np.uint64(56)) if stop.size else 0
-    short = np.flatnonzero(length <= longest)
-    if short.size == 0:
+    if stop.size == 0 or packed.size == 0:
         return out
-    steps = np.arange(longest)
-    inside = steps[None, :] < length[short][:, None]
-    chars = c[np.minimum(at[short][:, None] + steps[None, :], c.size - 1)]
-    packed = (np.where(inside, chars, 0).astype(np.uint64) << (8 * steps).astype(np.uint64)).sum(axis=1, dtype=np.uint64)
-    packed |= length[short].astype(np.uint64) << np.uint64(56)
-    i = np.minimum(np.searchsorted(stop, packed), stop.size - 1)
-    out[short] = stop[i] == packed
+    longest = int(stop.max() >> np.uint64(56))
+    short = np.flatnonzero((length >= 1) & (length <= longest))
+    ln = length[short].astype(np.uint64)
+    word = packed[at[short]] & ((np.uint64(1) << (np.uint64(8) * ln)) - np.uint64(1)) | (ln << np.uint64(56))
+    i = np.minimum(np.searchsorted(stop, word), stop.size - 1)
+    out[short] = stop[i] == word
     return out
 
 
@@ -177,49 +228,60 @@ def lower(keys: Ragged) -> Ragged:
 def strip(raw: Ragged) -> tuple[np.ndarray, np.ndarray]:
     """(lead, end) per segment such that segment[lead:end] has no surrounding white space or punctuation
     (`service.spans.strip_phrase`); end <= lead for a segment of only such characters."""
-    seg, rel = raw.flat_index()
-    keep = np.flatnonzero(~_strip_table()[raw.elements(seg, rel)])
-    kept_seg = seg[keep]
-    n = raw.length.size
-    a = np.searchsorted(kept_seg, np.arange(n))
-    b = np.searchsorted(kept_seg, np.arange(n), side="right") - 1
-    has = b >= a
-    lead = np.where(has, rel[keep[np.minimum(a, keep.size - 1)]] if keep.size else 0, 0)
-    end = np.where(has, rel[keep[np.clip(b, 0, max(keep.size - 1, 0))]] + 1 if keep.size else 0, 0)
-    return lead.astype(np.int64), end.astype(np.int64)
+    keep = ~_strip_table()[raw.codes]
+    s, e = raw.start, raw.start + raw.length
+    first = _next_true(keep)[s]
+    last = _prev_true(keep)[np.maximum(e - 1, 0)] if raw.codes.size else np.full(s.size, -1)
+    has = (raw.length > 0) & (first < e)
+    return np.where(has, first - s, 0).astype(np.int64), np.where(has, last + 1 - s, 0).astype(np.int64)
 
 
 def span_texts(shards: list, shard: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[Ragged, np.ndarray, np.ndarray, np.ndarray]:
-    """(the text of each span [start, end] as code points, its local block, its document row, its first char)."""
+    """(the text of each span [start, end] as a segment of one code-point buffer, its local block, its
+    document row, its first char). Spans of one block whose chars overlap share one piece of the buffer
+    (a mask's spans are a few tokens either side of its hits, so most of them overlap), pieces being
+    separated by a NUL; ASCII blocks are read straight from the shard's UTF-8 bytes, other blocks decoded
+    once each (indexer.doc_text)."""
     n = shard.size
     block, row = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
     char_a, char_b = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    where: list[tuple[int, np.ndarray]] = []
-    for s in np.unique(shard).tolist():
+    base = np.empty(n, dtype=np.int64)
+    for s in unique(shard).tolist():
         sh = shards[s]
         sel = np.flatnonzero(shard == s)
         block[sel] = sh.block_of(start[sel])
         row[sel] = sh.blocks[block[sel], 0]
         char_a[sel], char_b[sel] = sh.offsets.span_chars(block[sel], start[sel], end[sel])
-        where.append((s, sel))
-    length = np.maximum(char_b - char_a, 0)
-    first = np.cumsum(length) - length
-    codes = np.zeros(int(length.sum()), dtype=np.uint32)
-    raw = Ragged(codes, first, length)
-    for s, sel in where:
+        base[sel] = sh.info.block_base
+    char_b = np.maximum(char_b, char_a)
+    # pieces: the unions of overlapping [char_a, char_b) within a block, over blocks in global order
+    key_a, key_b = (base + block) << 32 | char_a, (base + block) << 32 | char_b
+    order = np.argsort(key_a, kind="stable")
+    reach = np.maximum.accumulate(key_b[order])
+    new = np.ones(n, dtype=bool)
+    new[1:] = key_a[order][1:] > reach[:-1]
+    piece_of = np.empty(n, dtype=np.int64)
+    piece_of[order] = np.cumsum(new) - 1
+    heads = order[new]  # a piece's first span: its shard, block and first char
+    p_shard, p_block, p_a = shard[heads], block[heads], char_a[heads]
+    p_len = np.maximum.reduceat(key_b[order], np.flatnonzero(new)) - (key_a[heads]) if n else np.empty(0, np.int64)
+    p_at = np.cumsum(p_len + 1) - (p_len + 1)  # where each piece starts in the buffer
+    codes = np.zeros(int((p_len + 1).sum()), dtype=np.uint32)
+    for s in unique(p_shard).tolist():
         text = shards[s].text
-        ascii_block, byte = text.ascii_bytes(block[sel], char_a[sel])
+        sel = np.flatnonzero(p_shard == s)
+        ascii_block, byte = text.ascii_bytes(p_block[sel], p_a[sel])
         fast = sel[ascii_block]
         if fast.size:
-            part = Ragged(text.data, byte[ascii_block], length[fast])
-            seg, rel = part.flat_index()
-            codes[first[fast][seg] + rel] = text.data[part.start[seg] + rel]
-        for b in np.unique(block[sel[~ascii_block]]).tolist():  # decoded once per block
-            spans = sel[~ascii_block][block[sel[~ascii_block]] == b]
+            seg, rel = Ragged(text.data, byte[ascii_block], p_len[fast]).flat_index()
+            codes[p_at[fast][seg] + rel] = text.data[byte[ascii_block][seg] + rel]
+        slow = sel[~ascii_block]
+        for b in unique(p_block[slow]).tolist():  # decoded once per block
+            pieces = slow[p_block[slow] == b]
             block_codes = text.block_codes(b)
-            part = Ragged(block_codes, char_a[spans] - text.block_chars[b], length[spans])
-            seg, rel = part.flat_index()
-            codes[first[spans][seg] + rel] = block_codes[part.start[seg] + rel]
+            seg, rel = Ragged(block_codes, p_a[pieces] - text.block_chars[b], p_len[pieces]).flat_index()
+            codes[p_at[pieces][seg] + rel] = block_codes[p_a[pieces][seg] - text.block_chars[b] + rel]
+    raw = Ragged(codes, p_at[piece_of] + (char_a - p_a[piece_of]), char_b - char_a)
     return raw, block, row, char_a
 
 

@@ -23,6 +23,7 @@ from typing import Callable
 
 import numpy as np
 
+from common.arrays import unique, unique_inverse
 from corpus.tokens import WORD_END, WORD_START
 from service.schemas import AGGREGATIONS
 
@@ -34,7 +35,7 @@ def spans_from_hits(
 
     `flags` are the shard's boundary flags; `block_of(positions)` gives each position's block.
     """
-    hits = np.unique(np.asarray(hits, dtype=np.int64))
+    hits = unique(np.asarray(hits, dtype=np.int64))
     n = int(flags.shape[0])
     anchor_bit = WORD_START if forward else WORD_END
     hits = hits[(np.asarray(flags[hits]) & anchor_bit) != 0]
@@ -113,7 +114,7 @@ def score_spans(
     if shard.size == 0:
         return SpanScores(shard, start, end, np.empty(0))
     # one int64 key per span (1-D unique is several times faster than unique rows)
-    keys = np.unique((shard << _POS_BITS | start) << _LEN_BITS | (end - start))
+    keys = unique((shard << _POS_BITS | start) << _LEN_BITS | (end - start))
     shard, start = keys >> (_POS_BITS + _LEN_BITS), (keys >> _LEN_BITS) & _POS_MASK
     end = start + (keys & ((1 << _LEN_BITS) - 1))
     p_start, start_max = _position_probs(shard, start, q_start, vectors, scale, bonus)
@@ -126,19 +127,19 @@ def _position_probs(
 ) -> tuple[np.ndarray, float]:
     """Softmax over the distinct (shard, position) pairs, returned per input row, and the best logit
     before the bonus."""
-    keys, inverse = np.unique(shard << _POS_BITS | pos, return_inverse=True)
+    keys, inverse = unique_inverse(shard << _POS_BITS | pos)
     key_shard, key_pos = keys >> _POS_BITS, keys & _POS_MASK
     logits = np.empty(keys.shape[0], dtype=np.float64)
     q = np.asarray(q, dtype=np.float32)
     best = float("-inf")
-    for s in np.unique(key_shard):
+    for s in unique(key_shard):
         rows = np.flatnonzero(key_shard == s)
         vecs = np.asarray(vectors[int(s)][key_pos[rows]], dtype=np.float32)  # sorted keys: sequential reads
         logits[rows] = vecs @ q * scale
         best = max(best, float(logits[rows].max()))
         if bonus is not None:
             logits[rows] += bonus(int(s), key_pos[rows])
-    return softmax(logits)[inverse.ravel()], best
+    return softmax(logits)[inverse], best
 
 
 @functools.lru_cache(maxsize=1)

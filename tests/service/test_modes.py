@@ -184,6 +184,6 @@ def test_a_hash_collision_falls_back_to_the_string_path_with_the_same_fills(engi
 
     original = engine._rank_strings
     monkeypatch.setattr(engine, "_rank_strings", strings)
-    monkeypatch.setattr(phrases, "_hash_table", lambda n: np.zeros(max(n, 1), dtype=np.uint64))  # all keys alike
+    monkeypatch.setattr(phrases, "_hashes", lambda keys: np.zeros(keys.length.size, dtype=np.uint64))  # all keys alike
     assert engine.fill(request).model_dump(exclude={"took_ms", "timings_ms"}) == want
     assert calls  # the collision was seen and the string path taken

@@ -33,6 +33,41 @@ def _ragged(texts: list[str]) -> Ragged:
     return Ragged(flat, np.cumsum(length) - length, length)
 
 
+def _overlapping(n: int, seed: int) -> tuple[Ragged, list[str]]:
+    """n segments cut at random from one buffer (pieces of text joined by NULs), overlapping as the spans
+    of a mask do in span_texts."""
+    rng = random.Random(seed)
+    pieces = [" ".join(_strings(12, seed + i)) for i in range(8)]
+    buffer = "\0".join(pieces)
+    bounds = np.cumsum([0] + [len(p) + 1 for p in pieces])
+    texts, starts = [], []
+    for _ in range(n):
+        p = rng.randrange(len(pieces))
+        a = rng.randrange(len(pieces[p]) + 1)
+        b = rng.randrange(a, min(len(pieces[p]), a + 40) + 1)
+        texts.append(pieces[p][a:b])
+        starts.append(int(bounds[p]) + a)
+    codes = np.frombuffer(buffer.encode("utf-32-le"), dtype="<u4").astype(np.uint32)
+    length = np.array([len(t) for t in texts], dtype=np.int64)
+    return Ragged(codes, np.array(starts, dtype=np.int64), length), texts
+
+
+def test_overlapping_segments_of_one_buffer():
+    raw, texts = _overlapping(3000, 5)
+    assert [raw.text(i) for i in range(len(texts))] == texts
+    lead, end = strip(raw)
+    keys = [t[a:b] if b > a else "" for t, a, b in zip(texts, lead.tolist(), end.tolist())]
+    assert keys == [t[slice(*strip_phrase(t))] if strip_phrase(t)[1] > strip_phrase(t)[0] else "" for t in texts]
+    kept = [i for i, k in enumerate(keys) if k]
+    stripped = Ragged(raw.codes, (raw.start + lead)[kept], (end - lead)[kept])
+    assert poor(stripped).tolist() == [poor_fill(keys[i]) for i in kept]
+    groups, firsts = group(stripped)
+    seen: dict[str, int] = {}
+    assert groups.tolist() == [seen.setdefault(keys[i], len(seen)) for i in kept]
+    assert [keys[kept[i]] for i in firsts.tolist()] == list(seen)
+    assert len(seen) < len(kept)  # some keys repeat, so grouping was exercised
+
+
 def test_strip_equals_strip_phrase():
     texts = _strings(3000, 0) + ["", " ", "...", "«a»", "a", " a b ", "—"]
     lead, end = strip(_ragged(texts))
@@ -64,7 +99,7 @@ def test_group_is_exact_and_numbers_groups_by_first_appearance():
 
 
 def test_a_hash_collision_is_detected_not_merged(monkeypatch):
-    monkeypatch.setattr(phrases, "_hash_table", lambda n: np.zeros(max(n, 1), dtype=np.uint64))  # every key alike
+    monkeypatch.setattr(phrases, "_hashes", lambda keys: np.zeros(keys.length.size, dtype=np.uint64))  # every key alike
     with pytest.raises(Collision):
         group(_ragged(["ab", "ba"]))  # same length, same hash, different text
     groups, _ = group(_ragged(["ab", "ab"]))  # equal keys still group

@@ -1,0 +1,42 @@
+"""Distinct values of a 1-D integer array by one sort: what `np.unique` returns, faster on the hot path.
+
+numpy 2.4's `np.unique(x)` finds the values with a hash table and then sorts them, and with
+`return_index` it sorts stably (timsort for 64-bit keys); on the 10^4-10^5 int64 keys of a fill both
+are several times slower than one introsort of the keys. These give the same arrays as np.unique.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def unique(x: np.ndarray) -> np.ndarray:
+    """np.unique(x) of a 1-D array: its distinct values, ascending."""
+    s = np.sort(np.asarray(x).ravel())
+    if s.size == 0:
+        return s
+    keep = np.empty(s.size, dtype=bool)
+    keep[0] = True
+    np.not_equal(s[1:], s[:-1], out=keep[1:])
+    return s[keep]
+
+
+def unique_inverse(x: np.ndarray, first: bool = False):
+    """np.unique(x, return_inverse=True) of a 1-D array: (values, inverse), values[inverse] == x; with
+    `first`, (values, index, inverse) as return_index adds: the lowest index of each value in x."""
+    x = np.asarray(x).ravel()
+    order = np.argsort(x)
+    s = x[order]
+    step = np.empty(s.size, dtype=bool)
+    if s.size:
+        step[0] = True
+        np.not_equal(s[1:], s[:-1], out=step[1:])
+    group = np.cumsum(step) - 1
+    inverse = np.empty(x.size, dtype=np.int64)
+    inverse[order] = group
+    values = s[step]
+    if not first:
+        return values, inverse
+    starts = np.flatnonzero(step)
+    index = np.minimum.reduceat(order, starts) if s.size else np.empty(0, dtype=np.int64)
+    return values, index.astype(np.int64, copy=False), inverse

@@ -1,0 +1,30 @@
+import numpy as np
+import pytest
+
+from common.arrays import unique, unique_inverse
+
+
+def _cases():
+    rng = np.random.default_rng(7)
+    yield np.empty(0, dtype=np.int64)
+    yield np.array([5], dtype=np.int64)
+    yield np.array([3, 3, 3], dtype=np.int64)
+    yield rng.integers(0, 50, 1000)  # many repeats
+    yield rng.integers(-(1 << 62), 1 << 62, 5000)  # wide keys
+    yield rng.integers(0, 1 << 40, 3000).astype(np.uint64)
+    yield np.arange(100)[::-1].copy()
+
+
+@pytest.mark.parametrize("x", list(_cases()), ids=lambda x: f"{x.dtype}-{x.size}")
+def test_same_as_numpy(x):
+    np.testing.assert_array_equal(unique(x), np.unique(x))
+    values, inverse = unique_inverse(x)
+    ref_values, ref_inverse = np.unique(x, return_inverse=True)
+    np.testing.assert_array_equal(values, ref_values)
+    np.testing.assert_array_equal(inverse, ref_inverse.ravel())
+    values, index, inverse = unique_inverse(x, first=True)
+    ref_values, ref_index, ref_inverse = np.unique(x, return_index=True, return_inverse=True)
+    np.testing.assert_array_equal(values, ref_values)
+    np.testing.assert_array_equal(index, ref_index)  # the first occurrence of each value
+    np.testing.assert_array_equal(inverse, ref_inverse.ravel())
+    assert values.dtype == x.dtype and index.dtype == np.int64 and inverse.dtype == np.int64
