@@ -97,6 +97,12 @@ def write_npy_atomic(path: Path, array: np.ndarray) -> None:
         np.save(f, np.ascontiguousarray(array), allow_pickle=False)
 
 
+def load_mapped(path: Path) -> np.ndarray:
+    """A .npy file memory-mapped read-only, as a plain ndarray over the mapping (it keeps the mapping alive):
+    indexing an np.memmap costs ~15 us of Python per call, and a fill indexes the shards' arrays ~120 times."""
+    return np.load(path, mmap_mode="r").view(np.ndarray)
+
+
 def sha256_file(path: Path) -> str:
     h = hashlib.sha256()
     with open(path, "rb") as f:

@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from common.files import load_mapped
+
 OFFSET_FILES = ("char_starts.npy", "char_lengths.npy", "block_chars.npy")
 
 
@@ -59,8 +61,8 @@ class CharOffsets:
     column with `offsets[rows, 0]` / `offsets[rows, 1]`."""
 
     def __init__(self, directory: Path, block_starts: np.ndarray) -> None:
-        self.starts = np.load(directory / "char_starts.npy", mmap_mode="r")
-        self.lengths = np.load(directory / "char_lengths.npy", mmap_mode="r")
+        self.starts = load_mapped(directory / "char_starts.npy")
+        self.lengths = load_mapped(directory / "char_lengths.npy")
         self.block_chars = np.load(directory / "block_chars.npy")
         self.block_starts = np.asarray(block_starts, dtype=np.int64)
         if self.lengths.shape != self.starts.shape or self.block_chars.shape != self.block_starts.shape:

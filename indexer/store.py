@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 
 from common.errors import AppError
-from common.files import atomic_path, file_record
+from common.files import atomic_path, file_record, load_mapped
 from corpus.blocking import Block
 from indexer.ann import build_faiss_index, resolve_factory
 from indexer.doc_text import DocText
@@ -162,8 +162,8 @@ class Shard:
             if path.stat().st_size != rec.bytes:
                 raise AppError(f"index shard file {path} has {path.stat().st_size} bytes, manifest says {rec.bytes}; rebuild")
         self.vectors = StoredVectors(self.dir, info.vector_dtype)
-        self.token_ids = np.load(self.dir / "token_ids.npy", mmap_mode="r")
-        self.flags = np.load(self.dir / "flags.npy", mmap_mode="r")
+        self.token_ids = load_mapped(self.dir / "token_ids.npy")
+        self.flags = load_mapped(self.dir / "flags.npy")
         self.blocks = np.load(self.dir / "blocks.npy")
         self.block_starts = np.ascontiguousarray(self.blocks[:, 1])
         self.offsets = CharOffsets(self.dir, self.block_starts)

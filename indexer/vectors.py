@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from common.files import load_mapped
+
 VECTOR_DTYPES = ("float16", "int8")
 CHUNK = 65_536
 
@@ -43,8 +45,8 @@ class StoredVectors:
 
     def __init__(self, directory: Path, dtype: str) -> None:
         self.dtype = dtype
-        self.data = np.load(directory / "vectors.npy", mmap_mode="r")
-        self.scales = np.load(directory / "scales.npy", mmap_mode="r") if dtype == "int8" else None
+        self.data = load_mapped(directory / "vectors.npy")
+        self.scales = load_mapped(directory / "scales.npy") if dtype == "int8" else None
 
     @property
     def shape(self) -> tuple[int, ...]:
