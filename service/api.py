@@ -5,15 +5,18 @@ from __future__ import annotations
 from contextlib import asynccontextmanager
 
 from fastapi import Depends, FastAPI, Request
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import PlainTextResponse
 
+from service.auth import ApiKeys
 from service.config import Settings, get_settings
 from service.engine import FillEngine
 from service.errors import install_handlers
+from service.limits import RequestLimits
 from service.schemas import ErrorResponse, FillRequest, FillResult
 from service.state import WARMUP, ServiceState
 
-ERRORS = {422: {"model": ErrorResponse}, 429: {"model": ErrorResponse}, 503: {"model": ErrorResponse}}
+ERRORS = {code: {"model": ErrorResponse} for code in (401, 413, 415, 422, 429, 503)}
 
 
 def get_state(request: Request) -> ServiceState:
@@ -43,6 +46,14 @@ def create_app(settings: Settings | None = None, state: ServiceState | None = No
                   description="Fill <mask>s with phrases retrieved from a corpus, with evidence.")
     app.state.service = state or ServiceState(settings)
     install_handlers(app)
+    # the last added is the outermost: CORS answers preflights, then keys are checked, then the body
+    app.add_middleware(RequestLimits, max_body=settings.max_body_bytes)
+    keys = settings.keys()
+    if keys:
+        app.add_middleware(ApiKeys, keys=keys)
+    if settings.origins():
+        app.add_middleware(CORSMiddleware, allow_origins=settings.origins(), allow_methods=["GET", "POST"],
+                           allow_headers=["Authorization", "Content-Type", "X-Request-ID"])
 
     @app.get("/healthz")
     def healthz() -> dict:
@@ -52,6 +63,9 @@ def create_app(settings: Settings | None = None, state: ServiceState | None = No
     def readyz(engine: FillEngine = Depends(ready_engine)) -> dict:
         engine.fill(WARMUP)  # exercises the encoder and the index for real
         return {"status": "ready"}
+
+    app.add_api_route("/healthz", healthz, methods=["HEAD"], include_in_schema=False)
+    app.add_api_route("/readyz", readyz, methods=["HEAD"], include_in_schema=False, responses=ERRORS)
 
     @app.get("/info", responses=ERRORS)
     def info(engine: FillEngine = Depends(ready_engine)) -> dict:

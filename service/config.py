@@ -34,8 +34,35 @@ class Settings(BaseSettings):
     warm: bool = Field(True, description="after start, map every page of the stored vectors into the process in the "
                        "background, so re-scoring takes no page faults (the file-backed RSS grows to the vectors' size; "
                        "those pages stay reclaimable page cache)")
-    max_concurrency: int = Field(4, ge=1, description="requests computed at once; more get 429")
+    max_concurrency: int = Field(4, ge=1, description="requests computed at once; more get 429 with Retry-After")
+    max_body_bytes: int = Field(65536, ge=1024, description="largest request body; a larger one gets 413 before it is "
+                                "read (a fill request with every option is under 3 KB)")
+    header_timeout: float = Field(10.0, gt=0, description="seconds a client has to send a request's headers; slower "
+                                  "connections are closed")
+    api_keys: str | None = Field(None, description="comma-separated API keys; when set (or api_keys_file), every route "
+                                 "but /healthz and /readyz needs `Authorization: Bearer <key>`, else 401")
+    api_keys_file: Path | None = Field(None, description="file of API keys, one per line (# comments and blank lines "
+                                       "ignored); adds to api_keys")
+    cors_origins: str = Field("", description="comma-separated origins allowed by CORS (`*` for any); empty: CORS off")
     log_level: str = Field("info", description="debug, info, warning or error")
+
+    def keys(self) -> list[str]:
+        """The API keys from api_keys and api_keys_file (empty: no authentication), or an AppError naming
+        the file that cannot be read."""
+        keys = [k.strip() for k in (self.api_keys or "").split(",") if k.strip()]
+        if self.api_keys_file is not None:
+            try:
+                lines = self.api_keys_file.read_text(encoding="utf-8").splitlines()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise AppError(f"cannot read the API keys file {self.api_keys_file} (--api-keys-file / "
+                               f"FILL_API_KEYS_FILE): {exc.strerror if isinstance(exc, OSError) else exc}") from None
+            keys += [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
+            if not keys:
+                raise AppError(f"the API keys file {self.api_keys_file} holds no key; write one key per line")
+        return keys
+
+    def origins(self) -> list[str]:
+        return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
 
     def index_dir(self) -> Path:
         """The index directory, or a validation AppError saying how to give one."""

@@ -76,7 +76,10 @@ class FillEngine:
         manifest = Manifest.load(settings.index_dir())
         model_dir = Path(settings.model) if settings.model else Path(manifest.model.path)
         if not model_dir.is_dir():
-            raise AppError(f"model directory {model_dir} named by the manifest does not exist here; pass --model")
+            if settings.model:
+                raise AppError(f"model directory {model_dir} (--model / FILL_MODEL) does not exist")
+            raise AppError(f"the index was built with the model at {model_dir}, which does not exist here; pass "
+                           "--model (FILL_MODEL) with that model's directory")
 
         def load_encoder() -> Encoder:
             if model_fingerprint(model_dir) != manifest.model.fingerprint:
@@ -114,16 +117,16 @@ class FillEngine:
         """What is being served: the index, the model and how it runs, the build settings."""
         m, enc = self.index.manifest, self.encoder
         return {
-            "index": str(self.index.root),
+            "index": self.index.root.name,  # names, not the server's absolute paths
             "created_at": m.created_at,
-            "model": {"path": str(enc.model_dir), "fingerprint": m.model.fingerprint, "type": m.model.model_type,
+            "model": {"name": enc.model_dir.name, "fingerprint": m.model.fingerprint, "type": m.model.model_type,
                       "device": str(enc.device), "dtype": str(enc.dtype).replace("torch.", "")},
             "dim": m.dim,
             "index_type": m.index_type,
             "factories": sorted({s.factory for s in m.shards}),
             "vector_dtype": m.vector_dtype,
             "counts": m.counts.model_dump(),
-            "build": m.build,
+            "build": {k: Path(v).name if isinstance(v, str) and Path(v).is_absolute() else v for k, v in m.build.items()},
             "default_mode": self.default_mode,
             "scoring": {"lexical_weight": {mode: self.scoring.weight(mode) for mode in MODES},
                         "calibrated": {mode: mode in self.scoring.confidence for mode in MODES},

@@ -4,6 +4,7 @@ from the one table in `common.errors` (AppError, request validation, the framewo
 from __future__ import annotations
 
 import logging
+import re
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -15,15 +16,33 @@ from common.errors import STATUS, AppError, kind_for_status
 logger = logging.getLogger(__name__)
 
 
+# headers that every response of a kind carries: when to retry, how to authenticate
+KIND_HEADERS: dict[str, dict[str, str]] = {
+    "overloaded": {"Retry-After": "1"},
+    "not_ready": {"Retry-After": "5"},
+    "unauthorized": {"WWW-Authenticate": "Bearer"},
+}
+
+# an absolute path of the server machine ("/home/x/index/shard-00000/vectors.npy"): its last two parts stay
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])/(?:[^\s/'\"():,]+/)*?((?:[^\s/'\"():,]+/)?[^\s/'\"():,]+)(?![^\s'\"():,])")
+
+
+def redact(message: str) -> str:
+    """The message without the server's absolute paths (their last two parts stay, enough to name the file)."""
+    return _ABSOLUTE_PATH.sub(r"\1", message)
+
+
 def error_response(kind: str, message: str, detail: list | None = None, headers: dict | None = None) -> JSONResponse:
-    body = {"error": message, "error_type": kind}
+    body = {"error": redact(message), "error_type": kind}
     if detail is not None:
         body["detail"] = detail
-    return JSONResponse(body, status_code=STATUS[kind], headers=headers)
+    return JSONResponse(body, status_code=STATUS[kind], headers={**KIND_HEADERS.get(kind, {}), **(headers or {})})
 
 
 def _describe(err: dict) -> str:
     loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
+    if err.get("type") == "json_invalid":  # loc is (body, char position)
+        return f"body: invalid JSON at char {err['loc'][-1]}: {err.get('ctx', {}).get('error', 'decode error')}"
     msg = str(err.get("msg", "invalid")).removeprefix("Value error, ")
     return f"{loc}: {msg}"
 
@@ -39,7 +58,8 @@ def install_handlers(app: FastAPI) -> None:
     @app.exception_handler(RequestValidationError)
     async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
         errors = [{k: v for k, v in e.items() if k in ("loc", "msg", "type")} for e in exc.errors()]
-        return error_response("validation", "; ".join(_describe(e) for e in errors), errors)
+        message = "; ".join(_describe(e) for e in exc.errors())
+        return error_response("validation", message, errors)
 
     @app.exception_handler(StarletteHTTPException)
     async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:

@@ -12,6 +12,7 @@ from common.masks import count_masks
 
 MAX_MASKS = 16
 MAX_TEXT_CHARS = 2000
+MASK_SCHEMA_PATTERN = r"<[Mm][Aa][Ss][Kk]>|\[[Mm][Aa][Ss][Kk]\]"  # common.masks.MASK_PATTERN, as JSON Schema writes it
 
 Mode = Literal["dense", "restricted", "hybrid"]
 Aggregate = Literal["max", "sum"]
@@ -50,12 +51,17 @@ class FillOptions(BaseModel):
 
 
 class FillRequest(FillOptions):
-    """A text with masks to fill, and how to fill them."""
+    """A text with masks to fill, and how to fill them. Types are strict: "5" is not an integer, 0 is not
+    a boolean, NaN and infinities are not numbers."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     text: str = Field(
         ..., min_length=1, max_length=MAX_TEXT_CHARS,
-        description="text with 1 to 16 masks written <mask> or [MASK]",
+        description="text with 1 to 16 masks written <mask> or [MASK] (any case)",
         examples=["Allan Peiper was born in <mask> ."],
+        # the mask requirement in the schema; the validator below checks it with a message that says how
+        json_schema_extra={"pattern": MASK_SCHEMA_PATTERN},
     )
 
     @field_validator("text")

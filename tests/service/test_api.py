@@ -211,11 +211,12 @@ def test_invalid_raw_body_gives_422(client, raw, word):
 
 
 @pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", None])
-def test_non_json_content_type_gives_422(client, content_type):
+def test_non_json_content_type_gives_415(client, content_type):
     headers = {"content-type": content_type} if content_type else {}
     r = client.post("/fill", content=b'{"text": "<mask>"}', headers=headers)
-    assert r.status_code == 422, r.text
-    assert r.json()["error_type"] == "validation"
+    assert r.status_code == 415, r.text
+    assert r.json()["error_type"] == "unsupported_media_type"
+    assert "application/json" in r.json()["error"]
 
 
 def test_invalid_utf8_body_is_not_500(client):
@@ -591,7 +592,8 @@ def test_failed_load_gives_503_naming_the_problem(tmp_path):
             data = r.json()
             assert data["error_type"] == "not_ready"
             assert "failed to load" in data["error"]
-            assert str(missing) in data["error"]
+            assert str(missing) not in data["error"] and str(tmp_path) not in data["error"]  # no server paths
+            assert "no_such_index" in data["error"]
             assert "manifest.json" in data["error"]
         assert c.get("/healthz").status_code == 200
 

@@ -195,3 +195,42 @@ def test_bad_env_port_exits_2(tiny_index):
     assert r.returncode == 2, r.stdout + r.stderr
     assert "FILL_" in r.stderr and "port" in r.stderr.lower()
     assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_missing_api_keys_file_exits_2_naming_it(tiny_index, tmp_path):
+    missing = tmp_path / "no_keys"
+    r = run_cli([], clean_env(FILL_INDEX=str(tiny_index), FILL_API_KEYS_FILE=str(missing)))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert str(missing) in r.stderr and "FILL_API_KEYS_FILE" in r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+
+
+def test_a_client_sending_its_headers_slowly_is_disconnected(start_server, tiny_index):
+    port = free_port()
+    server = start_server([], clean_env(FILL_INDEX=str(tiny_index), FILL_PORT=str(port), FILL_HEADER_TIMEOUT="1"), port)
+    server.wait_ready()
+    t0 = time.monotonic()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        closed = False
+        for byte in b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Slow: " + b"a" * 40:  # one byte every 0.2 s
+            try:
+                sock.sendall(bytes([byte]))
+                time.sleep(0.2)
+                sock.setblocking(False)
+                try:
+                    closed = sock.recv(1) == b""
+                except BlockingIOError:
+                    pass
+                finally:
+                    sock.setblocking(True)
+            except (BrokenPipeError, ConnectionResetError):
+                closed = True
+            if closed:
+                break
+    assert closed, "the server kept a connection whose headers never ended"
+    assert time.monotonic() - t0 < 5
+    # and a client sending its request at once is served on a connection kept open longer than the deadline
+    with httpx.Client(base_url=server.url, timeout=10) as client:
+        assert client.get("/healthz").status_code == 200
+        time.sleep(1.5)
+        assert client.get("/healthz").status_code == 200

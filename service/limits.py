@@ -1,0 +1,102 @@
+"""Limits at the door, before a route runs: the request body's size (413, checked before the body is read)
+and media type (415), and a deadline for a request's headers (slow clients are disconnected)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import h11
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from service.errors import error_response
+
+BODY_METHODS = ("POST", "PUT", "PATCH")
+
+
+def _is_json(content_type: str) -> bool:
+    media = content_type.split(";", 1)[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+class RequestLimits:
+    """A body larger than `max_body` bytes gets 413: at once when Content-Length says so, else when the
+    streamed body passes the limit (the rest is never read). A body that is not JSON gets 415."""
+
+    def __init__(self, app: ASGIApp, max_body: int) -> None:
+        self.app = app
+        self.max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        length = headers.get("content-length")
+        if length is not None and (not length.isdigit() or int(length) > self.max_body):
+            message = (f"request body of {length} bytes is larger than the limit of {self.max_body} bytes"
+                       if length.isdigit() else f"Content-Length {length!r} is not a number of bytes")
+            await error_response("payload_too_large" if length.isdigit() else "validation", message)(scope, receive, send)
+            return
+        has_body = (length is not None and length != "0") or "chunked" in headers.get("transfer-encoding", "").lower()
+        if scope["method"] in BODY_METHODS and has_body and not _is_json(headers.get("content-type", "")):
+            given = headers.get("content-type")
+            await error_response(
+                "unsupported_media_type",
+                f"request body must be JSON: send Content-Type: application/json (got {given or 'no Content-Type'})",
+            )(scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Message:
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.max_body:
+                    raise HTTPException(413, f"request body is larger than the limit of {self.max_body} bytes")
+            return message
+
+        await self.app(scope, limited, send)
+
+
+def header_timeout_protocol(seconds: float) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with a deadline for each request's headers: a connection that has not sent
+    a complete request head `seconds` after it opened, or after the first byte of its next request, is
+    closed (uvicorn by itself waits forever for a client sending its headers a byte at a time)."""
+
+    class HeaderTimeout(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._arm()
+
+        def data_received(self, data: bytes) -> None:
+            if self._head_timer is None and self.conn.their_state is h11.IDLE:
+                self._arm()
+            super().data_received(data)
+            if self.conn.their_state is not h11.IDLE:
+                self._disarm()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            self._disarm()
+            super().connection_lost(exc)
+
+        def _arm(self) -> None:
+            self._head_timer = self.loop.call_later(seconds, self._expired)
+
+        def _disarm(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+
+        def _expired(self) -> None:
+            self._head_timer = None
+            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
+                self.logger.info("closing a connection that sent no complete request head in %.1f s", seconds)
+                self.transport.close()
+
+    return HeaderTimeout

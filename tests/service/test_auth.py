@@ -1,0 +1,84 @@
+"""API keys (service.auth) and CORS, configured through Settings as the server is."""
+
+from __future__ import annotations
+
+import pytest
+from fastapi.testclient import TestClient
+
+from common.errors import AppError
+from service.api import create_app
+from service.config import Settings
+from service.engine import FillEngine
+from service.state import ServiceState
+
+
+@pytest.fixture(scope="module")
+def state(tiny_index) -> ServiceState:
+    settings = Settings(index=tiny_index)
+    return ServiceState(settings, engine=FillEngine.open(settings))
+
+
+def client_for(state, **settings) -> TestClient:
+    return TestClient(create_app(Settings(index=state.settings.index, **settings), state=state),
+                      raise_server_exceptions=False)
+
+
+def test_without_keys_everything_is_open(state):
+    with client_for(state) as c:
+        assert c.post("/fill", json={"text": "<mask>"}).status_code == 200
+        assert c.get("/info").status_code == 200
+
+
+@pytest.mark.parametrize("authorization", [None, "Bearer wrong", "Bearer", "Basic a2V5MQ==", "key1", "Bearer key1x"])
+def test_a_missing_or_wrong_key_is_401(state, authorization):
+    headers = {"authorization": authorization} if authorization is not None else {}
+    with client_for(state, api_keys="key1, key2") as c:
+        for method, path, kw in (("post", "/fill", {"json": {"text": "<mask>"}}), ("get", "/info", {}),
+                                 ("get", "/metrics", {}), ("get", "/openapi.json", {}), ("get", "/nope", {})):
+            r = getattr(c, method)(path, headers=headers, **kw)
+            assert r.status_code == 401, (path, r.text)
+            assert r.json()["error_type"] == "unauthorized" and "Bearer" in r.json()["error"]
+            assert r.headers["www-authenticate"] == "Bearer"
+
+
+def test_every_configured_key_is_accepted_and_probes_need_none(state):
+    with client_for(state, api_keys="key1, key2") as c:
+        for key in ("key1", "key2"):
+            r = c.post("/fill", json={"text": "<mask>"}, headers={"authorization": f"Bearer {key}"})
+            assert r.status_code == 200, r.text
+        assert c.get("/info", headers={"authorization": "bearer key2"}).status_code == 200  # scheme in any case
+        assert c.get("/healthz").status_code == 200
+        assert c.get("/readyz").status_code == 200
+
+
+def test_keys_file(state, tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("# ops keys\n\nfilekey\n  other  \n")
+    with client_for(state, api_keys_file=keys) as c:
+        assert c.get("/info", headers={"authorization": "Bearer other"}).status_code == 200
+        assert c.get("/info", headers={"authorization": "Bearer # ops keys"}).status_code == 401
+        assert c.get("/info").status_code == 401
+
+
+@pytest.mark.parametrize("content", [None, "# only a comment\n"])
+def test_an_unusable_keys_file_is_refused_naming_it(state, tmp_path, content):
+    path = tmp_path / "keys"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(AppError, match="keys file .*keys"):
+        Settings(index=state.settings.index, api_keys_file=path).keys()
+
+
+def test_cors_is_off_by_default_and_answers_configured_origins(state):
+    preflight = {"origin": "https://app.example", "access-control-request-method": "POST"}
+    with client_for(state) as c:
+        r = c.options("/fill", headers=preflight)
+        assert "access-control-allow-origin" not in r.headers
+    with client_for(state, cors_origins="https://app.example", api_keys="k") as c:
+        r = c.options("/fill", headers={**preflight, "access-control-request-headers": "authorization,content-type"})
+        assert r.status_code == 200, r.text
+        assert r.headers["access-control-allow-origin"] == "https://app.example"
+        r = c.post("/fill", json={"text": "<mask>"}, headers={"origin": "https://app.example", "authorization": "Bearer k"})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
+        r = c.options("/fill", headers={**preflight, "origin": "https://evil.example"})
+        assert r.headers.get("access-control-allow-origin") != "https://evil.example"
