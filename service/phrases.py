@@ -135,7 +135,7 @@ def poor(keys: Ragged) -> np.ndarray:
     cut by the segment's ends, the words between them are whole runs of `codes`."""
     n = keys.length.size
     out = np.zeros(n, dtype=bool)
-    if n == 0:
+    if n == 0 or keys.codes.size == 0:  # no segment, or only empty ones (no words)
         return out
     c = keys.codes.astype(np.int64)
     s, e = keys.start, keys.start + keys.length

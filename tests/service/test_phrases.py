@@ -125,3 +125,8 @@ def test_phrase_table_and_rank_equal_aggregate_and_rank(case_sensitive, how, dro
     ref = rank(aggregate(keys, scores, tokens, case_sensitive, how), alpha, 40)
     assert got == [(p.text, v, p.occurrences.tolist()) for p, v in ref]
     assert len(got) == 40
+
+
+def test_poor_of_empty_segments_over_an_empty_buffer():
+    empty = Ragged(np.empty(0, dtype=np.uint32), np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64))
+    assert poor(empty).tolist() == [poor_fill(""), poor_fill("")]
