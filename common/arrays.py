@@ -10,15 +10,19 @@ from __future__ import annotations
 import numpy as np
 
 
+def _run_starts(s: np.ndarray) -> np.ndarray:
+    """Over a sorted array: True where a run of equal values starts."""
+    step = np.empty(s.size, dtype=bool)
+    if s.size:
+        step[0] = True
+        np.not_equal(s[1:], s[:-1], out=step[1:])
+    return step
+
+
 def unique(x: np.ndarray) -> np.ndarray:
     """np.unique(x) of a 1-D array: its distinct values, ascending."""
     s = np.sort(np.asarray(x).ravel())
-    if s.size == 0:
-        return s
-    keep = np.empty(s.size, dtype=bool)
-    keep[0] = True
-    np.not_equal(s[1:], s[:-1], out=keep[1:])
-    return s[keep]
+    return s[_run_starts(s)]
 
 
 def unique_inverse(x: np.ndarray, first: bool = False):
@@ -27,16 +31,11 @@ def unique_inverse(x: np.ndarray, first: bool = False):
     x = np.asarray(x).ravel()
     order = np.argsort(x)
     s = x[order]
-    step = np.empty(s.size, dtype=bool)
-    if s.size:
-        step[0] = True
-        np.not_equal(s[1:], s[:-1], out=step[1:])
-    group = np.cumsum(step) - 1
+    step = _run_starts(s)
     inverse = np.empty(x.size, dtype=np.int64)
-    inverse[order] = group
+    inverse[order] = np.cumsum(step) - 1
     values = s[step]
     if not first:
         return values, inverse
-    starts = np.flatnonzero(step)
-    index = np.minimum.reduceat(order, starts) if s.size else np.empty(0, dtype=np.int64)
+    index = np.minimum.reduceat(order, np.flatnonzero(step)) if s.size else np.empty(0, dtype=np.int64)
     return values, index.astype(np.int64, copy=False), inverse

@@ -126,7 +126,8 @@ class FillEngine:
             "factories": sorted({s.factory for s in m.shards}),
             "vector_dtype": m.vector_dtype,
             "counts": m.counts.model_dump(),
-            "build": {k: Path(v).name if isinstance(v, str) and Path(v).is_absolute() else v for k, v in m.build.items()},
+            "build": {k: Path(v).name if isinstance(v, str) and Path(v).is_absolute() else v
+                      for k, v in m.build.items()},
             "default_mode": self.default_mode,
             "scoring": {"lexical_weight": {mode: self.scoring.weight(mode) for mode in MODES},
                         "calibrated": {mode: mode in self.scoring.confidence for mode in MODES},
@@ -248,13 +249,12 @@ class FillEngine:
             lead, end = strip_phrase(text[a:b])
             keys.append(text[a + lead : a + end] if end > lead else None)
             leads[i] = lead
-        bases = [sh.info.block_base for sh in self.index.shards]
 
         def locate(i: int) -> _Occurrence:
             s, r = shards[i], rows[i]
             start = starts[i] + int(leads[i])
-            return _Occurrence(self.index.shards[s].doc_id(r), bases[s] + int(block[i]), start, start + len(keys[i]),
-                               texts[(s, r)])
+            return _Occurrence(self.index.shards[s].doc_id(r), self._block_bases[s] + int(block[i]), start,
+                               start + len(keys[i]), texts[(s, r)])
 
         return keys, locate
 

@@ -35,10 +35,14 @@ class RequestLimits:
             return
         headers = Headers(scope=scope)
         length = headers.get("content-length")
-        if length is not None and (not length.isdigit() or int(length) > self.max_body):
-            message = (f"request body of {length} bytes is larger than the limit of {self.max_body} bytes"
-                       if length.isdigit() else f"Content-Length {length!r} is not a number of bytes")
-            await error_response("payload_too_large" if length.isdigit() else "validation", message)(scope, receive, send)
+        refused = None
+        if length is not None and not length.isdigit():
+            refused = error_response("validation", f"Content-Length {length!r} is not a number of bytes")
+        elif length is not None and int(length) > self.max_body:
+            refused = error_response(
+                "payload_too_large", f"request body of {length} bytes is larger than the limit of {self.max_body} bytes")
+        if refused is not None:
+            await refused(scope, receive, send)
             return
         has_body = (length is not None and length != "0") or "chunked" in headers.get("transfer-encoding", "").lower()
         if scope["method"] in BODY_METHODS and has_body and not _is_json(headers.get("content-type", "")):

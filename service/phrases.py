@@ -1,13 +1,14 @@
 """Phrases of candidate spans without a Python string per span: the same phrases, masses and order as
 `service.spans.aggregate` + `rank` over the stripped span texts, computed with numpy.
 
-Every span's text is gathered as code points into one flat array (ASCII blocks straight from the shard's
-UTF-8 bytes, other blocks decoded once each; indexer.doc_text), stripped of surrounding white space and
-punctuation with a lookup table, and grouped by exact content: a 64-bit hash of each key finds the groups,
-then every key is compared with its group's first key element by element, so a hash collision can never
-merge two phrases (it raises `Collision` and the engine takes the string path). The stopword filter runs
-on the distinct keys (vectorized for ASCII keys, `poor_fill` for the others), case folding likewise.
-Strings are built only for the phrases that can be shown.
+Every span's text is a segment of one code-point buffer per mask, in which the overlapping spans of a
+block share one piece (ASCII blocks read straight from the shard's UTF-8 bytes, other blocks decoded once
+each; indexer.doc_text). Each span is stripped of surrounding white space and punctuation and grouped by
+exact content from arrays computed once over the buffer (next / previous kept char, prefix sums of a
+polynomial hash): the hash finds the groups, then every key is compared with its group's first key element
+by element, so a hash collision can never merge two phrases (it raises `Collision` and the engine takes the
+string path). The stopword filter runs on the distinct keys (vectorized for ASCII keys, `poor_fill` for the
+others), case folding likewise. Strings are built only for the phrases that can be shown.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from service.spans import masses, strip_chars, top_values
 
 _MULT = np.uint64(0x9E3779B97F4A7C15)
 _BASE = 0xD6E8FEB86659FD93  # odd: invertible modulo 2**64
+_PACKED = 7  # chars of a word packed into one uint64 (a byte each, the length in the top byte)
 
 
 class Collision(Exception):
@@ -38,8 +40,8 @@ def _strip_table() -> np.ndarray:
 
 @functools.lru_cache(maxsize=1)
 def _stopword_codes() -> np.ndarray:
-    if any(len(w) > 7 or not w.isascii() for w in STOPWORD_SET):
-        raise ValueError("stopwords must be ASCII words of at most 7 chars to pack into 56 bits")
+    if any(len(w) > _PACKED or not w.isascii() for w in STOPWORD_SET):
+        raise ValueError(f"stopwords must be ASCII words of at most {_PACKED} chars to pack into one integer")
     return np.array(sorted(_pack(w.encode()) for w in STOPWORD_SET), dtype=np.uint64)
 
 
@@ -145,10 +147,9 @@ def poor(keys: Ragged) -> np.ndarray:
     lower_c = np.where((c >= 65) & (c <= 90), c + 32, c)
     alpha = (lower_c >= 97) & (lower_c <= 122)
     alnum = alpha | ((c >= 48) & (c <= 57))
-    prev_alnum = np.concatenate([[False], alnum[:-1]])
-    next_alnum = np.concatenate([alnum[1:], [False]])
-    run_start = _prev_true(alnum & ~prev_alnum)  # of the run holding an alnum position
-    run_end = _next_true(alnum & ~next_alnum) + 1  # one past it
+    first_of_run = alnum & ~np.concatenate([[False], alnum[:-1]])
+    run_start = _prev_true(first_of_run)  # of the run holding an alnum position
+    run_end = _next_true(alnum & ~np.concatenate([alnum[1:], [False]])) + 1  # one past it
     fa = _next_true(alnum)[s]  # the first word's first char
     has = fa < e
     la = _prev_true(alnum)[np.maximum(e - 1, 0)]  # the last word's last char
@@ -156,14 +157,14 @@ def poor(keys: Ragged) -> np.ndarray:
     fe = np.minimum(run_end[fa_c], e)  # the first word is [fa, fe)
     ls = np.maximum(run_start[la_c], s)  # the last word is [ls, la + 1)
     starts = np.zeros(c.size + 1, dtype=np.int64)
-    np.cumsum(alnum & ~prev_alnum, out=starts[1:])
+    np.cumsum(first_of_run, out=starts[1:])
     n_words = 1 + starts[e] - starts[np.minimum(fa + 1, c.size)]
     single_letter = (n_words == 1) & (fe - fa == 1) & alpha[fa_c]
     exact, folded = _word_codes(c), _word_codes(lower_c)
     in_first = _is_stopword(exact, fa_c, fe - fa)
     in_last = _is_stopword(exact, ls, la + 1 - ls)
     # words between the first and the last: whole runs starting in [fe, ls); count those not stopwords
-    runs = np.flatnonzero(alnum & ~prev_alnum)
+    runs = np.flatnonzero(first_of_run)
     not_stop = np.zeros(c.size + 1, dtype=np.int64)
     not_stop[runs + 1] = ~_is_stopword(folded, runs, run_end[runs] - runs)
     np.cumsum(not_stop, out=not_stop)
@@ -176,12 +177,11 @@ def poor(keys: Ragged) -> np.ndarray:
 
 
 def _word_codes(c: np.ndarray) -> np.ndarray:
-    """Per position i: codes[i : i + 7] packed a byte each (clipped to 255), low byte first."""
-    longest = 7
+    """Per position i: codes[i : i + _PACKED] packed a byte each (clipped to 255), low byte first."""
     clipped = np.minimum(c, 255).astype(np.uint64)
-    padded = np.concatenate([clipped, np.zeros(longest, dtype=np.uint64)])
+    padded = np.concatenate([clipped, np.zeros(_PACKED, dtype=np.uint64)])
     packed = np.zeros(c.size, dtype=np.uint64)
-    for t in range(longest):
+    for t in range(_PACKED):
         packed |= padded[t : t + c.size] << np.uint64(8 * t)
     return packed
 
@@ -236,7 +236,9 @@ def strip(raw: Ragged) -> tuple[np.ndarray, np.ndarray]:
     return np.where(has, first - s, 0).astype(np.int64), np.where(has, last + 1 - s, 0).astype(np.int64)
 
 
-def span_texts(shards: list, shard: np.ndarray, start: np.ndarray, end: np.ndarray) -> tuple[Ragged, np.ndarray, np.ndarray, np.ndarray]:
+def span_texts(
+    shards: list, shard: np.ndarray, start: np.ndarray, end: np.ndarray
+) -> tuple[Ragged, np.ndarray, np.ndarray, np.ndarray]:
     """(the text of each span [start, end] as a segment of one code-point buffer, its local block, its
     document row, its first char). Spans of one block whose chars overlap share one piece of the buffer
     (a mask's spans are a few tokens either side of its hits, so most of them overlap), pieces being
@@ -264,7 +266,7 @@ def span_texts(shards: list, shard: np.ndarray, start: np.ndarray, end: np.ndarr
     piece_of[order] = np.cumsum(new) - 1
     heads = order[new]  # a piece's first span: its shard, block and first char
     p_shard, p_block, p_a = shard[heads], block[heads], char_a[heads]
-    p_len = np.maximum.reduceat(key_b[order], np.flatnonzero(new)) - (key_a[heads]) if n else np.empty(0, np.int64)
+    p_len = np.maximum.reduceat(key_b[order], np.flatnonzero(new)) - key_a[heads] if n else np.empty(0, np.int64)
     p_at = np.cumsum(p_len + 1) - (p_len + 1)  # where each piece starts in the buffer
     codes = np.zeros(int((p_len + 1).sum()), dtype=np.uint32)
     for s in unique(p_shard).tolist():
