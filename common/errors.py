@@ -16,6 +16,7 @@ Kind = Literal[
     "input",  # a file, model, index or option given to a job is unusable (the service cannot serve with it)
     "validation",  # a request field or command-line value is invalid
     "unauthorized",
+    "forbidden",
     "not_found",
     "method_not_allowed",
     "payload_too_large",
@@ -29,6 +30,7 @@ Kind = Literal[
 STATUS: dict[str, int] = {
     "validation": 422,
     "unauthorized": 401,
+    "forbidden": 403,
     "not_found": 404,
     "method_not_allowed": 405,
     "payload_too_large": 413,

@@ -224,7 +224,10 @@ class Encoder:
 
     def encode_queries(self, texts: list[str]) -> list[QueryVectors]:
         """(q_start, q_end) for every mask of every text; all in one forward pass."""
-        layouts = [self.query_layout(t) for t in texts]
+        return self.encode_layouts([self.query_layout(t) for t in texts])
+
+    def encode_layouts(self, layouts: list[tuple[list[int], list[int]]]) -> list[QueryVectors]:
+        """`encode_queries` of texts already laid out by `query_layout`: one forward pass for all."""
         hidden = self._forward([ids for ids, _ in layouts], [[0] * len(ids) for ids, _ in layouts]).cpu().numpy()
         out = []
         for i, (_, positions) in enumerate(layouts):

@@ -24,11 +24,11 @@ import faiss
 import numpy as np
 import pyarrow as pa
 
-from common.errors import AppError
 from common.files import atomic_path, file_record, load_mapped
 from corpus.blocking import Block
 from indexer.ann import build_faiss_index, resolve_factory
 from indexer.doc_text import DocText
+from indexer.integrity import DOCS_SCHEMA, check_shard_files, open_docs, read_faiss
 from indexer.manifest import ShardInfo
 from indexer.offsets import OFFSET_FILES, CharOffsets, pack_offsets
 from indexer.vectors import StoredVectors, quantize_int8, touch_pages
@@ -112,13 +112,7 @@ def write_shard(
             _save(tmp / fname, array)
         _save(tmp / "flags.npy", content.flags.astype(np.uint8, copy=False))
         _save(tmp / "blocks.npy", content.blocks.astype(np.int64, copy=False))
-        table = pa.table(
-            {
-                "id": pa.array(content.doc_ids, pa.string()),
-                "title": pa.array(content.doc_titles, pa.string()),
-                "text": pa.array(content.doc_texts, pa.large_string()),
-            }
-        )
+        table = pa.table([content.doc_ids, content.doc_titles, content.doc_texts], schema=DOCS_SCHEMA)
         with pa.OSFile(str(tmp / "docs.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
             writer.write_table(table)
         index = build_faiss_index(content.vectors, factory, seed=number, trained=trained)
@@ -150,30 +144,22 @@ def read_shard_info(root: Path, number: int) -> ShardInfo | None:
 
 
 class Shard:
-    """A finished shard opened read-only; large arrays are memory-mapped."""
+    """A finished shard opened read-only; large arrays are memory-mapped. Opening checks every file's
+    structure against the shard's info (indexer.integrity), not its every byte (PhraseIndex.verify)."""
 
     def __init__(self, root: Path, info: ShardInfo, dim: int) -> None:
         self.info = info
         self.dir = root / info.name
-        for fname, rec in info.files.items():
-            path = self.dir / fname
-            if not path.is_file():
-                raise AppError(f"index shard file {path} is missing; rebuild the index")
-            if path.stat().st_size != rec.bytes:
-                raise AppError(f"index shard file {path} has {path.stat().st_size} bytes, manifest says {rec.bytes}; rebuild")
+        check_shard_files(self.dir, info, dim)  # sizes, .npy headers, flags, scales, blocks (indexer.integrity)
         self.vectors = StoredVectors(self.dir, info.vector_dtype)
         self.token_ids = load_mapped(self.dir / "token_ids.npy")
         self.flags = load_mapped(self.dir / "flags.npy")
         self.blocks = np.load(self.dir / "blocks.npy")
         self.block_starts = np.ascontiguousarray(self.blocks[:, 1])
         self.offsets = CharOffsets(self.dir, self.block_starts)
-        if self.vectors.shape != (info.tokens, dim):
-            raise AppError(f"{self.dir}/vectors.npy has shape {self.vectors.shape}, expected ({info.tokens}, {dim})")
-        self.docs = pa.ipc.open_file(pa.memory_map(str(self.dir / "docs.arrow"), "r")).read_all()
+        self.docs = open_docs(self.dir / "docs.arrow", info.documents)
         self.text = DocText(self.docs.column("text"), self.blocks, self.offsets)
-        self.index = _read_index(self.dir / "index.faiss")
-        if self.index.ntotal != info.tokens:
-            raise AppError(f"{self.dir}/index.faiss holds {self.index.ntotal} vectors, expected {info.tokens}")
+        self.index = read_faiss(self.dir / "index.faiss", info, dim)
 
     def __len__(self) -> int:
         return self.info.tokens
@@ -198,10 +184,3 @@ class Shard:
 
     def doc_id(self, row: int) -> str:
         return self.docs.column("id")[row].as_py()
-
-
-def _read_index(path: Path) -> faiss.Index:
-    try:
-        return faiss.read_index(str(path), faiss.IO_FLAG_MMAP)
-    except RuntimeError:
-        return faiss.read_index(str(path))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -34,7 +35,23 @@ class Settings(BaseSettings):
     warm: bool = Field(True, description="after start, map every page of the stored vectors into the process in the "
                        "background, so re-scoring takes no page faults (the file-backed RSS grows to the vectors' size; "
                        "those pages stay reclaimable page cache)")
-    max_concurrency: int = Field(4, ge=1, description="requests computed at once; more get 429 with Retry-After")
+    max_concurrency: int = Field(64, ge=1, description="requests in flight at once (waiting for a batch or being "
+                                 "computed); more get 429 with Retry-After")
+    max_batch: int = Field(32, ge=1, description="most requests encoded and searched together in one batch")
+    batch_tokens: int = Field(4096, ge=1, description="most query tokens in one batch (a longer single query "
+                              "still forms a batch of its own)")
+    batch_wait_ms: float = Field(0.0, ge=0, le=10000, description="after a batch's first request, wait this long "
+                                 "for more (0: batch whatever waits when the previous batch is done)")
+    fill_workers: int = Field(2, ge=1, le=256, description="threads finishing fills after their batch (BM25, "
+                              "candidate spans, ranking)")
+    request_timeout: float = Field(10.0, gt=0, description="seconds a fill may take from admission; later it "
+                                   "stops computing and gets 504")
+    max_candidates: int = Field(
+        71680, ge=1, description="cost budget: masks x (k + blocks x block tokens) x max_span_tokens, the candidate "
+        "spans of a request (k counts in dense and hybrid modes, blocks in restricted and hybrid); the default is 4 "
+        "default one-mask hybrid requests (1 x (1024 + 3 x 256) x 10 each); over it: 422")
+    max_evidence: int = Field(600, ge=1, description="cost budget: masks x top_k x evidence, the occurrences a "
+                              "request returns; over it: 422")
     max_body_bytes: int = Field(65536, ge=1024, description="largest request body; a larger one gets 413 before it is "
                                 "read (a fill request with every option is under 3 KB)")
     header_timeout: float = Field(10.0, gt=0, description="seconds a client has to send a request's headers; slower "
@@ -45,6 +62,8 @@ class Settings(BaseSettings):
                                        "ignored); adds to api_keys")
     cors_origins: str = Field("", description="comma-separated origins allowed by CORS (`*` for any); empty: CORS off")
     log_level: str = Field("info", description="debug, info, warning or error")
+    log_format: Literal["json", "text"] = Field("json", description="json: one JSON object per line (time, level, "
+                                                "logger, message, request_id, ...); text: plain lines")
 
     def keys(self) -> list[str]:
         """The API keys from api_keys and api_keys_file (empty: no authentication), or an AppError naming

@@ -18,9 +18,11 @@ from encoder.model import Encoder, model_fingerprint
 from encoder.stopwords import poor_fill
 from indexer.manifest import Manifest
 from indexer.phrase_index import PhraseIndex
+from service.budget import Budget, Deadline
 from service.config import Settings
 from service.schemas import MODES, STAGES, Candidate, Evidence, FillRequest, FillResult, MaskFill
 from service.scoring import SCORING_NAME, Scoring, mask_features
+from service.prepared import Planned, Prepared
 from service.phrases import Collision, phrase_table, rank_table, span_texts
 from service.spans import BlockPrior, Bonus, SpanScores, aggregate, rank, score_spans, spans_from_hits, strip_phrase
 
@@ -135,6 +137,11 @@ class FillEngine:
         }
 
     @property
+    def block_tokens(self) -> int:
+        """Corpus tokens per block of this index (what restricted / hybrid add per BM25 block)."""
+        return int(self.index.manifest.build.get("block_tokens", 256))
+
+    @property
     def default_mode(self) -> str:
         """The mode of a request that names none: hybrid, or dense on an index without BM25."""
         return "hybrid" if self.index.bm25 is not None else "dense"
@@ -142,18 +149,60 @@ class FillEngine:
     def fill(self, request: FillRequest) -> FillResult:
         return self.fill_detailed(request)[0]
 
-    def fill_detailed(self, request: FillRequest) -> tuple[FillResult, list[np.ndarray]]:
+    def fill_detailed(self, request: FillRequest, deadline: Deadline | None = None
+                      ) -> tuple[FillResult, list[np.ndarray]]:
         """The fill, and per mask the confidence features of its candidates (service.scoring.FEATURES;
         before abstention), which `fill-fit` fits the calibration on."""
+        return self.finish(self.prepare([self.plan(request)])[0], deadline)
+
+    # A fill in three steps, so that a server can batch the middle one over concurrent requests
+    # (service.batcher): plan (validate, tokenize) -> prepare (encode, FAISS search; many at once) ->
+    # finish (BM25, spans, rank; one request).
+
+    def plan(self, request: FillRequest, budget: Budget | None = None) -> Planned:
+        """The request checked against this index (mode, cost budget) and its query tokenized; AppError
+        (validation) naming the field otherwise."""
         t0 = time.perf_counter()
-        text = request.text
         mode = self.default_mode if request.mode is None else request.mode
         if mode not in MODES:
             raise AppError(f"mode must be one of {MODES}, got {mode!r}", kind="validation", field="mode")
         if mode != "dense" and self.index.bm25 is None:
             raise AppError(f"mode {mode!r} needs a BM25 index; this index has none (rebuild it)",
                            kind="validation", field="mode")
+        if budget is not None:
+            budget.check(request, mode, self.block_tokens)
+        ids, positions = self.encoder.query_layout(request.text)
+        return Planned(request, mode, ids, positions, t0)
+
+    def prepare(self, planned: list[Planned]) -> list[Prepared]:
+        """Encode the queries in one forward pass and run one FAISS search per distinct k for all their
+        masks (start and end queries of every dense / hybrid request)."""
+        mark = time.perf_counter()
+        vectors = self.encoder.encode_layouts([(p.ids, p.positions) for p in planned])
+        encode_ms = (time.perf_counter() - mark) * 1000
+        mark = time.perf_counter()
+        hits: list[list | None] = [None] * len(planned)
+        for k in sorted({p.request.k for p in planned if p.mode != "restricted"}):
+            members = [i for i, p in enumerate(planned) if p.mode != "restricted" and p.request.k == k]
+            found = self.index.search(np.concatenate([np.concatenate([vectors[i].starts, vectors[i].ends])
+                                                      for i in members]), k)
+            at = 0
+            for i in members:
+                n = 2 * vectors[i].starts.shape[0]
+                hits[i] = found[at : at + n]
+                at += n
+        search_ms = (time.perf_counter() - mark) * 1000
+        empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+        return [Prepared(p, qv, h if h is not None else [empty] * (2 * qv.starts.shape[0]), encode_ms, search_ms)
+                for p, qv, h in zip(planned, vectors, hits)]
+
+    def finish(self, prepared: Prepared, deadline: Deadline | None = None) -> tuple[FillResult, list[np.ndarray]]:
+        """The fill of a prepared request: BM25 (restricted / hybrid), candidate spans and their ranking.
+        `deadline` is checked between steps and masks (AppError kind timeout once it has passed)."""
+        request, mode, qv = prepared.planned.request, prepared.planned.mode, prepared.vectors
+        text = request.text
         spent = dict.fromkeys(STAGES, 0.0)
+        spent["encode"], spent["search"] = prepared.encode_ms, prepared.search_ms
         mark = time.perf_counter()
 
         def lap(stage: str) -> None:
@@ -161,15 +210,13 @@ class FillEngine:
             now = time.perf_counter()
             spent[stage] += (now - mark) * 1000
             mark = now
+            if deadline is not None:
+                deadline.check(stage)
 
-        qv = self.encoder.encode_queries([text])[0]
-        lap("encode")
+        if deadline is not None:
+            deadline.check("queue")
         n_masks = qv.starts.shape[0]
-        empty = (np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
-        if mode == "restricted":
-            hits = [empty] * (2 * n_masks)
-        else:
-            hits = self.index.search(np.concatenate([qv.starts, qv.ends]), request.k)
+        hits = prepared.hits
         prior, bonus = None, None
         if mode != "dense":
             weight = self.scoring.weight(mode) if request.lexical_weight is None else request.lexical_weight
@@ -198,7 +245,7 @@ class FillEngine:
             return top if top is not None else match.group(0)
 
         filled = MASK_PATTERN.sub(sub, text)
-        result = FillResult(filled=filled, masks=masks, took_ms=(time.perf_counter() - t0) * 1000,
+        result = FillResult(filled=filled, masks=masks, took_ms=(time.perf_counter() - prepared.planned.t0) * 1000,
                             timings_ms={k: round(v, 3) for k, v in spent.items()})
         return result, features
 

@@ -1,20 +1,39 @@
-"""Prometheus metrics of one app: requests by outcome, latency, and latency per engine stage."""
+"""Prometheus metrics of one app: HTTP requests by route and status, fill outcomes and latency (whole
+and per engine stage), requests in flight and waiting for a batch, batch sizes, and what is served."""
 
 from __future__ import annotations
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info,
+                               generate_latest)
 
 from service.schemas import FillResult
+
+BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 
 
 class Metrics:
     content_type = CONTENT_TYPE_LATEST
 
     def __init__(self) -> None:
-        self.registry = CollectorRegistry()
-        self.requests = Counter("fill_requests", "fill requests by outcome", ["outcome"], registry=self.registry)
-        self.latency = Histogram("fill_seconds", "fill latency", registry=self.registry)
-        self.stages = Histogram("fill_stage_seconds", "fill latency per engine stage", ["stage"], registry=self.registry)
+        r = self.registry = CollectorRegistry()
+        self.http = Counter("http_requests", "HTTP requests by route template and status", ["route", "status"],
+                            registry=r)
+        self.http_latency = Histogram("http_request_seconds", "HTTP request latency by route template", ["route"],
+                                      registry=r)
+        self.requests = Counter("fill_requests", "fill requests by outcome", ["outcome"], registry=r)
+        self.latency = Histogram("fill_seconds", "fill latency", registry=r)
+        self.stages = Histogram("fill_stage_seconds", "fill latency per engine stage", ["stage"], registry=r)
+        self.in_flight = Gauge("fill_in_flight", "fill requests admitted and not yet answered", registry=r)
+        self.queue = Gauge("fill_queue_depth", "fill requests waiting for a batch", registry=r)
+        self.batch_size = Histogram("fill_batch_size", "requests per encode+search batch", buckets=BATCH_SIZES,
+                                    registry=r)
+        self.batch_tokens = Histogram("fill_batch_tokens", "query tokens per batch",
+                                      buckets=(16, 64, 256, 1024, 4096, 16384), registry=r)
+        self.batch_seconds = Histogram("fill_batch_seconds", "encode+search time per batch", registry=r)
+        self.index_tokens = Gauge("index_tokens", "tokens of the index served", registry=r)
+        self.index_shards = Gauge("index_shards", "shards of the index served", registry=r)
+        self.reloads = Counter("index_reloads", "index loads and reloads by outcome", ["outcome"], registry=r)
+        self.model = Info("model", "the encoder served", registry=r)
 
     def outcome(self, outcome: str) -> None:
         self.requests.labels(outcome).inc()
@@ -24,6 +43,20 @@ class Metrics:
         for stage, ms in result.timings_ms.items():
             self.stages.labels(stage).observe(ms / 1000)
         self.outcome("ok")
+
+    def batch(self, requests: int, tokens: int, seconds: float) -> None:
+        self.batch_size.observe(requests)
+        self.batch_tokens.observe(tokens)
+        self.batch_seconds.observe(seconds)
+
+    def serving(self, engine) -> None:
+        """What is served now (after a load or reload): index size, model id."""
+        described = engine.describe()
+        self.index_tokens.set(described["counts"]["tokens"])
+        self.index_shards.set(described["counts"]["shards"])
+        model = described["model"]
+        self.model.info({"name": model["name"], "fingerprint": model["fingerprint"], "device": model["device"],
+                         "dtype": model["dtype"], "index": described["index"]})
 
     def render(self) -> str:
         return generate_latest(self.registry).decode()

@@ -64,6 +64,12 @@ class FillRequest(FillOptions):
         json_schema_extra={"pattern": MASK_SCHEMA_PATTERN},
     )
 
+    @field_validator("top_k", "k", "max_span_tokens", "evidence", "blocks", mode="before")
+    @classmethod
+    def _integral_floats(cls, value):
+        """JSON Schema counts 5.0 as an integer, so it is one here too (strictness is about "5" and true)."""
+        return int(value) if isinstance(value, float) and value.is_integer() else value
+
     @field_validator("text")
     @classmethod
     def _masks(cls, text: str) -> str:
@@ -112,6 +118,15 @@ class FillResult(BaseModel):
         default_factory=dict,
         description="ms per stage: encode (query), search (FAISS / BM25), spans (candidates, exact scores), rank"
     )
+
+
+class ReloadRequest(BaseModel):
+    """POST /admin/reload: the index directory to serve next (on the server), or none for the configured
+    one, read again (e.g. after the directory or a symlink to it was replaced)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    index: str | None = Field(None, min_length=1, max_length=4096, description="index directory on the server")
 
 
 class ErrorResponse(BaseModel):

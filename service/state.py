@@ -1,13 +1,22 @@
-"""The service's one engine: loaded in the background (so the process answers /healthz at once),
-guarded by a fixed number of slots (more requests at once get 429), measured."""
+"""The service's state: the engine being served (loaded in the background, so the process answers
+/healthz at once; swapped by `reload` without failing a request), the admission slots (more requests
+in flight get 429), the per-request budget and deadline, and the metrics."""
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import logging
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator
 
 from common.errors import AppError
+from service.batcher import Batcher
+from service.budget import Budget, Deadline
 from service.config import Settings
 from service.engine import FillEngine
 from service.metrics import Metrics
@@ -18,58 +27,192 @@ logger = logging.getLogger(__name__)
 WARMUP = FillRequest(text="<mask>", top_k=1, k=1, max_span_tokens=1, evidence=0)
 
 
+class Serving:
+    """One engine and its batcher, with the count of requests using them: once retired (replaced by
+    a reload) it is closed when its last request is done."""
+
+    def __init__(self, engine: FillEngine, settings: Settings, metrics: Metrics) -> None:
+        self.engine = engine
+        self.batcher = Batcher(engine, settings.max_batch, settings.batch_tokens, settings.batch_wait_ms / 1000,
+                               on_batch=metrics.batch)
+        self._users = 0
+        self._retired = False
+        self._lock = threading.Lock()
+
+    def enter(self) -> None:
+        with self._lock:
+            self._users += 1
+
+    def leave(self) -> None:
+        with self._lock:
+            self._users -= 1
+            done = self._retired and self._users == 0
+        if done:
+            self.close()
+
+    def retire(self) -> None:
+        with self._lock:
+            self._retired = True
+            done = self._users == 0
+        if done:
+            self.close()
+
+    def close(self) -> None:
+        self.batcher.close()
+        self.engine.close()
+        logger.info("index %s released", self.engine.index.root.name)
+
+
 class ServiceState:
-    def __init__(self, settings: Settings, engine: FillEngine | None = None) -> None:
+    def __init__(self, settings: Settings, engine: FillEngine | None = None,
+                 on_fatal: Callable[[str], None] | None = None) -> None:
         self.settings = settings
-        self.engine: FillEngine | None = engine
-        self.error: str | None = None
-        self.ready = False
-        self.slots = threading.BoundedSemaphore(settings.max_concurrency)
         self.metrics = Metrics()
+        self.budget = Budget(settings.max_candidates, settings.max_evidence)
+        self.slots = threading.BoundedSemaphore(settings.max_concurrency)
+        self.workers = ThreadPoolExecutor(settings.fill_workers, thread_name_prefix="fill")
+        self.error: str | None = None
+        self.on_fatal = on_fatal  # called with the message when the first load fails (the server exits)
+        self.serving: Serving | None = None
+        self._swap = threading.Lock()  # one load or reload at a time
+        self._current = threading.Lock()  # guards `serving` between taking and entering it
+        self.metrics.queue.set_function(lambda: self.serving.batcher.depth if self.serving is not None else 0)
         if engine is not None:
-            self._warm_up()
+            self._install(engine)
+
+    @property
+    def ready(self) -> bool:
+        return self.serving is not None
+
+    @property
+    def engine(self) -> FillEngine | None:
+        serving = self.serving
+        return serving.engine if serving is not None else None
+
+    # ------------------------------------------------------------------ loading and reloading
 
     def load(self) -> None:
+        """The first load (in the background): on failure the error is kept (503 naming it) and
+        `on_fatal` is told, so a server exits with it rather than stay up unable to serve."""
         try:
-            self.engine = FillEngine.open(self.settings)
-            self._warm_up()
-        except Exception as exc:  # reported by /readyz and in the log; the process stays up
+            self.reload()
+            self.metrics.reloads.labels("ok").inc()
+        except Exception as exc:  # noqa: BLE001 - reported by /readyz, the log, and the exit
+            self.metrics.reloads.labels("failed").inc()
             self.error = str(exc)
             logger.error("service failed to load: %s", exc)
+            if self.on_fatal is not None:
+                self.on_fatal(self.error)
 
-    def _warm_up(self) -> None:
-        assert self.engine is not None
-        self.engine.fill(WARMUP)
-        self.ready = True
-        logger.info("service ready")
+    def reload(self, index: Path | None = None) -> dict:
+        """Open `index` (default: the configured directory, read again), warm it up, and swap it in; the
+        engine it replaces is released after its last request. A failure leaves the current one serving."""
+        with self._swap:
+            settings = self.settings if index is None else self.settings.model_copy(update={"index": index})
+            t0 = time.perf_counter()
+            engine = FillEngine.open(settings)
+            self._install(engine)
+            if index is not None:
+                self.settings = settings
+            return {"index": engine.index.root.name, "seconds": round(time.perf_counter() - t0, 3),
+                    "tokens": engine.index.total_tokens}
+
+    def reload_or_report(self, index: str | None = None) -> dict:
+        """`reload`, counted in the metrics; an index that cannot be served is a validation error naming
+        why (the old index keeps serving)."""
+        try:
+            done = self.reload(Path(index) if index is not None else None)
+        except Exception as exc:  # noqa: BLE001 - any failure to open is the index's, reported as such
+            self.metrics.reloads.labels("failed").inc()
+            message = exc.message if isinstance(exc, AppError) else f"{type(exc).__name__}: {exc}"
+            logger.error("reload failed, still serving the previous index: %s", message)
+            kind = exc.kind if isinstance(exc, AppError) and exc.kind != "input" else "validation"
+            raise AppError(f"reload failed, still serving the previous index: {message}", kind=kind,
+                           field="index") from None
+        self.metrics.reloads.labels("ok").inc()
+        return done
+
+    def _install(self, engine: FillEngine) -> None:
+        """Warm `engine` up (a failure closes it) and make it the one served."""
+        try:
+            engine.fill(WARMUP)
+        except BaseException:
+            engine.close()
+            raise
+        serving = Serving(engine, self.settings, self.metrics)
+        with self._current:
+            old, self.serving = self.serving, serving
+        self.error = None
+        self.metrics.serving(engine)
+        logger.info("serving index %s (%d tokens)", engine.index.root.name, engine.index.total_tokens)
+        if old is not None:
+            old.retire()
         if self.settings.warm:
-            threading.Thread(target=self.engine.index.warm, name="warm-pages", daemon=True).start()
+            threading.Thread(target=engine.index.warm, name="warm-pages", daemon=True).start()
 
     def start_loading(self) -> threading.Thread:
         thread = threading.Thread(target=self.load, name="load-engine", daemon=True)
         thread.start()
         return thread
 
+    def close(self) -> None:
+        with self._current:
+            serving, self.serving = self.serving, None
+        if serving is not None:
+            serving.retire()
+        self.workers.shutdown(wait=False)
+
+    # ------------------------------------------------------------------ serving
+
     def ready_engine(self) -> FillEngine:
         """The engine, or a not_ready AppError saying why there is none."""
-        if not self.ready or self.engine is None:
+        engine = self.engine
+        if engine is None:
             reason = f"failed to load: {self.error}" if self.error else "model and index are loading"
             raise AppError(f"service not ready ({reason})", kind="not_ready")
-        return self.engine
+        return engine
 
-    def fill(self, request: FillRequest) -> FillResult:
-        """One fill in a free slot (else an overloaded AppError), counted in the metrics."""
-        engine = self.ready_engine()
+    @contextmanager
+    def using(self) -> Iterator[Serving]:
+        """The current engine, kept open (a reload cannot close it) until the block ends."""
+        with self._current:
+            serving = self.serving
+            if serving is not None:
+                serving.enter()
+        if serving is None:
+            self.ready_engine()  # raises not_ready with the reason
+        try:
+            yield serving
+        finally:
+            serving.leave()
+
+    async def fill(self, request: FillRequest) -> FillResult:
+        """One fill: admitted in a free slot (else 429), encoded and searched in a batch with the requests
+        arriving meanwhile, then finished on a worker thread; 504 once FILL_REQUEST_TIMEOUT has passed."""
+        self.ready_engine()
         if not self.slots.acquire(blocking=False):
             self.metrics.outcome("overloaded")
-            raise AppError(f"too many requests in flight (max {self.settings.max_concurrency}); retry", kind="overloaded")
-        t0 = time.perf_counter()
+            raise AppError(f"too many requests in flight (max {self.settings.max_concurrency}); retry",
+                           kind="overloaded")
+        deadline = Deadline(self.settings.request_timeout)
+        self.metrics.in_flight.inc()
         try:
-            result = engine.fill(request)
+            with self.using() as serving:
+                planned = serving.engine.plan(request, self.budget)
+                future = serving.batcher.submit(planned)
+                try:
+                    prepared = await asyncio.wait_for(asyncio.wrap_future(future), max(deadline.left(), 0))
+                except asyncio.TimeoutError:
+                    future.cancel()
+                    raise deadline.error("queue") from None
+                loop = asyncio.get_running_loop()  # the worker runs in this request's context (its log id)
+                result, _ = await loop.run_in_executor(self.workers, contextvars.copy_context().run,
+                                                       serving.engine.finish, prepared, deadline)
         except AppError as exc:
             self.metrics.outcome("invalid" if exc.kind == "validation" else exc.kind)
             raise
         finally:
             self.slots.release()
-        self.metrics.filled(result, time.perf_counter() - t0)
+            self.metrics.in_flight.dec()
+        self.metrics.filled(result, time.perf_counter() - planned.t0)
         return result

@@ -187,8 +187,13 @@ class FakeEncoder:
         self.starts, self.ends = starts, ends
         self.calls = 0
 
-    def encode_queries(self, texts: list[str]) -> list[QueryVectors]:
-        assert len(texts) == 1 and count_masks(texts[0]) == self.starts.shape[0]
+    def query_layout(self, text: str) -> tuple[list[int], list[int]]:
+        masks = count_masks(text)
+        assert masks == self.starts.shape[0]
+        return [0] * (2 * masks), list(range(0, 2 * masks, 2))
+
+    def encode_layouts(self, layouts: list[tuple[list[int], list[int]]]) -> list[QueryVectors]:
+        assert len(layouts) == 1
         self.calls += 1
         return [QueryVectors(starts=self.starts.copy(), ends=self.ends.copy())]
 

@@ -1,0 +1,99 @@
+"""Throughput and latency of the real server under concurrent clients, batched against unbatched:
+
+    python bench/bench_load.py --index data-local/bench/idx_10m --corpus data-local/debian/corpus_10m.jsonl \
+        [--clients 1,4,16,64] [--requests 400] [--mode hybrid] [--configs batched,unbatched] [--json OUT]
+
+For each config a server is started (`python -m service`; unbatched = FILL_MAX_BATCH=1, each request
+encoded and searched alone; batched = the defaults), made ready, warmed up with 20 requests, and then,
+per client count C, max(--requests, 20 C) POST /fill are sent by C closed-loop clients (bench/load.py)
+with cloze probes drawn from --corpus (bench/probes.py) and the API defaults but --mode. Printed per
+config and C: fills/s, p50 / p99 ms (client side), statuses, and the server's RSS before and after.
+The load client runs in this process on the same 2 cores: it takes a share of the CPU from the server.
+With --load N (and --clients C), it is the load test instead: N requests, statuses, RSS before / after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from load import rss_bytes, run_load  # noqa: E402
+from probes import make_probes  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = {"batched": {}, "unbatched": {"FILL_MAX_BATCH": "1"}}
+
+
+def start(index: Path, port: int, env: dict[str, str]) -> subprocess.Popen:
+    full = {**os.environ, "FILL_LOG_LEVEL": "warning", "FILL_INDEX": str(index), "FILL_PORT": str(port), **env}
+    return subprocess.Popen([sys.executable, "-m", "service"], cwd=ROOT, env=full, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+def wait_ready(proc: subprocess.Popen, url: str, timeout: float = 600) -> None:
+    t0 = time.perf_counter()
+    with httpx.Client(timeout=60) as client:
+        while time.perf_counter() - t0 < timeout:
+            if proc.poll() is not None:
+                raise SystemExit(f"server exited with {proc.returncode}")
+            try:
+                if client.get(url + "/readyz").status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+    raise SystemExit("server not ready in time")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--index", type=Path, required=True)
+    ap.add_argument("--corpus", type=Path, required=True, help="JSON-lines corpus the probes are cut from")
+    ap.add_argument("--clients", default="1,4,16,64")
+    ap.add_argument("--requests", type=int, default=400, help="requests per client count (at least 20 per client)")
+    ap.add_argument("--load", type=int, default=None, help="load test: this many requests at the first --clients")
+    ap.add_argument("--mode", default="hybrid")
+    ap.add_argument("--configs", default="batched,unbatched")
+    ap.add_argument("--port", type=int, default=8791)
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    clients = [int(c) for c in args.clients.split(",")]
+    bodies = [{"text": t, "mode": args.mode} for t in make_probes(args.corpus, 500, seed=7)]
+    url = f"http://127.0.0.1:{args.port}"
+    report = {"index": args.index.name, "mode": args.mode, "cpus": os.cpu_count(), "runs": []}
+    for name in args.configs.split(","):
+        proc = start(args.index, args.port, CONFIGS[name])
+        try:
+            wait_ready(proc, url)
+            run_load(url, bodies[:20], 1, 20)  # warm-up
+            rss_before = rss_bytes(proc.pid)
+            for c in clients:
+                total = args.load if args.load else max(args.requests, 20 * c)
+                summary = run_load(url, bodies, c, total).summary()
+                summary.update(config=name, rss_mb_before=round(rss_before / 2**20, 1),
+                               rss_mb_after=round(rss_bytes(proc.pid) / 2**20, 1))
+                report["runs"].append(summary)
+                print(json.dumps(summary), flush=True)
+                if args.load:
+                    break
+        finally:
+            proc.terminate()
+            proc.wait(60)
+    print(f"\n{'config':10} {'clients':>7} {'fills/s':>8} {'p50 ms':>8} {'p99 ms':>8}  statuses  RSS MB before/after")
+    for r in report["runs"]:
+        print(f"{r['config']:10} {r['concurrency']:>7} {r['fills_per_s']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8}  "
+              f"{r['statuses']}  {r['rss_mb_before']}/{r['rss_mb_after']}")
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,74 @@
+"""What one request may cost: a budget on its size, checked before any work, and a deadline on its
+time, checked between the engine's steps (so a late request stops computing, not only its response)."""
+
+from __future__ import annotations
+
+import time
+
+from common.errors import AppError
+from common.masks import count_masks
+from service.schemas import FillRequest
+
+
+def _masks(n: int) -> str:
+    return f"{n} mask" if n == 1 else f"{n} masks"
+
+
+class Budget:
+    """Bounds on the two things that make a fill expensive, each a product of request fields.
+
+    - candidates: masks x (k + blocks x block_tokens) x max_span_tokens, the candidate spans scored and
+      grouped into phrases (blocks count in restricted and hybrid modes only; k in dense and hybrid);
+    - evidence: masks x top_k x evidence, the occurrences looked up and cut into contexts.
+    """
+
+    def __init__(self, max_candidates: int, max_evidence: int) -> None:
+        self.max_candidates = max_candidates
+        self.max_evidence = max_evidence
+
+    @staticmethod
+    def candidates(request: FillRequest, mode: str, block_tokens: int) -> int:
+        tokens = (request.k if mode != "restricted" else 0) + (request.blocks * block_tokens if mode != "dense" else 0)
+        return count_masks(request.text) * tokens * request.max_span_tokens
+
+    def check(self, request: FillRequest, mode: str, block_tokens: int) -> None:
+        """AppError (validation, 422) naming the fields when the request is over a bound."""
+        masks = count_masks(request.text)
+        cost = self.candidates(request, mode, block_tokens)
+        if cost > self.max_candidates:
+            terms = []
+            if mode != "restricted":
+                terms.append(f"k {request.k}")
+            if mode != "dense":
+                terms.append(f"blocks {request.blocks} x {block_tokens} block tokens")
+            raise AppError(
+                f"request too expensive: {_masks(masks)} x ({' + '.join(terms)}) x max_span_tokens "
+                f"{request.max_span_tokens} = {cost:,} candidate spans, over the server's budget of "
+                f"{self.max_candidates:,} (FILL_MAX_CANDIDATES); lower k, blocks, max_span_tokens or the masks",
+                kind="validation")
+        evidence = masks * request.top_k * request.evidence
+        if evidence > self.max_evidence:
+            raise AppError(
+                f"request too expensive: {_masks(masks)} x top_k {request.top_k} x evidence {request.evidence} = "
+                f"{evidence:,} occurrences, over the server's budget of {self.max_evidence:,} "
+                "(FILL_MAX_EVIDENCE); lower top_k, evidence or the masks", kind="validation")
+
+
+class Deadline:
+    """A request's time limit: `check` raises AppError (timeout, 504) once `seconds` have passed since
+    `start` (time.perf_counter)."""
+
+    def __init__(self, seconds: float, start: float | None = None) -> None:
+        self.seconds = seconds
+        self.at = (time.perf_counter() if start is None else start) + seconds
+
+    def left(self) -> float:
+        return self.at - time.perf_counter()
+
+    def check(self, stage: str) -> None:
+        if time.perf_counter() > self.at:
+            raise self.error(stage)
+
+    def error(self, stage: str) -> AppError:
+        return AppError(f"request timed out after {self.seconds:g} s (FILL_REQUEST_TIMEOUT), in its {stage} "
+                           "stage; retry later, or ask for less (k, max_span_tokens, masks)", kind="timeout")
