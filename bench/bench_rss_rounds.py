@@ -1,0 +1,61 @@
+"""The server's RSS over rounds of load, to tell a leak (steady growth) from a settling high-water mark:
+
+    python bench/bench_rss_rounds.py --index data-local/bench/idx_baseline --corpus data/sample/encyclopedia.jsonl \
+        [--rounds 8] [--requests 1000] [--clients 32] [--env FILL_MAX_BATCH=1 ...]
+
+Starts `python -m service` (with --env settings), then runs --rounds rounds of --requests hybrid fills
+from --clients closed-loop clients (bench/load.py, probes from --corpus), printing after each round
+fills/s, VmRSS and RssAnon (MB)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_load import wait_ready  # noqa: E402
+from load import rss_bytes, run_load  # noqa: E402
+from probes import make_probes  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def anon_mb(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("RssAnon:"):
+            return int(line.split()[1]) / 1024
+    raise ValueError("no RssAnon")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--index", type=Path, required=True)
+    ap.add_argument("--corpus", type=Path, required=True)
+    ap.add_argument("--rounds", type=int, default=8)
+    ap.add_argument("--requests", type=int, default=1000)
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--port", type=int, default=8798)
+    ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server")
+    args = ap.parse_args()
+    env = {**os.environ, "FILL_INDEX": str(args.index), "FILL_PORT": str(args.port), "FILL_LOG_LEVEL": "warning",
+           **dict(e.split("=", 1) for e in args.env)}
+    proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{args.port}"
+    try:
+        wait_ready(proc, url)
+        bodies = [{"text": t, "mode": "hybrid"} for t in make_probes(args.corpus, 500, seed=7)]
+        for i in range(args.rounds):
+            result = run_load(url, bodies, args.clients, args.requests)
+            print(f"round {i}: {result.summary()['fills_per_s']} fills/s, statuses {dict(result.statuses)}, "
+                  f"RSS {rss_bytes(proc.pid) / 2**20:.1f} MB, anonymous {anon_mb(proc.pid):.1f} MB", flush=True)
+    finally:
+        proc.terminate()
+        proc.wait(60)
+
+
+if __name__ == "__main__":
+    main()
