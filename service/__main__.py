@@ -3,8 +3,9 @@
 Start-up failures have one behaviour: the process prints `error: <message>` and exits with code 2,
 whether the failure is found before the server starts (a wrong path, a bad manifest, an unreadable keys
 file) or while the model and index load in the background (a damaged file, a wrong model). SIGTERM
-drains: the listener closes, requests in flight finish (up to FILL_REQUEST_TIMEOUT more), then the
-process exits 0. SIGHUP reloads the index directory without failing a request."""
+drains: the listener closes, requests in flight finish (up to FILL_REQUEST_TIMEOUT + 5 s more), then
+the process ends by the signal (uvicorn re-raises it: exit status 143). SIGHUP reloads the index
+directory without failing a request."""
 
 from __future__ import annotations
 
