@@ -17,40 +17,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_service import Server  # noqa: E402
 from load import rss_bytes, run_load  # noqa: E402
 from probes import make_probes  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {"batched": {}, "unbatched": {"FILL_MAX_BATCH": "1"}}
-
-
-def start(index: Path, port: int, env: dict[str, str]) -> subprocess.Popen:
-    full = {**os.environ, "FILL_LOG_LEVEL": "warning", "FILL_INDEX": str(index), "FILL_PORT": str(port), **env}
-    return subprocess.Popen([sys.executable, "-m", "service"], cwd=ROOT, env=full, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-
-
-def wait_ready(proc: subprocess.Popen, url: str, timeout: float = 600) -> None:
-    t0 = time.perf_counter()
-    with httpx.Client(timeout=60) as client:
-        while time.perf_counter() - t0 < timeout:
-            if proc.poll() is not None:
-                raise SystemExit(f"server exited with {proc.returncode}")
-            try:
-                if client.get(url + "/readyz").status_code == 200:
-                    return
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-    raise SystemExit("server not ready in time")
 
 
 def main() -> None:
@@ -67,17 +42,17 @@ def main() -> None:
     args = ap.parse_args()
     clients = [int(c) for c in args.clients.split(",")]
     bodies = [{"text": t, "mode": args.mode} for t in make_probes(args.corpus, 500, seed=7)]
-    url = f"http://127.0.0.1:{args.port}"
     report = {"index": args.index.name, "mode": args.mode, "cpus": os.cpu_count(), "runs": []}
     for name in args.configs.split(","):
-        proc = start(args.index, args.port, CONFIGS[name])
+        server = Server(args.index, args.port, CONFIGS[name])
+        proc = server.proc
         try:
-            wait_ready(proc, url)
-            run_load(url, bodies[:20], 1, 20)  # warm-up
+            server.wait_ready()
+            run_load(server.url, bodies[:20], 1, 20)  # warm-up
             rss_before = rss_bytes(proc.pid)
             for c in clients:
                 total = args.load if args.load else max(args.requests, 20 * c)
-                summary = run_load(url, bodies, c, total).summary()
+                summary = run_load(server.url, bodies, c, total).summary()
                 summary.update(config=name, rss_mb_before=round(rss_before / 2**20, 1),
                                rss_mb_after=round(rss_bytes(proc.pid) / 2**20, 1))
                 report["runs"].append(summary)
@@ -85,8 +60,7 @@ def main() -> None:
                 if args.load:
                     break
         finally:
-            proc.terminate()
-            proc.wait(60)
+            server.stop()
     print(f"\n{'config':10} {'clients':>7} {'fills/s':>8} {'p50 ms':>8} {'p99 ms':>8}  statuses  RSS MB before/after")
     for r in report["runs"]:
         print(f"{r['config']:10} {r['concurrency']:>7} {r['fills_per_s']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8}  "

@@ -10,17 +10,13 @@ fills/s, VmRSS and RssAnon (MB)."""
 from __future__ import annotations
 
 import argparse
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_load import wait_ready  # noqa: E402
+from bench_service import Server  # noqa: E402
 from load import rss_bytes, run_load  # noqa: E402
 from probes import make_probes  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def anon_mb(pid: int) -> float:
@@ -40,21 +36,17 @@ def main() -> None:
     ap.add_argument("--port", type=int, default=8798)
     ap.add_argument("--env", action="append", default=[], help="KEY=VALUE for the server")
     args = ap.parse_args()
-    env = {**os.environ, "FILL_INDEX": str(args.index), "FILL_PORT": str(args.port), "FILL_LOG_LEVEL": "warning",
-           **dict(e.split("=", 1) for e in args.env)}
-    proc = subprocess.Popen([sys.executable, "-m", "service"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
-                            stderr=subprocess.DEVNULL)
-    url = f"http://127.0.0.1:{args.port}"
+    server = Server(args.index, args.port, dict(e.split("=", 1) for e in args.env))
+    proc = server.proc
     try:
-        wait_ready(proc, url)
+        server.wait_ready()
         bodies = [{"text": t, "mode": "hybrid"} for t in make_probes(args.corpus, 500, seed=7)]
         for i in range(args.rounds):
-            result = run_load(url, bodies, args.clients, args.requests)
+            result = run_load(server.url, bodies, args.clients, args.requests)
             print(f"round {i}: {result.summary()['fills_per_s']} fills/s, statuses {dict(result.statuses)}, "
                   f"RSS {rss_bytes(proc.pid) / 2**20:.1f} MB, anonymous {anon_mb(proc.pid):.1f} MB", flush=True)
     finally:
-        proc.terminate()
-        proc.wait(60)
+        server.stop()
 
 
 if __name__ == "__main__":

@@ -48,9 +48,9 @@ def _rss(pid: int) -> dict[str, int]:
 
 
 class Server:
-    def __init__(self, index: Path, port: int) -> None:
+    def __init__(self, index: Path, port: int, env: dict[str, str] | None = None) -> None:
         self.url = f"http://127.0.0.1:{port}"
-        env = {**os.environ, "FILL_LOG_LEVEL": "warning"}
+        env = {**os.environ, "FILL_LOG_LEVEL": "warning", **(env or {})}
         self.t0 = time.perf_counter()
         self.proc = subprocess.Popen([sys.executable, "-m", "service", "--index", str(index), "--port", str(port)],
                                      cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -70,7 +70,7 @@ class Server:
 
     def stop(self) -> None:
         self.proc.terminate()
-        self.proc.wait(30)
+        self.proc.wait(60)
 
 
 def _baseline(path: Path | None) -> Path:

@@ -149,11 +149,10 @@ class FillEngine:
     def fill(self, request: FillRequest) -> FillResult:
         return self.fill_detailed(request)[0]
 
-    def fill_detailed(self, request: FillRequest, deadline: Deadline | None = None
-                      ) -> tuple[FillResult, list[np.ndarray]]:
+    def fill_detailed(self, request: FillRequest) -> tuple[FillResult, list[np.ndarray]]:
         """The fill, and per mask the confidence features of its candidates (service.scoring.FEATURES;
         before abstention), which `fill-fit` fits the calibration on."""
-        return self.finish(self.prepare([self.plan(request)])[0], deadline)
+        return self.finish(self.prepare([self.plan(request)])[0])
 
     # A fill in three steps, so that a server can batch the middle one over concurrent requests
     # (service.batcher): plan (validate, tokenize) -> prepare (encode, FAISS search; many at once) ->

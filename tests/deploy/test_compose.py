@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -30,6 +29,7 @@ from tests.deploy.compose_local import (
     load_compose,
     run_docker_compose,
 )
+from tests.service.test_server_process import Server
 
 CPU, GPU = ("indexer", "api"), ("indexer-gpu", "api-gpu")
 DOCKERFILES = (ROOT / "deploy" / "Dockerfile", ROOT / "deploy" / "Dockerfile.gpu")
@@ -198,20 +198,7 @@ def stack(tmp_path_factory):
 
 
 def wait_ready(stack) -> None:
-    deadline = time.monotonic() + READY_TIMEOUT
-    last = None
-    while time.monotonic() < deadline:
-        if stack["proc"].poll() is not None:
-            pytest.fail(f"api exited with code {stack['proc'].returncode}:\n{stack['log'].read_text(errors='replace')}")
-        try:
-            r = httpx.get(f"http://127.0.0.1:{stack['port']}/readyz", timeout=5)
-            last = f"{r.status_code} {r.text}"
-            if r.status_code == 200:
-                return
-        except httpx.TransportError as exc:
-            last = repr(exc)
-        time.sleep(0.25)
-    pytest.fail(f"api not ready after {READY_TIMEOUT} s (last: {last}):\n{stack['log'].read_text(errors='replace')}")
+    Server(stack["proc"], stack["port"], stack["log"]).wait_ready(READY_TIMEOUT)
 
 
 def test_indexer_command_builds_the_index_into_the_volume(stack):
