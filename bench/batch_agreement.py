@@ -4,7 +4,8 @@
         --corpus data-local/debian/corpus_10m.jsonl [--probes 100] [--batch 16]
 
 Each cloze probe (bench/probes.py) is filled in dense and in hybrid mode alone, then again in batches of
---batch (`FillEngine.plan` -> `prepare` on the batch -> `finish` each, as the server's batcher does).
+--batch (`FillEngine.plan` -> `prepare` on the batch, padded to its bucketed shape -> `finish` each, as the
+server's batcher does).
 Printed: responses equal field for field (timings aside) and with the same `filled` text (top-1)."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from probes import make_probes  # noqa: E402
 
+from service.batcher import bucket_shape  # noqa: E402
 from service.config import Settings  # noqa: E402
 from service.engine import FillEngine  # noqa: E402
 from service.schemas import FillRequest  # noqa: E402
@@ -37,7 +39,7 @@ def main() -> None:
     skip = {"took_ms", "timings_ms"}
     for i in range(0, len(requests), args.batch):
         chunk = requests[i : i + args.batch]
-        for j, prepared in enumerate(engine.prepare([engine.plan(r) for r in chunk])):
+        for j, prepared in enumerate(engine.prepare([engine.plan(r) for r in chunk], bucket_shape)):
             result = engine.finish(prepared)[0]
             same += result.model_dump(exclude=skip) == alone[i + j].model_dump(exclude=skip)
             top1 += result.filled == alone[i + j].filled

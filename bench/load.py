@@ -5,6 +5,7 @@ bench/bench_load.py (figures) and tests/bench/test_load.py (the bounded CI load 
 from __future__ import annotations
 
 import asyncio
+import os
 import statistics
 import time
 from collections import Counter
@@ -89,3 +90,9 @@ def rss_bytes(pid: int) -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     raise ValueError(f"no VmRSS for pid {pid}")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used (all its threads)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")

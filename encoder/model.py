@@ -12,6 +12,7 @@ import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
@@ -67,17 +68,20 @@ def model_fingerprint(model_dir: str | Path) -> str:
 
 
 def pad_sequences(
-    seqs: list[list[int]], types: list[list[int]], pad_id: int
+    seqs: list[list[int]], types: list[list[int]], pad_id: int, width: int = 0, rows: int = 0
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded (input ids, attention mask, token types) of a batch of sequences."""
-    width = max(len(s) for s in seqs)
-    ids = torch.full((len(seqs), width), pad_id, dtype=torch.long)
-    attention = torch.zeros((len(seqs), width), dtype=torch.long)
-    token_types = torch.zeros((len(seqs), width), dtype=torch.long)
+    """Right-padded (input ids, attention mask, token types) of a batch of sequences, at least `width`
+    wide and `rows` high (rows past the sequences are all padding)."""
+    width = max(width, *(len(s) for s in seqs))
+    rows = max(rows, len(seqs))
+    ids = torch.full((rows, width), pad_id, dtype=torch.long)
+    attention = torch.zeros((rows, width), dtype=torch.long)
+    token_types = torch.zeros((rows, width), dtype=torch.long)
     for i, (s, t) in enumerate(zip(seqs, types)):
         ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
         attention[i, : len(s)] = 1
         token_types[i, : len(s)] = torch.tensor(t, dtype=torch.long)
+    attention[len(seqs) :, 0] = 1  # filler rows attend to one token: no row is wholly masked
     return ids, attention, token_types
 
 
@@ -172,11 +176,11 @@ class Encoder:
         with autocast(self.device, self.dtype):
             return self.model(**kwargs).last_hidden_state
 
-    def _forward(self, seqs: list[list[int]], types: list[list[int]]) -> torch.Tensor:
+    def _forward(self, seqs: list[list[int]], types: list[list[int]], width: int = 0, rows: int = 0) -> torch.Tensor:
         """Last hidden states (float32), computed on this encoder's one inference thread: torch's OpenMP
         keeps a team of spinning worker threads per calling thread, so a server calling it from many request
         threads ran two or more teams on two cores (the encode stage took 10 ms instead of 5-6)."""
-        return self.on_thread(self._forward_here, seqs, types)
+        return self.on_thread(self._forward_here, seqs, types, width, rows)
 
     def on_thread(self, fn, *args):
         """fn(*args) run on this encoder's inference thread (see _forward)."""
@@ -185,8 +189,8 @@ class Encoder:
         return self._runner.submit(fn, *args).result()
 
     @torch.inference_mode()
-    def _forward_here(self, seqs: list[list[int]], types: list[list[int]]) -> torch.Tensor:
-        return self.hidden_states(*pad_sequences(seqs, types, self.pad_id)).float()
+    def _forward_here(self, seqs: list[list[int]], types: list[list[int]], width: int, rows: int) -> torch.Tensor:
+        return self.hidden_states(*pad_sequences(seqs, types, self.pad_id, width, rows)).float()
 
     def encode_blocks(self, blocks: list[BlockInput]) -> list[np.ndarray]:
         """One float32 vector per block token (special and prefix tokens excluded), per block."""
@@ -226,9 +230,15 @@ class Encoder:
         """(q_start, q_end) for every mask of every text; all in one forward pass."""
         return self.encode_layouts([self.query_layout(t) for t in texts])
 
-    def encode_layouts(self, layouts: list[tuple[list[int], list[int]]]) -> list[QueryVectors]:
-        """`encode_queries` of texts already laid out by `query_layout`: one forward pass for all."""
-        hidden = self._forward([ids for ids, _ in layouts], [[0] * len(ids) for ids, _ in layouts]).cpu().numpy()
+    def encode_layouts(self, layouts: list[tuple[list[int], list[int]]],
+                       shape: Callable[[int, int], tuple[int, int]] | None = None) -> list[QueryVectors]:
+        """`encode_queries` of texts already laid out by `query_layout`: one forward pass for all.
+        `shape(rows, width)` gives the padded (rows, width) of the batch (default: as they are)."""
+        rows, width = len(layouts), max(len(ids) for ids, _ in layouts)
+        if shape is not None:
+            rows, width = shape(rows, width)
+        seqs = [ids for ids, _ in layouts]
+        hidden = self._forward(seqs, [[0] * len(ids) for ids in seqs], min(width, self.max_length), rows).cpu().numpy()
         out = []
         for i, (_, positions) in enumerate(layouts):
             pos = np.asarray(positions)

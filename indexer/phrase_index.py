@@ -101,16 +101,25 @@ class PhraseIndex:
     def total_tokens(self) -> int:
         return self.manifest.counts.tokens
 
-    def search(self, queries: np.ndarray, k: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
         """Top-k tokens by inner product over all shards, per query: (shard numbers, positions).
 
-        Exact shards answer with exact scores; ANN shards' hits are re-scored from the stored vectors."""
+        Exact shards answer with exact scores; ANN shards' hits are re-scored from the stored vectors,
+        per group of consecutive queries (`groups`: their sizes, e.g. each request's queries in a batch;
+        default one group): each group's distinct hits times its own queries, so a batch costs what its
+        requests cost alone (not hits x all queries) and scores each request as if it came alone."""
         q = np.ascontiguousarray(queries, dtype=np.float32)
+        ends = np.cumsum(groups if groups is not None else [q.shape[0]]).tolist()
+        if not ends or ends[-1] != q.shape[0]:
+            raise ValueError(f"groups {groups} do not add up to the {q.shape[0]} queries")
+        bounds = list(zip([0] + ends[:-1], ends))
         assigned = self._pool.submit(self.assign, q).result() if self._quantizer else None  # one OpenMP thread
 
         def one(s: int):
             scores, ids = self.faiss_search(s, q, k, assigned)
-            return (scores if is_exact(self.shards[s].info.factory) else _rescore(self.shards[s], q, ids)), ids
+            if is_exact(self.shards[s].info.factory):
+                return scores, ids
+            return np.concatenate([_rescore(self.shards[s], q[a:b], ids[a:b]) for a, b in bounds]), ids
 
         results = list(self._pool.map(one, range(len(self.shards)))) if self._pool else [one(0)]
         scores = np.concatenate([r[0] for r in results], axis=1)

@@ -5,11 +5,17 @@ whether the failure is found before the server starts (a wrong path, a bad manif
 file) or while the model and index load in the background (a damaged file, a wrong model). SIGTERM
 drains: the listener closes, requests in flight finish (up to FILL_REQUEST_TIMEOUT + 5 s more), then
 the process ends by the signal (uvicorn re-raises it: exit status 143). SIGHUP reloads the index
-directory without failing a request."""
+directory without failing a request.
+
+OpenMP's threads (torch's encoder, FAISS) wait passively here (`OMP_WAIT_POLICY=PASSIVE` unless set):
+by default they spin after each parallel region, and under concurrent load that spinning took ~14 ms of
+CPU per fill from the threads finishing other fills (docs/BENCHMARKS.md). It must be set before torch
+and FAISS load the OpenMP runtime, so before the imports below."""
 
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import sys
 import threading
@@ -17,14 +23,16 @@ import threading
 import typer
 import uvicorn
 
-from common.cli import model_command
-from common.errors import EXIT_CODE, AppError
-from indexer.manifest import Manifest
-from service.api import create_app
-from service.config import ENV_PREFIX, Settings
-from service.limits import header_timeout_protocol
-from service.observe import configure_logging
-from service.state import ServiceState
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before the project's imports load torch and FAISS
+
+from common.cli import model_command  # noqa: E402
+from common.errors import EXIT_CODE, AppError  # noqa: E402
+from indexer.manifest import Manifest  # noqa: E402
+from service.api import create_app  # noqa: E402
+from service.config import ENV_PREFIX, Settings  # noqa: E402
+from service.limits import header_timeout_protocol  # noqa: E402
+from service.observe import configure_logging  # noqa: E402
+from service.state import ServiceState  # noqa: E402
 
 app = typer.Typer(add_completion=False)
 logger = logging.getLogger("service")

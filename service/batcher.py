@@ -5,7 +5,13 @@ rank) runs afterwards in its own thread, so the next batch is encoded while earl
 A batch takes every request waiting when the thread gets to it, up to `max_batch` requests and
 `max_tokens` query tokens; with `max_wait` > 0 it waits that long for more after the first (a little
 latency for larger batches under light load). There is no wait by default: while a batch is computed
-the next one gathers by itself."""
+the next one gathers by itself.
+
+A batch of two or more is padded to a bucketed shape (`bucket_shape`: rows to a power of two, width to a
+multiple of 16 tokens), so the encoder meets a few dozen input shapes rather than every (requests x
+longest query) pair: each new shape costs kernel caches and allocator fragments that stay (RSS grew with
+the variety of shapes, docs/BENCHMARKS.md). A request alone is never padded, so its fill is exactly the
+unbatched one."""
 
 from __future__ import annotations
 
@@ -18,6 +24,16 @@ from concurrent.futures import Future
 from service.engine import FillEngine, Planned, Prepared
 
 logger = logging.getLogger(__name__)
+
+WIDTH_STEP = 16  # a batch's padded length is a multiple of this many tokens
+
+
+def bucket_shape(rows: int, width: int) -> tuple[int, int]:
+    """The padded (rows, width) of an encoder batch of `rows` queries whose longest has `width` tokens:
+    unchanged for one query; else rows up to the next power of two and width up to a multiple of 16."""
+    if rows <= 1:
+        return rows, width
+    return 1 << (rows - 1).bit_length(), -(-width // WIDTH_STEP) * WIDTH_STEP
 
 
 class _Job:
@@ -103,7 +119,7 @@ class Batcher:
                 continue
             t0 = time.perf_counter()
             try:
-                prepared = self.engine.prepare([job.planned for job in batch])
+                prepared = self.engine.prepare([job.planned for job in batch], bucket_shape)
             except BaseException as exc:  # noqa: BLE001 - every request of the batch gets the error
                 if len(batch) > 1:  # find the culprit: each request alone
                     for job in batch:

@@ -173,18 +173,21 @@ class FillEngine:
         ids, positions = self.encoder.query_layout(request.text)
         return Planned(request, mode, ids, positions, t0)
 
-    def prepare(self, planned: list[Planned]) -> list[Prepared]:
+    def prepare(self, planned: list[Planned], shape: Callable[[int, int], tuple[int, int]] | None = None
+                ) -> list[Prepared]:
         """Encode the queries in one forward pass and run one FAISS search per distinct k for all their
-        masks (start and end queries of every dense / hybrid request)."""
+        masks (start and end queries of every dense / hybrid request). `shape(rows, width)` gives the
+        padded shape of the encoder's batch (Encoder.encode_layouts)."""
         mark = time.perf_counter()
-        vectors = self.encoder.encode_layouts([(p.ids, p.positions) for p in planned])
+        vectors = self.encoder.encode_layouts([(p.ids, p.positions) for p in planned], shape)
         encode_ms = (time.perf_counter() - mark) * 1000
         mark = time.perf_counter()
         hits: list[list | None] = [None] * len(planned)
         for k in sorted({p.request.k for p in planned if p.mode != "restricted"}):
             members = [i for i, p in enumerate(planned) if p.mode != "restricted" and p.request.k == k]
             found = self.index.search(np.concatenate([np.concatenate([vectors[i].starts, vectors[i].ends])
-                                                      for i in members]), k)
+                                                      for i in members]), k,
+                                      groups=[2 * vectors[i].starts.shape[0] for i in members])
             at = 0
             for i in members:
                 n = 2 * vectors[i].starts.shape[0]

@@ -208,6 +208,26 @@ def test_encode_queries_equals_model_by_hand(which, encoders):
 
 
 @pytest.mark.parametrize("which", MODELS)
+def test_encode_layouts_padded_to_a_larger_shape_gives_the_same_vectors(which, encoders):
+    """Extra padding columns and all-padding filler rows (a bucketed batch shape) change nothing."""
+    enc = encoders[which]
+    layouts = [enc.query_layout(t) for t in ("Paris is the <mask> of France.", "<mask> was born in <mask>.")]
+    seen = []
+
+    def shape(rows, width):
+        seen.append((rows, width))
+        return rows + 3, width + 9
+
+    padded = enc.encode_layouts(layouts, shape)
+    plain = enc.encode_layouts(layouts)
+    assert seen == [(2, max(len(ids) for ids, _ in layouts))]
+    for a, b in zip(padded, plain):
+        np.testing.assert_allclose(a.starts, b.starts, atol=1e-5, rtol=1e-4)
+        np.testing.assert_allclose(a.ends, b.ends, atol=1e-5, rtol=1e-4)
+    assert enc.encode_layouts(layouts, lambda rows, width: (rows, 10_000))  # capped at the model's length
+
+
+@pytest.mark.parametrize("which", MODELS)
 @pytest.mark.parametrize("text", ["no mask at all", "", "mask> <mas k>"])
 def test_query_without_mask_raises(which, text, encoders):
     with pytest.raises(AppError):

@@ -9,7 +9,7 @@ from concurrent.futures import CancelledError
 
 import pytest
 
-from service.batcher import Batcher
+from service.batcher import Batcher, bucket_shape
 from service.config import Settings
 from service.engine import FillEngine
 from service.prepared import Planned
@@ -21,12 +21,14 @@ class RecordingEngine:
 
     def __init__(self, fail_on: str | None = None) -> None:
         self.batches: list[list[str]] = []
+        self.shapes: list = []
         self.release = threading.Event()
         self.started = threading.Event()
         self.fail_on = fail_on
 
-    def prepare(self, planned: list[Planned]) -> list[str]:
+    def prepare(self, planned: list[Planned], shape=None) -> list[str]:
         texts = [p.request.text for p in planned]
+        self.shapes.append(shape)
         self.batches.append(texts)
         self.started.set()
         self.release.wait(10)
@@ -51,6 +53,7 @@ def test_requests_waiting_during_a_batch_form_the_next_batch():
         assert first.result(5) == "prepared a <mask>"
         assert [f.result(5) for f in rest] == [f"prepared q{i} <mask>" for i in range(5)]
         assert engine.batches == [["a <mask>"], [f"q{i} <mask>" for i in range(5)]]
+        assert engine.shapes == [bucket_shape, bucket_shape]  # a batch of one is left as it is by bucket_shape
     finally:
         batcher.close()
 
@@ -149,6 +152,19 @@ def test_close_fails_the_waiting_requests():
         batcher.submit(planned("c <mask>"))
 
 
+@pytest.mark.parametrize("rows, width, want", [(1, 23, (1, 23)), (2, 16, (2, 16)), (3, 17, (4, 32)),
+                                                (5, 40, (8, 48)), (16, 1, (16, 16)), (17, 33, (32, 48)),
+                                                (32, 64, (32, 64))])
+def test_bucket_shape(rows, width, want):
+    assert bucket_shape(rows, width) == want
+
+
+def test_bucketing_bounds_the_shapes_a_batcher_meets():
+    shapes = {bucket_shape(rows, width) for rows in range(2, 33) for width in range(8, 65)}
+    assert len(shapes) == 5 * 4  # rows 2..32 -> 2, 4, 8, 16, 32; widths 8..64 -> 16, 32, 48, 64
+    assert all(r >= 2 and w >= 8 for r, w in shapes)
+
+
 # ---------------------------------------------------------------- the real engine
 
 
@@ -157,7 +173,8 @@ def engine(tiny_index) -> FillEngine:
     return FillEngine.open(Settings(index=tiny_index, device="cpu", dtype="fp32"))
 
 
-def test_batched_fills_equal_fills_one_at_a_time(engine):
+@pytest.mark.parametrize("shape", [None, bucket_shape])
+def test_batched_fills_equal_fills_one_at_a_time(engine, shape):
     requests = [FillRequest(text=t, **opts) for t, opts in [
         ("Marie Curie was born in <mask> .", {}),
         ("The Seine flows through <mask> .", {"k": 64}),
@@ -167,7 +184,7 @@ def test_batched_fills_equal_fills_one_at_a_time(engine):
          {"k": 64, "top_k": 3}),
     ]]
     alone = [engine.fill(r) for r in requests]
-    prepared = engine.prepare([engine.plan(r) for r in requests])
+    prepared = engine.prepare([engine.plan(r) for r in requests], shape)
     together = [engine.finish(p)[0] for p in prepared]
     for a, b in zip(alone, together):
         assert b.filled == a.filled

@@ -192,7 +192,7 @@ class FakeEncoder:
         assert masks == self.starts.shape[0]
         return [0] * (2 * masks), list(range(0, 2 * masks, 2))
 
-    def encode_layouts(self, layouts: list[tuple[list[int], list[int]]]) -> list[QueryVectors]:
+    def encode_layouts(self, layouts: list[tuple[list[int], list[int]]], shape=None) -> list[QueryVectors]:
         assert len(layouts) == 1
         self.calls += 1
         return [QueryVectors(starts=self.starts.copy(), ends=self.ends.copy())]

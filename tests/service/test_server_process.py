@@ -234,3 +234,17 @@ def test_a_client_sending_its_headers_slowly_is_disconnected(start_server, tiny_
         assert client.get("/healthz").status_code == 200
         time.sleep(1.5)
         assert client.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize("given, want", [(None, "PASSIVE"), ("active", "active")])
+def test_openmp_threads_wait_passively_unless_told_otherwise(given, want):
+    """service.__main__ sets OMP_WAIT_POLICY (unless the environment does) before torch and FAISS are
+    imported: the imports above that line must not load them."""
+    env = {k: v for k, v in clean_env().items() if k != "OMP_WAIT_POLICY"}
+    if given is not None:
+        env["OMP_WAIT_POLICY"] = given
+    code = ("import sys, typer, uvicorn; assert 'torch' not in sys.modules and 'faiss' not in sys.modules; "
+            "import os, service.__main__; print(os.environ['OMP_WAIT_POLICY'])")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == want

@@ -1,0 +1,62 @@
+"""PhraseIndex.search over a batch of requests' queries (`groups`): the same hits as each request alone,
+re-scored group by group."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import indexer.phrase_index as phrase_index_mod
+from indexer.phrase_index import PhraseIndex
+from tests.indexer.test_ann import DIM, _clustered, _index
+
+
+@pytest.mark.parametrize("kind", ["IVF4,PQ8x4", "IVF8,Flat", "Flat"])
+def test_a_grouped_batch_finds_what_each_group_finds_alone(tmp_path, kind):
+    rng = np.random.default_rng(11)
+    shards = [_clustered(rng, n) for n in (700, 500, 900)]
+    _index(tmp_path, shards, kind, template=True)
+    index = PhraseIndex(tmp_path, nprobe=2, refine=3)
+    groups = [2, 6, 4]  # e.g. requests of 1, 3 and 2 masks (start and end queries each)
+    queries = rng.standard_normal((sum(groups), DIM)).astype(np.float32)
+    together = index.search(queries, 25, groups=groups)
+    alone, at = [], 0
+    for n in groups:
+        alone += index.search(queries[at : at + n], 25)
+        at += n
+    assert len(together) == len(alone) == sum(groups)
+    for (s1, p1), (s2, p2) in zip(together, alone):
+        assert np.array_equal(s1, s2) and np.array_equal(p1, p2) and s1.size == 25
+    index.close()
+
+
+def test_rescoring_multiplies_each_group_by_its_own_queries_only(tmp_path, monkeypatch):
+    rng = np.random.default_rng(12)
+    shards = [_clustered(rng, n) for n in (600, 600)]
+    _index(tmp_path, shards, "IVF4,PQ8x4", template=True)
+    index = PhraseIndex(tmp_path, nprobe=2)
+    seen = []
+    real = phrase_index_mod._rescore
+
+    def spy(shard, q, ids):
+        seen.append(q.shape[0])
+        return real(shard, q, ids)
+
+    monkeypatch.setattr(phrase_index_mod, "_rescore", spy)
+    queries = rng.standard_normal((8, DIM)).astype(np.float32)
+    index.search(queries, 10, groups=[2, 2, 4])
+    assert sorted(seen) == sorted([2, 2, 4] * 2)  # per shard, per group
+    seen.clear()
+    index.search(queries, 10)  # no groups: one group of all the queries
+    assert seen == [8, 8]
+    index.close()
+
+
+@pytest.mark.parametrize("groups", [[2, 2], [4, 4, 1], []])
+def test_groups_must_add_up_to_the_queries(tmp_path, groups):
+    rng = np.random.default_rng(13)
+    _index(tmp_path, [_clustered(rng, 300)], "Flat")
+    index = PhraseIndex(tmp_path)
+    with pytest.raises(ValueError, match="do not add up"):
+        index.search(rng.standard_normal((8, DIM)).astype(np.float32), 5, groups=groups)
+    index.close()
