@@ -10,7 +10,8 @@ vectors' pages in the background after ready, FILL_WARM), warmed up with 20 requ
 per client count C, max(--requests, 20 C) POST /fill are sent by C closed-loop clients (bench/load.py)
 with cloze probes drawn from --corpus (bench/probes.py) and the API defaults but --mode. Printed per
 config and C: fills/s, p50 / p99 ms (client side), the server's CPU time per fill and cores busy
-(/proc/PID/stat), statuses, and the server's RSS before and after. The load client runs in this process on the same 2 cores: it takes a share of the CPU from the server.
+(/proc/PID/stat), statuses, and the server's RSS before and after. The load client runs in this process
+on the same 2 cores: it takes a share of the CPU from the server.
 With --load N (and --clients C), it is the load test instead: N requests, statuses, RSS before / after.
 --config adds a named config of server settings (e.g. `workers4:FILL_FILL_WORKERS=4`); name it in --configs.
 """

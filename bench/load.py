@@ -25,6 +25,7 @@ class LoadResult:
     statuses: Counter = field(default_factory=Counter)
     latencies_ms: list[float] = field(default_factory=list)  # of the 200s
     transport_errors: int = 0
+    transport_error_kinds: Counter = field(default_factory=Counter)  # exception class: message, counted
     bad_bodies: int = 0  # 200s whose body is not a fill of the request's masks
 
     @property
@@ -42,7 +43,8 @@ class LoadResult:
                 "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
                 "p50_ms": pct(0.5), "p99_ms": pct(0.99),
                 "mean_ms": round(statistics.fmean(lat), 1) if lat else None,
-                "transport_errors": self.transport_errors, "bad_bodies": self.bad_bodies}
+                "transport_errors": self.transport_errors, "bad_bodies": self.bad_bodies,
+                **({"transport_error_kinds": dict(self.transport_error_kinds)} if self.transport_errors else {})}
 
 
 async def _run(url: str, bodies: list[dict], concurrency: int, total: int, headers: dict, timeout: float
@@ -60,8 +62,9 @@ async def _run(url: str, bodies: list[dict], concurrency: int, total: int, heade
                 t0 = time.perf_counter()
                 try:
                     r = await client.post("/fill", json=body)
-                except httpx.TransportError:
+                except httpx.TransportError as exc:
                     result.transport_errors += 1
+                    result.transport_error_kinds[f"{type(exc).__name__}: {exc}"] += 1
                     continue
                 result.statuses[r.status_code] += 1
                 if r.status_code == 200:

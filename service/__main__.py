@@ -8,7 +8,7 @@ the process ends by the signal (uvicorn re-raises it: exit status 143). SIGHUP r
 directory without failing a request.
 
 OpenMP's threads (torch's encoder, FAISS) wait passively here (`OMP_WAIT_POLICY=PASSIVE` unless set):
-by default they spin after each parallel region, and under concurrent load that spinning took ~14 ms of
+by default they spin after each parallel region, and under concurrent load that spinning took ~8 ms of
 CPU per fill from the threads finishing other fills (docs/BENCHMARKS.md). It must be set before torch
 and FAISS load the OpenMP runtime, so before the imports below."""
 
