@@ -101,7 +101,8 @@ class PhraseIndex:
     def total_tokens(self) -> int:
         return self.manifest.counts.tokens
 
-    def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
+    def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None
+               ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Top-k tokens by inner product over all shards, per query: (shard numbers, positions).
 
         Exact shards answer with exact scores; ANN shards' hits are re-scored from the stored vectors,
