@@ -15,15 +15,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_service import Server  # noqa: E402
-from load import rss_bytes, run_load  # noqa: E402
+from load import memory, run_load  # noqa: E402
 from probes import make_probes  # noqa: E402
-
-
-def anon_mb(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("RssAnon:"):
-            return int(line.split()[1]) / 1024
-    raise ValueError("no RssAnon")
 
 
 def main() -> None:
@@ -43,8 +36,9 @@ def main() -> None:
         bodies = [{"text": t, "mode": "hybrid"} for t in make_probes(args.corpus, 500, seed=7)]
         for i in range(args.rounds):
             result = run_load(server.url, bodies, args.clients, args.requests)
+            mem = memory(proc.pid)
             print(f"round {i}: {result.summary()['fills_per_s']} fills/s, statuses {dict(result.statuses)}, "
-                  f"RSS {rss_bytes(proc.pid) / 2**20:.1f} MB, anonymous {anon_mb(proc.pid):.1f} MB", flush=True)
+                  f"RSS {mem['VmRSS'] / 2**20:.1f} MB, anonymous {mem['RssAnon'] / 2**20:.1f} MB", flush=True)
     finally:
         server.stop()
 

@@ -33,18 +33,10 @@ from pathlib import Path
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from load import memory  # noqa: E402
 from probes import make_probes  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-def _rss(pid: int) -> dict[str, int]:
-    fields = {}
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        key, _, value = line.partition(":")
-        if key in ("VmRSS", "RssAnon", "RssFile"):
-            fields[key] = int(value.split()[0]) * 1024
-    return fields
 
 
 class Server:
@@ -128,7 +120,7 @@ def main() -> None:
 
     base = Server(base_index, args.port)
     base_ready = base.wait_ready()
-    rss_base = _rss(base.proc.pid)
+    rss_base = memory(base.proc.pid)
     base.stop()
 
     ready = []
@@ -138,7 +130,7 @@ def main() -> None:
         s.stop()
     server = Server(args.index, args.port)
     ready.append(server.wait_ready())
-    rss_ready = _rss(server.proc.pid)
+    rss_ready = memory(server.proc.pid)
     time.sleep(args.settle)
     probes = make_probes(args.corpus, args.probes + 10)
     lat, stages = [], {}
@@ -152,7 +144,7 @@ def main() -> None:
                 lat.append((time.perf_counter() - t) * 1000)
                 for stage, ms in r.json()["timings_ms"].items():
                     stages.setdefault(stage, []).append(ms)
-    rss_after = _rss(server.proc.pid)
+    rss_after = memory(server.proc.pid)
     server.stop()
     floors = _floors(args.index, probes[10:], 1024)
 

@@ -87,12 +87,21 @@ def run_load(url: str, bodies: list[dict], concurrency: int, total: int, headers
     return asyncio.run(_run(url, bodies, concurrency, total, headers or {}, timeout))
 
 
+def memory(pid: int) -> dict[str, int]:
+    """A process's resident memory in bytes from /proc/PID/status: VmRSS (all), RssAnon, RssFile."""
+    fields = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmRSS", "RssAnon", "RssFile"):
+            fields[key] = int(value.split()[0]) * 1024
+    if "VmRSS" not in fields:
+        raise ValueError(f"no VmRSS for pid {pid}")
+    return fields
+
+
 def rss_bytes(pid: int) -> int:
     """VmRSS of a process."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise ValueError(f"no VmRSS for pid {pid}")
+    return memory(pid)["VmRSS"]
 
 
 def cpu_seconds(pid: int) -> float:

@@ -185,12 +185,11 @@ class FillEngine:
         hits: list[list | None] = [None] * len(planned)
         for k in sorted({p.request.k for p in planned if p.mode != "restricted"}):
             members = [i for i, p in enumerate(planned) if p.mode != "restricted" and p.request.k == k]
+            sizes = [2 * vectors[i].starts.shape[0] for i in members]  # each request's start and end queries
             found = self.index.search(np.concatenate([np.concatenate([vectors[i].starts, vectors[i].ends])
-                                                      for i in members]), k,
-                                      groups=[2 * vectors[i].starts.shape[0] for i in members])
+                                                      for i in members]), k, groups=sizes)
             at = 0
-            for i in members:
-                n = 2 * vectors[i].starts.shape[0]
+            for i, n in zip(members, sizes):
                 hits[i] = found[at : at + n]
                 at += n
         search_ms = (time.perf_counter() - mark) * 1000
