@@ -92,23 +92,21 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_bytes_atomic(path, (json.dumps(data, indent=2, sort_keys=False) + "\n").encode("utf-8"))
 
 
-def write_npy_atomic(path: Path, array: np.ndarray) -> None:
-    with atomic_path(path) as tmp, open(tmp, "wb") as f:
-        np.save(f, np.ascontiguousarray(array), allow_pickle=False)
-
-
 def load_mapped(path: Path) -> np.ndarray:
     """A .npy file memory-mapped read-only, as a plain ndarray over the mapping (it keeps the mapping alive):
     an np.memmap adds Python overhead to every indexing, and a fill indexes the shards' arrays about a hundred times."""
     return np.load(path, mmap_mode="r").view(np.ndarray)
 
 
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
+def hash_file(path: Path, into: hashlib._Hash | None = None) -> hashlib._Hash:
+    """`into` (a new sha256 when None) updated with every byte of `path`, read in chunks (hashlib.file_digest)."""
     with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(f, "sha256" if into is None else lambda: into)
+
+
+def sha256_file(path: Path) -> str:
+    """The hex sha256 of a file's bytes."""
+    return hash_file(path).hexdigest()
 
 
 def file_record(path: Path) -> dict[str, Any]:

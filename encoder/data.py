@@ -12,7 +12,7 @@ import torch
 from corpus.blocking import iter_blocks
 from corpus.readers import read_corpus
 from corpus.tokens import WORD_END, WORD_START
-from encoder.masking import MaskingConfig, mask_group
+from encoder.masking import MaskedBlock, MaskingConfig, mask_group
 from encoder.model import BlockInput, pad_sequences
 from encoder.salient import salient_spans
 from encoder.stopwords import STOPWORDS
@@ -106,13 +106,9 @@ def choose_window(flags: np.ndarray, rng: np.random.Generator, width: int) -> tu
     return a, b
 
 
-def make_batch(
-    groups: list[list[TrainBlock]], encoder, rng: np.random.Generator, masking: MaskingConfig,
-    content: np.ndarray | None = None, query_title_dropout: float = 0.5, single: bool = False,
-    by_document: bool = False, include_self: bool = False, query_window: int = 0, query_views: int = 1,
-    inline_title: bool = False, untitled_rate: float = 0.0,
-) -> Batch:
-    """Mask each group; queries are the masked blocks, candidates every token of the unmasked blocks.
+@dataclass(frozen=True)
+class BatchConfig:
+    """How `make_batch` masks a group and lays out its queries (the defaults besides `masking` are NPM's).
 
     With `by_document` a span's positives are only its occurrences in blocks of the SAME document
     (e.g. another view of the block); the same phrase elsewhere in the batch is a negative.
@@ -132,75 +128,127 @@ def make_batch(
     With `single` (NPM-single) each masked token is one mask token, and the "end" query is the
     same output as the start query.
     """
-    mask_id = encoder.tokenizer.mask_token_id
+
+    masking: MaskingConfig
+    query_title_dropout: float = 0.5  # chance that a query is laid out without its block's title
+    single: bool = False
+    by_document: bool = False
+    include_self: bool = False
+    query_window: int = 0
+    query_views: int = 1
+    inline_title: bool = False
+    untitled_rate: float = 0.0
+
+
+def make_batch(
+    groups: list[list[TrainBlock]], encoder, rng: np.random.Generator, cfg: BatchConfig,
+    content: np.ndarray | None = None,
+) -> Batch:
+    """Mask each group; queries are the masked blocks, candidates every token of the unmasked blocks.
+
+    `content` (bool per vocabulary id, `content_token_mask`) lets only spans holding a content token be
+    masked. The options are `BatchConfig`'s."""
     allowed = None if content is None else (lambda key: bool(content[list(key)].any()))
-    q_seqs, q_types, c_seqs, c_types = [], [], [], []
-    starts: list[tuple[int, int]] = []  # (query sequence, position of MASK_s)
-    q_seq: list[int] = []  # block (candidate sequence) each query row comes from
-    q_doc: list[int] = []
-    cand_doc: list[int] = []
-    cand_first: list[int] = []  # offset of each sequence's block tokens in the candidate list
-    cand_at: list[int] = []
-    cand_seq: list[int] = []
-    pos_s: list[tuple[int, int]] = []  # (query row, candidate column)
-    pos_e: list[tuple[int, int]] = []
-    seq_base = 0
-    pending: list[tuple[int, int, int, int]] = []  # (query row, block in batch, start, length)
+    rows = _BatchRows(encoder, cfg, allowed)
     for group in groups:
-        if untitled_rate > 0:  # drawn only when asked for: the default keeps the random stream unchanged
-            group = [TrainBlock(b.ids, b.flags, None, b.doc, b.salient) if rng.random() < untitled_rate else b
+        if cfg.untitled_rate > 0:  # drawn only when asked for: the default keeps the random stream unchanged
+            group = [TrainBlock(b.ids, b.flags, None, b.doc, b.salient) if rng.random() < cfg.untitled_rate else b
                      for b in group]
-        for _ in range(query_views):
-            regions = [choose_window(b.flags, rng, query_window) for b in group] if query_window > 0 else None
-            masked = mask_group(
-                [b.ids for b in group], [b.flags for b in group], mask_id, rng, masking, allowed, 1 if single else 2,
-                docs=[b.doc for b in group] if by_document else None, include_self=include_self, regions=regions,
-                salient=[b.salient for b in group],
-            )
-            for local, (block, mb) in enumerate(zip(group, masked)):
-                a, b = regions[local] if regions is not None else (0, len(block.ids))
-                crop = mb.ids[a : len(mb.ids) - (len(block.ids) - b)]
-                title = block.title_ids if rng.random() >= query_title_dropout else None
-                if inline_title and title is not None and len(title):
-                    crop, title, a = title.tolist() + crop, None, a - len(title)
-                seq, ty, first = encoder.layout(BlockInput(ids=np.asarray(crop, dtype=np.int64), prefix_ids=title))
-                for pos, span in zip(mb.mask_positions, mb.spans):
-                    row = len(starts)
-                    starts.append((len(q_seqs), first + pos - a))
-                    q_seq.append(seq_base + local)
-                    q_doc.append(block.doc)
-                    for other, p in span.positives:
-                        pending.append((row, seq_base + other, p, span.end - span.start + 1))
-                q_seqs.append(seq)
-                q_types.append(ty)
+        for _ in range(cfg.query_views):
+            rows.add_queries(group, rng)
+        rows.add_candidates(group)
+    return rows.batch()
+
+
+class _BatchRows:
+    """The sequences of a batch and where its queries, candidates and positives lie, group by group."""
+
+    def __init__(self, encoder, cfg: BatchConfig, allowed) -> None:
+        self.encoder, self.cfg, self.allowed = encoder, cfg, allowed
+        self.q_seqs: list[list[int]] = []
+        self.q_types: list[list[int]] = []
+        self.c_seqs: list[list[int]] = []
+        self.c_types: list[list[int]] = []
+        self.starts: list[tuple[int, int]] = []  # (query sequence, position of MASK_s)
+        self.q_seq: list[int] = []  # block (candidate sequence) each query row comes from
+        self.q_doc: list[int] = []
+        self.cand_doc: list[int] = []
+        self.cand_first: list[int] = []  # offset of each sequence's block tokens in the candidate list
+        self.cand_at: list[tuple[int, int]] = []  # (candidate sequence, position)
+        self.cand_seq: list[int] = []
+        self.pending: list[tuple[int, int, int, int]] = []  # (query row, block in batch, start, length)
+        self.seq_base = 0  # batch number of the current group's first block
+
+    def add_queries(self, group: list[TrainBlock], rng: np.random.Generator) -> None:
+        """One masked query per block of the group (one `mask_group` over the group, within windows if asked)."""
+        cfg = self.cfg
+        regions = [choose_window(b.flags, rng, cfg.query_window) for b in group] if cfg.query_window > 0 else None
+        masked = mask_group(
+            [b.ids for b in group], [b.flags for b in group], self.encoder.tokenizer.mask_token_id, rng, cfg.masking,
+            self.allowed, 1 if cfg.single else 2, docs=[b.doc for b in group] if cfg.by_document else None,
+            include_self=cfg.include_self, regions=regions, salient=[b.salient for b in group],
+        )
+        for local, (block, mb) in enumerate(zip(group, masked)):
+            region = regions[local] if regions is not None else (0, len(block.ids))
+            self._add_query(self.seq_base + local, block, mb, region, rng)
+
+    def _add_query(self, seq: int, block: TrainBlock, mb: MaskedBlock, region: tuple[int, int],
+                   rng: np.random.Generator) -> None:
+        """The query of a masked block cropped to `region`, its title kept or dropped; one query row per span."""
+        a, b = region
+        crop = mb.ids[a : len(mb.ids) - (len(block.ids) - b)]
+        title = block.title_ids if rng.random() >= self.cfg.query_title_dropout else None
+        if self.cfg.inline_title and title is not None and len(title):
+            crop, title, a = title.tolist() + crop, None, a - len(title)
+        ids, types, first = self.encoder.layout(BlockInput(ids=np.asarray(crop, dtype=np.int64), prefix_ids=title))
+        for pos, span in zip(mb.mask_positions, mb.spans):
+            row = len(self.starts)
+            self.starts.append((len(self.q_seqs), first + pos - a))
+            self.q_seq.append(seq)
+            self.q_doc.append(block.doc)
+            for other, p in span.positives:
+                self.pending.append((row, self.seq_base + other, p, span.end - span.start + 1))
+        self.q_seqs.append(ids)
+        self.q_types.append(types)
+
+    def add_candidates(self, group: list[TrainBlock]) -> None:
+        """Every token of the group's unmasked blocks (their titles as context only); the next group follows."""
         for local, block in enumerate(group):
-            seq, ty, first = encoder.layout(BlockInput(ids=block.ids, prefix_ids=block.title_ids))
-            c_seqs.append(seq)
-            c_types.append(ty)
-            cand_first.append(len(cand_at))
-            cand_at.extend((seq_base + local, first + p) for p in range(len(block.ids)))
-            cand_seq.extend([seq_base + local] * len(block.ids))
-            cand_doc.extend([block.doc] * len(block.ids))
-        seq_base += len(group)
-    for row, seq, p, length in pending:
-        pos_s.append((row, cand_first[seq] + p))
-        pos_e.append((row, cand_first[seq] + p + length - 1))
-    q_ids, q_attn, q_ty = pad_sequences(q_seqs, q_types, encoder.pad_id)
-    c_ids, c_attn, c_ty = pad_sequences(c_seqs, c_types, encoder.pad_id)
-    m, n = len(starts), len(cand_at)
-    ps = torch.zeros((m, n), dtype=torch.bool)
-    pe = torch.zeros((m, n), dtype=torch.bool)
-    if pos_s:
-        ps[tuple(torch.tensor(pos_s).T)] = True
-        pe[tuple(torch.tensor(pos_e).T)] = True
-    lq, lc = q_ids.shape[1], c_ids.shape[1]
-    return Batch(
-        q_ids=q_ids, q_attn=q_attn, q_types=q_ty, c_ids=c_ids, c_attn=c_attn, c_types=c_ty,
-        start_at=torch.tensor([b * lq + p for b, p in starts], dtype=torch.long),
-        end_at=torch.tensor([b * lq + p + (0 if single else 1) for b, p in starts], dtype=torch.long),
-        cand_at=torch.tensor([b * lc + p for b, p in cand_at], dtype=torch.long),
-        cand_seq=torch.tensor(cand_seq, dtype=torch.long),
-        q_seq=torch.tensor(q_seq, dtype=torch.long),
-        cand_doc=torch.tensor(cand_doc, dtype=torch.long), q_doc=torch.tensor(q_doc, dtype=torch.long),
-        pos_start=ps, pos_end=pe, own_allowed=include_self,
-    )
+            seq = self.seq_base + local
+            ids, types, first = self.encoder.layout(BlockInput(ids=block.ids, prefix_ids=block.title_ids))
+            self.c_seqs.append(ids)
+            self.c_types.append(types)
+            self.cand_first.append(len(self.cand_at))
+            self.cand_at.extend((seq, first + p) for p in range(len(block.ids)))
+            self.cand_seq.extend([seq] * len(block.ids))
+            self.cand_doc.extend([block.doc] * len(block.ids))
+        self.seq_base += len(group)
+
+    def positives(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """bool [M, N]: the candidates that are the first / the last token of each query's positives."""
+        pos_s = [(row, self.cand_first[seq] + p) for row, seq, p, _ in self.pending]
+        pos_e = [(row, self.cand_first[seq] + p + length - 1) for row, seq, p, length in self.pending]
+        m, n = len(self.starts), len(self.cand_at)
+        ps = torch.zeros((m, n), dtype=torch.bool)
+        pe = torch.zeros((m, n), dtype=torch.bool)
+        if pos_s:
+            ps[tuple(torch.tensor(pos_s).T)] = True
+            pe[tuple(torch.tensor(pos_e).T)] = True
+        return ps, pe
+
+    def batch(self) -> Batch:
+        pad_id, end_shift = self.encoder.pad_id, 0 if self.cfg.single else 1
+        q_ids, q_attn, q_ty = pad_sequences(self.q_seqs, self.q_types, pad_id)
+        c_ids, c_attn, c_ty = pad_sequences(self.c_seqs, self.c_types, pad_id)
+        pos_start, pos_end = self.positives()
+        lq, lc = q_ids.shape[1], c_ids.shape[1]
+        return Batch(
+            q_ids=q_ids, q_attn=q_attn, q_types=q_ty, c_ids=c_ids, c_attn=c_attn, c_types=c_ty,
+            start_at=torch.tensor([b * lq + p for b, p in self.starts], dtype=torch.long),
+            end_at=torch.tensor([b * lq + p + end_shift for b, p in self.starts], dtype=torch.long),
+            cand_at=torch.tensor([b * lc + p for b, p in self.cand_at], dtype=torch.long),
+            cand_seq=torch.tensor(self.cand_seq, dtype=torch.long),
+            q_seq=torch.tensor(self.q_seq, dtype=torch.long),
+            cand_doc=torch.tensor(self.cand_doc, dtype=torch.long), q_doc=torch.tensor(self.q_doc, dtype=torch.long),
+            pos_start=pos_start, pos_end=pos_end, own_allowed=self.cfg.include_self,
+        )

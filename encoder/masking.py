@@ -6,6 +6,7 @@ first / last tokens of every occurrence of the same n-gram in the OTHER blocks o
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -37,6 +38,9 @@ class MaskedBlock:
     spans: list[MaskedSpan] = field(default_factory=list)
 
 
+_Candidate = tuple[int, int, list[tuple[int, int]]]  # a maskable span: (start, end inclusive, its positives)
+
+
 def ngram_occurrences(blocks: list[np.ndarray], flags: list[np.ndarray], max_span: int) -> dict[tuple, list[tuple[int, int]]]:
     """Every word-aligned n-gram (n <= max_span) of the group -> its (block, start) occurrences."""
     table: dict[tuple, list[tuple[int, int]]] = {}
@@ -56,7 +60,7 @@ def mask_group(
     mask_id: int,
     rng: np.random.Generator,
     cfg: MaskingConfig = MaskingConfig(),
-    allowed=None,
+    allowed: Callable[[tuple], bool] | None = None,
     tokens_per_span: int = 2,
     docs: list[int] | None = None,
     include_self: bool = False,
@@ -82,67 +86,117 @@ def mask_group(
 
     `tokens_per_span` is 2 for NPM (MASK_s, MASK_e) and 1 for NPM-single (with max_span = 1).
     """
-    table = ngram_occurrences(blocks, flags, cfg.max_span)
-
-    def positives(b: int, i: int, key: tuple) -> list[tuple[int, int]]:
-        occs = table.get(key, ())
-        if include_self:
-            return [o for o in occs if o == (b, i) or (docs is not None and docs[o[0]] == docs[b])]
-        return [o for o in occs if o[0] != b and (docs is None or docs[o[0]] == docs[b])]
-
+    rules = _SpanRules(ngram_occurrences(blocks, flags, cfg.max_span), allowed, docs, include_self)
     out = []
     for b, (ids, fl) in enumerate(zip(blocks, flags)):
         ids_l = ids.tolist()
         lo, hi = regions[b] if regions is not None else (0, len(ids_l))
-        by_len: dict[int, list[tuple[int, int, list]]] = {}
-        for i in np.flatnonzero(fl[lo:hi] & WORD_START).tolist():
-            i += lo
-            for j in range(i, min(hi, i + cfg.max_span)):
-                if not fl[j] & WORD_END:
-                    continue
-                key = tuple(ids_l[i : j + 1])
-                if allowed is not None and not allowed(key):
-                    continue
-                others = positives(b, i, key)
-                if others:
-                    by_len.setdefault(j - i + 1, []).append((i, j, others))
-        named: list[tuple[int, int, list]] = []
+        by_len = _ngram_candidates(b, ids_l, fl, lo, hi, cfg.max_span, rules)
+        named: list[_Candidate] = []
         if salient is not None and salient[b] is not None and cfg.salient_rate > 0:
-            for i, j in salient[b].tolist():
-                key = tuple(ids_l[i : j + 1])
-                if lo <= i and j < hi and (allowed is None or allowed(key)) and (others := positives(b, i, key)):
-                    named.append((i, j, others))
+            named = _salient_candidates(b, ids_l, salient[b], lo, hi, rules)
         budget = max(1, int(round(cfg.budget * (hi - lo))))
-        taken = np.zeros(len(ids_l) + 1, dtype=bool)
-        chosen: list[MaskedSpan] = []
-        masked = 0
-        misses = 0
-        while by_len and masked < budget and len(chosen) < cfg.max_spans and misses < cfg.attempts:
-            options = []
-            if named and rng.random() < cfg.salient_rate:  # one free salient span, chosen uniformly
-                named = [c for c in named if not taken[max(0, c[0] - 1) : c[1] + 2].any()]
-                if named:
-                    options = [named[int(rng.integers(len(named)))]]
-                    length = options[0][1] - options[0][0] + 1
-            if not options:
-                length = min(int(rng.geometric(cfg.geometric_p)), cfg.max_span)
-                options = [c for c in by_len.get(length, ()) if not taken[max(0, c[0] - 1) : c[1] + 2].any()]
-            if not options or masked + length > budget + 2:
-                misses += 1
-                continue
-            i, j, others = options[int(rng.integers(len(options)))]
-            taken[i : j + 1] = True
-            chosen.append(MaskedSpan(start=i, end=j, positives=others))
-            masked += j - i + 1
-        chosen.sort(key=lambda s: s.start)
-        new_ids: list[int] = []
-        positions: list[int] = []
-        cursor = 0
-        for span in chosen:
-            new_ids += ids_l[cursor : span.start]
-            positions.append(len(new_ids))
-            new_ids += [mask_id] * tokens_per_span
-            cursor = span.end + 1
-        new_ids += ids_l[cursor:]
-        out.append(MaskedBlock(ids=new_ids, mask_positions=positions, spans=chosen))
+        chosen = _choose_spans(by_len, named, budget, len(ids_l), rng, cfg)
+        out.append(_masked_block(ids_l, chosen, mask_id, tokens_per_span))
     return out
+
+
+@dataclass(frozen=True)
+class _SpanRules:
+    """Which n-grams of a group may be masked and what their positives are (see `mask_group`)."""
+
+    table: dict[tuple, list[tuple[int, int]]]  # ngram_occurrences of the group
+    allowed: Callable[[tuple], bool] | None
+    docs: list[int] | None
+    include_self: bool
+
+    def positives(self, b: int, ids: list[int], i: int, j: int) -> list[tuple[int, int]]:
+        """The positives of the n-gram ids[i..j] of block b: empty when `allowed` vetoes it or it has none."""
+        key = tuple(ids[i : j + 1])
+        if self.allowed is not None and not self.allowed(key):
+            return []
+        occs = self.table.get(key, ())
+        docs = self.docs
+        if self.include_self:
+            return [o for o in occs if o == (b, i) or (docs is not None and docs[o[0]] == docs[b])]
+        return [o for o in occs if o[0] != b and (docs is None or docs[o[0]] == docs[b])]
+
+
+def _ngram_candidates(
+    b: int, ids: list[int], flags: np.ndarray, lo: int, hi: int, max_span: int, rules: _SpanRules
+) -> dict[int, list[_Candidate]]:
+    """Block b's maskable word-aligned n-grams (n <= max_span) inside [lo, hi), by length."""
+    by_len: dict[int, list[_Candidate]] = {}
+    for i in np.flatnonzero(flags[lo:hi] & WORD_START).tolist():
+        i += lo
+        for j in range(i, min(hi, i + max_span)):
+            if not flags[j] & WORD_END:
+                continue
+            others = rules.positives(b, ids, i, j)
+            if others:
+                by_len.setdefault(j - i + 1, []).append((i, j, others))
+    return by_len
+
+
+def _salient_candidates(
+    b: int, ids: list[int], spans: np.ndarray, lo: int, hi: int, rules: _SpanRules
+) -> list[_Candidate]:
+    """Block b's salient spans (inclusive ranges) that lie inside [lo, hi) and may be masked."""
+    named: list[_Candidate] = []
+    for i, j in spans.tolist():
+        if lo <= i and j < hi and (others := rules.positives(b, ids, i, j)):
+            named.append((i, j, others))
+    return named
+
+
+def _is_free(taken: np.ndarray, candidate: _Candidate) -> bool:
+    """Neither the span nor a token next to it is taken (masked spans never touch)."""
+    return not taken[max(0, candidate[0] - 1) : candidate[1] + 2].any()
+
+
+def _choose_spans(
+    by_len: dict[int, list[_Candidate]], named: list[_Candidate], budget: int, size: int,
+    rng: np.random.Generator, cfg: MaskingConfig,
+) -> list[MaskedSpan]:
+    """Draw spans of a block of `size` tokens until `budget` tokens are masked (2 more at most), `cfg.max_spans`
+    spans are drawn or `cfg.attempts` draws missed; sorted by start.
+
+    A draw is a free salient span with probability `cfg.salient_rate` while any is left, otherwise a free
+    n-gram of Geometric(cfg.geometric_p) length (capped at cfg.max_span)."""
+    taken = np.zeros(size + 1, dtype=bool)
+    chosen: list[MaskedSpan] = []
+    masked = 0
+    misses = 0
+    while by_len and masked < budget and len(chosen) < cfg.max_spans and misses < cfg.attempts:
+        options = []
+        if named and rng.random() < cfg.salient_rate:  # one free salient span, chosen uniformly
+            named = [c for c in named if _is_free(taken, c)]
+            if named:
+                options = [named[int(rng.integers(len(named)))]]
+                length = options[0][1] - options[0][0] + 1
+        if not options:
+            length = min(int(rng.geometric(cfg.geometric_p)), cfg.max_span)
+            options = [c for c in by_len.get(length, ()) if _is_free(taken, c)]
+        if not options or masked + length > budget + 2:
+            misses += 1
+            continue
+        i, j, others = options[int(rng.integers(len(options)))]
+        taken[i : j + 1] = True
+        chosen.append(MaskedSpan(start=i, end=j, positives=others))
+        masked += j - i + 1
+    chosen.sort(key=lambda s: s.start)
+    return chosen
+
+
+def _masked_block(ids: list[int], chosen: list[MaskedSpan], mask_id: int, tokens_per_span: int) -> MaskedBlock:
+    """The block with each chosen span (sorted, disjoint) replaced by `tokens_per_span` mask tokens."""
+    new_ids: list[int] = []
+    positions: list[int] = []
+    cursor = 0
+    for span in chosen:
+        new_ids += ids[cursor : span.start]
+        positions.append(len(new_ids))
+        new_ids += [mask_id] * tokens_per_span
+        cursor = span.end + 1
+    new_ids += ids[cursor:]
+    return MaskedBlock(ids=new_ids, mask_positions=positions, spans=chosen)

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from common.errors import AppError
+from common.files import hash_file
 from common.masks import split_on_masks
 from encoder.device import autocast, choose_device, choose_dtype, describe
 from encoder.template import Template, derive_template
@@ -61,9 +62,7 @@ def model_fingerprint(model_dir: str | Path) -> str:
         if not path.is_file():
             continue
         h.update(path.name.encode())
-        with open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(1 << 22), b""):
-                h.update(chunk)
+        hash_file(path, into=h)
     return h.hexdigest()
 
 

@@ -17,12 +17,6 @@ STOPWORD_SET = frozenset(STOPWORDS)
 _WORD = re.compile(r"[^\W_]+")
 
 
-def only_stopwords(phrase: str) -> bool:
-    """True when every word of the phrase (lower-cased, punctuation-split) is a stopword."""
-    words = _WORD.findall(phrase.lower())
-    return bool(words) and all(w in STOPWORD_SET for w in words)
-
-
 @functools.lru_cache(maxsize=1 << 16)
 def poor_fill(phrase: str) -> bool:
     """A phrase that is not a self-contained answer: only stopwords, a single letter, or one that

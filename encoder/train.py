@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from common.distributed import join
 from common.errors import AppError
 from common.files import atomic_path, write_json_atomic
-from encoder.data import Batch, TrainBlock, content_token_mask, load_blocks, make_batch
+from encoder.data import Batch, BatchConfig, TrainBlock, content_token_mask, load_blocks, make_batch
 from encoder.device import choose_device, distributed_backend, grad_scaler
 from encoder.grouping import similar_order
 from encoder.loss import npm_loss
@@ -142,8 +142,13 @@ class Trainer:
             )
         self.lengths = np.array([sum(len(b.ids) for b in g) for g in self.groups])
         self.content = content if cfg.content_spans_only else None
-        self.masking = MaskingConfig(
+        masking = MaskingConfig(
             budget=cfg.mask_budget, max_span=1 if cfg.single else cfg.max_span, salient_rate=0.0 if cfg.single else cfg.salient_rate
+        )
+        self.batching = BatchConfig(
+            masking=masking, query_title_dropout=cfg.query_title_dropout, single=cfg.single,
+            by_document=cfg.positives != "group", include_self=cfg.positives == "self", query_window=cfg.query_window,
+            query_views=cfg.query_views, inline_title=cfg.inline_title, untitled_rate=cfg.untitled_rate,
         )
         decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
         no_decay = [p for n, p in self.model.named_parameters() if p.ndim < 2]
@@ -173,12 +178,7 @@ class Trainer:
 
     def batch_at(self, position: int) -> Batch:
         groups, rng = self._groups_at(position)
-        return make_batch(
-            groups, self.encoder, rng, self.masking, self.content, self.cfg.query_title_dropout, self.cfg.single,
-            by_document=self.cfg.positives != "group", include_self=self.cfg.positives == "self",
-            query_window=self.cfg.query_window, query_views=self.cfg.query_views, inline_title=self.cfg.inline_title,
-            untitled_rate=self.cfg.untitled_rate,
-        )
+        return make_batch(groups, self.encoder, rng, self.batching, self.content)
 
     # ---- loss -------------------------------------------------------------------------------
     def loss(self, batch: Batch) -> tuple[torch.Tensor, torch.Tensor]:

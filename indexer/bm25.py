@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from common.files import atomic_path
-from indexer.store import Shard
+from indexer.shard import Shard
 
 logger = logging.getLogger(__name__)
 
@@ -131,10 +131,6 @@ class BM25:
             meta = dict(self._con.execute("SELECT key, value FROM postings_meta").fetchall())
             self.rows = int(meta["rows"])
             self._block_dtype = meta["block_dtype"].decode()
-
-    def search(self, text: str, n: int) -> np.ndarray:
-        """Global block ids of the top-n blocks for `text`, best first."""
-        return self.search_scored(text, n)[0]
 
     def search_scored(self, text: str, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(global block ids, BM25 scores) of the top-n blocks for `text`, best first (ties: lower block id

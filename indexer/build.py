@@ -35,7 +35,8 @@ from indexer.bm25 import build_bm25
 from indexer.encode import default_batch_tokens, encode_shard
 from indexer.manifest import Counts, FileInfo, Manifest, ModelInfo, ShardInfo
 from indexer.outdir import identity, prepare_out, remove_stale_shards
-from indexer.store import Shard, ShardContent, read_shard_info, write_shard
+from indexer.shard import Shard, read_shard_info
+from indexer.shard_writer import ShardContent, ShardPlan, write_shard
 from indexer.templates import Templates, needs_training
 
 logger = logging.getLogger(__name__)
@@ -89,22 +90,6 @@ class BuildSummary:
             f"built {self.out}: {self.documents} documents ({self.empty_documents} empty), {self.blocks} blocks, "
             f"{self.tokens} tokens, {self.shards} shards in {self.seconds:.1f} s ({rate:.0f} tokens/s encoded)"
         )
-
-
-@dataclass(frozen=True)
-class ShardPlan:
-    """One shard's place in the index: its size, where its tokens and blocks start, its FAISS factory."""
-
-    number: int
-    tokens: int
-    blocks: int
-    token_base: int
-    block_base: int
-    factory: str
-
-    def matches(self, info: ShardInfo | None) -> bool:
-        return info is not None and (info.tokens, info.blocks, info.token_base, info.block_base) == (
-            self.tokens, self.blocks, self.token_base, self.block_base)
 
 
 def chunk_blocks(blocks: Iterable[Block], shard_tokens: int) -> Iterator[list[Block]]:
@@ -203,8 +188,8 @@ class BuildJob:
         t_enc = time.perf_counter()
         vectors = encode_shard(self.encoder, blocks, self.batch_tokens, bar)
         t_ann = time.perf_counter()
-        info = write_shard(self.cfg.out, plan.number, ShardContent.from_blocks(blocks, vectors), plan.factory,
-                           plan.token_base, plan.block_base, self.cfg.vector_dtype, trained=self.trained(plan, vectors))
+        info = write_shard(self.cfg.out, plan, ShardContent.from_blocks(blocks, vectors), self.cfg.vector_dtype,
+                           trained=self.trained(plan, vectors))
         logger.info("shard %d: %d tokens, encode %.1f s, index and write %.1f s", plan.number, info.tokens,
                     t_ann - t_enc, time.perf_counter() - t_ann)
         self.encoded += info.tokens

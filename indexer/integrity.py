@@ -40,7 +40,7 @@ from indexer.vectors import VECTOR_DTYPES
 
 FIX = "rebuild the index with `indexer build` (--overwrite replaces it); `--verify` checks every file's sha256"
 
-# the columns the writer (indexer.store.write_shard) gives docs.arrow
+# the columns the writer (indexer.shard_writer.write_shard) gives docs.arrow
 DOCS_SCHEMA = pa.schema([("id", pa.string()), ("title", pa.string()), ("text", pa.large_string())])
 
 _ARROW_MAGIC = b"ARROW1"
@@ -67,7 +67,7 @@ def check_size(path: Path, record: FileInfo) -> None:
 
 
 def npy_specs(info: ShardInfo, dim: int) -> dict[str, tuple[tuple[str, ...], tuple[int, ...]]]:
-    """The .npy files of a shard and, for each, the dtypes it may have and its shape (see indexer.store)."""
+    """The .npy files of a shard and, for each, the dtypes it may have and its shape (see indexer.shard)."""
     n, b = info.tokens, info.blocks
     specs = {
         "vectors.npy": ((info.vector_dtype,), (n, dim)),

@@ -1,5 +1,5 @@
 """The read side of an index directory: every shard memory-mapped, searched in parallel, merged (the
-write side is `indexer.build` / `indexer.store`)."""
+write side is `indexer.build` / `indexer.shard_writer`)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from indexer.ann import set_search_params
 from indexer.bm25 import BM25, BM25_NAME
 from indexer.integrity import check_bm25, damaged
 from indexer.manifest import Manifest
-from indexer.store import Shard
+from indexer.shard import Shard
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import common.files as files_mod
-from common.files import atomic_path, file_record, write_bytes_atomic, write_json_atomic, write_npy_atomic
+from common.files import atomic_path, file_record, hash_file, sha256_file, write_bytes_atomic, write_json_atomic
 
 
 def test_file_write_replaces_and_leaves_no_temporary(tmp_path):
@@ -17,11 +17,22 @@ def test_file_write_replaces_and_leaves_no_temporary(tmp_path):
     write_json_atomic(path, {"x": 1})
     write_json_atomic(path, {"x": 2})
     assert json.loads(path.read_text()) == {"x": 2}
-    write_npy_atomic(tmp_path / "v.npy", np.arange(5))
+    with atomic_path(tmp_path / "v.npy") as tmp, open(tmp, "wb") as f:
+        np.save(f, np.arange(5), allow_pickle=False)
     np.testing.assert_array_equal(np.load(tmp_path / "v.npy"), np.arange(5))
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json", "v.npy"]
     rec = file_record(path)
     assert rec == {"bytes": path.stat().st_size, "sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+
+
+def test_file_hashes_cover_every_byte_and_extend_a_running_hash(tmp_path):
+    path = tmp_path / "big.bin"
+    data = np.random.default_rng(0).bytes(3 * (1 << 20) + 17)  # several of file_digest's reads
+    path.write_bytes(data)
+    assert sha256_file(path) == hashlib.sha256(data).hexdigest()
+    running = hashlib.sha256(b"name")
+    assert hash_file(path, into=running) is running
+    assert running.hexdigest() == hashlib.sha256(b"name" + data).hexdigest()
 
 
 def test_failed_write_keeps_the_old_content(tmp_path):

@@ -25,8 +25,8 @@ from indexer.ann import (
     train_faiss_index,
 )
 from indexer.manifest import Counts, Manifest, ModelInfo
-from indexer.store import ShardContent, write_shard
 from indexer.phrase_index import PhraseIndex, is_exact
+from indexer.shard_writer import ShardContent, ShardPlan, write_shard
 
 DIM = 32
 
@@ -113,7 +113,8 @@ def _clustered(rng: np.random.Generator, n: int) -> np.ndarray:
 
 
 def _index(root, shards: list[np.ndarray], kind: str, template: bool = False) -> None:
-    """An index of the given shards; with `template`, every shard copies one trained index (as a build does)."""
+    """An index of the given shards, one block each; `kind` an index type or a factory string; with `template`,
+    every shard copies one trained index (as a build does)."""
     infos, base = [], 0
     trained = train_faiss_index(shards[0].astype(np.float32), kind) if template else None
     for number, vecs in enumerate(shards):
@@ -123,7 +124,8 @@ def _index(root, shards: list[np.ndarray], kind: str, template: bool = False) ->
             flags=np.full(n, 3, np.uint8), blocks=np.array([[0, 0, n]], np.int64),
             doc_ids=[f"d{number}"], doc_titles=[""], doc_texts=["x"],
         )
-        infos.append(write_shard(root, number, content, kind, base, number, trained=trained))
+        plan = ShardPlan(number, n, 1, base, number, resolve_factory(kind, n, DIM))
+        infos.append(write_shard(root, plan, content, trained=trained))
         base += n
     Manifest(
         created_at="2024-01-01T00:00:00+00:00",
@@ -132,6 +134,19 @@ def _index(root, shards: list[np.ndarray], kind: str, template: bool = False) ->
         counts=Counts(documents=len(shards), empty_documents=0, blocks=len(shards), tokens=base, shards=len(shards)),
         shards=infos,
     ).save(root)
+
+
+def test_write_shard_refuses_content_other_than_its_plan(tmp_path):
+    vecs = _clustered(np.random.default_rng(0), 10)
+    content = ShardContent(
+        vectors=vecs, token_ids=np.zeros(10, np.int32), offsets=np.zeros((10, 2), np.int32),
+        flags=np.full(10, 3, np.uint8), blocks=np.array([[0, 0, 10]], np.int64), doc_ids=["d"], doc_titles=[""],
+        doc_texts=["x"],
+    )
+    with pytest.raises(ValueError, match="planned with 11 tokens in 1 blocks, its content holds 10 in 1"):
+        write_shard(tmp_path, ShardPlan(0, 11, 1, 0, 0, "Flat"), content)
+    assert not list(tmp_path.iterdir())
+    assert write_shard(tmp_path, ShardPlan(0, 10, 1, 0, 0, "Flat"), content).name == "shard_00000"
 
 
 def _exact_topk(shards: list[np.ndarray], queries: np.ndarray, k: int) -> list[set[tuple[int, int]]]:

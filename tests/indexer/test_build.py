@@ -1,4 +1,5 @@
-"""End-to-end tests of indexer.build: round trip through PhraseIndex, resume, refusal, corruption."""
+"""End-to-end tests of indexer.build: round trip through PhraseIndex, resume, refusal, int8, GPU path, templates
+(a damaged index: test_integrity.py)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from indexer.build import BuildConfig, build_index
 from common.errors import AppError
 from common.files import sha256_file
 from indexer.manifest import MANIFEST_NAME, Manifest
-from indexer.store import SHARD_FILES
+from indexer.shard import SHARD_FILES
 from indexer.phrase_index import PhraseIndex
 from tests.conftest import CORPUS
 
@@ -315,51 +316,6 @@ def test_all_empty_corpus_refused(tmp_path, tiny_bert_dir):
     corpus.write_text('{"text": ""}\n{"text": "  "}\n')
     with pytest.raises(AppError, match=re.escape(str(corpus))):
         build_index(_config(corpus, tmp_path / "idx", tiny_bert_dir))
-
-
-# ---------------------------------------------------------------- corruption
-
-
-@pytest.fixture()
-def bert_index_copy(tmp_path, tiny_index) -> Path:
-    dst = tmp_path / "copy"
-    shutil.copytree(tiny_index, dst)
-    return dst
-
-
-def test_intact_copy_opens(bert_index_copy):
-    PhraseIndex(bert_index_copy, verify=True).close()
-
-
-def test_truncated_vectors_raise(bert_index_copy):
-    path = bert_index_copy / "shard_00000" / "vectors.npy"
-    data = path.read_bytes()
-    path.write_bytes(data[: len(data) - 64])
-    with pytest.raises(AppError, match="vectors.npy"):
-        PhraseIndex(bert_index_copy)
-
-
-@pytest.mark.parametrize("fname", ["vectors.npy", "docs.arrow", "index.faiss"])
-def test_flipped_byte_fails_verification(bert_index_copy, fname):
-    shards = sorted(p.name for p in bert_index_copy.glob("shard_*"))
-    path = bert_index_copy / shards[-1] / fname
-    data = bytearray(path.read_bytes())
-    data[-1] ^= 0xFF
-    path.write_bytes(bytes(data))
-    with pytest.raises(AppError, match=re.escape(fname)):
-        PhraseIndex(bert_index_copy, verify=True)
-
-
-def test_missing_shard_file_raises(bert_index_copy):
-    (bert_index_copy / "shard_00001" / "index.faiss").unlink()
-    with pytest.raises(AppError, match="index.faiss"):
-        PhraseIndex(bert_index_copy)
-
-
-def test_missing_manifest_raises(bert_index_copy):
-    (bert_index_copy / MANIFEST_NAME).unlink()
-    with pytest.raises(AppError, match=MANIFEST_NAME):
-        PhraseIndex(bert_index_copy)
 
 
 def test_int8_vectors_match_float16_build(built, tmp_path, tiny_corpus, model_dirs):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from indexer.phrase_index import PhraseIndex
-from indexer.store import Shard
+from indexer.shard import Shard
 from tests.conftest import write_jsonl
 
 

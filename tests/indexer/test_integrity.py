@@ -78,7 +78,7 @@ def test_intact_copy_opens(index_copy):
     index = PhraseIndex(index_copy)
     try:
         assert len(index.shards) == 3 and index.bm25 is not None
-        assert index.bm25.search("Paris", 3).size > 0
+        assert index.bm25.search_scored("Paris", 3)[0].size > 0
     finally:
         index.close()
 
@@ -292,3 +292,41 @@ def test_verify_still_finds_a_changed_byte_in_the_vectors(index_copy):
     PhraseIndex(index_copy).close()
     with pytest.raises(AppError, match=re.escape(str(path))):
         PhraseIndex(index_copy, verify=True)
+
+
+# ---------------------------------------------------------------- damage found by --verify, missing files
+
+
+def test_intact_copy_passes_verification(index_copy):
+    PhraseIndex(index_copy, verify=True).close()
+
+
+def test_truncated_vectors_raise(index_copy):
+    path = index_copy / "shard_00000" / "vectors.npy"
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) - 64])
+    with pytest.raises(AppError, match="vectors.npy"):
+        PhraseIndex(index_copy)
+
+
+@pytest.mark.parametrize("fname", ["vectors.npy", "docs.arrow", "index.faiss"])
+def test_flipped_byte_fails_verification(index_copy, fname):
+    shards = sorted(p.name for p in index_copy.glob("shard_*"))
+    path = index_copy / shards[-1] / fname
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF
+    path.write_bytes(bytes(data))
+    with pytest.raises(AppError, match=re.escape(fname)):
+        PhraseIndex(index_copy, verify=True)
+
+
+def test_missing_shard_file_raises(index_copy):
+    (index_copy / "shard_00001" / "index.faiss").unlink()
+    with pytest.raises(AppError, match="index.faiss"):
+        PhraseIndex(index_copy)
+
+
+def test_missing_manifest_raises(index_copy):
+    (index_copy / MANIFEST_NAME).unlink()
+    with pytest.raises(AppError, match=MANIFEST_NAME):
+        PhraseIndex(index_copy)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from common.files import write_npy_atomic
 from indexer.vectors import StoredVectors, quantize_int8
 
 
@@ -34,9 +33,9 @@ def test_stored_vectors_decode_int8_and_float16(tmp_path):
     a, b = tmp_path / "i8", tmp_path / "f16"
     a.mkdir(), b.mkdir()
     codes, scales = quantize_int8(v)
-    write_npy_atomic(a / "vectors.npy", codes)
-    write_npy_atomic(a / "scales.npy", scales)
-    write_npy_atomic(b / "vectors.npy", v)
+    np.save(a / "vectors.npy", codes, allow_pickle=False)
+    np.save(a / "scales.npy", scales, allow_pickle=False)
+    np.save(b / "vectors.npy", v, allow_pickle=False)
     i8, f16 = StoredVectors(a, "int8"), StoredVectors(b, "float16")
     assert i8.shape == f16.shape == (50, 16) and len(i8) == 50
     rows = np.array([3, 7, 49])

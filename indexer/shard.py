@@ -1,0 +1,87 @@
+"""The on-disk shard format and its read side: a finished shard opened memory-mapped (written by indexer.shard_writer).
+
+A shard directory holds
+  vectors.npy    float16 [n, d]  token vectors for exact re-scoring (or int8 codes, see indexer.vectors)
+  scales.npy     float16 [n]     per-token scale of int8 vectors (int8 only)
+  token_ids.npy  uint16 [n]      vocabulary ids (int32 when an id does not fit 16 bits)
+  char_starts.npy, char_lengths.npy, block_chars.npy
+                 char offsets of each token into its document text, compact (indexer.offsets)
+  flags.npy      uint8 [n]       WORD_START / WORD_END bits
+  blocks.npy     int64 [b, 3]    (document row in docs.arrow, first token, end token) per block
+  docs.arrow     Arrow IPC file  columns id, title, text of the documents the blocks come from
+  index.faiss    FAISS index (inner product) over the vectors; its type is chosen per shard (indexer.ann)
+  shard.json     counts and a checksum per file, written last
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from common.files import load_mapped
+from indexer.doc_text import DocText
+from indexer.integrity import check_shard_files, open_docs, read_faiss
+from indexer.manifest import ShardInfo
+from indexer.offsets import OFFSET_FILES, CharOffsets
+from indexer.vectors import StoredVectors, touch_pages
+
+# every shard's files but scales.npy (int8 only) and shard.json (which lists the others)
+SHARD_FILES = ("vectors.npy", "token_ids.npy", *OFFSET_FILES, "flags.npy", "blocks.npy", "docs.arrow", "index.faiss")
+
+
+def shard_name(number: int) -> str:
+    return f"shard_{number:05d}"
+
+
+def read_shard_info(root: Path, number: int) -> ShardInfo | None:
+    """The info of a finished shard, or None when it is missing or incomplete."""
+    path = root / shard_name(number) / "shard.json"
+    if not path.is_file():
+        return None
+    try:
+        return ShardInfo.model_validate_json(path.read_text(encoding="utf-8"))
+    except ValueError:
+        return None
+
+
+class Shard:
+    """A finished shard opened read-only; large arrays are memory-mapped. Opening checks every file's
+    structure against the shard's info (indexer.integrity), not its every byte (PhraseIndex.verify).
+
+    `blocks[b]` is block b's (document row in docs.arrow, first token, end token)."""
+
+    def __init__(self, root: Path, info: ShardInfo, dim: int) -> None:
+        self.info = info
+        self.dir = root / info.name
+        check_shard_files(self.dir, info, dim)  # sizes, .npy headers, flags, scales, blocks (indexer.integrity)
+        self.vectors = StoredVectors(self.dir, info.vector_dtype)
+        self.token_ids = load_mapped(self.dir / "token_ids.npy")
+        self.flags = load_mapped(self.dir / "flags.npy")
+        self.blocks = np.load(self.dir / "blocks.npy")
+        self.block_starts = np.ascontiguousarray(self.blocks[:, 1])
+        self.offsets = CharOffsets(self.dir, self.block_starts)
+        self.docs = open_docs(self.dir / "docs.arrow", info.documents)
+        self.text = DocText(self.docs.column("text"), self.blocks, self.offsets)
+        self.index = read_faiss(self.dir / "index.faiss", info, dim)
+
+    def __len__(self) -> int:
+        return self.info.tokens
+
+    def warm(self) -> None:
+        """Map every page of the files a fill reads at random (vectors, flags, offsets) into this process,
+        and locate the blocks' text (DocText.load)."""
+        self.vectors.warm()
+        self.text.load()
+        for array in (self.flags, self.offsets.starts, self.offsets.lengths):
+            touch_pages(array)
+
+    def block_of(self, positions: np.ndarray) -> np.ndarray:
+        """Local block number of each token position."""
+        return np.searchsorted(self.block_starts, positions, side="right") - 1
+
+    def doc_text(self, row: int) -> str:
+        return self.docs.column("text")[row].as_py()
+
+    def doc_id(self, row: int) -> str:
+        return self.docs.column("id")[row].as_py()
