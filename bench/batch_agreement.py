@@ -19,9 +19,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from probes import make_probes  # noqa: E402
 
 from service.batcher import bucket_shape  # noqa: E402
-from service.config import Settings  # noqa: E402
-from service.engine import FillEngine  # noqa: E402
-from service.schemas import FillRequest  # noqa: E402
+from common.process import single_thread_blas  # noqa: E402
+from fill.config import EngineConfig  # noqa: E402
+from fill.engine import FillEngine  # noqa: E402
+from fill.schemas import FillRequest  # noqa: E402
 
 
 def main() -> None:
@@ -31,7 +32,8 @@ def main() -> None:
     ap.add_argument("--probes", type=int, default=100)
     ap.add_argument("--batch", type=int, default=16)
     args = ap.parse_args()
-    engine = FillEngine.open(Settings(index=args.index))
+    single_thread_blas()
+    engine = FillEngine.open(EngineConfig(index=args.index))
     requests = [FillRequest(text=t, mode=m) for t in make_probes(args.corpus, args.probes, seed=7)
                 for m in ("dense", "hybrid")]
     alone = [engine.fill(r) for r in requests]

@@ -103,8 +103,8 @@ def main() -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
     from encoder.model import Encoder, model_fingerprint
-    from service.engine import FillEngine
-    from service.schemas import FillRequest
+    from fill.engine import FillEngine
+    from fill.schemas import FillRequest
     from indexer.phrase_index import PhraseIndex, is_exact
 
     index = _restrict(PhraseIndex(args.index), args.shards)
@@ -119,7 +119,7 @@ def main() -> None:
         p.error(f"--aggregates: use max and/or sum, got {args.aggregates!r}")
     params = {agg: dict(k=args.k, aggregate=agg, mode="dense") for agg in aggregates}  # the token search alone
     qvecs = [encoder.encode_queries([t])[0] for t in probes]  # as the engine computes them, one query at a time
-    queries = np.concatenate([np.concatenate([q.starts, q.ends]) for q in qvecs]).astype(np.float32)
+    queries = np.concatenate([np.concatenate([q.q_start, q.q_end]) for q in qvecs]).astype(np.float32)
     t0 = time.perf_counter()
     exact = exact_topk(index.shards, queries, args.k)
     logging.info("exact top-%d of %d queries over %d tokens in %.0f s", args.k, len(queries), tokens, time.perf_counter() - t0)

@@ -21,9 +21,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from probes import make_probes  # noqa: E402
 
 from service.batcher import bucket_shape  # noqa: E402
-from service.config import Settings  # noqa: E402
-from service.engine import FillEngine  # noqa: E402
-from service.schemas import FillRequest  # noqa: E402
+from common.process import single_thread_blas  # noqa: E402
+from fill.config import EngineConfig  # noqa: E402
+from fill.engine import FillEngine  # noqa: E402
+from fill.schemas import FillRequest  # noqa: E402
 
 
 def one_pass(engine: FillEngine, planned: list, size: int) -> tuple[float, float, float]:
@@ -49,7 +50,8 @@ def main() -> None:
     ap.add_argument("--mode", default="hybrid", choices=["dense", "hybrid"])
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
-    engine = FillEngine.open(Settings(index=args.index))
+    single_thread_blas()
+    engine = FillEngine.open(EngineConfig(index=args.index))
     planned = [engine.plan(FillRequest(text=t, mode=args.mode)) for t in make_probes(args.corpus, args.probes, seed=7)]
     engine.prepare(planned[:8])  # warm-up
     base = None

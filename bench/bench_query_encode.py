@@ -102,7 +102,7 @@ def main() -> None:
     served = Encoder(args.model)
     layouts = [served.query_layout(t) for t in texts]
     reference = [served.encode_queries([t])[0] for t in texts]
-    ref = np.concatenate([np.concatenate([q.starts, q.ends]) for q in reference])
+    ref = np.concatenate([np.concatenate([q.q_start, q.q_end]) for q in reference])
     print(f"{len(texts)} queries, {statistics.mean(len(ids) for ids, _ in layouts):.1f} tokens on average; "
           f"served dtype {str(served.dtype).replace('torch.', '')}, {torch.get_num_threads()} threads")
 

@@ -45,7 +45,7 @@ def main() -> None:
     from encoder.model import Encoder
     encoder = Encoder(Path(index.manifest.model.path))
     mark("load the encoder (model class import + weights)")
-    from service.engine import FillEngine
+    from fill.engine import FillEngine
     from service.state import WARMUP
     FillEngine(encoder, index).fill(WARMUP)
     mark("warm-up fill")

@@ -90,7 +90,7 @@ def main() -> None:
     if index.bm25 is not None:
         bm25(index, texts)
     encoder = Encoder(Path(index.manifest.model.path))
-    vectors = [np.ascontiguousarray(np.concatenate([v.starts, v.ends]), dtype=np.float32)
+    vectors = [np.ascontiguousarray(np.concatenate([v.q_start, v.q_end]), dtype=np.float32)
                for v in (encoder.encode_queries([t])[0] for t in texts)]
     faiss_once(index, vectors, args.k)
 

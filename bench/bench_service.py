@@ -80,16 +80,18 @@ def _floors(index: Path, texts: list[str], k: int) -> dict[str, float]:
     import numpy as np
 
     sys.path.insert(0, str(ROOT))
-    from service.config import Settings
-    from service.engine import FillEngine
+    from common.process import single_thread_blas
+    from fill.config import EngineConfig
+    from fill.engine import FillEngine
 
-    engine = FillEngine.open(Settings(index=index))
+    single_thread_blas()
+    engine = FillEngine.open(EngineConfig(index=index))
     enc, faiss_ms, vectors = [], [], []
     for text in texts:
         t = time.perf_counter()
         qv = engine.encoder.encode_queries([text])[0]
         enc.append((time.perf_counter() - t) * 1000)
-        vectors.append(np.ascontiguousarray(np.concatenate([qv.starts, qv.ends]), dtype=np.float32))
+        vectors.append(np.ascontiguousarray(np.concatenate([qv.q_start, qv.q_end]), dtype=np.float32))
     for q in vectors:
         t = time.perf_counter()
         assigned = engine.index.assign(q)

@@ -19,9 +19,10 @@ from pathlib import Path
 
 import numpy as np
 
-from service.config import Settings
-from service.evaluate import GOOGLE_RE_TEMPLATES, load_probes, subsample
-from service.engine import FillEngine
+from common.process import single_thread_blas
+from fill.config import EngineConfig
+from evaluation.evaluate import GOOGLE_RE_TEMPLATES, load_probes, subsample
+from fill.engine import FillEngine
 
 
 def main() -> None:
@@ -32,7 +33,8 @@ def main() -> None:
     ap.add_argument("--per-relation", type=int, default=30)
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    engine = FillEngine.open(Settings(index=args.index))
+    single_thread_blas()
+    engine = FillEngine.open(EngineConfig(index=args.index))
     if len(engine.index.shards) != 1:
         raise SystemExit("error: this diagnostic reads one shard; build the index with a single shard")
     shard = engine.index.shards[0]
@@ -46,7 +48,7 @@ def main() -> None:
         tail = GOOGLE_RE_TEMPLATES[p["relation"]].split("[X]", 1)[1].replace("[Y]", "<mask>")
         subject = p["query"][: -len(tail)]
         qv = engine.encoder.encode_queries([p["query"]])[0]
-        start_scores, end_scores = vectors @ qv.starts[0], vectors @ qv.ends[0]
+        start_scores, end_scores = vectors @ qv.q_start[0], vectors @ qv.q_end[0]
         best = None
         for row in rows_of_title.get(subject, []):
             text = shard.doc_text(row)

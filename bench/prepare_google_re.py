@@ -4,7 +4,7 @@ de-duplicated evidence snippets and its probes.
     python bench/prepare_google_re.py --data ../shared/data/google_re --out data-local/google_re
 
 A probe's subject is on the TRAIN side when the first hex digit of sha256(sub_label) is 0-7, else on
-the HELD side (`service.evaluate.google_re_side`); a snippet goes to the side of the probes citing it
+the HELD side (`evaluation.evaluate.google_re_side`); a snippet goes to the side of the probes citing it
 (no snippet is cited from both sides; one that were would be left out). Writes, for SIDE in train, held:
   SIDE/corpus.jsonl  {"id", "title", "text"}, title from the snippet's Wikipedia URL, sorted by title so
                      snippets about the same subject are consecutive;
@@ -25,7 +25,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from common.files import write_bytes_atomic
-from service.evaluate import GOOGLE_RE_TEMPLATES, load_probes, on_side
+from evaluation.evaluate import GOOGLE_RE_TEMPLATES, load_probes, on_side
 
 SIDES = ("train", "held", "train_a", "train_b")
 

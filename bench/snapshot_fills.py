@@ -33,15 +33,17 @@ VARIANT = {"top_k": 20, "alpha": 0.5, "aggregate": "sum", "case_sensitive": Fals
 
 def take(args: argparse.Namespace) -> None:
     from probes import make_probes
-    from service.config import Settings
-    from service.engine import FillEngine
-    from service.schemas import FillRequest
+    from common.process import single_thread_blas
+    from fill.config import EngineConfig
+    from fill.engine import FillEngine
+    from fill.schemas import FillRequest
 
     if args.probes is not None:
         texts = [json.loads(line)["query"] for line in args.probes.read_text(encoding="utf-8").splitlines()][: args.n]
     else:
         texts = make_probes(args.corpus, args.n)
-    engine = FillEngine.open(Settings(index=args.index))
+    single_thread_blas()
+    engine = FillEngine.open(EngineConfig(index=args.index))
     cases = [(mode, "default", {}) for mode in args.modes]
     cases += [(mode, "variant", VARIANT) for mode in args.modes]
     tmp = args.out.with_suffix(".tmp")

@@ -94,8 +94,8 @@ class BlockInput:
 
 @dataclass(frozen=True)
 class QueryVectors:
-    starts: np.ndarray  # float32 [masks, d]
-    ends: np.ndarray  # float32 [masks, d]
+    q_start: np.ndarray  # float32 [masks, d]: the output at each mask's MASK_s (its start query)
+    q_end: np.ndarray  # float32 [masks, d]: the output at its MASK_e (its end query)
 
 
 class Encoder:
@@ -241,5 +241,5 @@ class Encoder:
         out = []
         for i, (_, positions) in enumerate(layouts):
             pos = np.asarray(positions)
-            out.append(QueryVectors(starts=hidden[i, pos].copy(), ends=hidden[i, pos + 1].copy()))
+            out.append(QueryVectors(q_start=hidden[i, pos].copy(), q_end=hidden[i, pos + 1].copy()))
         return out

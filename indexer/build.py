@@ -17,10 +17,9 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
-from pydantic import BaseModel, Field, field_validator
+from pydantic import ConfigDict, Field
 from tqdm import tqdm
 
 from common.distributed import Place, join
@@ -30,10 +29,10 @@ from corpus.blocking import Block, iter_blocks
 from corpus.readers import count_documents, detect_format, read_corpus
 from encoder.device import choose_device
 from encoder.model import Encoder, model_fingerprint
-from indexer.ann import check_index_type, parse_bytes, resolve_factory
+from indexer.ann import check_index_type, resolve_factory
 from indexer.bm25 import build_bm25
 from indexer.encode import default_batch_tokens, encode_shard
-from indexer.manifest import Counts, FileInfo, Manifest, ModelInfo, ShardInfo
+from indexer.manifest import BuildSettings, Counts, FileInfo, Manifest, ModelInfo, ShardInfo
 from indexer.outdir import identity, prepare_out, remove_stale_shards
 from indexer.shard import Shard, read_shard_info
 from indexer.shard_writer import ShardContent, ShardPlan, write_shard
@@ -42,35 +41,12 @@ from indexer.templates import Templates, needs_training
 logger = logging.getLogger(__name__)
 
 
-class BuildConfig(BaseModel):
+class BuildConfig(BuildSettings):
     """Embed every token of a corpus into sharded FAISS indexes plus stored vectors."""
 
-    corpus: Path = Field(description="corpus: HF save_to_disk dir, .arrow, .parquet, .jsonl, .txt or dir of .txt")
-    out: Path = Field(description="output index directory")
-    model: Path | None = Field(None, description="HuggingFace encoder directory (default: the bundled model)")
-    block_tokens: int = Field(256, ge=8, description="corpus tokens per block")
-    shard_tokens: int = Field(1_000_000, ge=1, description="tokens per shard")
-    title_tokens: int = Field(32, ge=0, description="title tokens prefixed to each block as context (0: none)")
-    index_type: str = Field(
-        "auto", description="ANN index per shard: auto, flat, ivfpq, ivfsq, hnsw, or a FAISS factory string (inner product)"
-    )
-    memory_budget: int | None = Field(
-        None, ge=1, description="RAM for the ANN indexes with --index-type auto, e.g. 2G or 500M"
-    )
-    vector_dtype: Literal["float16", "int8"] = Field(
-        "int8", description="re-scoring vectors: int8 (386 B/token at d=384) or float16"
-    )
-    batch_tokens: int | None = Field(
-        None, ge=64, description="padded tokens per encoder batch (default: 2048 on CPU, 16384 on GPU)"
-    )
-    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
-    dtype: str = Field("auto", description="auto, fp32, bf16 or fp16")
-    overwrite: bool = Field(False, description="replace an existing different index in --out")
+    model_config = ConfigDict(extra="ignore")  # the recorded settings keep unknown keys; a job's config does not
 
-    @field_validator("memory_budget", mode="before")
-    @classmethod
-    def _size(cls, value):
-        return parse_bytes(value) if isinstance(value, str) else value
+    overwrite: bool = Field(False, description="replace an existing different index in --out")
 
 
 @dataclass
@@ -229,7 +205,7 @@ class BuildJob:
             index_type=cfg.index_type,
             vector_dtype=cfg.vector_dtype,
             similarity_scale=1.0 / math.sqrt(enc.dim),
-            build=cfg.model_dump(mode="json", exclude={"overwrite"}),
+            build=BuildSettings.model_validate(cfg.model_dump(exclude={"overwrite"})),
             corpus={"path": str(cfg.corpus.resolve()), "format": self.format},
             counts=Counts(documents=self.stats["documents"], empty_documents=self.stats["empty_documents"],
                           blocks=sum(s.blocks for s in shards), tokens=sum(s.tokens for s in shards), shards=len(shards)),

@@ -1,6 +1,6 @@
 """A shard's document text as the UTF-8 bytes of docs.arrow (memory-mapped), addressed by character offset
 block by block, so that the service can slice thousands of phrases with numpy instead of building a Python
-string per document (service.phrases).
+string per document (fill.phrases).
 
 For every block it keeps the byte where the block's text starts in the text buffer and whether the block's
 text is all ASCII; then character c of the block's document is byte `start + c - first char of the block`.

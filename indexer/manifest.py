@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from common.errors import AppError
 from common.files import write_json_atomic
+from indexer.ann import parse_bytes
 
 FORMAT_VERSION = 3  # 3: compact char offsets (indexer.offsets)
 MANIFEST_NAME = "manifest.json"
@@ -49,6 +50,39 @@ class Counts(BaseModel):
     shards: int
 
 
+class BuildSettings(BaseModel):
+    """The settings of a build, as the manifest records them (`indexer build`'s `BuildConfig` is these plus
+    the job's own flags): the one definition of each setting and its default, read back typed."""
+
+    model_config = ConfigDict(extra="allow")  # a setting of another version is kept (and shown in /info)
+
+    corpus: Path = Field(description="corpus: HF save_to_disk dir, .arrow, .parquet, .jsonl, .txt or dir of .txt")
+    out: Path = Field(description="output index directory")
+    model: Path | None = Field(None, description="HuggingFace encoder directory (default: the bundled model)")
+    block_tokens: int = Field(256, ge=8, description="corpus tokens per block")
+    shard_tokens: int = Field(1_000_000, ge=1, description="tokens per shard")
+    title_tokens: int = Field(32, ge=0, description="title tokens prefixed to each block as context (0: none)")
+    index_type: str = Field(
+        "auto", description="ANN index per shard: auto, flat, ivfpq, ivfsq, hnsw, or a FAISS factory string (inner product)"
+    )
+    memory_budget: int | None = Field(
+        None, ge=1, description="RAM for the ANN indexes with --index-type auto, e.g. 2G or 500M"
+    )
+    vector_dtype: Literal["float16", "int8"] = Field(
+        "int8", description="re-scoring vectors: int8 (386 B/token at d=384) or float16"
+    )
+    batch_tokens: int | None = Field(
+        None, ge=64, description="padded tokens per encoder batch (default: 2048 on CPU, 16384 on GPU)"
+    )
+    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
+    dtype: str = Field("auto", description="auto, fp32, bf16 or fp16")
+
+    @field_validator("memory_budget", mode="before")
+    @classmethod
+    def _size(cls, value):
+        return parse_bytes(value) if isinstance(value, str) else value
+
+
 class Manifest(BaseModel):
     format_version: int = FORMAT_VERSION
     created_at: str
@@ -58,7 +92,7 @@ class Manifest(BaseModel):
     index_type: str  # as requested (auto, flat, ivfpq, ivfsq, hnsw or a factory); each shard records its factory
     vector_dtype: str = "float16"
     similarity_scale: float  # scores are q.c * scale (1 / sqrt(dim))
-    build: dict[str, Any]  # the build config that produced this index
+    build: BuildSettings  # the build settings that produced this index
     corpus: dict[str, Any]
     counts: Counts
     shards: list[ShardInfo]

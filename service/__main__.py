@@ -1,82 +1,18 @@
-"""`python -m service --index DIR [--host H] [--port P] ...`: flags and FILL_* variables from `Settings`.
+"""`python -m service --index DIR [--host H] [--port P] ...`: the server (service.server).
 
-Start-up failures have one behaviour: the process prints `error: <message>` and exits with code 2,
-whether the failure is found before the server starts (a wrong path, a bad manifest, an unreadable keys
-file) or while the model and index load in the background (a damaged file, a wrong model). SIGTERM
-drains: the listener closes, requests in flight finish (up to FILL_REQUEST_TIMEOUT + 5 s more), then
-the process ends by the signal (uvicorn re-raises it: exit status 143). SIGHUP reloads the index
-directory without failing a request.
-
-OpenMP's threads (torch's encoder, FAISS) wait passively here (`OMP_WAIT_POLICY=PASSIVE` unless set):
-by default they spin after each parallel region, and under concurrent load that spinning took ~8 ms of
-CPU per fill from the threads finishing other fills (docs/BENCHMARKS.md). It must be set before torch
-and FAISS load the OpenMP runtime, so before the imports below."""
+OpenMP's threads (torch's encoder, FAISS) are told to wait passively (`OMP_WAIT_POLICY=PASSIVE` unless
+set; common.process.passive_openmp) before anything imports torch or FAISS, so the server is imported
+only inside `main`."""
 
 from __future__ import annotations
 
-import logging
-import os
-import signal
-import sys
-import threading
-
-import typer
-import uvicorn
-
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # before the project's imports load torch and FAISS
-
-from common.cli import model_command  # noqa: E402
-from common.errors import EXIT_CODE, AppError  # noqa: E402
-from indexer.manifest import Manifest  # noqa: E402
-from service.api import create_app  # noqa: E402
-from service.config import ENV_PREFIX, Settings  # noqa: E402
-from service.limits import header_timeout_protocol  # noqa: E402
-from service.observe import configure_logging  # noqa: E402
-from service.state import ServiceState  # noqa: E402
-
-app = typer.Typer(add_completion=False)
-logger = logging.getLogger("service")
-
-
-def serve(settings: Settings) -> None:
-    configure_logging(settings.log_level, settings.log_format)
-    Manifest.load(settings.index_dir())  # fail fast on a wrong path; the heavy load happens in the background
-    fatal: list[str] = []
-    server: uvicorn.Server | None = None
-
-    def on_fatal(message: str) -> None:
-        fatal.append(message)
-        if server is not None:
-            server.should_exit = True
-
-    state = ServiceState(settings, on_fatal=on_fatal)
-    config = uvicorn.Config(create_app(settings, state, load=True), host=settings.host, port=settings.port,
-                            log_level=settings.log_level, log_config=None, access_log=False,
-                            http=header_timeout_protocol(settings.header_timeout),
-                            timeout_graceful_shutdown=settings.request_timeout + 5)
-    server = uvicorn.Server(config)
-
-    def on_hangup(*_) -> None:  # reload off the signal handler, which must return at once
-        threading.Thread(target=_reload, args=(state,), name="reload", daemon=True).start()
-
-    signal.signal(signal.SIGHUP, on_hangup)
-    server.run()
-    if fatal:
-        raise AppError(fatal[0])
-
-
-def _reload(state: ServiceState) -> None:
-    try:
-        logger.info("SIGHUP: reloading %s", state.settings.index_dir().name)
-        state.reload_or_report()
-    except AppError:
-        pass  # logged by reload_or_report; the previous index keeps serving
-
-
-model_command(app, Settings, serve, name="serve", env_prefix=ENV_PREFIX)
+from common.process import passive_openmp
 
 
 def main(argv: list[str] | None = None) -> None:
+    passive_openmp()
+    from service.server import app  # loads torch and FAISS
+
     app(args=argv, prog_name="python -m service")
 
 

@@ -21,7 +21,8 @@ import time
 from collections import deque
 from concurrent.futures import Future
 
-from service.engine import FillEngine, Planned, Prepared
+from fill.engine import FillEngine
+from fill.prepared import Planned, Prepared
 
 logger = logging.getLogger(__name__)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from prometheus_client import (CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info,
                                generate_latest)
 
-from service.schemas import FillResult
+from fill.schemas import FillResult
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 

@@ -16,11 +16,11 @@ from typing import Callable, Iterator
 
 from common.errors import AppError
 from service.batcher import Batcher
-from service.budget import Budget, Deadline
+from fill.budget import Budget, Deadline
 from service.config import Settings
-from service.engine import FillEngine
+from fill.engine import FillEngine
 from service.metrics import Metrics
-from service.schemas import FillRequest, FillResult
+from fill.schemas import FillRequest, FillResult
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +110,7 @@ class ServiceState:
         with self._swap:
             settings = self.settings if index is None else self.settings.model_copy(update={"index": index})
             t0 = time.perf_counter()
-            engine = FillEngine.open(settings)
+            engine = FillEngine.open(settings.engine_config())
             self._install(engine)
             if index is not None:
                 self.settings = settings

@@ -1,9 +1,12 @@
 """The layout's rules, checked on every test run: one-way import floors (import-linter's contract in
-pyproject.toml), no import cycle between modules, source files under 400 lines."""
+pyproject.toml), no import cycle between modules, source files under 400 lines, functions under 60 lines,
+and every source module named in the README's layout table."""
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -12,8 +15,9 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("common", "corpus", "encoder", "indexer", "service")
+PACKAGES = ("common", "corpus", "encoder", "indexer", "fill", "evaluation", "service")
 MAX_LINES = 400
+MAX_FUNCTION_LINES = 60
 
 
 def _lint(cwd: Path, config: Path) -> subprocess.CompletedProcess:
@@ -123,3 +127,48 @@ def test_source_files_stay_small():
             if n > MAX_LINES:
                 long[str(path.relative_to(ROOT))] = n
     assert long == {}
+
+
+def _modules() -> list[Path]:
+    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+
+
+def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
+    """Functions (and methods) of `source` longer than `limit` lines, decorators excluded: {name: lines}."""
+    out = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines = node.end_lineno - node.lineno + 1
+            if lines > limit:
+                out[f"{node.name} (line {node.lineno})"] = lines
+    return out
+
+
+def test_functions_stay_short():
+    long = {}
+    for path in _modules():
+        for name, n in long_functions(path.read_text(encoding="utf-8")).items():
+            long[f"{path.relative_to(ROOT)}: {name}"] = n
+    assert long == {}
+
+
+def test_the_function_rule_catches_a_long_function():
+    body = "\n".join(f"    x{i} = {i}" for i in range(60))
+    assert long_functions(f"def short():\n    return 1\n\n\ndef long():\n{body}\n") == {"long (line 5)": 61}
+
+
+def layout_names(readme: str) -> set[str]:
+    """The module paths of the README's layout table: the first cell of each row, one module a row."""
+    return set(re.findall(r"^\| `([\w/]+\.py)` \|", readme, re.M))
+
+
+def test_readme_layout_names_every_source_module():
+    named = layout_names((ROOT / "README.md").read_text(encoding="utf-8"))
+    modules = {str(p.relative_to(ROOT)) for p in _modules() if p.name != "__init__.py"}
+    assert sorted(modules - named) == [], "modules missing from the README's layout table"
+    assert sorted(named - modules) == [], "the README's layout table names modules that do not exist"
+
+
+def test_the_readme_rule_reads_the_table():
+    table = "| `fill/engine.py` | the facade (`fill/ranker.py` is named, not listed) |\n| `a/b.py` | x |\n"
+    assert layout_names(table) == {"fill/engine.py", "a/b.py"}

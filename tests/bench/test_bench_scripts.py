@@ -109,7 +109,7 @@ def test_probes_script_writes_cloze_probes_whose_answer_restores_the_text(tmp_pa
 
 
 def test_prepare_google_re_sides_share_no_subject_and_no_snippet(tmp_path):
-    from service.evaluate import google_re_side, on_side
+    from evaluation.evaluate import google_re_side, on_side
 
     data = tmp_path / "gre"
     data.mkdir()

@@ -42,7 +42,7 @@ def test_adapt_writes_a_loadable_fp16_model_that_changed(untitled_corpus, tiny_b
     assert json.loads((run / "latest.json").read_text())["step"] == 3
     before, after = Encoder(tiny_bert_dir, device="cpu", dtype="fp32"), Encoder(out, device="cpu", dtype="fp32")
     q = "Lyon is a city in <mask> ."
-    assert not np.allclose(before.encode_queries([q])[0].starts, after.encode_queries([q])[0].starts, atol=1e-3)
+    assert not np.allclose(before.encode_queries([q])[0].q_start, after.encode_queries([q])[0].q_start, atol=1e-3)
     assert model_fingerprint(out) != model_fingerprint(tiny_bert_dir)
     # resuming the same command continues the run (here: already at max_steps, so it only re-exports)
     adapt(cfg)
@@ -53,8 +53,8 @@ def test_time_budget_stops_the_run(untitled_corpus, tiny_bert_dir, tmp_path):
     cfg = AdaptConfig(corpus=untitled_corpus, out=tmp_path / "m", init=tiny_bert_dir, minutes=1e-6, **SMALL)
     adapt(cfg)  # the budget is spent before the first step: the init is exported unchanged in fp16
     assert json.loads((tmp_path / "m.run" / "latest.json").read_text())["step"] == 0
-    a = Encoder(tiny_bert_dir, device="cpu", dtype="fp32").encode_queries(["a <mask> b"])[0].starts
-    b = Encoder(tmp_path / "m", device="cpu", dtype="fp32").encode_queries(["a <mask> b"])[0].starts
+    a = Encoder(tiny_bert_dir, device="cpu", dtype="fp32").encode_queries(["a <mask> b"])[0].q_start
+    b = Encoder(tmp_path / "m", device="cpu", dtype="fp32").encode_queries(["a <mask> b"])[0].q_start
     np.testing.assert_allclose(a, b, atol=2e-2)
 
 
@@ -67,14 +67,14 @@ def test_constant_schedule():
 
 def test_adapted_model_builds_an_index(untitled_corpus, tiny_bert_dir, tmp_path):
     from indexer.build import BuildConfig, build_index
-    from service.config import Settings
-    from service.engine import FillEngine
-    from service.schemas import FillRequest
+    from fill.config import EngineConfig
+    from fill.engine import FillEngine
+    from fill.schemas import FillRequest
 
     model = adapt(AdaptConfig(corpus=untitled_corpus, out=tmp_path / "m", init=tiny_bert_dir, max_steps=1, **SMALL))
     build_index(BuildConfig(corpus=untitled_corpus, out=tmp_path / "idx", model=model, block_tokens=32,
                             device="cpu"))
-    engine = FillEngine.open(Settings(index=tmp_path / "idx", device="cpu"))
+    engine = FillEngine.open(EngineConfig(index=tmp_path / "idx", device="cpu"))
     assert engine.fill(FillRequest(text="Lyon is a city in <mask> .")).masks[0].candidates
 
 

@@ -36,8 +36,8 @@ def test_model_card_gives_recipe_data_license_and_quality():
 
 
 def test_the_bundled_scoring_is_fitted_for_every_mode_away_from_the_held_side():
-    from service.schemas import MODES
-    from service.scoring import SCORING_NAME, Scoring
+    from fill.schemas import MODES
+    from fill.scoring import SCORING_NAME, Scoring
 
     scoring = Scoring.load(BUNDLED_MODEL / SCORING_NAME)
     assert set(scoring.confidence) == set(MODES)
@@ -57,13 +57,13 @@ def test_the_default_engine_uses_the_bundled_scoring(default_engine):
 @pytest.fixture(scope="module")
 def default_engine(tmp_path_factory):
     from indexer.build import BuildConfig, build_index
-    from service.config import Settings
-    from service.engine import FillEngine
+    from fill.config import EngineConfig
+    from fill.engine import FillEngine
 
     root = tmp_path_factory.mktemp("default_model")
     corpus = write_jsonl(root / "corpus.jsonl", CORPUS)
     build_index(BuildConfig(corpus=corpus, out=root / "idx"))  # no --model: the bundled default
-    engine = FillEngine.open(Settings(index=root / "idx"))
+    engine = FillEngine.open(EngineConfig(index=root / "idx"))
     yield engine
     engine.index.close()
 
@@ -78,7 +78,7 @@ def test_default_model_fills_facts_of_the_corpus(default_engine, mode, query, an
     """The answer is among the top 5 fills. The top fill may overshoot ("Warsaw in 1867") or take the
     neighbouring year: the Curie document of this toy corpus has no title, while the model was trained
     on queries that always name their subject's title."""
-    from service.schemas import FillRequest
+    from fill.schemas import FillRequest
 
     result = default_engine.fill(FillRequest(text=query, mode=mode, top_k=5))
     assert answer in [c.phrase for c in result.masks[0].candidates]
@@ -105,14 +105,14 @@ def test_demo_queries_are_filled_right_from_the_bundled_sample(tmp_path):
     import re
 
     from indexer.build import BuildConfig, build_index
-    from service.config import Settings
-    from service.engine import FillEngine
-    from service.schemas import FillRequest
+    from fill.config import EngineConfig
+    from fill.engine import FillEngine
+    from fill.schemas import FillRequest
 
     requests = [json.loads(m) for m in re.findall(r"^fill '(\{.*\})'$", DEMO.read_text(encoding="utf-8"), re.M)]
     assert [r["text"] for r in requests] == list(DEMO_ANSWERS)
     build_index(BuildConfig(corpus=SAMPLE, out=tmp_path / "idx"))
-    engine = FillEngine.open(Settings(index=tmp_path / "idx"))
+    engine = FillEngine.open(EngineConfig(index=tmp_path / "idx"))
     for request in requests:
         result = engine.fill(FillRequest(**request))
         assert [m.candidates[0].phrase if m.candidates else None for m in result.masks] == \

@@ -197,14 +197,14 @@ def test_encode_queries_equals_model_by_hand(which, encoders):
     out = enc.encode_queries(texts)
     assert len(out) == 3
     for text, qv, masks in zip(texts, out, (1, 3, 1)):
-        assert qv.starts.shape == qv.ends.shape == (masks, enc.dim)
-        assert qv.starts.dtype == qv.ends.dtype == np.float32
+        assert qv.q_start.shape == qv.q_end.shape == (masks, enc.dim)
+        assert qv.q_start.dtype == qv.q_end.dtype == np.float32
         ids, positions = enc.query_layout(text)
         hidden = _by_hand(enc, ids, [0] * len(ids))
         pos = np.asarray(positions)
-        np.testing.assert_allclose(qv.starts, hidden[pos], atol=1e-5, rtol=1e-4)
-        np.testing.assert_allclose(qv.ends, hidden[pos + 1], atol=1e-5, rtol=1e-4)
-        assert not np.allclose(qv.starts, qv.ends, atol=1e-4)  # different positions, different vectors
+        np.testing.assert_allclose(qv.q_start, hidden[pos], atol=1e-5, rtol=1e-4)
+        np.testing.assert_allclose(qv.q_end, hidden[pos + 1], atol=1e-5, rtol=1e-4)
+        assert not np.allclose(qv.q_start, qv.q_end, atol=1e-4)  # different positions, different vectors
 
 
 @pytest.mark.parametrize("which", MODELS)
@@ -222,8 +222,8 @@ def test_encode_layouts_padded_to_a_larger_shape_gives_the_same_vectors(which, e
     plain = enc.encode_layouts(layouts)
     assert seen == [(2, max(len(ids) for ids, _ in layouts))]
     for a, b in zip(padded, plain):
-        np.testing.assert_allclose(a.starts, b.starts, atol=1e-5, rtol=1e-4)
-        np.testing.assert_allclose(a.ends, b.ends, atol=1e-5, rtol=1e-4)
+        np.testing.assert_allclose(a.q_start, b.q_start, atol=1e-5, rtol=1e-4)
+        np.testing.assert_allclose(a.q_end, b.q_end, atol=1e-5, rtol=1e-4)
     assert enc.encode_layouts(layouts, lambda rows, width: (rows, 10_000))  # capped at the model's length
 
 
@@ -293,4 +293,4 @@ def test_mpnet_encoder_without_token_types(tiny_roberta_dir, tmp_path):
     ids = np.asarray(tok("Paris is the capital of France.", add_special_tokens=False)["input_ids"])
     assert enc.encode_blocks([BlockInput(ids=ids, prefix_ids=title)])[0].shape == (len(ids), 32)
     q = enc.encode_queries(["Paris is the capital of <mask> ."])[0]
-    assert q.starts.shape == (1, 32) and not np.allclose(q.starts, q.ends)
+    assert q.q_start.shape == (1, 32) and not np.allclose(q.q_start, q.q_end)

@@ -355,7 +355,7 @@ def test_export_fp16(run_a, tmp_path):
     np.testing.assert_allclose(b, a, atol=1e-2)
     qa = fp32.encode_queries(["Paris is the capital of <mask>."])[0]
     qb = fp16.encode_queries(["Paris is the capital of <mask>."])[0]
-    np.testing.assert_allclose(qb.starts, qa.starts, atol=1e-2)
+    np.testing.assert_allclose(qb.q_start, qa.q_start, atol=1e-2)
 
     # re-export over an existing directory keeps a hand-written README.md
     (out / "README.md").write_text("model card\n")

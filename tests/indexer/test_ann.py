@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import faiss
 import numpy as np
@@ -24,7 +25,7 @@ from indexer.ann import (
     set_search_params,
     train_faiss_index,
 )
-from indexer.manifest import Counts, Manifest, ModelInfo
+from indexer.manifest import BuildSettings, Counts, Manifest, ModelInfo
 from indexer.phrase_index import PhraseIndex, is_exact
 from indexer.shard_writer import ShardContent, ShardPlan, write_shard
 
@@ -130,7 +131,8 @@ def _index(root, shards: list[np.ndarray], kind: str, template: bool = False) ->
     Manifest(
         created_at="2024-01-01T00:00:00+00:00",
         model=ModelInfo(path="fake", fingerprint="0", model_type="fake", tokenizer="Fake", vocab_size=1, mask_token=None),
-        dim=DIM, index_type=kind, similarity_scale=1.0, build={}, corpus={},
+        dim=DIM, index_type=kind, similarity_scale=1.0, corpus={},
+        build=BuildSettings(corpus=Path("synthetic"), out=root),
         counts=Counts(documents=len(shards), empty_documents=0, blocks=len(shards), tokens=base, shards=len(shards)),
         shards=infos,
     ).save(root)

@@ -82,7 +82,7 @@ def test_counts(built, encoders):
     assert m.similarity_scale == pytest.approx(1 / np.sqrt(m.dim))
     assert m.model.model_type == which
     assert m.model.mask_token == encoders[which].tokenizer.mask_token
-    assert m.build["block_tokens"] == BLOCK_TOKENS and m.build["shard_tokens"] == SHARD_TOKENS
+    assert m.build.block_tokens == BLOCK_TOKENS and m.build.shard_tokens == SHARD_TOKENS
     assert m.corpus["format"] == "jsonl"
     line = summary.line()
     for word in ("documents", "blocks", "tokens", "shards"):
@@ -281,7 +281,7 @@ def test_different_config_refused_then_overwritten(tmp_path, tiny_corpus, tiny_b
     assert summary.shards == 1
     index = PhraseIndex(out, verify=True)
     try:
-        assert index.manifest.build["block_tokens"] == 8
+        assert index.manifest.build.block_tokens == 8
         assert index.manifest.counts.shards == 1
         assert sorted(p.name for p in out.glob("shard_*")) == ["shard_00000"]
         assert all(b - a <= 8 for _, a, b in index.shards[0].blocks.tolist())

@@ -12,7 +12,7 @@ from fastapi.testclient import TestClient
 from common.masks import MASK_PATTERN
 from service.api import create_app
 from service.config import Settings
-from service.engine import FillEngine
+from fill.engine import FillEngine
 from service.state import ServiceState
 from tests.conftest import CORPUS
 
@@ -31,7 +31,7 @@ def settings(tiny_index) -> Settings:
 
 @pytest.fixture(scope="module")
 def state(settings) -> ServiceState:
-    return ServiceState(settings, engine=FillEngine.open(settings))
+    return ServiceState(settings, engine=FillEngine.open(settings.engine_config()))
 
 
 @pytest.fixture(scope="module")

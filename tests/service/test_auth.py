@@ -8,14 +8,14 @@ from fastapi.testclient import TestClient
 from common.errors import AppError
 from service.api import create_app
 from service.config import Settings
-from service.engine import FillEngine
+from fill.engine import FillEngine
 from service.state import ServiceState
 
 
 @pytest.fixture(scope="module")
 def state(tiny_index) -> ServiceState:
     settings = Settings(index=tiny_index)
-    return ServiceState(settings, engine=FillEngine.open(settings))
+    return ServiceState(settings, engine=FillEngine.open(settings.engine_config()))
 
 
 def client_for(state, **settings) -> TestClient:

@@ -10,10 +10,10 @@ from concurrent.futures import CancelledError
 import pytest
 
 from service.batcher import Batcher, bucket_shape
-from service.config import Settings
-from service.engine import FillEngine
-from service.prepared import Planned
-from service.schemas import FillRequest
+from fill.config import EngineConfig
+from fill.engine import FillEngine
+from fill.prepared import Planned
+from fill.schemas import FillRequest
 
 
 class RecordingEngine:
@@ -170,7 +170,7 @@ def test_bucketing_bounds_the_shapes_a_batcher_meets():
 
 @pytest.fixture(scope="module")
 def engine(tiny_index) -> FillEngine:
-    return FillEngine.open(Settings(index=tiny_index, device="cpu", dtype="fp32"))
+    return FillEngine.open(EngineConfig(index=tiny_index, device="cpu", dtype="fp32"))
 
 
 @pytest.mark.parametrize("shape", [None, bucket_shape])

@@ -20,7 +20,7 @@ from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from service.api import create_app
 from service.config import Settings
-from service.engine import FillEngine
+from fill.engine import FillEngine
 from service.state import ServiceState
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "100"))
@@ -31,7 +31,7 @@ MODES = [schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGAT
 @pytest.fixture(scope="module")
 def operations(tiny_index):
     s = Settings(index=tiny_index, api_keys="fuzz-key", warm=False, request_timeout=30)
-    app = create_app(s, state=ServiceState(s, engine=FillEngine.open(s)))
+    app = create_app(s, state=ServiceState(s, engine=FillEngine.open(s.engine_config())))
     schema = schemathesis.openapi.from_asgi("/openapi.json", app, headers=AUTH)
     return [result.ok() for result in schema.get_all_operations()]
 

@@ -11,8 +11,8 @@ from fastapi.testclient import TestClient
 from common.masks import MASK_PATTERN
 from service.api import create_app
 from service.config import Settings
-from service.engine import FillEngine
-from service.schemas import MASK_SCHEMA_PATTERN
+from fill.engine import FillEngine
+from fill.schemas import MASK_SCHEMA_PATTERN
 from service.state import ServiceState
 
 JSON = {"content-type": "application/json"}
@@ -25,7 +25,7 @@ def settings(tiny_index) -> Settings:
 
 @pytest.fixture(scope="module")
 def state(settings) -> ServiceState:
-    return ServiceState(settings, engine=FillEngine.open(settings))
+    return ServiceState(settings, engine=FillEngine.open(settings.engine_config()))
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 
 from service.api import create_app
 from service.config import Settings
-from service.engine import FillEngine
+from fill.engine import FillEngine
 from service.observe import REQUEST_ID, JsonFormatter
 from service.state import ServiceState
 
@@ -18,7 +18,7 @@ from service.state import ServiceState
 @pytest.fixture(scope="module")
 def client(tiny_index):
     settings = Settings(index=tiny_index)
-    state = ServiceState(settings, engine=FillEngine.open(settings))
+    state = ServiceState(settings, engine=FillEngine.open(settings.engine_config()))
     with TestClient(create_app(settings, state=state), raise_server_exceptions=False) as c:
         yield c
 

@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 
 from service.api import create_app
 from service.config import Settings
-from service.engine import FillEngine
+from fill.engine import FillEngine
 from service.state import ServiceState
 
 KEY = {"Authorization": "Bearer admin-key"}
@@ -23,7 +23,7 @@ def served(tiny_index, tmp_path):
     other = tmp_path / "index-b"
     shutil.copytree(tiny_index, other)
     settings = Settings(index=tiny_index, api_keys="admin-key", warm=False)
-    state = ServiceState(settings, engine=FillEngine.open(settings))
+    state = ServiceState(settings, engine=FillEngine.open(settings.engine_config()))
     with TestClient(create_app(settings, state=state), raise_server_exceptions=False) as client:
         yield client, state, other
     state.close()
@@ -67,7 +67,7 @@ def test_reload_needs_the_key_and_keys_configured(served, tiny_index):
     client, _, other = served
     assert client.post("/admin/reload", json={"index": str(other)}).status_code == 401
     settings = Settings(index=tiny_index)
-    with TestClient(create_app(settings, state=ServiceState(settings, engine=FillEngine.open(settings))),
+    with TestClient(create_app(settings, state=ServiceState(settings, engine=FillEngine.open(settings.engine_config()))),
                     raise_server_exceptions=False) as open_client:
         r = open_client.post("/admin/reload", json={"index": str(other)})
         assert r.status_code == 403 and r.json()["error_type"] == "forbidden"

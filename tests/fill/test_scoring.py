@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from common.errors import AppError
-from service.scoring import FEATURES, MARGIN_CAP, SCORING_NAME, Calibration, Confidence, Scoring, mask_features
-from service.spans import BlockPrior, score_spans
+from fill.scoring import FEATURES, MARGIN_CAP, SCORING_NAME, Calibration, Confidence, Scoring, mask_features
+from fill.spans import BlockPrior
 
 
 def _calibration(coef_score: float = 1.0, **kw) -> Calibration:
@@ -29,37 +29,6 @@ def test_block_prior_is_bm25_over_the_best_and_zero_elsewhere():
 def test_block_prior_without_blocks_is_zero():
     prior = BlockPrior.from_bm25(np.empty(0), np.empty(0))
     np.testing.assert_array_equal(prior(np.array([1, 2])), [0.0, 0.0])
-
-
-# ---------------------------------------------------------------- score_spans with a bonus
-
-
-def _toy_spans():
-    rng = np.random.default_rng(0)
-    vecs = [rng.standard_normal((12, 4)).astype(np.float32)]
-    shard = np.zeros(6, dtype=np.int64)
-    start = np.array([0, 0, 3, 5, 8, 9])
-    end = np.array([1, 2, 4, 6, 9, 10])
-    return shard, start, end, rng.standard_normal(4).astype(np.float32), rng.standard_normal(4).astype(np.float32), vecs
-
-
-def test_a_constant_bonus_changes_no_score():
-    shard, start, end, qs, qe, vecs = _toy_spans()
-    plain = score_spans(shard, start, end, qs, qe, vecs, 1.0)
-    shifted = score_spans(shard, start, end, qs, qe, vecs, 1.0, bonus=lambda s, pos: np.full(pos.shape, 3.0))
-    np.testing.assert_allclose(plain.score, shifted.score)
-    assert plain.start_max == shifted.start_max and plain.end_max == shifted.end_max
-
-
-def test_a_bonus_on_some_positions_raises_their_spans_and_lowers_the_others():
-    shard, start, end, qs, qe, vecs = _toy_spans()
-    plain = score_spans(shard, start, end, qs, qe, vecs, 1.0)
-    favoured = score_spans(shard, start, end, qs, qe, vecs, 1.0, bonus=lambda s, pos: np.where(pos >= 8, 5.0, 0.0))
-    late = favoured.start >= 8
-    assert (favoured.score[late] > plain.score[late]).all()
-    assert (favoured.score[~late] < plain.score[~late]).all()
-    # the best logits are the encoder's, before the bonus
-    assert favoured.start_max == pytest.approx(float((vecs[0][np.unique(start)] @ qs).max()), rel=1e-5)
 
 
 # ---------------------------------------------------------------- features and calibration

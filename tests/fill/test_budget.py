@@ -9,11 +9,14 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
+import fill.engine
+
 from service.api import create_app
-from service.budget import Budget, Deadline
+from fill.budget import Budget, Deadline
 from service.config import Settings
-from service.engine import FillEngine
-from service.schemas import FillRequest
+from fill.config import EngineConfig
+from fill.engine import FillEngine
+from fill.schemas import FillRequest
 from service.state import ServiceState
 from tests.service.test_api import assert_all_slots_free
 
@@ -22,7 +25,7 @@ SIXTEEN = " and ".join(["<mask>"] * 16) + " ."
 
 @pytest.fixture(scope="module")
 def engine(tiny_index) -> FillEngine:
-    return FillEngine.open(Settings(index=tiny_index))
+    return FillEngine.open(EngineConfig(index=tiny_index))
 
 
 def client_for(engine: FillEngine, **settings) -> tuple[TestClient, ServiceState]:
@@ -79,15 +82,15 @@ def test_a_slow_request_gets_504_stops_computing_and_others_are_served(engine, m
     it gets 504 after about 1 s (the engine stopped between masks), meanwhile a normal request is
     answered, and every slot is free afterwards."""
     ranked = []
-    real_rank = FillEngine._rank
+    real_rank = fill.engine.rank_mask
 
-    def slow_rank(self, scored, params, mode, prior):
-        if params.text.startswith("slow"):
+    def slow_rank(parts, request):
+        if request.text.startswith("slow"):
             ranked.append(time.perf_counter())
             time.sleep(0.3)
-        return real_rank(self, scored, params, mode, prior)
+        return real_rank(parts, request)
 
-    monkeypatch.setattr(FillEngine, "_rank", slow_rank)
+    monkeypatch.setattr(fill.engine, "rank_mask", slow_rank)
     client, state = client_for(engine, request_timeout=1.0, max_candidates=10**9)
     with client:
         slow = {}

@@ -1,4 +1,4 @@
-"""Hand-made cases for the pure arithmetic of NPM inference in service.spans."""
+"""Hand-made cases for the pure arithmetic of NPM inference in fill.spans (and of the string path, tests/fill/reference.py, that the phrase tests compare against)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from corpus.tokens import WORD_END, WORD_START
-from service.spans import Phrase, aggregate, rank, score_spans, softmax, spans_from_hits, strip_phrase
+from fill.spans import softmax, spans_from_hits, strip_phrase
+from tests.fill.reference import Phrase, aggregate, rank
 
 S, E, SE, MID = WORD_START, WORD_END, WORD_START | WORD_END, 0
 
@@ -123,41 +124,6 @@ def test_empty_hits_and_zero_max_len():
     for hits, max_len in (([], 5), ([0, 4], 0)):
         a, b = spans_from_hits(np.asarray(hits, dtype=np.int64), True, max_len, FLAGS, block_of)
         assert a.size == 0 and b.size == 0
-
-
-# ---------------------------------------------------------------- score_spans
-
-
-def test_score_spans_dedups_and_softmaxes_over_distinct_positions():
-    rng = np.random.default_rng(0)
-    vecs = [rng.standard_normal((6, 4)).astype(np.float16), rng.standard_normal((3, 4)).astype(np.float16)]
-    qs, qe = rng.standard_normal(4).astype(np.float32), rng.standard_normal(4).astype(np.float32)
-    scale = 0.5
-    # (0, 1, 3) twice; start (0, 1) used by two spans; (1, 1, 3) shares numbers but not the shard
-    shard = np.array([0, 0, 0, 1, 0])
-    start = np.array([1, 1, 1, 1, 4])
-    end = np.array([3, 3, 2, 2, 4])
-    got = score_spans(shard, start, end, qs, qe, vecs, scale)
-    spans_got = list(zip(got.shard.tolist(), got.start.tolist(), got.end.tolist()))
-    assert sorted(spans_got) == [(0, 1, 2), (0, 1, 3), (0, 4, 4), (1, 1, 2)]
-
-    def probs(keys, q):
-        logits = {k: float(np.dot(vecs[k[0]][k[1]].astype(np.float64), q.astype(np.float64))) * scale for k in keys}
-        m = max(logits.values())
-        z = {k: math.exp(v - m) for k, v in logits.items()}
-        tot = sum(z.values())
-        return {k: v / tot for k, v in z.items()}
-
-    ps = probs({(0, 1), (1, 1), (0, 4)}, qs)
-    pe = probs({(0, 3), (0, 2), (1, 2), (0, 4)}, qe)
-    for (s, i, j), sc in zip(spans_got, got.score):
-        assert np.isclose(sc, ps[(s, i)] + pe[(s, j)], rtol=1e-5)
-
-
-def test_score_spans_empty():
-    e = np.empty(0, dtype=np.int64)
-    got = score_spans(e, e, e, np.zeros(4, np.float32), np.zeros(4, np.float32), [], 1.0)
-    assert got.score.size == 0
 
 
 # ---------------------------------------------------------------- strip_phrase

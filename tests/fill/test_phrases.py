@@ -1,4 +1,5 @@
-"""service.phrases equals the string path (strip_phrase, poor_fill, str.lower, aggregate + rank) exactly."""
+"""fill.phrases equals the string path (strip_phrase, poor_fill, str.lower, and tests/fill/reference.py's
+aggregate + rank) exactly."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ import random
 import numpy as np
 import pytest
 
-import service.phrases as phrases
+import fill.phrases as phrases
 from encoder.stopwords import STOPWORDS, poor_fill
-from service.phrases import Collision, Ragged, group, lower, phrase_table, poor, rank_table, strip
-from service.spans import aggregate, rank, strip_phrase
+from fill.phrases import Ragged, group, join, lower, phrase_table, poor, rank_table, strip
+from fill.spans import strip_phrase
+from tests.fill.reference import aggregate, rank
 
 PIECES = STOPWORDS[:30] + ["The", "Of", "IN", "London", "Hague", "x", "Q", "7", "1867", "city", "İstanbul", "Kelvin",
                            "café", "naïve", "Straße", "東京", "_", "-", ",", ".", "«", "»", "—", "…", "(", ")", "'", "\u00a0",
@@ -35,7 +37,7 @@ def _ragged(texts: list[str]) -> Ragged:
 
 def _overlapping(n: int, seed: int) -> tuple[Ragged, list[str]]:
     """n segments cut at random from one buffer (pieces of text joined by NULs), overlapping as the spans
-    of a mask do in span_texts."""
+    of a shard do in shard_span_texts."""
     rng = random.Random(seed)
     pieces = [" ".join(_strings(12, seed + i)) for i in range(8)]
     buffer = "\0".join(pieces)
@@ -55,11 +57,11 @@ def _overlapping(n: int, seed: int) -> tuple[Ragged, list[str]]:
 def test_overlapping_segments_of_one_buffer():
     raw, texts = _overlapping(3000, 5)
     assert [raw.text(i) for i in range(len(texts))] == texts
-    lead, end = strip(raw)
-    keys = [t[a:b] if b > a else "" for t, a, b in zip(texts, lead.tolist(), end.tolist())]
+    stripped = strip(raw)
+    keys = [stripped.text(i) for i in range(len(texts))]
     assert keys == [t[slice(*strip_phrase(t))] if strip_phrase(t)[1] > strip_phrase(t)[0] else "" for t in texts]
     kept = [i for i, k in enumerate(keys) if k]
-    stripped = Ragged(raw.codes, (raw.start + lead)[kept], (end - lead)[kept])
+    stripped = Ragged(raw.codes, stripped.start[kept], stripped.length[kept])
     assert poor(stripped).tolist() == [poor_fill(keys[i]) for i in kept]
     groups, firsts = group(stripped)
     seen: dict[str, int] = {}
@@ -70,10 +72,12 @@ def test_overlapping_segments_of_one_buffer():
 
 def test_strip_equals_strip_phrase():
     texts = _strings(3000, 0) + ["", " ", "...", "«a»", "a", " a b ", "—"]
-    lead, end = strip(_ragged(texts))
-    for t, a, b in zip(texts, lead.tolist(), end.tolist()):
+    raw = _ragged(texts)
+    keys = strip(raw)
+    for i, t in enumerate(texts):
+        a = int(keys.start[i] - raw.start[i])
         ref = strip_phrase(t)
-        assert (t[a:b] if b > a else "") == (t[ref[0]:ref[1]] if ref[1] > ref[0] else ""), t
+        assert t[a : a + int(keys.length[i])] == (t[ref[0]:ref[1]] if ref[1] > ref[0] else ""), t
 
 
 def test_poor_equals_poor_fill():
@@ -98,12 +102,37 @@ def test_group_is_exact_and_numbers_groups_by_first_appearance():
     assert [texts[i] for i in firsts.tolist()] == list(seen)
 
 
-def test_a_hash_collision_is_detected_not_merged(monkeypatch):
+def test_a_hash_collision_is_split_not_merged(monkeypatch):
     monkeypatch.setattr(phrases, "_hashes", lambda keys: np.zeros(keys.length.size, dtype=np.uint64))  # every key alike
-    with pytest.raises(Collision):
-        group(_ragged(["ab", "ba"]))  # same length, same hash, different text
+    groups, firsts = group(_ragged(["ab", "ba", "ab", "abc", "ba"]))  # same hash; lengths and texts differ
+    assert groups.tolist() == [0, 1, 0, 2, 1] and firsts.tolist() == [0, 1, 3]
     groups, _ = group(_ragged(["ab", "ab"]))  # equal keys still group
     assert groups.tolist() == [0, 0]
+
+
+def test_a_collision_leaves_the_other_groups_alone(monkeypatch):
+    """Only the colliding hash group is split by strings; the numbering is by first appearance over all."""
+    texts = ["x", "ab", "y", "ba", "x", "ab", "z"]
+    real = phrases._hashes
+
+    def collide(keys):
+        h = real(keys)
+        pair = [i for i in range(keys.length.size) if keys.text(i) in ("ab", "ba")]
+        h[pair] = h[pair[0]]
+        return h
+
+    monkeypatch.setattr(phrases, "_hashes", collide)
+    groups, firsts = group(_ragged(texts))
+    seen: dict[str, int] = {}
+    assert groups.tolist() == [seen.setdefault(t, len(seen)) for t in texts]
+    assert [texts[i] for i in firsts.tolist()] == list(seen)
+
+
+def test_join_keeps_each_segment():
+    a, b = _ragged(["ab", "c"]), _ragged(["de"])
+    joined = join([a, b])
+    assert [joined.text(i) for i in range(3)] == ["ab", "c", "de"]
+    assert join([]).length.size == 0
 
 
 @pytest.mark.parametrize("case_sensitive", [True, False])
@@ -115,7 +144,7 @@ def test_phrase_table_and_rank_equal_aggregate_and_rank(case_sensitive, how, dro
     texts = _strings(1500, 4)
     scores = rng.random(len(texts))
     tokens = rng.integers(1, 11, len(texts))
-    table = phrase_table(_ragged(texts), scores, tokens, case_sensitive, how, drop)
+    table = phrase_table(strip(_ragged(texts)), scores, tokens, case_sensitive, how, drop)
     got = [(table.text(p), v, table.occurrences(p).tolist()) for p, v in rank_table(table, alpha, 40)]
     keys = []
     for t in texts:

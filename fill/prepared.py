@@ -1,14 +1,13 @@
-"""A fill between the engine's steps (service.engine): planned (checked, tokenized), then prepared
+"""A fill between the engine's steps (fill.engine): planned (checked, tokenized), then prepared
 (encoded and searched, possibly in one batch with other requests, service.batcher)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
-
 from encoder.model import QueryVectors
-from service.schemas import FillRequest
+from fill.hits import MaskHits
+from fill.schemas import FillRequest
 
 
 @dataclass
@@ -18,7 +17,7 @@ class Planned:
     request: FillRequest
     mode: str
     ids: list[int]  # query token ids, each mask as MASK_s MASK_e
-    positions: list[int]  # the MASK_s positions
+    mask_at: list[int]  # the token index of each mask's MASK_s
     t0: float  # when the fill started (perf_counter)
 
     @property
@@ -31,7 +30,7 @@ class Prepared:
     """A request encoded and searched (`FillEngine.prepare`, possibly in a batch with others)."""
 
     planned: Planned
-    vectors: QueryVectors
-    hits: list[tuple[np.ndarray, np.ndarray]]  # FAISS (shards, positions) per start query, then per end query
+    queries: QueryVectors  # per mask, its start and end query vectors
+    hits: list[MaskHits]  # per mask, the search's hits (empty in restricted mode)
     encode_ms: float  # the batch's encode and search times
     search_ms: float

@@ -28,10 +28,11 @@ from common.cli import model_command
 from common.errors import AppError
 from common.files import write_bytes_atomic, write_json_atomic
 from common.masks import count_masks
-from service.config import Settings
-from service.engine import FillEngine
-from service.schemas import FillOptions, FillRequest
-from service.spans import strip_phrase
+from common.process import single_thread_blas
+from fill.config import EngineConfig
+from fill.engine import FillEngine
+from fill.schemas import FillOptions, FillRequest
+from fill.spans import strip_phrase
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +69,7 @@ def on_side(sub_label: str, side: Side) -> bool:
     return side == "all" or _digit(sub_label) in SIDE_DIGITS[side]
 
 
-class EvalConfig(FillOptions):
+class EvalConfig(FillOptions, EngineConfig):
     """Exact match of mask fills on LAMA-style probes, over the HTTP-free fill engine."""
 
     index: Path = Field(description="index directory built by `indexer build`")
@@ -79,8 +80,6 @@ class EvalConfig(FillOptions):
         "one of its folds train_a / train_b, or all")
     per_relation: int | None = Field(None, ge=1, description="evaluate a fixed random sample per relation")
     seed: int = Field(0, description="seed of the per-relation sample")
-    model: Path | None = Field(None, description="encoder directory (default: the manifest's)")
-    scoring: Path | None = Field(None, description="fitted scoring file (default: scoring.json in the model directory)")
     out: Path | None = Field(None, description="write every prediction as JSON lines")
     report: Path | None = Field(None, description="write the summary as JSON")
 
@@ -246,7 +245,8 @@ def format_report(report: dict) -> str:
 def run(cfg: EvalConfig) -> None:
     logging.basicConfig(level=logging.WARNING)
     probes = select_probes(cfg.probes, cfg.google_re, cfg.side, cfg.per_relation, cfg.seed)
-    engine = FillEngine.open(Settings(index=cfg.index, model=cfg.model, scoring=cfg.scoring))
+    single_thread_blas()
+    engine = FillEngine.open(cfg.engine_config())
     report = evaluate(engine, probes, cfg, cfg.out)
     print(format_report(report))
     if cfg.report:

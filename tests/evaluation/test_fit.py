@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from service.evaluate import calibration
-from service.fit import FitConfig, fit_calibration, main
-from service.scoring import FEATURES, SCORING_NAME, Scoring
+from evaluation.evaluate import calibration
+from evaluation.fit import FitConfig, fit_calibration, main
+from fill.scoring import FEATURES, SCORING_NAME, Scoring
 from tests.conftest import CORPUS, write_jsonl
 
 
@@ -67,9 +67,9 @@ def _right_and_wrong_probes(tmp_path):
 
 
 def test_fit_writes_a_scoring_file_the_engine_uses(tmp_path, tiny_index, tiny_bert_dir):
-    from service.config import Settings
-    from service.engine import FillEngine
-    from service.schemas import FillRequest
+    from fill.config import EngineConfig
+    from fill.engine import FillEngine
+    from fill.schemas import FillRequest
 
     probes = _right_and_wrong_probes(tmp_path)
     out = tmp_path / "model" / SCORING_NAME
@@ -87,7 +87,7 @@ def test_fit_writes_a_scoring_file_the_engine_uses(tmp_path, tiny_index, tiny_be
     assert set(scoring.confidence) == {"dense", "restricted", "hybrid"}
     assert written["fitted"]["data"]["probes"] == 3 and written["fitted"]["features"] == list(FEATURES)
     assert set(written["fitted"]["grid_macro_em@1"]["hybrid"]) == {"0.0", "50.0"}
-    engine = FillEngine.open(Settings(index=tiny_index, model=tiny_bert_dir, scoring=out))
+    engine = FillEngine.open(EngineConfig(index=tiny_index, model=tiny_bert_dir, scoring=out))
     assert engine.scoring == scoring
     cands = engine.fill(FillRequest(text="Paris is the capital of <mask> .", mode="hybrid")).masks[0].candidates
     np.testing.assert_allclose(

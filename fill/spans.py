@@ -1,4 +1,5 @@
-"""Span candidates, exact scoring and aggregation: the arithmetic of NPM inference, free of I/O.
+"""The arithmetic of NPM inference, free of I/O: spans from hits, softmax, the lexical prior, phrase
+stripping, phrase masses and their ranking.
 
 A span (i, j) is a run of tokens of one block, starting at a word start and ending at a word end,
 at most `max_len` tokens long. Candidates come from start hits (extended forward) and end hits
@@ -10,7 +11,7 @@ BM25 score for the query (masks blanked) over the best block's (0 for a block BM
 Phrases (original text, surrounding white space and punctuation stripped) aggregate the scores of
 all their occurrences, by their SUM (NPM: the phrase's total probability) or their MAX (the best
 single occurrence, as phrase retrieval such as DensePhrases ranks), and are ranked by
-mass * len^alpha.
+mass * len^alpha. The stages that use these: fill.candidates (one shard), fill.ranker (all shards).
 """
 
 from __future__ import annotations
@@ -18,20 +19,19 @@ from __future__ import annotations
 import functools
 import sys
 import unicodedata
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable
 
 import numpy as np
 
-from common.arrays import unique, unique_inverse
+from common.arrays import unique
 from corpus.tokens import WORD_END, WORD_START
-from service.schemas import AGGREGATIONS
 
 
 def spans_from_hits(
     hits: np.ndarray, forward: bool, max_len: int, flags: np.ndarray, block_of
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(starts, ends) of every valid span that starts (forward) or ends (backward) at a hit.
+    """(first, last token) of every valid span that starts (forward) or ends (backward) at a hit position.
 
     `flags` are the shard's boundary flags; `block_of(positions)` gives each position's block.
     """
@@ -62,18 +62,6 @@ def softmax(x: np.ndarray) -> np.ndarray:
 
 
 @dataclass
-class SpanScores:
-    """Unique candidate spans of one mask across shards with their scores."""
-
-    shard: np.ndarray
-    start: np.ndarray
-    end: np.ndarray
-    score: np.ndarray  # P_start(start) + P_end(end)
-    start_max: float = float("-inf")  # the best encoder logit q_start . v * scale among the candidate starts
-    end_max: float = float("-inf")  # and among the candidate ends (both without any prior)
-
-
-@dataclass
 class BlockPrior:
     """A lexical prior over blocks: each retrieved block's BM25 score over the best one's, in [0, 1];
     0 for blocks BM25 did not return."""
@@ -97,51 +85,6 @@ class BlockPrior:
         return np.where(self.blocks[i] == blocks, self.values[i], 0.0)
 
 
-# bonus(shard number, positions) -> a logit added to each position's (the prior, weighted)
-Bonus = Callable[[int, np.ndarray], np.ndarray]
-
-_LEN_BITS = 8  # span length - 1 < 256 (max_span_tokens <= 32)
-_POS_BITS = 36  # up to 68 billion tokens per shard; shard numbers get the remaining 19 bits
-_POS_MASK = (1 << _POS_BITS) - 1
-
-
-def score_spans(
-    shard: np.ndarray, start: np.ndarray, end: np.ndarray, q_start: np.ndarray, q_end: np.ndarray,
-    vectors: list, scale: float, bonus: Bonus | None = None,
-) -> SpanScores:
-    """Deduplicate spans and score them exactly from the stored vectors (`vectors[shard][pos]`),
-    `bonus` (if given) added to the start and end logits before the softmaxes."""
-    if shard.size == 0:
-        return SpanScores(shard, start, end, np.empty(0))
-    # one int64 key per span (1-D unique is several times faster than unique rows)
-    keys = unique((shard << _POS_BITS | start) << _LEN_BITS | (end - start))
-    shard, start = keys >> (_POS_BITS + _LEN_BITS), (keys >> _LEN_BITS) & _POS_MASK
-    end = start + (keys & ((1 << _LEN_BITS) - 1))
-    p_start, start_max = _position_probs(shard, start, q_start, vectors, scale, bonus)
-    p_end, end_max = _position_probs(shard, end, q_end, vectors, scale, bonus)
-    return SpanScores(shard, start, end, p_start + p_end, start_max, end_max)
-
-
-def _position_probs(
-    shard: np.ndarray, pos: np.ndarray, q: np.ndarray, vectors: list, scale: float, bonus: Bonus | None
-) -> tuple[np.ndarray, float]:
-    """Softmax over the distinct (shard, position) pairs, returned per input row, and the best logit
-    before the bonus."""
-    keys, inverse = unique_inverse(shard << _POS_BITS | pos)
-    key_shard, key_pos = keys >> _POS_BITS, keys & _POS_MASK
-    logits = np.empty(keys.shape[0], dtype=np.float64)
-    q = np.asarray(q, dtype=np.float32)
-    best = float("-inf")
-    for s in unique(key_shard):
-        rows = np.flatnonzero(key_shard == s)
-        vecs = np.asarray(vectors[int(s)][key_pos[rows]], dtype=np.float32)  # sorted keys: sequential reads
-        logits[rows] = vecs @ q * scale
-        best = max(best, float(logits[rows].max()))
-        if bonus is not None:
-            logits[rows] += bonus(int(s), key_pos[rows])
-    return softmax(logits)[inverse], best
-
-
 @functools.lru_cache(maxsize=1)
 def strip_chars() -> str:
     """Every white-space and punctuation (Unicode category P*) character, built once on first use."""
@@ -158,49 +101,6 @@ def strip_phrase(text: str) -> tuple[int, int]:
     end = len(text.rstrip(chars))
     lead = end - len(text[:end].lstrip(chars))
     return lead, end
-
-
-@dataclass
-class Phrase:
-    text: str
-    mass: float = 0.0
-    tokens: int = 0
-    occurrences: np.ndarray = field(  # span indices, ascending
-        default_factory=lambda: np.empty(0, dtype=np.int64), compare=False)
-
-    def rank_value(self, alpha: float) -> float:
-        return self.mass * (self.tokens**alpha if alpha else 1.0)
-
-
-def aggregate(
-    keys: list[str | None], scores: np.ndarray, lengths: np.ndarray, case_sensitive: bool = True, how: str = "sum"
-) -> list[Phrase]:
-    """Sum (or take the max of) span scores per phrase key; spans whose key is None or empty are dropped.
-    Phrases come in the order of their first occurrence, with that occurrence's text and length."""
-    if how not in AGGREGATIONS:
-        raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {how!r}")
-    index: dict[str, int] = {}
-    firsts: list[int] = []
-    codes = []
-    for idx, key in enumerate(keys):  # the one Python loop: a phrase number per span (-1: dropped)
-        if not key:
-            codes.append(-1)
-            continue
-        norm = key if case_sensitive else key.lower()
-        code = index.get(norm)
-        if code is None:
-            code = index[norm] = len(firsts)
-            firsts.append(idx)
-        codes.append(code)
-    n = len(firsts)
-    code_of = np.asarray(codes, dtype=np.int64)
-    kept = np.flatnonzero(code_of >= 0)
-    mass = masses(code_of[kept], np.asarray(scores, dtype=np.float64)[kept], n, how)
-    grouped = kept[np.argsort(code_of[kept], kind="stable")]
-    bounds = np.searchsorted(code_of[grouped], np.arange(1, n))
-    lengths = np.asarray(lengths)
-    return [Phrase(text=keys[first], mass=float(m), tokens=int(lengths[first]), occurrences=occ)
-            for first, m, occ in zip(firsts, mass.tolist(), np.split(grouped, bounds))]
 
 
 def masses(code: np.ndarray, scores: np.ndarray, n: int, how: str) -> np.ndarray:
@@ -225,10 +125,3 @@ def top_values(values: np.ndarray, text: Callable[[int], str], n: int | None) ->
         pool = np.flatnonzero(values >= cut)  # every phrase that can be among the first n, ties included
     order = sorted(pool.tolist(), key=lambda i: (-values[i], text(i)))[:n]
     return [(i, float(values[i] / total) if total > 0 else 0.0) for i in order]
-
-
-def rank(phrases: list[Phrase], alpha: float, n: int | None = None) -> list[tuple[Phrase, float]]:
-    """Phrases sorted by mass * len^alpha (ties: by text), with that value normalised over all phrases;
-    only the first `n` when given (the same as the first n of the whole order, without sorting it all)."""
-    values = np.array([p.rank_value(alpha) for p in phrases], dtype=np.float64)
-    return [(phrases[i], value) for i, value in top_values(values, lambda i: phrases[i].text, n)]

@@ -1,4 +1,4 @@
-"""Tests for service.evaluate (`fill-eval`): normalisation, scoring, probe loading, evaluation over the tiny index."""
+"""Tests for evaluation.evaluate (`fill-eval`): normalisation, scoring, probe loading, evaluation over the tiny index."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from service.config import Settings
 from common.errors import AppError
-from service.engine import FillEngine
-from service.schemas import FillOptions, FillRequest
-from service.evaluate import (
+from fill.config import EngineConfig
+from fill.engine import FillEngine
+from fill.schemas import FillOptions, FillRequest
+from evaluation.evaluate import (
     GOOGLE_RE_TEMPLATES,
     evaluate,
     format_report,
@@ -160,7 +160,7 @@ def test_load_probes_errors(tmp_path):
 
 @pytest.fixture(scope="module")
 def engine(tiny_index):
-    return FillEngine.open(Settings(index=tiny_index, device="cpu", dtype="fp32"))
+    return FillEngine.open(EngineConfig(index=tiny_index, device="cpu", dtype="fp32"))
 
 
 @pytest.fixture(scope="module")
@@ -290,7 +290,7 @@ def test_fill_eval_main_errors(tiny_index, tmp_path, capsys):
 def test_google_re_side_follows_the_first_hex_digit_of_sha256():
     import hashlib
 
-    from service.evaluate import google_re_side
+    from evaluation.evaluate import google_re_side
 
     names = [f"Person {i}" for i in range(200)] + ["Marie Curie", "Allan Peiper", "Zoë Ø"]
     for name in names:
@@ -301,7 +301,7 @@ def test_google_re_side_follows_the_first_hex_digit_of_sha256():
 
 
 def test_the_train_folds_split_the_train_side():
-    from service.evaluate import google_re_side, on_side
+    from evaluation.evaluate import google_re_side, on_side
 
     names = [f"Person {i}" for i in range(300)]
     for name in names:
@@ -312,7 +312,7 @@ def test_the_train_folds_split_the_train_side():
 
 
 def test_load_probes_by_side(tmp_path):
-    from service.evaluate import google_re_side
+    from evaluation.evaluate import google_re_side
 
     root = _google_re(tmp_path / "gre")
     with open(root / "date_of_birth_test.jsonl", "a", encoding="utf-8") as f:  # a train-side subject

@@ -1,5 +1,6 @@
 """What one request may cost: a budget on its size, checked before any work, and a deadline on its
-time, checked between the engine's steps (so a late request stops computing, not only its response)."""
+time, checked between the engine's steps (so a late request stops computing, not only its response)
+by the clock that times those steps."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import time
 
 from common.errors import AppError
 from common.masks import count_masks
-from service.schemas import FillRequest
+from fill.schemas import STAGES, FillRequest
 
 
 def _masks(n: int) -> str:
@@ -72,3 +73,25 @@ class Deadline:
     def error(self, stage: str) -> AppError:
         return AppError(f"request timed out after {self.seconds:g} s (FILL_REQUEST_TIMEOUT), in its {stage} "
                            "stage; retry later, or ask for less (k, max_span_tokens, masks)", kind="timeout")
+
+
+class StageClock:
+    """The engine's time per stage of one fill (FillResult.timings_ms), checking the deadline at each lap."""
+
+    def __init__(self, encode_ms: float, search_ms: float, deadline: Deadline | None) -> None:
+        self.spent = dict.fromkeys(STAGES, 0.0)
+        self.spent["encode"], self.spent["search"] = encode_ms, search_ms
+        self.deadline = deadline
+        self.mark = time.perf_counter()
+        if deadline is not None:
+            deadline.check("queue")
+
+    def lap(self, stage: str) -> None:
+        now = time.perf_counter()
+        self.spent[stage] += (now - self.mark) * 1000
+        self.mark = now
+        if self.deadline is not None:
+            self.deadline.check(stage)
+
+    def timings(self) -> dict[str, float]:
+        return {k: round(v, 3) for k, v in self.spent.items()}

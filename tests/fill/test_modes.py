@@ -9,10 +9,10 @@ import pytest
 
 from indexer.bm25 import match_query
 from common.errors import AppError
-from service.engine import FillEngine
-from service.schemas import FillRequest
+from fill.engine import FillEngine
+from fill.schemas import FillRequest
 from indexer.phrase_index import PhraseIndex
-from service.spans import spans_from_hits
+from fill.spans import spans_from_hits
 
 
 @pytest.fixture(scope="module")
@@ -25,11 +25,11 @@ def engine(tiny_index, tiny_bert_dir):
 def _block_doc(index: PhraseIndex, g: int) -> str:
     s = int(np.searchsorted([sh.info.block_base for sh in index.shards], g, side="right") - 1)
     shard = index.shards[s]
-    return shard.doc_id(shard.doc_row(g - shard.info.block_base))
+    return shard.doc_id(int(shard.blocks[g - shard.info.block_base, 0]))
 
 
 def test_bm25_ranks_the_block_that_shares_the_rare_words(engine):
-    top = engine.index.bm25.search("Marie Curie was born in <mask> Warsaw", 2)
+    top = engine.index.bm25.search_scored("Marie Curie was born in <mask> Warsaw", 2)[0]
     assert top.size >= 1
     assert _block_doc(engine.index, int(top[0])) == "d3"
 
@@ -43,14 +43,14 @@ def test_restricted_scores_exactly_the_tokens_of_the_chosen_block(engine):
     text = "Marie Curie was born in <mask> ."
     params = dict(mode="restricted", blocks=1, top_k=100, max_span_tokens=3, evidence=20, drop_stopwords=False)
     result = engine.fill(FillRequest(text=text, **params))
-    chosen = int(engine.index.bm25.search(text.replace("<mask>", " "), 1)[0])
+    chosen = int(engine.index.bm25.search_scored(text.replace("<mask>", " "), 1)[0][0])
     evidence_blocks = {e.block for c in result.masks[0].candidates for e in c.evidence}
     assert evidence_blocks == {chosen}
     # the phrases are exactly those of every valid span of that block
     sh, pos = engine.index.block_hits(np.array([chosen]))
     shard = engine.index.shards[int(sh[0])]
     a, b = spans_from_hits(pos, True, 3, shard.flags, shard.block_of)
-    doc = shard.doc_text(shard.doc_row(int(shard.block_of(pos[:1])[0])))
+    doc = shard.doc_text(int(shard.blocks[int(shard.block_of(pos[:1])[0]), 0]))
     expected = set()
     for i, j in zip(a.tolist(), b.tolist()):
         phrase = doc[int(shard.offsets[i, 0]) : int(shard.offsets[j, 1])].strip(" .,()")
@@ -98,7 +98,7 @@ def test_api_mode_validation(tiny_index):
     from service.state import ServiceState
 
     settings = Settings(index=tiny_index)
-    client = TestClient(create_app(settings, ServiceState(settings, engine=FillEngine.open(settings))))
+    client = TestClient(create_app(settings, ServiceState(settings, engine=FillEngine.open(settings.engine_config()))))
     r = client.post("/fill", json={"text": "Paris is the capital of <mask> .", "mode": "sparse"})
     assert r.status_code == 422 and "mode" in r.json()["error"]
     r = client.post("/fill", json={"text": "Paris is the capital of <mask> .", "mode": "restricted", "blocks": 0})
@@ -114,7 +114,7 @@ def test_api_mode_validation(tiny_index):
 def test_a_large_lexical_weight_takes_the_top_fill_from_the_best_bm25_block(engine, mode):
     text = "Paris is the capital of <mask> ."
     opts = dict(mode=mode, top_k=20, max_span_tokens=3, k=64, blocks=3, drop_stopwords=False)
-    best = int(engine.index.bm25.search(text.replace("<mask>", " "), 1)[0])
+    best = int(engine.index.bm25.search_scored(text.replace("<mask>", " "), 1)[0][0])
     plain = engine.fill(FillRequest(text=text, lexical_weight=0.0, **opts)).masks[0].candidates
     lexical = engine.fill(FillRequest(text=text, lexical_weight=50.0, **opts)).masks[0].candidates
     assert lexical[0].evidence[0].block == best
@@ -124,7 +124,7 @@ def test_a_large_lexical_weight_takes_the_top_fill_from_the_best_bm25_block(engi
 
 
 def test_the_fitted_weight_is_the_default_and_a_request_overrides_it(engine):
-    from service.scoring import Scoring
+    from fill.scoring import Scoring
 
     text = "Marie Curie was born in <mask> ."
     opts = dict(mode="hybrid", top_k=10, k=64, drop_stopwords=False)
@@ -139,7 +139,7 @@ def test_the_fitted_weight_is_the_default_and_a_request_overrides_it(engine):
 
 
 def test_calibrated_confidence_is_monotone_in_the_score_and_abstains(engine):
-    from service.scoring import FEATURES, Calibration, Confidence, Scoring
+    from fill.scoring import FEATURES, Calibration, Confidence, Scoring
 
     n = len(FEATURES)
     cal = Confidence(top=Calibration(coef=[1.5, 0.0, 0.3, 0.2, 0.1, 0.1], intercept=-0.5, mean=[0.0] * n, scale=[1.0] * n),
@@ -163,27 +163,20 @@ def test_calibrated_confidence_is_monotone_in_the_score_and_abstains(engine):
         assert refused.masks[0].abstained and refused.masks[0].candidates == [] and refused.filled == text
 
 
-def test_the_engine_runs_blas_on_one_thread(engine):
-    from threadpoolctl import threadpool_info
-
-    blas = [pool for pool in threadpool_info() if pool["user_api"] == "blas"]
-    assert blas and all(pool["num_threads"] == 1 for pool in blas)
-
-
 @pytest.mark.parametrize("options", [{}, {"alpha": 0.5, "aggregate": "sum", "case_sensitive": False, "top_k": 20}])
-def test_a_hash_collision_falls_back_to_the_string_path_with_the_same_fills(engine, monkeypatch, options):
-    import service.phrases as phrases
+def test_hash_collisions_are_split_inside_the_grouping_with_the_same_fills(engine, monkeypatch, options):
+    import fill.phrases as phrases
 
     request = FillRequest(text="Allan Peiper was born in <mask> .", mode="hybrid", **options)
     want = engine.fill(request).model_dump(exclude={"took_ms", "timings_ms"})
     calls = []
 
-    def strings(*args):
+    def split(*args):
         calls.append(1)
         return original(*args)
 
-    original = engine._rank_strings
-    monkeypatch.setattr(engine, "_rank_strings", strings)
+    original = phrases._split
+    monkeypatch.setattr(phrases, "_split", split)
     monkeypatch.setattr(phrases, "_hashes", lambda keys: np.zeros(keys.length.size, dtype=np.uint64))  # all keys alike
     assert engine.fill(request).model_dump(exclude={"took_ms", "timings_ms"}) == want
-    assert calls  # the collision was seen and the string path taken
+    assert calls  # the collision was seen and the group split

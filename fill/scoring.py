@@ -32,7 +32,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from common.errors import AppError
-from service.schemas import Mode
+from fill.schemas import Mode
 
 SCORING_NAME = "scoring.json"
 Finite = Annotated[float, Field(allow_inf_nan=False)]

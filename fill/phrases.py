@@ -1,14 +1,15 @@
 """Phrases of candidate spans without a Python string per span: the same phrases, masses and order as
-`service.spans.aggregate` + `rank` over the stripped span texts, computed with numpy.
+grouping the stripped span texts as strings (the reference in tests/fill/reference.py), computed with numpy.
 
-Every span's text is a segment of one code-point buffer per mask, in which the overlapping spans of a
-block share one piece (ASCII blocks read straight from the shard's UTF-8 bytes, other blocks decoded once
-each; indexer.doc_text). Each span is stripped of surrounding white space and punctuation and grouped by
-exact content from arrays computed once over the buffer (next / previous kept char, prefix sums of a
-polynomial hash): the hash finds the groups, then every key is compared with its group's first key element
-by element, so a hash collision can never merge two phrases (it raises `Collision` and the engine takes the
-string path). The stopword filter runs on the distinct keys (vectorized for ASCII keys, `poor_fill` for the
-others), case folding likewise. Strings are built only for the phrases that can be shown.
+Every span's text is a segment of one code-point buffer per shard (`shard_span_texts`, in the candidate
+stage), in which the overlapping spans of a block share one piece (ASCII blocks read straight from the
+shard's UTF-8 bytes, other blocks decoded once each; indexer.doc_text); the ranker joins the shards'
+buffers. Each span is stripped of surrounding white space and punctuation (`strip`) and grouped by exact
+content from arrays computed once over the buffer (next / previous kept char, prefix sums of a polynomial
+hash): the hash finds the groups, then every key is compared with its group's first key element by
+element, and a group whose keys differ (a hash collision) is split by their strings, so two phrases are
+never merged. The stopword filter runs on the distinct keys (vectorized for ASCII keys, `poor_fill` for
+the others), case folding likewise. Strings are built only for the phrases that can be shown.
 """
 
 from __future__ import annotations
@@ -20,15 +21,11 @@ import numpy as np
 
 from common.arrays import unique, unique_inverse
 from encoder.stopwords import STOPWORD_SET, poor_fill
-from service.spans import masses, strip_chars, top_values
+from fill.spans import masses, strip_chars, top_values
 
 _MULT = np.uint64(0x9E3779B97F4A7C15)
 _BASE = 0xD6E8FEB86659FD93  # odd: invertible modulo 2**64
 _PACKED = 7  # chars of a word packed into one uint64 (a byte each, the length in the top byte)
-
-
-class Collision(Exception):
-    """Two different keys hashed alike: the caller falls back to grouping by strings."""
 
 
 @functools.lru_cache(maxsize=1)
@@ -49,23 +46,15 @@ def _pack(word: bytes) -> int:
     return int.from_bytes(word, "little") | (len(word) << 56)
 
 
-_powers_cache: tuple[np.ndarray, np.ndarray] = (np.ones(1, dtype=np.uint64), np.ones(1, dtype=np.uint64))
-
-
 def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(BASE**i, BASE**-i) modulo 2**64 for i < n at least (uint64 arithmetic wraps modulo 2**64)."""
-    global _powers_cache
-    have = _powers_cache
-    if have[0].size >= n:
-        return have
-    m = max(n, 2 * have[0].size, 1 << 16)
-    up = np.empty(m, dtype=np.uint64)
-    down = np.empty(m, dtype=np.uint64)
+    """(BASE**i, BASE**-i) modulo 2**64 for i < n (uint64 arithmetic wraps modulo 2**64). Computed per call:
+    two cumulative products of a mask's buffer size cost ~0.1 ms, and nothing is shared between threads."""
+    up = np.empty(max(n, 1), dtype=np.uint64)
+    down = np.empty(max(n, 1), dtype=np.uint64)
     up[0] = down[0] = 1
-    np.cumprod(np.full(m - 1, _BASE, dtype=np.uint64), out=up[1:])
-    np.cumprod(np.full(m - 1, pow(_BASE, -1, 1 << 64), dtype=np.uint64), out=down[1:])
-    _powers_cache = (up, down)
-    return _powers_cache
+    np.cumprod(np.full(up.size - 1, _BASE, dtype=np.uint64), out=up[1:])
+    np.cumprod(np.full(up.size - 1, pow(_BASE, -1, 1 << 64), dtype=np.uint64), out=down[1:])
+    return up, down
 
 
 def _hashes(keys: "Ragged") -> np.ndarray:
@@ -81,7 +70,7 @@ def _hashes(keys: "Ragged") -> np.ndarray:
 @dataclass
 class Ragged:
     """Segments of a flat code-point array: segment i is codes[start[i] : start[i] + length[i]]. Segments may
-    overlap (the spans of one mask share a buffer of their blocks' text, service.phrases.span_texts), so
+    overlap (the spans of a shard share a buffer of their blocks' text, `shard_span_texts`), so
     every per-segment question below is answered from arrays over `codes` computed once, not per element."""
 
     codes: np.ndarray
@@ -112,7 +101,8 @@ def _prev_true(flag: np.ndarray) -> np.ndarray:
 
 def group(keys: Ragged) -> tuple[np.ndarray, np.ndarray]:
     """(group of each segment, numbered in order of first appearance; the first segment of each group) for
-    non-empty segments, by exact content. Raises Collision when two different segments hash alike."""
+    non-empty segments, by exact content: groups by hash, each key checked against its group's first key
+    element by element; a group holding different keys (a hash collision) is split by their strings."""
     n = keys.length.size
     if n == 0:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
@@ -122,13 +112,29 @@ def group(keys: Ragged) -> tuple[np.ndarray, np.ndarray]:
     number[order] = np.arange(order.size)
     groups, firsts = number[inverse], first[order]
     rep = firsts[groups]
-    if np.any(keys.length[rep] != keys.length):
-        raise Collision
-    others = np.flatnonzero(rep != np.arange(n))  # compared element by element with their group's first
+    differs = keys.length[rep] != keys.length
+    others = np.flatnonzero((rep != np.arange(n)) & ~differs)  # compared element by element with their group's first
     seg, rel = Ragged(keys.codes, keys.start[others], keys.length[others]).flat_index()
-    if np.any(keys.codes[keys.start[rep[others]][seg] + rel] != keys.codes[keys.start[others][seg] + rel]):
-        raise Collision
+    unequal = keys.codes[keys.start[rep[others]][seg] + rel] != keys.codes[keys.start[others][seg] + rel]
+    differs[others[seg[unequal]]] = True
+    if differs.any():
+        return _split(keys, groups, np.isin(groups, groups[differs]))
     return groups, firsts
+
+
+def _split(keys: Ragged, groups: np.ndarray, collided: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`group` where the groups of the segments marked `collided` hashed different keys alike: those segments
+    are grouped by their strings, the others keep their hash group; all renumbered by first appearance."""
+    labels: list = groups.tolist()
+    for i in np.flatnonzero(collided).tolist():
+        labels[i] = keys.text(i)  # a str never equals an int label
+    number: dict = {}
+    out = np.empty(groups.size, dtype=np.int64)
+    for i, label in enumerate(labels):
+        out[i] = number.setdefault(label, len(number))
+    firsts = np.full(len(number), groups.size, dtype=np.int64)
+    np.minimum.at(firsts, out, np.arange(groups.size))
+    return out, firsts
 
 
 def poor(keys: Ragged) -> np.ndarray:
@@ -225,75 +231,75 @@ def lower(keys: Ragged) -> Ragged:
     return Ragged(np.concatenate(pieces).astype(np.uint32), np.cumsum(lengths) - lengths, lengths)
 
 
-def strip(raw: Ragged) -> tuple[np.ndarray, np.ndarray]:
-    """(lead, end) per segment such that segment[lead:end] has no surrounding white space or punctuation
-    (`service.spans.strip_phrase`); end <= lead for a segment of only such characters."""
+def strip(raw: Ragged) -> Ragged:
+    """Each segment without its surrounding white space and punctuation (`fill.spans.strip_phrase`); a
+    segment of only such characters becomes empty (length 0)."""
     keep = ~_strip_table()[raw.codes]
     s, e = raw.start, raw.start + raw.length
     first = _next_true(keep)[s]
     last = _prev_true(keep)[np.maximum(e - 1, 0)] if raw.codes.size else np.full(s.size, -1)
     has = (raw.length > 0) & (first < e)
-    return np.where(has, first - s, 0).astype(np.int64), np.where(has, last + 1 - s, 0).astype(np.int64)
+    lead = np.where(has, first - s, 0).astype(np.int64)
+    return Ragged(raw.codes, s + lead, np.where(has, last + 1 - first, 0).astype(np.int64))
 
 
-def span_texts(
-    shards: list, shard: np.ndarray, start: np.ndarray, end: np.ndarray
-) -> tuple[Ragged, np.ndarray, np.ndarray, np.ndarray]:
-    """(the text of each span [start, end] as a segment of one code-point buffer, its local block, its
-    document row, its first char). Spans of one block whose chars overlap share one piece of the buffer
-    (a mask's spans are a few tokens either side of its hits, so most of them overlap), pieces being
-    separated by a NUL; ASCII blocks are read straight from the shard's UTF-8 bytes, other blocks decoded
-    once each (indexer.doc_text)."""
-    n = shard.size
-    block, row = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    char_a, char_b = np.empty(n, dtype=np.int64), np.empty(n, dtype=np.int64)
-    base = np.empty(n, dtype=np.int64)
-    for s in unique(shard).tolist():
-        sh = shards[s]
-        sel = np.flatnonzero(shard == s)
-        block[sel] = sh.block_of(start[sel])
-        row[sel] = sh.blocks[block[sel], 0]
-        char_a[sel], char_b[sel] = sh.offsets.span_chars(block[sel], start[sel], end[sel])
-        base[sel] = sh.info.block_base
+def shard_span_texts(shard, block: np.ndarray, first: np.ndarray, last: np.ndarray) -> tuple[Ragged, np.ndarray]:
+    """(the text of each span [first, last] of one shard as a segment of one code-point buffer, the span's
+    first char in its document). Spans of one block whose chars overlap share one piece of the buffer (a
+    mask's spans are a few tokens either side of its hits, so most of them overlap), pieces in block order,
+    each followed by a NUL; ASCII blocks are read straight from the shard's UTF-8 bytes, other blocks
+    decoded once each (indexer.doc_text). `block` is each span's block in the shard."""
+    n = first.size
+    char_a, char_b = shard.offsets.span_chars(block, first, last)
     char_b = np.maximum(char_b, char_a)
-    # pieces: the unions of overlapping [char_a, char_b) within a block, over blocks in global order
-    key_a, key_b = (base + block) << 32 | char_a, (base + block) << 32 | char_b
+    # pieces: the unions of overlapping [char_a, char_b) within a block, blocks in order
+    key_a, key_b = block << 32 | char_a, block << 32 | char_b
     order = np.argsort(key_a, kind="stable")
     reach = np.maximum.accumulate(key_b[order])
     new = np.ones(n, dtype=bool)
     new[1:] = key_a[order][1:] > reach[:-1]
     piece_of = np.empty(n, dtype=np.int64)
     piece_of[order] = np.cumsum(new) - 1
-    heads = order[new]  # a piece's first span: its shard, block and first char
-    p_shard, p_block, p_a = shard[heads], block[heads], char_a[heads]
+    heads = order[new]  # a piece's first span: its block and first char
+    p_block, p_a = block[heads], char_a[heads]
     p_len = np.maximum.reduceat(key_b[order], np.flatnonzero(new)) - key_a[heads] if n else np.empty(0, np.int64)
     p_at = np.cumsum(p_len + 1) - (p_len + 1)  # where each piece starts in the buffer
+    codes = _piece_codes(shard.text, p_block, p_a, p_len, p_at)
+    return Ragged(codes, p_at[piece_of] + (char_a - p_a[piece_of]), char_b - char_a), char_a
+
+
+def _piece_codes(text, p_block: np.ndarray, p_a: np.ndarray, p_len: np.ndarray, p_at: np.ndarray) -> np.ndarray:
+    """The buffer of the pieces: piece i's code points at p_at[i], a NUL after each."""
     codes = np.zeros(int((p_len + 1).sum()), dtype=np.uint32)
-    for s in unique(p_shard).tolist():
-        text = shards[s].text
-        sel = np.flatnonzero(p_shard == s)
-        ascii_block, byte = text.ascii_bytes(p_block[sel], p_a[sel])
-        fast = sel[ascii_block]
-        if fast.size:
-            seg, rel = Ragged(text.data, byte[ascii_block], p_len[fast]).flat_index()
-            codes[p_at[fast][seg] + rel] = text.data[byte[ascii_block][seg] + rel]
-        slow = sel[~ascii_block]
-        for b in unique(p_block[slow]).tolist():  # decoded once per block
-            pieces = slow[p_block[slow] == b]
-            block_codes = text.block_codes(b)
-            seg, rel = Ragged(block_codes, p_a[pieces] - text.block_chars[b], p_len[pieces]).flat_index()
-            codes[p_at[pieces][seg] + rel] = block_codes[p_a[pieces][seg] - text.block_chars[b] + rel]
-    raw = Ragged(codes, p_at[piece_of] + (char_a - p_a[piece_of]), char_b - char_a)
-    return raw, block, row, char_a
+    ascii_block, byte = text.ascii_bytes(p_block, p_a)
+    fast = np.flatnonzero(ascii_block)
+    if fast.size:
+        seg, rel = Ragged(text.data, byte[fast], p_len[fast]).flat_index()
+        codes[p_at[fast][seg] + rel] = text.data[byte[fast][seg] + rel]
+    slow = np.flatnonzero(~ascii_block)
+    for b in unique(p_block[slow]).tolist():  # decoded once per block
+        pieces = slow[p_block[slow] == b]
+        block_codes = text.block_codes(b)
+        seg, rel = Ragged(block_codes, p_a[pieces] - text.block_chars[b], p_len[pieces]).flat_index()
+        codes[p_at[pieces][seg] + rel] = block_codes[p_a[pieces][seg] - text.block_chars[b] + rel]
+    return codes
+
+
+def join(parts: list[Ragged]) -> Ragged:
+    """The segments of several buffers as segments of one (buffers one after the other)."""
+    if not parts:
+        return Ragged(np.zeros(0, dtype=np.uint32), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
+    shift = np.cumsum([0] + [p.codes.size for p in parts[:-1]])
+    return Ragged(np.concatenate([p.codes for p in parts]), np.concatenate([p.start + d for p, d in zip(parts, shift)]),
+                  np.concatenate([p.length for p in parts]))
 
 
 @dataclass
 class PhraseTable:
     """The phrases of one mask's spans: `code` numbers each span's phrase (-1: dropped), phrases in order of
-    their first span; the key of span i is keys segment i (lead chars after the span's first char)."""
+    their first span; the key of span i is keys segment i."""
 
     keys: Ragged
-    lead: np.ndarray
     code: np.ndarray
     first: np.ndarray
     mass: np.ndarray
@@ -306,11 +312,10 @@ class PhraseTable:
         return np.flatnonzero(self.code == phrase)
 
 
-def phrase_table(raw: Ragged, scores: np.ndarray, span_tokens: np.ndarray, case_sensitive: bool, how: str,
+def phrase_table(keys: Ragged, scores: np.ndarray, span_tokens: np.ndarray, case_sensitive: bool, how: str,
                  drop_stopwords: bool) -> PhraseTable:
-    """`service.spans.aggregate` over the stripped texts of `raw`, without strings. Raises Collision."""
-    lead, end = strip(raw)
-    keys = Ragged(raw.codes, raw.start + lead, np.maximum(end - lead, 0))
+    """The phrases of the spans whose stripped texts are `keys` (empty: dropped): each span's phrase, each
+    phrase's mass over its spans (max or sum) and its length in tokens (that of its first span)."""
     keep = np.flatnonzero(keys.length > 0)
     kept = Ragged(keys.codes, keys.start[keep], keys.length[keep])
     exact, exact_first = group(kept)  # distinct keys, case kept
@@ -332,16 +337,17 @@ def phrase_table(raw: Ragged, scores: np.ndarray, span_tokens: np.ndarray, case_
     order = np.argsort(first_of, kind="stable")
     number = np.empty(n_pre, dtype=np.int64)
     number[order] = np.arange(n_pre)
-    code = np.full(raw.length.size, -1, dtype=np.int64)
+    code = np.full(keys.length.size, -1, dtype=np.int64)
     code[keep] = number[pre]
     firsts = keep[first_of[order]]
     mass = masses(code[keep], np.asarray(scores, dtype=np.float64)[keep], n_pre, how)
-    return PhraseTable(keys, lead, code, firsts, mass, np.asarray(span_tokens, dtype=np.int64)[firsts])
+    return PhraseTable(keys, code, firsts, mass, np.asarray(span_tokens, dtype=np.int64)[firsts])
 
 
 def rank_table(table: PhraseTable, alpha: float, n: int) -> list[tuple[int, float]]:
-    """`service.spans.rank` of the table: (phrase, normalised value), best first; texts only for the pool."""
-    if alpha:  # len ** alpha by Python's pow, as Phrase.rank_value (numpy's power may round differently)
+    """The table's phrases ranked by mass * len^alpha: (phrase, value over all phrases' values), best first,
+    ties by text; the first n only, texts built only for the phrases that can be among them."""
+    if alpha:  # len ** alpha by Python's pow, as the reference does (numpy's power may round differently)
         factor = {t: t**alpha for t in np.unique(table.tokens).tolist()}
         values = table.mass * np.array([factor[t] for t in table.tokens.tolist()], dtype=np.float64)
     else:

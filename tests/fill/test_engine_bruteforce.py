@@ -1,8 +1,8 @@
 """FillEngine against a brute-force reference on a real (tiny, random-vector) index on disk.
 
-The index is written with indexer.store.write_shard + indexer.manifest.Manifest and opened with
+The index is written with indexer.shard_writer.write_shard + indexer.manifest.Manifest and opened with
 indexer.phrase_index.PhraseIndex; the encoder is a fake returning fixed query vectors. The reference below
-re-implements NPM inference with plain loops (no service.spans): enumerate every valid span, keep
+re-implements NPM inference with plain loops (no fill.spans): enumerate every valid span, keep
 those touching the top-k start / end hits, softmax over distinct starts / ends, sum (or max) per
 phrase, rank by mass * len^alpha, normalise.
 """
@@ -20,10 +20,10 @@ import pytest
 from encoder.model import QueryVectors
 from corpus.tokens import WORD_END, WORD_START
 from common.masks import count_masks
-from indexer.manifest import Counts, Manifest, ModelInfo
-from indexer.store import ShardContent, write_shard
-from service.engine import FillEngine
-from service.schemas import FillRequest
+from indexer.manifest import BuildSettings, Counts, Manifest, ModelInfo
+from indexer.shard_writer import ShardContent, ShardPlan, write_shard
+from fill.engine import FillEngine
+from fill.schemas import FillRequest
 
 from indexer.phrase_index import PhraseIndex
 
@@ -163,7 +163,7 @@ def build_corpus(root: Path, seed: int, n_docs: int = 9, n_shards: int = 3) -> C
             doc_titles=[""] * len(doc_ids),
             doc_texts=doc_texts,
         )
-        infos.append(write_shard(root, number, content, "Flat", token_base, block_base))
+        infos.append(write_shard(root, ShardPlan(number, n, len(group), token_base, block_base, "Flat"), content))
         ref_shards.append(RefShard(vectors, content.flags, content.offsets, ref_blocks))
         token_base += n
         block_base += len(group)
@@ -174,7 +174,7 @@ def build_corpus(root: Path, seed: int, n_docs: int = 9, n_shards: int = 3) -> C
         dim=DIM,
         index_type="flat",
         similarity_scale=SCALE,
-        build={},
+        build=BuildSettings(corpus=Path("synthetic"), out=root),
         corpus={"path": "synthetic", "format": "jsonl"},
         counts=Counts(documents=n_docs, empty_documents=0, blocks=block_base, tokens=token_base, shards=len(groups)),
         shards=infos,
@@ -195,7 +195,7 @@ class FakeEncoder:
     def encode_layouts(self, layouts: list[tuple[list[int], list[int]]], shape=None) -> list[QueryVectors]:
         assert len(layouts) == 1
         self.calls += 1
-        return [QueryVectors(starts=self.starts.copy(), ends=self.ends.copy())]
+        return [QueryVectors(q_start=self.starts.copy(), q_end=self.ends.copy())]
 
 
 def query_vectors(seed: int, masks: int) -> tuple[np.ndarray, np.ndarray]:
@@ -403,7 +403,7 @@ def test_synthetic_index_is_what_the_reference_thinks(index_for):
         np.testing.assert_array_equal(np.asarray(shard.flags), ref.flags)
         for blk in ref.blocks:
             local = blk.global_block - shard.info.block_base
-            assert shard.doc_id(shard.doc_row(local)) == blk.doc_id
+            assert shard.doc_id(int(shard.blocks[local, 0])) == blk.doc_id
             assert list(shard.block_of(np.arange(blk.first, blk.end))) == [local] * (blk.end - blk.first)
     # the data exercise what they should: recurring phrases, punctuation-only spans, multi-piece words
     ref = reference(corpus, *[q[0] for q in query_vectors(0, 1)], corpus.tokens, 10, 0.0)
@@ -539,11 +539,12 @@ def _tiny_index(root: Path, text: str, pieces: list[tuple[int, int, int]]) -> Ph
         blocks=np.array([[0, 0, n]], np.int64), doc_ids=["d"], doc_titles=[""], doc_texts=[text],
     )
     root.mkdir(parents=True)
-    info = write_shard(root, 0, content, "Flat", 0, 0)
+    info = write_shard(root, ShardPlan(0, n, 1, 0, 0, "Flat"), content)
     Manifest(
         created_at="2024-01-01T00:00:00+00:00",
         model=ModelInfo(path="fake", fingerprint="0", model_type="fake", tokenizer="Fake", vocab_size=1, mask_token=None),
-        dim=DIM, index_type="flat", similarity_scale=SCALE, build={}, corpus={},
+        dim=DIM, index_type="flat", similarity_scale=SCALE, corpus={},
+        build=BuildSettings(corpus=Path("synthetic"), out=root),
         counts=Counts(documents=1, empty_documents=0, blocks=1, tokens=n, shards=1), shards=[info],
     ).save(root)
     return PhraseIndex(root)

@@ -1,4 +1,4 @@
-"""`fill-fit`: fit the scoring of a model (service/scoring.py) on probes it was not trained on.
+"""`fill-fit`: fit the scoring of a model (fill/scoring.py) on probes it was not trained on.
 
     fill-fit --index DIR --google-re DIR --side train_b --out MODEL_DIR/scoring.json [--model M]
 
@@ -6,7 +6,7 @@
    (ties: the smallest weight).
 2. Confidence, per mode (with its weight): logistic regressions (scikit-learn, `pip install .[fit]`) of
    "this candidate is correct" on its features: one over the top candidate of every probe, one over
-   the candidates ranked 2..top_k (service.scoring.Confidence).
+   the candidates ranked 2..top_k (fill.scoring.Confidence).
 
 Fit on text and probes the model never saw: the bundled model's scoring was fitted with a model of
 the same recipe trained on the train_a fold, on the train_b fold (bench/fit_scoring.sh). The held
@@ -21,24 +21,25 @@ from pathlib import Path
 
 import numpy as np
 import typer
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
 
 from common.cli import model_command
 from common.errors import AppError
 from common.files import write_json_atomic
 from encoder.model import model_fingerprint
-from service.config import Settings
-from service.engine import FillEngine
-from service.evaluate import Side, calibration, normalize, select_probes
-from service.schemas import MODES, FillOptions, FillRequest, Mode
-from service.scoring import FEATURES, MONOTONE, Calibration, Confidence, Scoring
+from common.process import single_thread_blas
+from fill.config import EngineConfig
+from fill.engine import FillEngine
+from evaluation.evaluate import Side, calibration, normalize, select_probes
+from fill.schemas import MODES, FillOptions, FillRequest, Mode
+from fill.scoring import FEATURES, MONOTONE, Calibration, Confidence, Scoring
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_GRID = [0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
 
 
-class FitConfig(BaseModel):
+class FitConfig(EngineConfig):
     """Fit the lexical weight of the BM25 modes and the confidence calibration of every mode."""
 
     model_config = ConfigDict(extra="forbid")
@@ -50,7 +51,6 @@ class FitConfig(BaseModel):
     side: Side = Field("train_b", description="side of the Google-RE split to fit on (never held)")
     per_relation: int | None = Field(200, ge=1, description="fit on a fixed random sample per relation")
     seed: int = Field(0, description="seed of the per-relation sample")
-    model: Path | None = Field(None, description="encoder directory (default: the manifest's)")
     grid: list[float] = Field(DEFAULT_GRID, min_length=1, description="lexical weights tried")
     modes: list[Mode] = Field(list(MODES), min_length=1, description="modes fitted")
     top_k: int = Field(5, ge=1, le=100, description="candidates per probe the calibration is fitted on")
@@ -152,7 +152,8 @@ def run(cfg: FitConfig) -> None:
     probes = select_probes(cfg.probes, cfg.google_re, cfg.side, cfg.per_relation, cfg.seed)
     if not probes:
         raise AppError("no probes to fit on", kind="validation")
-    engine = FillEngine.open(Settings(index=cfg.index, model=cfg.model), scoring=Scoring())  # never needs the old one
+    single_thread_blas()
+    engine = FillEngine.open(cfg.engine_config(), scoring=Scoring())  # never needs the old one
     try:
         scoring = fit(engine, probes, cfg)
     finally:
@@ -162,7 +163,7 @@ def run(cfg: FitConfig) -> None:
 
 
 app = typer.Typer(add_completion=False)
-model_command(app, FitConfig, run, name="fill-fit", env_prefix="FILL_FIT_")
+model_command(app, FitConfig, run, name="fill-fit", env_prefix="FILL_FIT_", exclude=("scoring",))
 
 
 def main(argv: list[str] | None = None) -> None:

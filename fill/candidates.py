@@ -1,0 +1,115 @@
+"""The shard-local stage: one mask's candidate spans in ONE shard, scored exactly, with their phrase keys.
+
+From the shard's start hits (extended forward) and end hits (extended backward) it forms every valid span
+(fill.spans.spans_from_hits), keeps each once, re-scores each distinct start and end position exactly
+from the stored vectors (q . v * scale, plus the weighted lexical prior of its block in restricted /
+hybrid modes), and reads each span's text, stripped of surrounding white space and punctuation, as a
+segment of a code-point buffer (fill.phrases). The result, `ShardCandidates`, is plain arrays and numbers:
+everything after this stage (the global softmax, phrase grouping, ranking: fill.ranker) works from it
+without looking inside a shard's arrays, so a remote shard could compute it and send it over a network.
+Only evidence for the phrases shown goes back to the shard (fill.evidence)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from common.arrays import unique, unique_inverse
+from fill.phrases import Ragged, shard_span_texts, strip
+from fill.spans import BlockPrior, spans_from_hits
+
+_LEN_BITS = 8  # span length - 1 < 256 (max_span_tokens <= 32)
+
+
+@dataclass
+class LexicalBonus:
+    """What restricted / hybrid scoring adds to a position's logit: weight * prior(its global block)."""
+
+    prior: BlockPrior
+    weight: float
+
+
+@dataclass
+class ShardCandidates:
+    """One mask's candidate spans in one shard, ordered by (first token, last token), each span once."""
+
+    shard_no: int
+    first: np.ndarray  # the span's first token (position in the shard)
+    last: np.ndarray  # its last token
+    start_logits: np.ndarray  # per distinct first token, ascending: q_start . v * scale (+ lexical bonus)
+    start_of: np.ndarray  # per span: its first token's row of start_logits
+    end_logits: np.ndarray  # per distinct last token, ascending: q_end . v * scale (+ lexical bonus)
+    end_of: np.ndarray  # per span: its last token's row of end_logits
+    start_max: float  # the best start logit before the bonus
+    end_max: float  # the best end logit before the bonus
+    block: np.ndarray  # per span: its global block number
+    row: np.ndarray  # per span: its document's row in the shard
+    char: np.ndarray  # per span: the char offset of its stripped phrase in the document
+    keys: Ragged  # per span: its stripped phrase text (length 0: only white space / punctuation)
+    tokens: np.ndarray | None  # per span: its tokens overlapping the stripped phrase (only when alpha != 0)
+
+    @property
+    def size(self) -> int:
+        return int(self.first.size)
+
+
+def shard_candidates(shard, shard_no: int, start_hits: np.ndarray, end_hits: np.ndarray, q_start: np.ndarray,
+                     q_end: np.ndarray, scale: float, max_span_tokens: int, bonus: LexicalBonus | None,
+                     count_tokens: bool) -> ShardCandidates | None:
+    """The candidates of shard `shard` (number `shard_no`) from the positions of its start and end hits, or
+    None when they form no valid span. `count_tokens`: also count each span's tokens within its stripped
+    phrase (the len of len^alpha)."""
+    first, last = _spans(shard, start_hits, end_hits, max_span_tokens)
+    if first.size == 0:
+        return None
+    block_base = shard.info.block_base
+    local_block = shard.block_of(first).astype(np.int64)
+    starts, start_of = unique_inverse(first)
+    ends, end_of = unique_inverse(last)
+    start_logits, start_max = _logits(shard, starts, q_start, scale, bonus)
+    end_logits, end_max = _logits(shard, ends, q_end, scale, bonus)
+    raw, char_a = shard_span_texts(shard, local_block, first, last)
+    keys = strip(raw)
+    char = char_a + (keys.start - raw.start)
+    tokens = _phrase_tokens(shard, first, last, char, char + keys.length) if count_tokens else None
+    return ShardCandidates(shard_no, first, last, start_logits, start_of, end_logits, end_of, start_max, end_max,
+                           local_block + block_base, shard.blocks[local_block, 0].astype(np.int64), char, keys,
+                           tokens)
+
+
+def _spans(shard, start_hits: np.ndarray, end_hits: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+    """(first, last) of the distinct valid spans from the hits, ordered by (first, last)."""
+    firsts, lasts = [], []
+    for hits, forward in ((start_hits, True), (end_hits, False)):
+        if hits.size:
+            a, b = spans_from_hits(hits, forward, max_len, shard.flags, shard.block_of)
+            firsts.append(a)
+            lasts.append(b)
+    if not firsts:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
+    first, last = np.concatenate(firsts), np.concatenate(lasts)
+    keys = unique(first << _LEN_BITS | (last - first))  # one int64 per span: 1-D unique is fast
+    first = keys >> _LEN_BITS
+    return first, first + (keys & ((1 << _LEN_BITS) - 1))
+
+
+def _logits(shard, positions: np.ndarray, q: np.ndarray, scale: float, bonus: LexicalBonus | None
+            ) -> tuple[np.ndarray, float]:
+    """Exact logits of the (ascending, distinct) positions for query q, and the best before the bonus."""
+    vecs = np.asarray(shard.vectors[positions], dtype=np.float32)  # ascending rows: sequential reads
+    logits = np.empty(positions.size, dtype=np.float64)
+    logits[:] = vecs @ np.asarray(q, dtype=np.float32) * scale
+    best = float(logits.max())
+    if bonus is not None:
+        logits += bonus.weight * bonus.prior(shard.block_of(positions) + shard.info.block_base)
+    return logits, best
+
+
+def _phrase_tokens(shard, first: np.ndarray, last: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Per span [first, last]: its tokens whose chars overlap [a, b) (its stripped phrase)."""
+    steps = np.arange(int((last - first).max(initial=0)) + 1)
+    pos = first[:, None] + steps[None, :]
+    inside = pos <= last[:, None]
+    offs = shard.offsets[np.where(inside, pos, first[:, None]).ravel()].reshape(pos.shape + (2,))
+    return (inside & (offs[..., 0] < b[:, None]) & (offs[..., 1] > a[:, None])).sum(axis=1)

@@ -1,0 +1,158 @@
+"""The fill engine: NPM inference over a phrase index, knowing nothing of HTTP. A fill, hop by hop:
+
+  plan     the request checked against the index (mode, budget), its query tokenized (each mask as
+           MASK_s MASK_e)                                                        -> fill.prepared.Planned
+  prepare  one encoder pass for the queries of a batch of requests, then one FAISS search per distinct k
+           (indexer.phrase_index: each shard's hits re-scored exactly, the top k over all shards kept)
+                                                                  -> Prepared, hits per mask (fill.hits)
+  finish   BM25 blocks (restricted / hybrid: their tokens join the hits, their scores make the lexical
+           prior); then per mask: each shard's candidates (fill.candidates), the global ranker over all
+           shards (fill.ranker), confidence (fill.scoring) and evidence (fill.evidence)  -> FillResult
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable
+
+import numpy as np
+
+from common.errors import AppError
+from common.masks import MASK_PATTERN, blank_masks
+from encoder.model import Encoder
+from fill.budget import Budget, Deadline, StageClock
+from fill.candidates import LexicalBonus, shard_candidates
+from fill.config import EngineConfig
+from fill.evidence import EvidenceReader
+from fill.hits import Hits, MaskHits
+from fill.loading import describe, open_parts
+from fill.prepared import Planned, Prepared
+from fill.ranker import rank_mask
+from fill.schemas import MODES, Candidate, FillRequest, FillResult, MaskFill
+from fill.scoring import Scoring, mask_features
+from fill.spans import BlockPrior
+from indexer.phrase_index import PhraseIndex
+
+PRIOR_BLOCKS = 100  # blocks whose BM25 scores make the lexical prior (the others get 0)
+
+
+class FillEngine:
+    def __init__(self, encoder: Encoder, index: PhraseIndex, scoring: Scoring | None = None) -> None:
+        self.encoder = encoder
+        self.index = index
+        self.scoring = scoring if scoring is not None else Scoring()
+
+    @classmethod
+    def open(cls, config: EngineConfig, scoring: Scoring | None = None) -> "FillEngine":
+        """Open the index and the encoder it was built with (refusing a model whose fingerprint differs);
+        `scoring` replaces the fitted scoring named by the config / found beside the model."""
+        return cls(*open_parts(config, scoring))
+
+    def close(self) -> None:
+        self.index.close()
+
+    def describe(self) -> dict:
+        """What is being served: the index, the model and how it runs, the build settings."""
+        return describe(self.index, self.encoder, self.scoring, self.default_mode)
+
+    @property
+    def default_mode(self) -> str:
+        """The mode of a request that names none: hybrid, or dense on an index without BM25."""
+        return "hybrid" if self.index.bm25 is not None else "dense"
+
+    def fill(self, request: FillRequest) -> FillResult:
+        return self.fill_detailed(request)[0]
+
+    def fill_detailed(self, request: FillRequest) -> tuple[FillResult, list[np.ndarray]]:
+        """The fill, and per mask the confidence features of its candidates (fill.scoring.FEATURES;
+        before abstention), which `fill-fit` fits the calibration on."""
+        return self.finish(self.prepare([self.plan(request)])[0])
+
+    def plan(self, request: FillRequest, budget: Budget | None = None) -> Planned:
+        """The request checked against this index (mode, cost budget) and its query tokenized; AppError
+        (validation) naming the field otherwise."""
+        t0 = time.perf_counter()
+        mode = self.default_mode if request.mode is None else request.mode
+        if mode not in MODES:
+            raise AppError(f"mode must be one of {MODES}, got {mode!r}", kind="validation", field="mode")
+        if mode != "dense" and self.index.bm25 is None:
+            raise AppError(f"mode {mode!r} needs a BM25 index; this index has none (rebuild it)",
+                           kind="validation", field="mode")
+        if budget is not None:
+            budget.check(request, mode, self.index.manifest.build.block_tokens)
+        ids, mask_at = self.encoder.query_layout(request.text)
+        return Planned(request, mode, ids, mask_at, t0)
+
+    def prepare(self, planned: list[Planned], shape: Callable[[int, int], tuple[int, int]] | None = None
+                ) -> list[Prepared]:
+        """Encode the queries in one forward pass and run one FAISS search per distinct k for all their
+        masks (start and end queries of every dense / hybrid request). `shape(rows, width)` gives the
+        padded shape of the encoder's batch (Encoder.encode_layouts)."""
+        mark = time.perf_counter()
+        queries = self.encoder.encode_layouts([(p.ids, p.mask_at) for p in planned], shape)
+        encode_ms = (time.perf_counter() - mark) * 1000
+        mark = time.perf_counter()
+        hits = [[MaskHits.empty()] * q.q_start.shape[0] for q in queries]
+        for k in sorted({p.request.k for p in planned if p.mode != "restricted"}):
+            members = [i for i, p in enumerate(planned) if p.mode != "restricted" and p.request.k == k]
+            sizes = [2 * queries[i].q_start.shape[0] for i in members]  # each request's start and end queries
+            found = self.index.search(np.concatenate([np.concatenate([queries[i].q_start, queries[i].q_end])
+                                                      for i in members]), k, groups=sizes)
+            at = 0
+            for i, n in zip(members, sizes):
+                own = [Hits(*found[at + j]) for j in range(n)]
+                hits[i] = [MaskHits(own[m], own[n // 2 + m]) for m in range(n // 2)]
+                at += n
+        search_ms = (time.perf_counter() - mark) * 1000
+        return [Prepared(p, q, h, encode_ms, search_ms) for p, q, h in zip(planned, queries, hits)]
+
+    def finish(self, prepared: Prepared, deadline: Deadline | None = None) -> tuple[FillResult, list[np.ndarray]]:
+        """The fill of a prepared request: BM25 (restricted / hybrid), then per mask its candidates, ranking,
+        confidence and evidence. `deadline` is checked between steps and masks (AppError kind timeout)."""
+        request, mode = prepared.planned.request, prepared.planned.mode
+        laps = StageClock(prepared.encode_ms, prepared.search_ms, deadline)
+        hits, prior, bonus = prepared.hits, None, None
+        if mode != "dense":
+            weight = self.scoring.weight(mode) if request.lexical_weight is None else request.lexical_weight
+            blocks, bm25 = self.index.bm25.search_scored(blank_masks(request.text), max(request.blocks, PRIOR_BLOCKS))
+            prior = BlockPrior.from_bm25(blocks, bm25)
+            bonus = LexicalBonus(prior, weight) if weight else None
+            tokens = Hits(*self.index.block_hits(blocks[: request.blocks]))
+            hits = [h.plus(tokens) for h in hits]
+        laps.lap("search")
+        masks, features = [], []
+        for m, mask_hits in enumerate(hits):
+            fill, feats = self._fill_mask(m, mask_hits, prepared, prior, bonus, laps)
+            masks.append(fill)
+            features.append(feats)
+            laps.lap("rank")
+        tops = iter([mf.candidates[0].phrase if mf.candidates else None for mf in masks])
+        filled = MASK_PATTERN.sub(lambda match: _or(next(tops), match.group(0)), request.text)
+        return FillResult(filled=filled, masks=masks, took_ms=(time.perf_counter() - prepared.planned.t0) * 1000,
+                          timings_ms=laps.timings()), features
+
+    def _fill_mask(self, m: int, hits: MaskHits, prepared: Prepared, prior: BlockPrior | None,
+                   bonus: LexicalBonus | None, laps: StageClock) -> tuple[MaskFill, np.ndarray]:
+        """Mask m's candidates in every shard, ranked over all of them, with confidence and evidence."""
+        request, q = prepared.planned.request, prepared.queries
+        parts = [shard_candidates(self.index.shards[s], s, hits.start.in_shard(s), hits.end.in_shard(s),
+                                  q.q_start[m], q.q_end[m], self.index.scale, request.max_span_tokens, bonus,
+                                  bool(request.alpha)) for s in hits.shard_nos()]
+        laps.lap("spans")
+        ranked = rank_mask([p for p in parts if p is not None], request)
+        shown, pool = ranked.shown, ranked.pool
+        # the lexical prior of the block of the top phrase's best occurrence
+        lexical = float(prior(np.array([pool.block(shown[0].occurrences[0])]))[0]) if prior and shown else 0.0
+        feats = mask_features(np.array([p.value for p in shown]), ranked.runner_up, lexical, pool.start_max,
+                              pool.end_max)
+        confidence = self.scoring.confidence_of(prepared.planned.mode, feats).tolist()
+        reader = EvidenceReader(self.index.shards, pool)
+        candidates = [Candidate(phrase=p.text, score=p.value, confidence=min(1.0, max(0.0, conf)),
+                                evidence=reader.evidence(p.occurrences, request.evidence))
+                      for p, conf in zip(shown, confidence)]
+        abstained = not candidates or candidates[0].confidence < request.min_confidence
+        return MaskFill(index=m, candidates=[] if abstained else candidates, abstained=abstained), feats
+
+
+def _or(top: str | None, mask: str) -> str:
+    return top if top is not None else mask

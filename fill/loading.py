@@ -1,0 +1,79 @@
+"""Opening an engine's parts (the encoder and the index it was built with, the fitted scoring) and
+describing them (GET /info)."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from common.errors import AppError
+from encoder.model import Encoder, model_fingerprint
+from fill.config import EngineConfig
+from fill.schemas import MODES
+from fill.scoring import SCORING_NAME, Scoring
+from indexer.manifest import Manifest
+from indexer.phrase_index import PhraseIndex
+
+logger = logging.getLogger(__name__)
+
+
+def open_parts(config: EngineConfig, scoring: Scoring | None = None) -> tuple[Encoder, PhraseIndex, Scoring]:
+    """The encoder, the index and the scoring of an engine. The model defaults to the one the manifest
+    names and must have the fingerprint the index was built with; `scoring` replaces the fitted scoring
+    of `config.scoring` or of scoring.json beside the model."""
+    root = config.index_dir()
+    manifest = Manifest.load(root)
+    model_dir = Path(config.model) if config.model else Path(manifest.model.path)
+    if not model_dir.is_dir():
+        if config.model:
+            raise AppError(f"model directory {model_dir} (--model / FILL_MODEL) does not exist")
+        raise AppError(f"the index was built with the model at {model_dir}, which does not exist here; pass "
+                       "--model (FILL_MODEL) with that model's directory")
+
+    def load_encoder() -> Encoder:
+        if model_fingerprint(model_dir) != manifest.model.fingerprint:
+            raise AppError(f"model {model_dir} differs from the model the index {root} was built with "
+                           f"(fingerprint {manifest.model.fingerprint[:12]}); pass the right --model or rebuild")
+        return Encoder(model_dir, device=config.device, dtype=config.dtype)
+
+    # the encoder loads (mostly Python imports) while the index opens (mostly file mapping, GIL released)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="load-encoder") as pool:
+        loading = pool.submit(load_encoder)
+        index = PhraseIndex(root, verify=config.verify, nprobe=config.nprobe, ef_search=config.ef_search,
+                            refine=config.refine)
+        try:
+            encoder = loading.result()
+        except BaseException:
+            index.close()
+            raise
+    if scoring is None:
+        scoring = Scoring.beside(model_dir, config.scoring)
+        if not scoring.lexical_weight:
+            logger.warning("no fitted scoring for model %s (no %s there, no --scoring): lexical weight 0, so "
+                           "hybrid fills as dense does, and confidence is the uncalibrated score; see fill-fit",
+                           model_dir.name, SCORING_NAME)
+    return encoder, index, scoring
+
+
+def describe(index: PhraseIndex, encoder: Encoder, scoring: Scoring, default_mode: str) -> dict:
+    """What is being served: the index, the model and how it runs, the build settings (names, not the
+    server's absolute paths)."""
+    m = index.manifest
+    build = m.build.model_dump(mode="json")
+    return {
+        "index": index.root.name,
+        "created_at": m.created_at,
+        "model": {"name": encoder.model_dir.name, "fingerprint": m.model.fingerprint, "type": m.model.model_type,
+                  "device": str(encoder.device), "dtype": str(encoder.dtype).replace("torch.", "")},
+        "dim": m.dim,
+        "index_type": m.index_type,
+        "factories": sorted({s.factory for s in m.shards}),
+        "vector_dtype": m.vector_dtype,
+        "counts": m.counts.model_dump(),
+        "build": {k: Path(v).name if isinstance(v, str) and Path(v).is_absolute() else v for k, v in build.items()},
+        "default_mode": default_mode,
+        "scoring": {"lexical_weight": {mode: scoring.weight(mode) for mode in MODES},
+                    "calibrated": {mode: mode in scoring.confidence for mode in MODES},
+                    "fitted": scoring.fitted},
+    }

@@ -1,0 +1,120 @@
+"""The fill's types, declared once: what a fill asks for (`FillOptions`, `FillRequest`) and what it
+returns (`FillResult` and its parts). The engine takes and returns these; the HTTP layer (service/)
+validates requests and serialises results with the very same classes."""
+
+from __future__ import annotations
+
+from typing import Literal, get_args
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from common.masks import count_masks
+
+MAX_MASKS = 16
+MAX_TEXT_CHARS = 2000
+MASK_SCHEMA_PATTERN = r"<[Mm][Aa][Ss][Kk]>|\[[Mm][Aa][Ss][Kk]\]"  # common.masks.MASK_PATTERN, as JSON Schema writes it
+
+Mode = Literal["dense", "restricted", "hybrid"]
+Aggregate = Literal["max", "sum"]
+MODES: tuple[str, ...] = get_args(Mode)
+AGGREGATIONS: tuple[str, ...] = get_args(Aggregate)
+
+
+class FillOptions(BaseModel):
+    """How to fill: everything of a request but its text (also the options of `fill-eval`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    top_k: int = Field(5, ge=1, le=100, description="phrases returned per mask")
+    k: int = Field(1024, ge=1, le=8192, description="tokens retrieved by each of the start and end searches")
+    max_span_tokens: int = Field(10, ge=1, le=32, description="longest phrase, in tokens")
+    alpha: float = Field(0.0, ge=-4.0, le=4.0, description="length preference: rank by mass * len^alpha")
+    evidence: int = Field(3, ge=0, le=20, description="occurrences returned per phrase")
+    case_sensitive: bool = Field(True, description="aggregate phrases case-sensitively")
+    mode: Mode | None = Field(
+        None, description="hybrid (the default when the index has BM25, else dense): the candidates of both, "
+        "scored with the lexical prior; dense: FAISS top-k start/end tokens; restricted: every token of the top BM25 "
+        "blocks for the query (masks blanked)")
+    blocks: int = Field(3, ge=1, le=100, description="BM25 blocks used by restricted and hybrid modes")
+    drop_stopwords: bool = Field(True, description="drop fills made only of stopwords ('in', 'of the'), single letters, "
+                                 "or phrases starting / ending with a lower-case stopword ('in London')")
+    aggregate: Aggregate = Field(
+        "max", description="a phrase's mass over its occurrences: max (its best occurrence; the default) or sum "
+        "(NPM's total probability, which favours phrases that occur often among the hits)")
+    lexical_weight: float | None = Field(
+        None, ge=0.0, le=50.0, description="restricted and hybrid modes: weight of the lexical prior (a block's "
+        "BM25 score for the query, masks blanked, over the best block's) added to the start and end logits of "
+        "the block's tokens; default: the value fitted for the mode (GET /info); 0: encoder scores only")
+    min_confidence: float = Field(
+        0.0, ge=0.0, le=1.0, description="abstain below it: a mask whose best fill has a lower confidence comes "
+        "back with no candidates, abstained true, and stays <mask> in `filled`; 0 always answers")
+
+
+class FillRequest(FillOptions):
+    """A text with masks to fill, and how to fill them. Types are strict: "5" is not an integer, 0 is not
+    a boolean, NaN and infinities are not numbers."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    text: str = Field(
+        ..., min_length=1, max_length=MAX_TEXT_CHARS,
+        description="text with 1 to 16 masks written <mask> or [MASK] (any case)",
+        examples=["Allan Peiper was born in <mask> ."],
+        # the mask requirement in the schema; the validator below checks it with a message that says how
+        json_schema_extra={"pattern": MASK_SCHEMA_PATTERN},
+    )
+
+    @field_validator("top_k", "k", "max_span_tokens", "evidence", "blocks", mode="before")
+    @classmethod
+    def _integral_floats(cls, value):
+        """JSON Schema counts 5.0 as an integer, so it is one here too (strictness is about "5" and true)."""
+        return int(value) if isinstance(value, float) and value.is_integer() else value
+
+    @field_validator("text")
+    @classmethod
+    def _masks(cls, text: str) -> str:
+        n = count_masks(text)
+        if n == 0:
+            raise ValueError("text contains no mask; write <mask> (or [MASK]) where a phrase should go")
+        if n > MAX_MASKS:
+            raise ValueError(f"text contains {n} masks; at most {MAX_MASKS} are allowed")
+        return text
+
+
+class Evidence(BaseModel):
+    doc_id: str
+    block: int
+    start: int = Field(description="char offset of the phrase in the document text")
+    end: int
+    context: str
+    score: float = Field(description="span score P_start + P_end of this occurrence")
+
+
+class Candidate(BaseModel):
+    phrase: str
+    score: float = Field(description="aggregated mass, normalised over all candidates of the mask")
+    confidence: float = Field(
+        ge=0.0, le=1.0, description="probability that this fill is correct, calibrated on held-apart data "
+        "(docs/QUALITY.md); monotone in `score` within a mask")
+    evidence: list[Evidence] = Field(default_factory=list)
+
+
+class MaskFill(BaseModel):
+    index: int
+    candidates: list[Candidate]
+    abstained: bool = Field(
+        False, description="true when the mask is left unfilled: its best fill's confidence is below "
+        "min_confidence, or the index offered no candidate")
+
+
+STAGES = ("encode", "search", "spans", "rank")
+
+
+class FillResult(BaseModel):
+    filled: str
+    masks: list[MaskFill]
+    took_ms: float
+    timings_ms: dict[str, float] = Field(
+        default_factory=dict,
+        description="ms per stage: encode (query), search (FAISS / BM25), spans (candidates, exact scores), rank"
+    )

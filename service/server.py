@@ -1,0 +1,70 @@
+"""The server process: `serve(settings)` runs uvicorn over the app (service.api) and the typer command
+`python -m service` (service.__main__) that calls it with flags and FILL_* variables from `Settings`.
+
+Start-up failures have one behaviour: the process prints `error: <message>` and exits with code 2,
+whether the failure is found before the server starts (a wrong path, a bad manifest, an unreadable keys
+file) or while the model and index load in the background (a damaged file, a wrong model). SIGTERM
+drains: the listener closes, requests in flight finish (up to FILL_REQUEST_TIMEOUT + 5 s more), then
+the process ends by the signal (uvicorn re-raises it: exit status 143). SIGHUP reloads the index
+directory without failing a request."""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+
+import typer
+import uvicorn
+
+from common.cli import model_command
+from common.errors import AppError
+from common.process import single_thread_blas
+from indexer.manifest import Manifest
+from service.api import create_app
+from service.config import ENV_PREFIX, Settings
+from service.limits import header_timeout_protocol
+from service.observe import configure_logging
+from service.state import ServiceState
+
+app = typer.Typer(add_completion=False)
+logger = logging.getLogger("service")
+
+
+def serve(settings: Settings) -> None:
+    configure_logging(settings.log_level, settings.log_format)
+    single_thread_blas()
+    Manifest.load(settings.index_dir())  # fail fast on a wrong path; the heavy load happens in the background
+    fatal: list[str] = []
+    server: uvicorn.Server | None = None
+
+    def on_fatal(message: str) -> None:
+        fatal.append(message)
+        if server is not None:
+            server.should_exit = True
+
+    state = ServiceState(settings, on_fatal=on_fatal)
+    config = uvicorn.Config(create_app(settings, state, load=True), host=settings.host, port=settings.port,
+                            log_level=settings.log_level, log_config=None, access_log=False,
+                            http=header_timeout_protocol(settings.header_timeout),
+                            timeout_graceful_shutdown=settings.request_timeout + 5)
+    server = uvicorn.Server(config)
+
+    def on_hangup(*_) -> None:  # reload off the signal handler, which must return at once
+        threading.Thread(target=_reload, args=(state,), name="reload", daemon=True).start()
+
+    signal.signal(signal.SIGHUP, on_hangup)
+    server.run()
+    if fatal:
+        raise AppError(fatal[0])
+
+
+def _reload(state: ServiceState) -> None:
+    try:
+        logger.info("SIGHUP: reloading %s", state.settings.index_dir().name)
+        state.reload_or_report()
+    except AppError:
+        pass  # logged by reload_or_report; the previous index keeps serving
+
+
+model_command(app, Settings, serve, name="serve", env_prefix=ENV_PREFIX)

@@ -1,0 +1,42 @@
+"""common.process: the process-wide settings entry points apply (in a fresh interpreter each: they are
+process-wide), and that opening the engine, a library call, changes neither."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+BLAS_THREADS = ("from threadpoolctl import threadpool_info; "
+                "blas = [p['num_threads'] for p in threadpool_info() if p['user_api'] == 'blas']; ")
+
+
+def _run(code: str, env: dict | None = None) -> str:
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "OMP_NUM_THREADS": "2", **(env or {})})
+    assert out.returncode == 0, out.stderr
+    return out.stdout.strip()
+
+
+def test_single_thread_blas_limits_blas_to_one_thread():
+    code = ("import numpy; from common.process import single_thread_blas; " + BLAS_THREADS +
+            "before = max(blas); single_thread_blas(); " + BLAS_THREADS + "print(before, max(blas))")
+    before, after = _run(code).split()
+    assert int(before) == 2 and int(after) == 1
+
+
+def test_opening_the_engine_leaves_the_blas_threads_alone(tiny_index):
+    code = (f"import numpy; from fill.engine import FillEngine; from fill.config import EngineConfig; "
+            f"FillEngine.open(EngineConfig(index={str(tiny_index)!r})).close(); " + BLAS_THREADS + "print(max(blas))")
+    assert _run(code).splitlines()[-1] == "2"
+
+
+def test_passive_openmp_keeps_a_given_policy():
+    code = "import os; from common.process import passive_openmp; passive_openmp(); print(os.environ['OMP_WAIT_POLICY'])"
+    assert _run(code, {"OMP_WAIT_POLICY": "active"}) == "active"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
+    assert out.stdout.strip() == "PASSIVE"

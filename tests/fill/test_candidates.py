@@ -1,0 +1,44 @@
+"""fill.candidates: exact logits (the lexical bonus added after the best logit is taken) and distinct spans."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from corpus.tokens import WORD_END, WORD_START
+from fill.candidates import LexicalBonus, _logits, _spans
+from fill.spans import BlockPrior
+
+
+def _shard(n: int = 12, block_tokens: int = 6):
+    rng = np.random.default_rng(0)
+    flags = np.full(n, WORD_START | WORD_END, dtype=np.uint8)
+    return SimpleNamespace(vectors=rng.standard_normal((n, 4)).astype(np.float32), flags=flags,
+                           block_of=lambda pos: np.asarray(pos) // block_tokens, info=SimpleNamespace(block_base=7))
+
+
+def test_logits_are_exact_and_the_bonus_comes_after_the_best():
+    shard = _shard()
+    q = np.random.default_rng(1).standard_normal(4).astype(np.float32)
+    positions = np.array([0, 3, 8, 9])
+    plain, best = _logits(shard, positions, q, 0.5, None)
+    np.testing.assert_allclose(plain, shard.vectors[positions] @ q * 0.5, rtol=1e-6)
+    assert best == pytest.approx(float(plain.max()))
+    prior = BlockPrior.from_bm25(np.array([8]), np.array([2.0]))  # global block 8 = the shard's block 1
+    boosted, best_boosted = _logits(shard, positions, q, 0.5, LexicalBonus(prior, 3.0))
+    np.testing.assert_allclose(boosted - plain, [0.0, 0.0, 3.0, 3.0])
+    assert best_boosted == best  # the encoder's best, before the bonus
+
+
+def test_spans_are_distinct_ordered_and_stay_in_their_block():
+    shard = _shard()
+    first, last = _spans(shard, np.array([4, 4, 1]), np.array([5]), 3)
+    spans = list(zip(first.tolist(), last.tolist()))
+    assert spans == sorted(set(spans))
+    assert (1, 1) in spans and (1, 3) in spans and (4, 5) in spans and (3, 5) in spans
+    assert all(a // 6 == b // 6 for a, b in spans)  # never across a block
+    assert all(b - a < 3 for a, b in spans)
+    empty = _spans(shard, np.empty(0, np.int64), np.empty(0, np.int64), 3)
+    assert empty[0].size == 0
