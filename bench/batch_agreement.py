@@ -20,7 +20,7 @@ from probes import make_probes  # noqa: E402
 
 from service.batcher import bucket_shape  # noqa: E402
 from common.process import single_thread_blas  # noqa: E402
-from fill.config import EngineConfig  # noqa: E402
+from service.config import Settings  # noqa: E402
 from fill.engine import FillEngine  # noqa: E402
 from fill.schemas import FillRequest  # noqa: E402
 
@@ -33,7 +33,7 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     args = ap.parse_args()
     single_thread_blas()
-    engine = FillEngine.open(EngineConfig(index=args.index))
+    engine = FillEngine.open(Settings(index=args.index).engine_config())  # FILL_* variables apply, as in the server
     requests = [FillRequest(text=t, mode=m) for t in make_probes(args.corpus, args.probes, seed=7)
                 for m in ("dense", "hybrid")]
     alone = [engine.fill(r) for r in requests]

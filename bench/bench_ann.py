@@ -64,7 +64,6 @@ def exact_topk(shards, queries: np.ndarray, k: int) -> list[tuple[np.ndarray, np
 def _restrict(index, n: int | None):
     if n:
         index.shards = index.shards[:n]
-        index.vectors = index.vectors[:n]
     return index
 
 

@@ -22,7 +22,7 @@ from probes import make_probes  # noqa: E402
 
 from service.batcher import bucket_shape  # noqa: E402
 from common.process import single_thread_blas  # noqa: E402
-from fill.config import EngineConfig  # noqa: E402
+from service.config import Settings  # noqa: E402
 from fill.engine import FillEngine  # noqa: E402
 from fill.schemas import FillRequest  # noqa: E402
 
@@ -51,7 +51,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     args = ap.parse_args()
     single_thread_blas()
-    engine = FillEngine.open(EngineConfig(index=args.index))
+    engine = FillEngine.open(Settings(index=args.index).engine_config())  # FILL_* variables apply, as in the server
     planned = [engine.plan(FillRequest(text=t, mode=args.mode)) for t in make_probes(args.corpus, args.probes, seed=7)]
     engine.prepare(planned[:8])  # warm-up
     base = None

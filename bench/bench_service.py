@@ -81,11 +81,11 @@ def _floors(index: Path, texts: list[str], k: int) -> dict[str, float]:
 
     sys.path.insert(0, str(ROOT))
     from common.process import single_thread_blas
-    from fill.config import EngineConfig
+    from service.config import Settings
     from fill.engine import FillEngine
 
     single_thread_blas()
-    engine = FillEngine.open(EngineConfig(index=index))
+    engine = FillEngine.open(Settings(index=index).engine_config())  # FILL_* variables apply, as in the server
     enc, faiss_ms, vectors = [], [], []
     for text in texts:
         t = time.perf_counter()

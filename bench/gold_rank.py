@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from common.process import single_thread_blas
-from fill.config import EngineConfig
+from service.config import Settings
 from evaluation.evaluate import GOOGLE_RE_TEMPLATES, load_probes, subsample
 from fill.engine import FillEngine
 
@@ -34,7 +34,7 @@ def main() -> None:
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)
     single_thread_blas()
-    engine = FillEngine.open(EngineConfig(index=args.index))
+    engine = FillEngine.open(Settings(index=args.index).engine_config())  # FILL_* variables apply, as in the server
     if len(engine.index.shards) != 1:
         raise SystemExit("error: this diagnostic reads one shard; build the index with a single shard")
     shard = engine.index.shards[0]

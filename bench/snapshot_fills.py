@@ -34,7 +34,7 @@ VARIANT = {"top_k": 20, "alpha": 0.5, "aggregate": "sum", "case_sensitive": Fals
 def take(args: argparse.Namespace) -> None:
     from probes import make_probes
     from common.process import single_thread_blas
-    from fill.config import EngineConfig
+    from service.config import Settings
     from fill.engine import FillEngine
     from fill.schemas import FillRequest
 
@@ -43,7 +43,7 @@ def take(args: argparse.Namespace) -> None:
     else:
         texts = make_probes(args.corpus, args.n)
     single_thread_blas()
-    engine = FillEngine.open(EngineConfig(index=args.index))
+    engine = FillEngine.open(Settings(index=args.index).engine_config())  # FILL_* variables apply, as in the server
     cases = [(mode, "default", {}) for mode in args.modes]
     cases += [(mode, "variant", VARIANT) for mode in args.modes]
     tmp = args.out.with_suffix(".tmp")

@@ -10,9 +10,12 @@ def single_thread_blas() -> None:
     """One BLAS thread for the process. A fill's matrix products are small (hits x dim by dim x 2), so a
     second BLAS thread gains nothing, and its spin-waiting after each product took a core from the
     encoder and FAISS (docs/BENCHMARKS.md, "The latency issue at 10.5M tokens"). The last bits of a score
-    depend on the BLAS thread count, so fills are those of OMP_NUM_THREADS=1 wherever they are computed."""
+    depend on the BLAS thread count, so fills are those of OMP_NUM_THREADS=1 wherever they are computed.
+    Limits the BLAS libraries loaded now, and (OPENBLAS_NUM_THREADS) those loaded later, such as scipy's
+    when transformers or scikit-learn import it."""
     from threadpoolctl import threadpool_limits
 
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
     threadpool_limits(limits=1, user_api="blas")
 
 

@@ -42,6 +42,8 @@ DEFAULT_GRID = [0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
 class FitConfig(EngineConfig):
     """Fit the lexical weight of the BM25 modes and the confidence calibration of every mode."""
 
+    # EngineConfig's `scoring` is not a flag here (model_command's exclude): fitting starts from no scoring.
+
     model_config = ConfigDict(extra="forbid")
 
     index: Path = Field(description="index of the fitting corpus, built with the model")

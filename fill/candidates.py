@@ -31,6 +31,18 @@ class LexicalBonus:
 
 
 @dataclass
+class MaskQuery:
+    """What a shard needs of one mask to form and score its candidates (the same for every shard)."""
+
+    q_start: np.ndarray  # the mask's start query vector (output at MASK_s)
+    q_end: np.ndarray  # its end query vector (output at MASK_e)
+    scale: float  # similarity q . v * scale (the index's 1 / sqrt(dim))
+    max_span_tokens: int
+    bonus: LexicalBonus | None  # restricted / hybrid scoring with a non-zero lexical weight
+    count_tokens: bool  # also count each span's tokens within its stripped phrase (the len of len^alpha)
+
+
+@dataclass
 class ShardCandidates:
     """One mask's candidate spans in one shard, ordered by (first token, last token), each span once."""
 
@@ -54,25 +66,23 @@ class ShardCandidates:
         return int(self.first.size)
 
 
-def shard_candidates(shard, shard_no: int, start_hits: np.ndarray, end_hits: np.ndarray, q_start: np.ndarray,
-                     q_end: np.ndarray, scale: float, max_span_tokens: int, bonus: LexicalBonus | None,
-                     count_tokens: bool) -> ShardCandidates | None:
+def shard_candidates(shard, shard_no: int, start_hits: np.ndarray, end_hits: np.ndarray, query: MaskQuery
+                     ) -> ShardCandidates | None:
     """The candidates of shard `shard` (number `shard_no`) from the positions of its start and end hits, or
-    None when they form no valid span. `count_tokens`: also count each span's tokens within its stripped
-    phrase (the len of len^alpha)."""
-    first, last = _spans(shard, start_hits, end_hits, max_span_tokens)
+    None when they form no valid span."""
+    first, last = _spans(shard, start_hits, end_hits, query.max_span_tokens)
     if first.size == 0:
         return None
     block_base = shard.info.block_base
     local_block = shard.block_of(first).astype(np.int64)
     starts, start_of = unique_inverse(first)
     ends, end_of = unique_inverse(last)
-    start_logits, start_max = _logits(shard, starts, q_start, scale, bonus)
-    end_logits, end_max = _logits(shard, ends, q_end, scale, bonus)
+    start_logits, start_max = _logits(shard, starts, query.q_start, query.scale, query.bonus)
+    end_logits, end_max = _logits(shard, ends, query.q_end, query.scale, query.bonus)
     raw, char_a = shard_span_texts(shard, local_block, first, last)
     keys = strip(raw)
     char = char_a + (keys.start - raw.start)
-    tokens = _phrase_tokens(shard, first, last, char, char + keys.length) if count_tokens else None
+    tokens = _phrase_tokens(shard, first, last, char, char + keys.length) if query.count_tokens else None
     return ShardCandidates(shard_no, first, last, start_logits, start_of, end_logits, end_of, start_max, end_max,
                            local_block + block_base, shard.blocks[local_block, 0].astype(np.int64), char, keys,
                            tokens)

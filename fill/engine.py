@@ -21,7 +21,7 @@ from common.errors import AppError
 from common.masks import MASK_PATTERN, blank_masks
 from encoder.model import Encoder
 from fill.budget import Budget, Deadline, StageClock
-from fill.candidates import LexicalBonus, shard_candidates
+from fill.candidates import LexicalBonus, MaskQuery, shard_candidates
 from fill.config import EngineConfig
 from fill.evidence import EvidenceReader
 from fill.hits import Hits, MaskHits
@@ -135,14 +135,15 @@ class FillEngine:
                    bonus: LexicalBonus | None, laps: StageClock) -> tuple[MaskFill, np.ndarray]:
         """Mask m's candidates in every shard, ranked over all of them, with confidence and evidence."""
         request, q = prepared.planned.request, prepared.queries
-        parts = [shard_candidates(self.index.shards[s], s, hits.start.in_shard(s), hits.end.in_shard(s),
-                                  q.q_start[m], q.q_end[m], self.index.scale, request.max_span_tokens, bonus,
-                                  bool(request.alpha)) for s in hits.shard_nos()]
+        query = MaskQuery(q.q_start[m], q.q_end[m], self.index.scale, request.max_span_tokens, bonus,
+                          bool(request.alpha))
+        parts = [shard_candidates(self.index.shards[s], s, hits.start.in_shard(s), hits.end.in_shard(s), query)
+                 for s in hits.shard_nos()]
         laps.lap("spans")
         ranked = rank_mask([p for p in parts if p is not None], request)
         shown, pool = ranked.shown, ranked.pool
         # the lexical prior of the block of the top phrase's best occurrence
-        lexical = float(prior(np.array([pool.block(shown[0].occurrences[0])]))[0]) if prior and shown else 0.0
+        lexical = float(prior(np.array([pool.block(shown[0].occurrences[0])]))[0]) if prior is not None and shown else 0.0
         feats = mask_features(np.array([p.value for p in shown]), ranked.runner_up, lexical, pool.start_max,
                               pool.end_max)
         confidence = self.scoring.confidence_of(prepared.planned.mode, feats).tolist()

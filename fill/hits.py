@@ -14,6 +14,7 @@ import numpy as np
 from common.arrays import unique
 
 _EMPTY = np.empty(0, dtype=np.int64)
+_EMPTY.flags.writeable = False  # shared by every empty Hits
 
 
 @dataclass(frozen=True)

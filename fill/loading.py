@@ -27,9 +27,9 @@ def open_parts(config: EngineConfig, scoring: Scoring | None = None) -> tuple[En
     model_dir = Path(config.model) if config.model else Path(manifest.model.path)
     if not model_dir.is_dir():
         if config.model:
-            raise AppError(f"model directory {model_dir} (--model / FILL_MODEL) does not exist")
+            raise AppError(f"model directory {model_dir} (--model) does not exist")
         raise AppError(f"the index was built with the model at {model_dir}, which does not exist here; pass "
-                       "--model (FILL_MODEL) with that model's directory")
+                       "--model with that model's directory")
 
     def load_encoder() -> Encoder:
         if model_fingerprint(model_dir) != manifest.model.fingerprint:

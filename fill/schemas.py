@@ -116,5 +116,6 @@ class FillResult(BaseModel):
     took_ms: float
     timings_ms: dict[str, float] = Field(
         default_factory=dict,
-        description="ms per stage: encode (query), search (FAISS / BM25), spans (candidates, exact scores), rank"
+        description="ms per stage: encode (query), search (FAISS / BM25), spans (each shard's candidates: spans, "
+        "exact scores, phrase texts), rank (phrases over all shards, confidence, evidence)"
     )

@@ -1,7 +1,7 @@
 """Fitted scoring: the weight of the lexical (BM25 block) prior per mode and the calibration that turns a
 candidate's score into `confidence`, the probability that the fill is correct.
 
-Both are fitted by `fill-fit` (service/fit.py) on the train side of the Google-RE split only and read
+Both are fitted by `fill-fit` (evaluation/fit.py) on the train side of the Google-RE split only and read
 from `scoring.json` beside the model (or `--scoring FILE`). The confidence is a logistic regression on
 features of a candidate and of its mask:
 

@@ -108,11 +108,12 @@ class Manifest(BaseModel):
             raise AppError(f"{root} is not a finished index: {MANIFEST_NAME} is missing (run `indexer build`)")
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-            manifest = cls.model_validate(data)
-        except (json.JSONDecodeError, ValidationError) as exc:
+        except json.JSONDecodeError as exc:
             raise AppError(f"{path} is not a valid manifest: {exc}") from exc
-        if manifest.format_version != FORMAT_VERSION:
-            raise AppError(
-                f"{path} has format version {manifest.format_version}; this software reads {FORMAT_VERSION}"
-            )
-        return manifest
+        version = data.get("format_version", FORMAT_VERSION) if isinstance(data, dict) else FORMAT_VERSION
+        if version != FORMAT_VERSION:  # before validation: another version's fields may differ
+            raise AppError(f"{path} has format version {version}; this software reads {FORMAT_VERSION}")
+        try:
+            return cls.model_validate(data)
+        except ValidationError as exc:
+            raise AppError(f"{path} is not a valid manifest: {exc}") from exc

@@ -53,7 +53,6 @@ class PhraseIndex:
         for shard in self.shards:
             set_search_params(shard.index, nprobe, ef_search)
         self.scale = self.manifest.similarity_scale
-        self.vectors = [s.vectors for s in self.shards]
         self.bm25 = None
         if self.manifest.bm25 is not None:
             check_bm25(self.root / BM25_NAME, self.manifest.bm25, self.manifest.counts.blocks)

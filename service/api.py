@@ -13,7 +13,9 @@ from service.config import Settings, get_settings
 from service.errors import install_handlers
 from service.limits import RequestLimits
 from service.observe import Observe
-from service.routes import admin, fill, probes
+from service.routes import admin as admin_routes
+from service.routes import fill as fill_routes
+from service.routes import probes as probe_routes
 from service.state import ServiceState
 
 
@@ -39,8 +41,8 @@ def create_app(settings: Settings | None = None, state: ServiceState | None = No
     app.state.admin = bool(keys)
     install_handlers(app)
     _middleware(app, settings, keys)
-    for module in (probes, fill, admin):
-        app.include_router(module.router)
+    for group in (probe_routes, fill_routes, admin_routes):
+        app.include_router(group.router)
     return app
 
 

@@ -16,8 +16,10 @@ ENV_PREFIX = "FILL_"
 
 
 class Settings(EngineConfig, BaseSettings):
-    """Serve POST /fill over a phrase index. The engine's fields (index, model, scoring, device, dtype,
-    verify, nprobe, ef_search, refine) are `EngineConfig`'s; `engine_config()` gives them alone."""
+    """Serve POST /fill over a phrase index."""
+
+    # The engine's fields (index, model, scoring, device, dtype, verify, nprobe, ef_search, refine) are
+    # EngineConfig's; engine_config() gives them alone. The server's own fields follow.
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX)
 

@@ -3,7 +3,7 @@ requirement of admin routes, and the error responses every route documents."""
 
 from __future__ import annotations
 
-from fastapi import Request
+from fastapi import Depends, Request
 
 from common.errors import AppError
 from service.schemas import ErrorResponse
@@ -16,8 +16,7 @@ async def get_state(request: Request) -> ServiceState:
     return request.app.state.service
 
 
-async def ready_state(request: Request) -> ServiceState:
-    state = request.app.state.service
+async def ready_state(state: ServiceState = Depends(get_state)) -> ServiceState:
     state.ready_engine()  # 503 before the body is looked at
     return state
 

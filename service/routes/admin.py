@@ -17,5 +17,5 @@ async def reload(request: ReloadRequest, http: Request, state: ServiceState = De
     """Serve another index directory (or the configured one, read again) without failing a request:
     the new index is opened and warmed up beside the old one, which is released after its last
     request. Needs API keys to be configured (else 403); a failure leaves the old index serving."""
-    require_admin(http)
+    require_admin(http)  # in the body, not a dependency: a bad body is a 422 before the 403, as it always was
     return await run_in_threadpool(state.reload_or_report, request.index)

@@ -160,6 +160,17 @@ def test_every_copied_path_exists_and_is_in_the_build_context(dockerfile):
             assert any(source == a or source.startswith(a + "/") for a in allowed), f"{source} not in .dockerignore's list"
 
 
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_every_installed_package_is_copied_into_the_image(dockerfile):
+    """`pip install .` in the image installs the packages pyproject.toml lists only if they were COPY'd."""
+    import tomllib
+
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]["find"]
+    packages = {pattern.rstrip("*") for pattern in find["include"]}
+    copied = {args.split()[0] for instr, args in dockerfile_instructions(dockerfile) if instr == "COPY"}
+    assert packages and packages <= copied, f"not copied: {sorted(packages - copied)}"
+
+
 # -- smoke test: the services' commands as local processes ----------------------------------------------
 
 def free_port() -> int:
