@@ -61,6 +61,15 @@ def test_bench_ann_flat_agrees_with_exact(built):
             assert 0.0 <= fig["types"][f"IVF8,Flat (IVF8,Flat) refine {refine}"][f"agreement_top1_{agg}"] <= 1.0
 
 
+def test_compare_fill_stages_times_every_stage_of_this_tree(built):
+    out = _run("compare_fill_stages.py", "--tree", str(ROOT), "--index", str(built / "idx"), "--corpus", str(SAMPLE),
+               "--n", "4")
+    tree, figures = out.strip().split(" ", 1)
+    stages = json.loads(figures)
+    assert Path(tree) == ROOT and set(stages) == {"hybrid", "dense", "dense_alpha"}
+    assert all(set(s) == {"encode", "search", "spans", "rank"} and min(s.values()) >= 0 for s in stages.values())
+
+
 def test_bench_service_measures_a_real_server(built, tmp_path):
     small = write_jsonl(tmp_path / "small.jsonl", [{"id": "a", "title": "A", "text": "Paris is the capital of France."}])
     subprocess.run([sys.executable, "-m", "indexer", "build", "--corpus", str(small), "--out", str(tmp_path / "base")],
