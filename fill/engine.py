@@ -117,8 +117,8 @@ class FillEngine:
             blocks, bm25 = self.index.bm25.search_scored(blank_masks(request.text), max(request.blocks, PRIOR_BLOCKS))
             prior = BlockPrior.from_bm25(blocks, bm25)
             bonus = LexicalBonus(prior, weight) if weight else None
-            tokens = Hits(*self.index.block_hits(blocks[: request.blocks]))
-            hits = [h.plus(tokens) for h in hits]
+            block_tokens = Hits(*self.index.block_hits(blocks[: request.blocks]))
+            hits = [h.plus(block_tokens) for h in hits]
         laps.lap("search")
         masks, features = [], []
         for m, mask_hits in enumerate(hits):
@@ -142,8 +142,9 @@ class FillEngine:
         laps.lap("spans")
         ranked = rank_mask([p for p in parts if p is not None], request)
         shown, pool = ranked.shown, ranked.pool
-        # the lexical prior of the block of the top phrase's best occurrence
-        lexical = float(prior(np.array([pool.block(shown[0].occurrences[0])]))[0]) if prior is not None and shown else 0.0
+        lexical = 0.0  # the lexical prior of the block of the top phrase's best occurrence
+        if prior is not None and shown:
+            lexical = float(prior(np.array([pool.block(shown[0].occurrences[0])]))[0])
         feats = mask_features(np.array([p.value for p in shown]), ranked.runner_up, lexical, pool.start_max,
                               pool.end_max)
         confidence = self.scoring.confidence_of(prepared.planned.mode, feats).tolist()
