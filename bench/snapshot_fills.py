@@ -33,10 +33,11 @@ VARIANT = {"top_k": 20, "alpha": 0.5, "aggregate": "sum", "case_sensitive": Fals
 
 def take(args: argparse.Namespace) -> None:
     from probes import make_probes
+
     from common.process import single_thread_blas
-    from service.config import Settings
     from fill.engine import FillEngine
     from fill.schemas import FillRequest
+    from service.config import Settings
 
     if args.probes is not None:
         texts = [json.loads(line)["query"] for line in args.probes.read_text(encoding="utf-8").splitlines()][: args.n]

@@ -26,11 +26,11 @@ from pydantic import ConfigDict, Field
 from common.cli import model_command
 from common.errors import AppError
 from common.files import write_json_atomic
-from encoder.model import model_fingerprint
 from common.process import single_thread_blas
+from encoder.model import model_fingerprint
+from evaluation.evaluate import Side, calibration, normalize, select_probes
 from fill.config import EngineConfig
 from fill.engine import FillEngine
-from evaluation.evaluate import Side, calibration, normalize, select_probes
 from fill.schemas import MODES, FillOptions, FillRequest, Mode
 from fill.scoring import FEATURES, MONOTONE, Calibration, Confidence, Scoring
 

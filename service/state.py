@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from common.errors import AppError
-from service.batcher import Batcher
 from fill.budget import Budget, Deadline
-from service.config import Settings
 from fill.engine import FillEngine
-from service.metrics import Metrics
 from fill.schemas import FillRequest, FillResult
+from service.batcher import Batcher
+from service.config import Settings
+from service.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
