@@ -13,8 +13,8 @@ evaluation.evaluate.on_side). Writes:
                        phrase masked; "relation" is the answer type (name: a run of capitalised words,
                        number: digits, word: a lower-case content word), so fill-eval reports per type;
   held/corpus.jsonl    the held articles WITHOUT the probes' sentences: the answer must be read from another
-                       sentence of the article or from another article (every probe's answer occurs there),
-                       in other wording than the query's.
+                       sentence of the same article (where every probe's answer occurs), in other wording
+                       than the query's.
 At most one probe per article and --per-type probes per type, chosen with --seed.
 """
 
@@ -67,28 +67,31 @@ def occurs(phrase: str, text: str) -> bool:
     return re.search(r"(?<!\w)" + re.escape(phrase) + r"(?!\w)", text) is not None
 
 
+def once(phrase: str, sentence: str) -> bool:
+    """Whether the phrase occurs once in the sentence (else the query would hold its own answer)."""
+    return len(re.findall(r"(?<!\w)" + re.escape(phrase) + r"(?!\w)", sentence)) == 1
+
+
 def make_probes(held: list[tuple[str, str]], per_type: int, seed: int) -> tuple[list[dict], dict[str, str]]:
-    """The probes, and per probed article the sentence taken out of its text. A phrase qualifies when it
-    occurs (as a match of its type) in another sentence of the held side, checked again on the final text."""
+    """The probes, and per probed article the sentence taken out of its text. A phrase qualifies when it also
+    occurs in another sentence of the same article: the rest of the article, about the same subject, is
+    where the answer can be read (a phrase that occurs only in other articles is rarely supported there)."""
     rng = random.Random(seed)
-    sentences = {title: SENTENCE.split(text) for title, text in held}
-    seen: Counter = Counter()
-    for parts in sentences.values():
-        for sentence in parts:
-            seen.update({(kind, phrase) for kind, phrase, _ in matches(sentence)})
-    whole = "\n".join(text for _, text in held)
-    order = list(sentences)
+    order = list(range(len(held)))
     rng.shuffle(order)
     probes, taken, count = [], {}, Counter()
-    for title in order:
-        options = [(kind, phrase, sentence) for sentence in sentences[title] if len(sentence.split()) >= 6
-                   for kind, phrase, at in matches(sentence)
-                   if at > 0 and count[kind] < per_type and seen[(kind, phrase)] > 1]
+    for i in order:
+        title, text = held[i]
+        options = []
+        for sentence in SENTENCE.split(text):
+            if len(sentence.split()) < 6:
+                continue
+            rest = text.replace(sentence, " ", 1)
+            options += [(kind, phrase, sentence) for kind, phrase, at in matches(sentence)
+                        if at > 0 and count[kind] < per_type and occurs(phrase, rest) and once(phrase, sentence)]
         if not options:
             continue
         kind, phrase, sentence = rng.choice(options)
-        if not occurs(phrase, whole.replace(sentence, " ", 1)):  # the answer is still in the index
-            continue
         query = re.sub(r"(?<!\w)" + re.escape(phrase) + r"(?!\w)", "<mask>", sentence, count=1)
         probes.append({"relation": kind, "query": query, "answers": [phrase], "title": title})
         taken[title] = sentence
