@@ -63,13 +63,18 @@ def matches(sentence: str) -> list[tuple[str, str, int]]:
     return out
 
 
+def whole_word(phrase: str) -> re.Pattern:
+    """The phrase where it is not part of a longer word."""
+    return re.compile(r"(?<!\w)" + re.escape(phrase) + r"(?!\w)")
+
+
 def occurs(phrase: str, text: str) -> bool:
-    return re.search(r"(?<!\w)" + re.escape(phrase) + r"(?!\w)", text) is not None
+    return whole_word(phrase).search(text) is not None
 
 
 def once(phrase: str, sentence: str) -> bool:
     """Whether the phrase occurs once in the sentence (else the query would hold its own answer)."""
-    return len(re.findall(r"(?<!\w)" + re.escape(phrase) + r"(?!\w)", sentence)) == 1
+    return len(whole_word(phrase).findall(sentence)) == 1
 
 
 def make_probes(held: list[tuple[str, str]], per_type: int, seed: int) -> tuple[list[dict], dict[str, str]]:
@@ -92,7 +97,7 @@ def make_probes(held: list[tuple[str, str]], per_type: int, seed: int) -> tuple[
         if not options:
             continue
         kind, phrase, sentence = rng.choice(options)
-        query = re.sub(r"(?<!\w)" + re.escape(phrase) + r"(?!\w)", "<mask>", sentence, count=1)
+        query = whole_word(phrase).sub("<mask>", sentence, count=1)
         probes.append({"relation": kind, "query": query, "answers": [phrase], "title": title})
         taken[title] = sentence
         count[kind] += 1
