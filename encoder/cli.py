@@ -1,6 +1,8 @@
-"""`encoder train`, `encoder adapt` and `encoder export`: the command lines of the training jobs.
+"""`encoder train`, `encoder adapt`, `encoder train-reader` and `encoder export`: the command lines of the
+training jobs.
 
-Their flags (and ENCODER_* / ENCODER_ADAPT_* variables) are generated from `TrainConfig` and `AdaptConfig`.
+Their flags (and ENCODER_* / ENCODER_ADAPT_* / ENCODER_READER_* variables) are generated from `TrainConfig`,
+`AdaptConfig` and `ReaderTrainConfig`.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from common.cli import model_command
 from common.errors import cli_errors
 from encoder.adapt import AdaptConfig, adapt
 from encoder.export import export_model
+from encoder.reader_train import ReaderTrainConfig, train_reader
 from encoder.train import TrainConfig, train
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Train and export NPM encoders.")
@@ -41,6 +44,15 @@ def _adapt(cfg: AdaptConfig) -> None:
 
 
 model_command(app, AdaptConfig, _adapt, name="adapt", env_prefix="ENCODER_ADAPT_")
+
+
+def _train_reader(cfg: ReaderTrainConfig) -> None:
+    _logging()
+    typer.echo(f"reader: {train_reader(cfg)}")
+
+
+model_command(app, ReaderTrainConfig, _train_reader, name="train-reader", env_prefix="ENCODER_READER_",
+              help="Train the reader (a cross-encoder re-ranking fills) on examples written by fill-reader-data.")
 
 
 @app.command()

@@ -8,6 +8,10 @@
    "this candidate is correct" on its features: one over the top candidate of every probe, one over
    the candidates ranked 2..top_k (fill.scoring.Confidence).
 
+3. With `--part reader` (an engine with a reader): the scoring of the model is kept (scoring.json beside
+   it) and only the reader's are fitted: its retrieval weight (fill.reading: the grid `--reader-grid`,
+   best macro EM@1 in the default mode), then the confidence of re-ranked fills per mode.
+
 Fit on text and probes the model never saw: the bundled model's scoring was fitted with a model of
 the same recipe trained on the train_a fold, on the train_b fold (bench/fit_scoring.sh). The held
 side of the Google-RE split is refused: it is for reporting only.
@@ -18,6 +22,7 @@ from __future__ import annotations
 import datetime
 import logging
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import typer
@@ -37,6 +42,7 @@ from fill.scoring import FEATURES, MONOTONE, Calibration, Confidence, Scoring
 logger = logging.getLogger(__name__)
 
 DEFAULT_GRID = [0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
+READER_GRID = [0.0, 0.25, 0.5, 1.0, 2.0]
 
 
 class FitConfig(EngineConfig):
@@ -57,14 +63,18 @@ class FitConfig(EngineConfig):
     modes: list[Mode] = Field(list(MODES), min_length=1, description="modes fitted")
     top_k: int = Field(5, ge=1, le=100, description="candidates per probe the calibration is fitted on")
     c: float = Field(1.0, gt=0, description="inverse L2 strength of the logistic regression")
+    part: Literal["all", "reader"] = Field(
+        "all", description="all: lexical weights and confidence of fills without the reader; reader: keep the "
+        "model's scoring and fit only the reader's weight and confidence (needs a reader)")
+    reader_grid: list[float] = Field(READER_GRID, min_length=1, description="reader retrieval weights tried")
 
 
 def run_probes(engine: FillEngine, probes: list[dict], options: FillOptions) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per probe: the candidates' confidence features and whether each candidate is correct."""
     feats, labels = [], []
-    opts = options.model_dump()
+    opts = options.model_dump(exclude={"reader"})
     for probe in probes:
-        result, features = engine.fill_detailed(FillRequest(text=probe["query"], **opts))
+        result, features = engine.fill_detailed(FillRequest(text=probe["query"], **opts, reader=options.reader))
         gold = {normalize(a) for a in probe["answers"]}
         cands = result.masks[0].candidates if result.masks else []
         feats.append(features[0] if features else np.zeros((0, len(FEATURES))))
@@ -121,7 +131,8 @@ def fit(engine: FillEngine, probes: list[dict], cfg: FitConfig) -> Scoring:
     for mode in cfg.modes:
         passes, scores = {}, {}
         for w in sorted(cfg.grid) if mode != "dense" else [0.0]:
-            passes[w] = run_probes(engine, probes, FillOptions(mode=mode, lexical_weight=w, top_k=cfg.top_k))
+            passes[w] = run_probes(engine, probes, FillOptions(mode=mode, lexical_weight=w, top_k=cfg.top_k,
+                                                               reader=False))
             scores[w] = macro_em(probes, passes[w][1])
             logger.warning("fit %s lexical_weight %g: macro EM@1 %.1f", mode, w, scores[w])
         if mode != "dense":
@@ -146,6 +157,36 @@ def fit(engine: FillEngine, probes: list[dict], cfg: FitConfig) -> Scoring:
     return Scoring(lexical_weight=weights, confidence=calibrations, fitted=fitted)
 
 
+def fit_reader(engine: FillEngine, probes: list[dict], cfg: FitConfig) -> Scoring:
+    """The engine's scoring with the reader's retrieval weight (the grid's best macro EM@1 in the default
+    mode; ties: the smallest) and the confidence of re-ranked fills, per mode, fitted."""
+    base = engine.scoring
+    scores, passes = {}, {}
+    for w in sorted(cfg.reader_grid):
+        engine.scoring = base.model_copy(update={"reader_weight": w})
+        passes[w] = run_probes(engine, probes, FillOptions(top_k=cfg.top_k, reader=True))
+        scores[w] = macro_em(probes, passes[w][1])
+        logger.warning("fit reader weight %g: macro EM@1 %.1f", w, scores[w])
+    weight = max(scores, key=lambda w: (scores[w], -w))
+    engine.scoring = base.model_copy(update={"reader_weight": weight})
+    calibrations, quality = {}, {}
+    for mode in cfg.modes:
+        feats, labels = (passes[weight] if mode == engine.default_mode else
+                         run_probes(engine, probes, FillOptions(mode=mode, top_k=cfg.top_k, reader=True)))
+        cal = calibrations[mode] = fit_confidence(feats, labels, cfg.c)
+        top_conf = [float(cal(f[:1])[0]) if len(f) else None for f in feats]
+        top_ok = [bool(lab.size and lab[0]) for lab in labels]
+        quality[mode] = {"macro_em@1": round(macro_em(probes, labels), 2),
+                         "ece": round(float(calibration(top_conf, top_ok)["ece"]), 2)}
+        logger.warning("fit reader %s confidence: %s", mode, quality[mode])
+    fitted = {**base.fitted, "reader": {
+        "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "reader": engine.reader.name, "probes_file": cfg.probes.name if cfg.probes else None,
+        "probes": len(probes), "grid_macro_em@1": {str(w): round(v, 2) for w, v in scores.items()},
+        "on_fit_data": quality}}
+    return base.model_copy(update={"reader_weight": weight, "reader_confidence": calibrations, "fitted": fitted})
+
+
 def run(cfg: FitConfig) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     if cfg.google_re and cfg.side in ("held", "all"):
@@ -155,13 +196,21 @@ def run(cfg: FitConfig) -> None:
     if not probes:
         raise AppError("no probes to fit on", kind="validation")
     single_thread_blas()
-    engine = FillEngine.open(cfg.engine_config(), scoring=Scoring())  # never needs the old one
+    if cfg.part == "reader":
+        engine = FillEngine.open(cfg.engine_config())  # the model's scoring, which the reader's joins
+        if engine.reader is None:
+            engine.close()
+            raise AppError("--part reader needs a reader: give --reader-dir, or bundle one", kind="validation")
+    else:
+        engine = FillEngine.open(cfg.engine_config(), scoring=Scoring())  # never needs the old one
     try:
-        scoring = fit(engine, probes, cfg)
+        scoring = fit_reader(engine, probes, cfg) if cfg.part == "reader" else fit(engine, probes, cfg)
     finally:
         engine.close()
     write_json_atomic(cfg.out, scoring.model_dump(mode="json"))
-    print(f"wrote {cfg.out}: lexical weights {scoring.lexical_weight}; fit quality {scoring.fitted['on_fit_data']}")
+    quality = scoring.fitted["reader"]["on_fit_data"] if cfg.part == "reader" else scoring.fitted["on_fit_data"]
+    print(f"wrote {cfg.out}: lexical weights {scoring.lexical_weight}, reader weight {scoring.reader_weight}; "
+          f"fit quality {quality}")
 
 
 app = typer.Typer(add_completion=False)

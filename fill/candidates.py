@@ -12,6 +12,7 @@ Only evidence for the phrases shown goes back to the shard (fill.evidence)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from common.arrays import unique, unique_inverse
 from fill.phrases import Ragged, shard_span_texts, strip
 from fill.spans import BlockPrior, spans_from_hits
 
+Logits = Callable[[np.ndarray], tuple[np.ndarray, float]]
 _LEN_BITS = 8  # span length - 1 < 256 (max_span_tokens <= 32)
 
 
@@ -73,16 +75,26 @@ def shard_candidates(shard, shard_no: int, start_hits: np.ndarray, end_hits: np.
     first, last = _spans(shard, start_hits, end_hits, query.max_span_tokens)
     if first.size == 0:
         return None
+    return span_candidates(shard, shard_no, first, last,
+                           lambda at: _logits(shard, at, query.q_start, query.scale, query.bonus),
+                           lambda at: _logits(shard, at, query.q_end, query.scale, query.bonus), query.count_tokens)
+
+
+def span_candidates(shard, shard_no: int, first: np.ndarray, last: np.ndarray, start_logits_of: Logits,
+                    end_logits_of: Logits, count_tokens: bool) -> ShardCandidates:
+    """The candidates of the given spans of one shard (ordered by (first, last), each once): the logits of
+    their distinct starts and ends (`start_logits_of(positions)` -> (logits, best before any bonus)), blocks,
+    documents and stripped phrase texts. The reader (fill.reading) scores its window spans through it too."""
     block_base = shard.info.block_base
     local_block = shard.block_of(first).astype(np.int64)
     starts, start_of = unique_inverse(first)
     ends, end_of = unique_inverse(last)
-    start_logits, start_max = _logits(shard, starts, query.q_start, query.scale, query.bonus)
-    end_logits, end_max = _logits(shard, ends, query.q_end, query.scale, query.bonus)
+    start_logits, start_max = start_logits_of(starts)
+    end_logits, end_max = end_logits_of(ends)
     raw, char_a = shard_span_texts(shard, local_block, first, last)
     keys = strip(raw)
     char = char_a + (keys.start - raw.start)
-    tokens = _phrase_tokens(shard, first, last, char, char + keys.length) if query.count_tokens else None
+    tokens = _phrase_tokens(shard, first, last, char, char + keys.length) if count_tokens else None
     return ShardCandidates(shard_no, first, last, start_logits, start_of, end_logits, end_of, start_max, end_max,
                            local_block + block_base, shard.blocks[local_block, 0].astype(np.int64), char, keys,
                            tokens)

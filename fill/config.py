@@ -19,6 +19,10 @@ class EngineConfig(BaseModel):
     scoring: Path | None = Field(
         None, description="fitted lexical weights and confidence calibration (default: scoring.json in the model "
         "directory, if there; written by fill-fit)")
+    reader_dir: Path | None = Field(
+        None, description="reader directory (default: the bundled reader, encoder/default_reader, when present)")
+    use_reader: bool = Field(
+        True, description="load the reader and use it for fills that do not say `reader`; false: no reader at all")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
     dtype: str = Field("auto", description="auto, fp32, bf16 or fp16")
     verify: bool = Field(False, description="check every index file's sha256 at start (slow on big indexes)")

@@ -7,7 +7,9 @@
                                                                   -> Prepared, hits per mask (fill.hits)
   finish   BM25 blocks (restricted / hybrid: their tokens join the hits, their scores make the lexical
            prior); then per mask: each shard's candidates (fill.candidates), the global ranker over all
-           shards (fill.ranker), confidence (fill.scoring) and evidence (fill.evidence)  -> FillResult
+           shards (fill.ranker); with the reader, all masks' top phrases re-ranked by reading windows around
+           them with the query (fill.reading); per mask, confidence (fill.scoring) and evidence
+           (fill.evidence)                                                                  -> FillResult
 """
 
 from __future__ import annotations
@@ -20,14 +22,16 @@ import numpy as np
 from common.errors import AppError
 from common.masks import MASK_PATTERN, blank_masks
 from encoder.model import Encoder
+from encoder.reader import Reader
 from fill.budget import Budget, Deadline, StageClock
 from fill.candidates import LexicalBonus, MaskQuery, shard_candidates
 from fill.config import EngineConfig
 from fill.evidence import EvidenceReader
 from fill.hits import Hits, MaskHits
-from fill.loading import describe, open_parts
+from fill.loading import describe, open_parts, open_reader
 from fill.prepared import Planned, Prepared
-from fill.ranker import rank_mask
+from fill.ranker import RankedMask, rank_mask
+from fill.reading import PRIOR_PHRASES, read_masks
 from fill.schemas import MODES, Candidate, FillRequest, FillResult, MaskFill
 from fill.scoring import Scoring, mask_features
 from fill.spans import BlockPrior
@@ -37,23 +41,31 @@ PRIOR_BLOCKS = 100  # blocks whose BM25 scores make the lexical prior (the other
 
 
 class FillEngine:
-    def __init__(self, encoder: Encoder, index: PhraseIndex, scoring: Scoring | None = None) -> None:
+    def __init__(self, encoder: Encoder, index: PhraseIndex, scoring: Scoring | None = None,
+                 reader: Reader | None = None) -> None:
         self.encoder = encoder
         self.index = index
         self.scoring = scoring if scoring is not None else Scoring()
+        self.reader = reader  # fills read with it unless a request says `reader: false`
 
     @classmethod
     def open(cls, config: EngineConfig, scoring: Scoring | None = None) -> "FillEngine":
-        """Open the index and the encoder it was built with (refusing a model whose fingerprint differs);
-        `scoring` replaces the fitted scoring named by the config / found beside the model."""
-        return cls(*open_parts(config, scoring))
+        """Open the index and the encoder it was built with (refusing a model whose fingerprint differs),
+        and the reader (fill.loading.open_reader); `scoring` replaces the fitted scoring named by the config /
+        found beside the model."""
+        encoder, index, scoring = open_parts(config, scoring)
+        try:
+            return cls(encoder, index, scoring, open_reader(config, encoder))
+        except BaseException:
+            index.close()
+            raise
 
     def close(self) -> None:
         self.index.close()
 
     def describe(self) -> dict:
         """What is being served: the index, the model and how it runs, the build settings."""
-        return describe(self.index, self.encoder, self.scoring, self.default_mode)
+        return describe(self.index, self.encoder, self.scoring, self.default_mode, self.reader)
 
     @property
     def default_mode(self) -> str:
@@ -78,6 +90,9 @@ class FillEngine:
         if mode != "dense" and self.index.bm25 is None:
             raise AppError(f"mode {mode!r} needs a BM25 index; this index has none (rebuild it)",
                            kind="validation", field="mode")
+        if request.reader and self.reader is None:
+            raise AppError("this server has no reader (started without one, or with --no-use-reader); leave "
+                           "`reader` out or set it false", kind="validation", field="reader")
         if budget is not None:
             budget.check(request, mode, self.index.manifest.build.block_tokens)
         ids, mask_at = self.encoder.query_layout(request.text)
@@ -107,10 +122,34 @@ class FillEngine:
         return [Prepared(p, q, h, encode_ms, search_ms) for p, q, h in zip(planned, queries, hits)]
 
     def finish(self, prepared: Prepared, deadline: Deadline | None = None) -> tuple[FillResult, list[np.ndarray]]:
-        """The fill of a prepared request: BM25 (restricted / hybrid), then per mask its candidates, ranking,
-        confidence and evidence. `deadline` is checked between steps and masks (AppError kind timeout)."""
+        """The fill of a prepared request: BM25 (restricted / hybrid), then per mask its candidates and
+        ranking, the reader's re-ranking, confidence and evidence. `deadline` is checked between steps and
+        masks (AppError kind timeout)."""
         request, mode = prepared.planned.request, prepared.planned.mode
         laps = StageClock(prepared.encode_ms, prepared.search_ms, deadline)
+        read = self.reader is not None and request.reader is not False
+        ranked, prior = self.retrieve(prepared, read, laps)
+        if read:
+            ranked = read_masks(self.reader, self.encoder, self.index.shards, prepared.planned.ids,
+                                prepared.planned.mask_at, ranked, self.scoring.reader_weight, request)
+            laps.lap("read")
+        masks, features = [], []
+        for m, r in enumerate(ranked):
+            fill, feats = self._answer(m, r, request, mode, prior, read)
+            masks.append(fill)
+            features.append(feats)
+            laps.lap("rank")
+        tops = iter([mf.candidates[0].phrase if mf.candidates else None for mf in masks])
+        filled = MASK_PATTERN.sub(lambda match: _or(next(tops), match.group(0)), request.text)
+        return FillResult(filled=filled, masks=masks, took_ms=(time.perf_counter() - prepared.planned.t0) * 1000,
+                          timings_ms=laps.timings()), features
+
+    def retrieve(self, prepared: Prepared, read: bool = False, laps: StageClock | None = None
+                 ) -> tuple[list[RankedMask], BlockPrior | None]:
+        """Per mask, its phrases ranked by retrieval (with `read`: the top PRIOR_PHRASES, which the reader's
+        windows and prior come from), and the BM25 block prior (None in dense mode)."""
+        request, mode = prepared.planned.request, prepared.planned.mode
+        laps = laps if laps is not None else StageClock(prepared.encode_ms, prepared.search_ms, None)
         hits, prior, bonus = prepared.hits, None, None
         if mode != "dense":
             weight = self.scoring.weight(mode) if request.lexical_weight is None else request.lexical_weight
@@ -120,34 +159,33 @@ class FillEngine:
             block_tokens = Hits(*self.index.block_hits(blocks[: request.blocks]))
             hits = [h.plus(block_tokens) for h in hits]
         laps.lap("search")
-        masks, features = [], []
-        for m, mask_hits in enumerate(hits):
-            fill, feats = self._fill_mask(m, mask_hits, prepared, prior, bonus, laps)
-            masks.append(fill)
-            features.append(feats)
-            laps.lap("rank")
-        tops = iter([mf.candidates[0].phrase if mf.candidates else None for mf in masks])
-        filled = MASK_PATTERN.sub(lambda match: _or(next(tops), match.group(0)), request.text)
-        return FillResult(filled=filled, masks=masks, took_ms=(time.perf_counter() - prepared.planned.t0) * 1000,
-                          timings_ms=laps.timings()), features
+        return [self._rank_mask(m, h, prepared, bonus, read, laps) for m, h in enumerate(hits)], prior
 
-    def _fill_mask(self, m: int, hits: MaskHits, prepared: Prepared, prior: BlockPrior | None,
-                   bonus: LexicalBonus | None, laps: StageClock) -> tuple[MaskFill, np.ndarray]:
-        """Mask m's candidates in every shard, ranked over all of them, with confidence and evidence."""
+    def _rank_mask(self, m: int, hits: MaskHits, prepared: Prepared, bonus: LexicalBonus | None, read: bool,
+                   laps: StageClock) -> RankedMask:
+        """Mask m's candidates in every shard, ranked over all of them (with the reader to come: the top
+        PRIOR_PHRASES, its windows and prior)."""
         request, q = prepared.planned.request, prepared.queries
         query = MaskQuery(q.q_start[m], q.q_end[m], self.index.scale, request.max_span_tokens, bonus,
                           bool(request.alpha))
         parts = [shard_candidates(self.index.shards[s], s, hits.start.in_shard(s), hits.end.in_shard(s), query)
                  for s in hits.shard_nos()]
         laps.lap("spans")
-        ranked = rank_mask([p for p in parts if p is not None], request)
-        shown, pool = ranked.shown, ranked.pool
+        options = request.model_copy(update={"top_k": max(request.top_k, PRIOR_PHRASES)}) if read else request
+        ranked = rank_mask([p for p in parts if p is not None], options)
+        laps.lap("rank")
+        return ranked
+
+    def _answer(self, m: int, ranked: RankedMask, request: FillRequest, mode: str, prior: BlockPrior | None,
+                read: bool) -> tuple[MaskFill, np.ndarray]:
+        """Mask m's shown phrases with confidence and evidence."""
+        shown, pool = ranked.shown[: request.top_k], ranked.pool
         lexical = 0.0  # the lexical prior of the block of the top phrase's best occurrence
         if prior is not None and shown:
             lexical = float(prior(np.array([pool.block(shown[0].occurrences[0])]))[0])
         feats = mask_features(np.array([p.value for p in shown]), ranked.runner_up, lexical, pool.start_max,
                               pool.end_max)
-        confidence = self.scoring.confidence_of(prepared.planned.mode, feats).tolist()
+        confidence = self.scoring.confidence_of(mode, feats, read).tolist()
         reader = EvidenceReader(self.index.shards, pool)
         candidates = [Candidate(phrase=p.text, score=p.value, confidence=min(1.0, max(0.0, conf)),
                                 evidence=reader.evidence(p.occurrences, request.evidence))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from common.errors import AppError
 from encoder.model import Encoder, model_fingerprint
+from encoder.reader import BUNDLED_READER, CARD_NAME, Reader, vocab_fingerprint
 from fill.config import EngineConfig
 from fill.schemas import MODES
 from fill.scoring import SCORING_NAME, Scoring
@@ -56,7 +57,26 @@ def open_parts(config: EngineConfig, scoring: Scoring | None = None) -> tuple[En
     return encoder, index, scoring
 
 
-def describe(index: PhraseIndex, encoder: Encoder, scoring: Scoring, default_mode: str) -> dict:
+def open_reader(config: EngineConfig, encoder: Encoder) -> Reader | None:
+    """The reader of `config.reader_dir` (default: the bundled one, when present), on the encoder's device;
+    None with `use_reader` false or no reader to load. Refused when it reads another vocabulary."""
+    if not config.use_reader:
+        return None
+    path = Path(config.reader_dir) if config.reader_dir else BUNDLED_READER
+    if config.reader_dir is None and not (path / CARD_NAME).is_file():
+        return None
+    if not path.is_dir():
+        raise AppError(f"reader directory {path} (--reader-dir) does not exist")
+    reader = Reader(path, device=encoder.device, dtype=config.dtype)
+    if reader.card.vocab != vocab_fingerprint(encoder.tokenizer):
+        raise AppError(f"reader {path} was trained on another vocabulary than the encoder {encoder.model_dir.name} "
+                       "(it reads the index's token ids); pass a reader made for this encoder with --reader-dir, "
+                       "or --no-use-reader")
+    return reader
+
+
+def describe(index: PhraseIndex, encoder: Encoder, scoring: Scoring, default_mode: str,
+             reader: Reader | None = None) -> dict:
     """What is being served: the index, the model and how it runs, the build settings (names, not the
     server's absolute paths)."""
     m = index.manifest
@@ -76,4 +96,8 @@ def describe(index: PhraseIndex, encoder: Encoder, scoring: Scoring, default_mod
         "scoring": {"lexical_weight": {mode: scoring.weight(mode) for mode in MODES},
                     "calibrated": {mode: mode in scoring.confidence for mode in MODES},
                     "fitted": scoring.fitted},
+        "reader": {"on": reader is not None, "name": reader.name if reader is not None else None,
+                   "weight": scoring.reader_weight, "calibrated": {mode: mode in scoring.reader_confidence
+                                                                   for mode in MODES},
+                   "card": reader.card.model_dump(exclude={"trained"}) if reader is not None else None},
     }

@@ -45,6 +45,10 @@ class FillOptions(BaseModel):
         None, ge=0.0, le=50.0, description="restricted and hybrid modes: weight of the lexical prior (a block's "
         "BM25 score for the query, masks blanked, over the best block's) added to the start and end logits of "
         "the block's tokens; default: the value fitted for the mode (GET /info); 0: encoder scores only")
+    reader: bool | None = Field(
+        None, description="re-rank the retrieved phrases with the reader, which reads the query together with windows "
+        "around the top candidates (default: the server's setting, GET /info; true on a server without a reader is "
+        "an error)")
     min_confidence: float = Field(
         0.0, ge=0.0, le=1.0, description="abstain below it: a mask whose best fill has a lower confidence comes "
         "back with no candidates, abstained true, and stays <mask> in `filled`; 0 always answers")
@@ -107,7 +111,7 @@ class MaskFill(BaseModel):
         "min_confidence, or the index offered no candidate")
 
 
-STAGES = ("encode", "search", "spans", "rank")
+STAGES = ("encode", "search", "spans", "rank", "read")
 
 
 class FillResult(BaseModel):
@@ -117,5 +121,6 @@ class FillResult(BaseModel):
     timings_ms: dict[str, float] = Field(
         default_factory=dict,
         description="ms per stage: encode (query), search (FAISS / BM25), spans (each shard's candidates: spans, "
-        "exact scores, phrase texts), rank (phrases over all shards, confidence, evidence)"
+        "exact scores, phrase texts), rank (phrases over all shards, confidence, evidence), read (the reader: windows, "
+        "its forward pass, re-ranking)"
     )

@@ -15,6 +15,10 @@ features of a candidate and of its mask:
     start_max, end_max  the best encoder logits q . v * scale among the candidate starts / ends: how
                well anything in the index matches the mask at all
 
+Fills re-ranked by the reader (fill.reading) have their own calibrations (`reader_confidence`, the same
+features computed on the re-ranked phrases, start_max / end_max then being the reader's best logits) and
+the reader's retrieval weight (`reader_weight`: the power of the retrieval value in the re-ranking).
+
 Two logistic regressions per mode: `top` for the mask's best phrase (fitted on the top phrase of each
 fitting probe: the confidence users threshold on) and `rest` for the others (fitted on the phrases
 ranked 2..top_k); a phrase's confidence is then capped by the confidence of every better-scored
@@ -115,6 +119,8 @@ class Scoring(BaseModel):
 
     lexical_weight: dict[Mode, Weight] = Field(default_factory=dict)
     confidence: dict[Mode, Confidence] = Field(default_factory=dict)
+    reader_weight: Weight = Field(1.0, description="power of the retrieval value in the reader's re-ranking")
+    reader_confidence: dict[Mode, Confidence] = Field(default_factory=dict)
     fitted: dict = Field(default_factory=dict, description="provenance: data, model, grid, fit quality")
 
     @classmethod
@@ -136,8 +142,8 @@ class Scoring(BaseModel):
     def weight(self, mode: str) -> float:
         return 0.0 if mode == "dense" else float(self.lexical_weight.get(mode, 0.0))
 
-    def confidence_of(self, mode: str, features: np.ndarray) -> np.ndarray:
-        calibration = self.confidence.get(mode)
+    def confidence_of(self, mode: str, features: np.ndarray, read: bool = False) -> np.ndarray:
+        calibration = (self.reader_confidence if read else self.confidence).get(mode)
         if calibration is None:
             return np.clip(np.exp(features[:, 0]), 0.0, 1.0) if len(features) else np.empty(0)
         return calibration(features)

@@ -81,7 +81,7 @@ def test_bench_service_measures_a_real_server(built, tmp_path):
          str(tmp_path / "base"), "--probes", "5", "--starts", "1", "--port", str(port), "--json", str(tmp_path / "s.json"))
     fig = json.loads((tmp_path / "s.json").read_text())
     assert fig["probes"] == 5 and 0 < fig["fill_ms_p50"] <= fig["fill_ms_p99"]
-    assert set(fig["stage_ms_mean"]) == {"encode", "search", "spans", "rank"}
+    assert set(fig["stage_ms_mean"]) == {"encode", "search", "spans", "rank", "read"}
     assert sum(fig["stage_ms_mean"].values()) <= fig["fill_ms_mean"]  # the client's wall time holds every stage
     assert len(fig["ready_seconds"]) == 1 and fig["ready_seconds"][0] > 0
     assert fig["rss_after_probes"]["VmRSS"] > fig["rss_baseline"]["VmRSS"] * 0.5

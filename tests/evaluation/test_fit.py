@@ -110,3 +110,29 @@ def test_fit_ignores_a_broken_scoring_file_beside_the_model(tmp_path, tiny_index
               "--modes", "dense", "--out", str(model / SCORING_NAME)])
     assert exc.value.code == 0
     assert set(Scoring.load(model / SCORING_NAME).confidence) == {"dense"}
+
+
+def test_fit_part_reader_fits_the_reader_weight_and_calibration_and_keeps_the_rest(tmp_path, tiny_index, tiny_bert_dir):
+    from encoder.reader import ReaderCard, load_model, save_reader, vocab_fingerprint
+
+    model, tokenizer = load_model(tiny_bert_dir)  # an untrained reader: identity heads
+    reader = tmp_path / "reader"
+    reader.mkdir()
+    save_reader(model, tokenizer, ReaderCard(vocab=vocab_fingerprint(tokenizer), window=3, phrases=4), reader)
+    probes = _right_and_wrong_probes(tmp_path)
+    out = tmp_path / SCORING_NAME
+    with pytest.raises(SystemExit) as exc:
+        main(["--part", "reader", "--index", str(tiny_index), "--reader-dir", str(reader), "--probes", str(probes),
+              "--reader-grid", "0", "--reader-grid", "3", "--out", str(out)])
+    assert exc.value.code == 0
+    written = json.loads(out.read_text())
+    scoring = Scoring.model_validate(written)
+    grid = {float(w): em for w, em in written["fitted"]["reader"]["grid_macro_em@1"].items()}
+    assert set(grid) == {0.0, 3.0}
+    assert scoring.reader_weight == min(w for w, em in grid.items() if em == max(grid.values()))
+    assert set(scoring.reader_confidence) == {"dense", "restricted", "hybrid"}
+    assert scoring.lexical_weight == {} and scoring.confidence == {}  # the model's own (none here): kept
+    with pytest.raises(SystemExit) as exc:
+        main(["--part", "reader", "--index", str(tiny_index), "--no-use-reader", "--probes", str(probes),
+              "--out", str(tmp_path / "x.json")])
+    assert exc.value.code != 0 and not (tmp_path / "x.json").exists()

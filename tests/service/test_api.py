@@ -57,7 +57,7 @@ def check_response(data: dict, text: str, params: dict | None = None) -> None:
 
     assert set(data) == {"filled", "masks", "took_ms", "timings_ms"}
     assert isinstance(data["took_ms"], (int, float)) and data["took_ms"] >= 0
-    assert set(data["timings_ms"]) == {"encode", "search", "spans", "rank"}
+    assert set(data["timings_ms"]) == {"encode", "search", "spans", "rank", "read"}
     assert all(v >= 0 for v in data["timings_ms"].values())
     assert sum(data["timings_ms"].values()) <= data["took_ms"] + 1e-3  # the stages are parts of the whole
     assert len(data["masks"]) == n_masks

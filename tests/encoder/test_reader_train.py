@@ -1,0 +1,91 @@
+"""Training the reader: its loss, its targets, its examples, and a run that learns and resumes."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from common.errors import AppError
+from corpus.tokens import WORD_END, WORD_START
+from encoder.model import Encoder
+from encoder.reader import Reader, ReaderInput
+from encoder.reader_train import ReaderTrainConfig, ReaderTrainer, multi_positive_ce, read_examples, targets
+
+
+def test_multi_positive_ce_is_minus_log_of_the_gold_mass_among_allowed():
+    logits = torch.tensor([[1.0, 2.0, 3.0, 9.0]])
+    allowed = torch.tensor([[True, True, True, False]])  # the 9 is not a valid start: not in the softmax
+    gold = torch.tensor([[False, True, True, False]])
+    p = np.exp([1.0, 2.0, 3.0])
+    want = -math.log((p[1] + p[2]) / p.sum())
+    assert float(multi_positive_ce(logits, allowed, gold)) == pytest.approx(want, rel=1e-5)
+
+
+def test_targets_allow_word_starts_and_ends_and_mark_gold_across_windows():
+    both = WORD_START | WORD_END
+    ex = {"windows": [[5, 6], [7, 8, 9]], "flags": [[both, both], [WORD_START, 0, WORD_END]], "gold": [[1, 0, 2]]}
+    positions = [np.array([10, 11, 13, 14, 15])]  # the window tokens' places in the sequence
+    s_ok, s_gold, e_ok, e_gold = targets([ex], positions, 16)
+    assert s_ok[0].nonzero().flatten().tolist() == [10, 11, 13]
+    assert e_ok[0].nonzero().flatten().tolist() == [10, 11, 15]
+    assert s_gold[0].nonzero().flatten().tolist() == [13]
+    assert e_gold[0].nonzero().flatten().tolist() == [15]
+
+
+def test_bad_examples_name_the_file_and_line(tmp_path):
+    path = tmp_path / "ex.jsonl"
+    path.write_text('{"query_ids": [1], "mask_at": 0, "windows": [[1]], "flags": [[3]], "gold": []}\n')
+    with pytest.raises(AppError, match=r"ex.jsonl:1: not a reader example"):
+        read_examples([path])
+    with pytest.raises(AppError, match="cannot read examples"):
+        read_examples([tmp_path / "missing.jsonl"])
+
+
+def make_examples(encoder: Encoder, path) -> list[ReaderInput]:
+    """Each query's answer is in its second window; a distractor of the same kind is in its first."""
+    tok = encoder.tokenizer
+    rows, items = [], []
+    for query, windows, answer in [
+        ("Curie was born in <mask> .", ["she died in Passy", "she was born in Warsaw"], "Warsaw"),
+        ("Peiper was born in <mask> .", ["he lives in Belgium", "he was born in Alexandra"], "Alexandra"),
+    ]:
+        ids, mask_at = encoder.query_layout(query)
+        wins = [tok(w, add_special_tokens=False)["input_ids"] for w in windows]
+        answer_ids = tok(answer, add_special_tokens=False)["input_ids"]
+        i = next(k for k in range(len(wins[1])) if wins[1][k:k + len(answer_ids)] == answer_ids)
+        flags = [[WORD_START | WORD_END] * len(w) for w in wins]
+        rows.append({"query_ids": ids, "mask_at": mask_at[0], "windows": wins, "flags": flags,
+                     "gold": [[1, i, i + len(answer_ids) - 1]]})
+        items.append((ReaderInput(ids, mask_at[0], [np.array(w) for w in wins]), len(wins[0]) + i))
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return items
+
+
+def test_training_learns_the_gold_span_and_resumes(tmp_path, tiny_bert_dir):
+    encoder = Encoder(tiny_bert_dir, device="cpu", dtype="fp32")
+    items = make_examples(encoder, tmp_path / "ex.jsonl")
+    cfg = ReaderTrainConfig(examples=[tmp_path / "ex.jsonl"], out=tmp_path / "run", init=tiny_bert_dir, epochs=40,
+                            batch_size=2, lr=3e-3, warmup=0.0, save_every=10, device="cpu")
+    trainer = ReaderTrainer(cfg.model_copy(update={"minutes": 1e-9}))  # stops after its first step
+    rows = [json.loads(line) for line in (tmp_path / "ex.jsonl").read_text().splitlines()]
+    with torch.no_grad():
+        first = float(trainer.loss(rows))
+    trainer.run()
+    assert trainer.step == 1
+    trainer.save_checkpoint()
+    resumed = ReaderTrainer(cfg.model_copy(update={"resume": True}))
+    assert resumed.step == 1  # goes on from the checkpoint
+    out = resumed.run()
+    assert resumed.step == resumed.steps == 40
+    reader = Reader(out, device="cpu", dtype="fp32")
+    assert reader.card.trained["steps"] == 40
+    with torch.no_grad():
+        last = float(resumed.loss(rows))
+    assert last < first / 4
+    for x, gold_at in items:
+        start, end = reader.logits([x])[0]
+        assert int(np.argmax(start)) == gold_at

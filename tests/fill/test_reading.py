@@ -1,0 +1,160 @@
+"""fill.reading and the engine with a reader: windows, window spans, the joint span softmax, the re-ranking,
+a trained reader in the fill path, switched off per request, and readers the engine refuses."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from common.errors import AppError
+from corpus.tokens import WORD_END, WORD_START
+from encoder.reader import Reader, ReaderCard, ReadingSpec, load_model, save_reader, vocab_fingerprint
+from encoder.reader_train import ReaderTrainConfig, train_reader
+from evaluation.reader_data import examples
+from fill.config import EngineConfig
+from fill.engine import FillEngine
+from fill.ranker import RankedMask, RankedPhrase
+from fill.reading import (joint_pool, mask_windows, plan_reading, reader_parts, rerank, window_spans)
+from fill.schemas import FillOptions, FillRequest
+
+QUERY = "Marie Curie was born in <mask> ."
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_index):
+    e = FillEngine.open(EngineConfig(index=tiny_index, use_reader=False))
+    yield e
+    e.close()
+
+
+def retrieved(engine: FillEngine, text: str = QUERY, **options) -> tuple[RankedMask, list[int], int]:
+    planned = engine.plan(FillRequest(text=text, **options))
+    ranked, _ = engine.retrieve(engine.prepare([planned])[0], read=True)
+    return ranked[0], planned.ids, planned.mask_at[0]
+
+
+def test_windows_hold_the_top_phrases_inside_their_blocks_disjoint_and_within_budget(engine):
+    ranked, _, _ = retrieved(engine)
+    shards = engine.index.shards
+    windows = mask_windows(ranked, shards, phrases=6, window=2, budget=40)
+    assert windows and sum(w.b - w.a for w in windows) <= 40
+    for w in windows:
+        block = shards[w.shard_no].block_of(np.array([w.a, w.b - 1]))
+        assert block[0] == block[1]  # one block each
+    for v, w in zip(windows, windows[1:]):
+        assert (v.shard_no, v.b) <= (w.shard_no, w.a) or v.shard_no < w.shard_no  # sorted, disjoint
+    best = ranked.pool.where(ranked.shown[0].occurrences[0])
+    part, j = best
+    assert any(w.shard_no == part.shard_no and w.a <= part.first[j] and part.last[j] < w.b for w in windows)
+    assert mask_windows(ranked, shards, phrases=6, window=2, budget=1) == []  # nothing fits
+
+
+def test_window_spans_are_every_valid_span_inside_the_windows(engine):
+    ranked, _, _ = retrieved(engine)
+    shards = engine.index.shards
+    windows = mask_windows(ranked, shards, phrases=4, window=3, budget=200)
+    spans = window_spans(shards, windows, max_len=3)
+    got = {(s, int(a), int(b)) for s, f, last in zip(spans.shard_nos, spans.first, spans.last) for a, b in zip(f, last)}
+    want = set()
+    for w in windows:
+        flags = np.asarray(shards[w.shard_no].flags)
+        for a in range(w.a, w.b):
+            for b in range(a, min(w.b, a + 3)):
+                if flags[a] & WORD_START and flags[b] & WORD_END:
+                    want.add((w.shard_no, a, b))
+    assert got == want
+
+
+def test_joint_pool_is_the_softmax_of_start_plus_end_over_all_window_spans(engine):
+    ranked, _, _ = retrieved(engine)
+    shards = engine.index.shards
+    windows = mask_windows(ranked, shards, phrases=4, window=3, budget=200)
+    spans = window_spans(shards, windows, max_len=4)
+    n = len(spans.starts)
+    rng = np.random.default_rng(0)
+    start, end = rng.standard_normal(n), rng.standard_normal(n)
+    pool = joint_pool(reader_parts(shards, spans, start, end))
+    index = {(int(s), int(p)): i for i, (s, p) in enumerate(zip(spans.shard_of, spans.starts))}
+    want = np.concatenate([[start[index[(s, a)]] + end[index[(s, b)]] for a, b in zip(f, last)]
+                           for s, f, last in zip(spans.shard_nos, spans.first, spans.last)])
+    want = np.exp(want - want.max())
+    np.testing.assert_allclose(pool.score, want / want.sum(), rtol=1e-9)
+
+
+def test_rerank_weight_moves_the_ranking_from_the_reader_to_the_retrieval(engine):
+    ranked, _, _ = retrieved(engine)
+    shards = engine.index.shards
+    windows = mask_windows(ranked, shards, phrases=8, window=3, budget=200)
+    spans = window_spans(shards, windows, max_len=4)
+    n = len(spans.starts)
+    rng = np.random.default_rng(1)
+    pool = joint_pool(reader_parts(shards, spans, rng.standard_normal(n) * 3, rng.standard_normal(n) * 3))
+    options = FillOptions(top_k=3)
+    reader_only = rerank(pool, ranked, 0.0, options)
+    assert abs(sum(p.value for p in reader_only.shown) - 1.0) <= 1.0  # values are shares of all phrases
+    values = [p.value for p in reader_only.shown]
+    assert values == sorted(values, reverse=True)
+    follow = rerank(pool, ranked, 50.0, options)
+    retrieval_order = [p.text for p in ranked.shown]
+    got = [p.text for p in follow.shown]
+    assert got == sorted(got, key=retrieval_order.index)  # the retrieval's order among the window phrases
+
+
+@pytest.fixture(scope="module")
+def trained_reader(tmp_path_factory, engine, tiny_bert_dir):
+    """A reader trained on the tiny index to read Warsaw where Curie was born (the data path of
+    bench/train_reader.sh: fill-reader-data's examples, then encoder train-reader)."""
+    root = tmp_path_factory.mktemp("reader")
+    card = ReaderCard(vocab=vocab_fingerprint(engine.encoder.tokenizer), window=4, phrases=8, max_tokens=64)
+    spec = ReadingSpec(card, 1, 128)
+    probes = [{"query": QUERY, "answers": ["Warsaw"]}]
+    rows = examples(engine, probes, spec, FillOptions())
+    assert rows and rows[0]["gold"], "the tiny index's windows hold Warsaw"
+    (root / "ex.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return train_reader(ReaderTrainConfig(examples=[root / "ex.jsonl"], out=root / "run", init=tiny_bert_dir,
+                                          epochs=30, batch_size=1, lr=3e-3, warmup=0.0, device="cpu",
+                                          window=4, phrases=8, max_tokens=64))
+
+
+def test_a_trained_reader_puts_the_supported_span_first(engine, trained_reader):
+    plain = engine.fill(FillRequest(text=QUERY)).masks[0].candidates
+    assert plain[0].phrase != "Warsaw" and "Warsaw" in [c.phrase for c in plain]  # retrieval alone ranks it lower
+    with_reader = FillEngine(engine.encoder, engine.index, engine.scoring, Reader(trained_reader, device="cpu"))
+    result = with_reader.fill(FillRequest(text=QUERY))
+    assert result.masks[0].candidates[0].phrase == "Warsaw"
+    assert result.filled == "Marie Curie was born in Warsaw ."
+    assert result.timings_ms["read"] > 0
+    evidence = result.masks[0].candidates[0].evidence[0]
+    assert evidence.context and "Warsaw" in evidence.context
+
+
+def test_reader_switched_off_per_request_fills_as_without_reader(engine, trained_reader):
+    with_reader = FillEngine(engine.encoder, engine.index, engine.scoring, Reader(trained_reader, device="cpu"))
+    off = with_reader.fill(FillRequest(text=QUERY, reader=False))
+    plain = engine.fill(FillRequest(text=QUERY))
+    assert off.masks == plain.masks
+    assert off.timings_ms["read"] == 0.0
+
+
+def test_reader_asked_of_an_engine_without_one_is_a_validation_error(engine):
+    with pytest.raises(AppError, match="no reader") as err:
+        engine.plan(FillRequest(text=QUERY, reader=True))
+    assert err.value.kind == "validation"
+
+
+def test_a_reader_of_another_vocabulary_is_refused(tmp_path, tiny_index, tiny_roberta_dir):
+    model, tokenizer = load_model(tiny_roberta_dir)
+    save_reader(model, tokenizer, ReaderCard(vocab=vocab_fingerprint(tokenizer)), tmp_path)
+    with pytest.raises(AppError, match="another vocabulary"):
+        FillEngine.open(EngineConfig(index=tiny_index, reader_dir=tmp_path))
+    with pytest.raises(AppError, match="does not exist"):
+        FillEngine.open(EngineConfig(index=tiny_index, reader_dir=tmp_path / "missing"))
+
+
+def test_no_room_beside_a_long_query_reads_nothing(engine):
+    ranked, ids, mask_at = retrieved(engine)
+    card = ReaderCard(vocab="x", max_tokens=64)
+    assert plan_reading(ReadingSpec(card, 1, len(ids) + 8), engine.index.shards, ids, mask_at, ranked, 10) is None
+    assert plan_reading(ReadingSpec(card, 1, 512), engine.index.shards, ids, mask_at, ranked, 10) is not None
