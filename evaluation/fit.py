@@ -9,8 +9,11 @@
    the candidates ranked 2..top_k (fill.scoring.Confidence).
 
 3. With `--part reader` (an engine with a reader): the scoring of the model is kept (scoring.json beside
-   it) and only the reader's are fitted: its retrieval weight (fill.reading: the grid `--reader-grid`,
-   best macro EM@1 in the default mode), then the confidence of re-ranked fills per mode.
+   it) and only the reader's are fitted, per mode: its retrieval weight (fill.reading: the grid
+   `--reader-grid`, best macro EM@1), then the confidence of re-ranked fills. A calibration
+   that holds on several kinds of text is fitted on fills of several fitting sets: `--save-fills F` keeps
+   one run's fills (per mode: features and correctness), `--with-fills F` adds them to another's fit, and
+   `--keep-weights` fits the confidence with the weights already in the model's scoring.
 
 Fit on text and probes the model never saw: the bundled model's scoring was fitted with a model of
 the same recipe trained on the train_a fold, on the train_b fold (bench/fit_scoring.sh). The held
@@ -20,6 +23,7 @@ side of the Google-RE split is refused: it is for reporting only.
 from __future__ import annotations
 
 import datetime
+import io
 import logging
 from pathlib import Path
 from typing import Literal
@@ -30,7 +34,7 @@ from pydantic import ConfigDict, Field
 
 from common.cli import model_command
 from common.errors import AppError
-from common.files import write_json_atomic
+from common.files import write_bytes_atomic, write_json_atomic
 from common.process import single_thread_blas
 from encoder.model import model_fingerprint
 from evaluation.evaluate import Side, calibration, normalize, select_probes
@@ -67,6 +71,12 @@ class FitConfig(EngineConfig):
         "all", description="all: lexical weights and confidence of fills without the reader; reader: keep the "
         "model's scoring and fit only the reader's weight and confidence (needs a reader)")
     reader_grid: list[float] = Field(READER_GRID, min_length=1, description="reader retrieval weights tried")
+    keep_weights: bool = Field(False, description="--part reader: keep the reader weights of the model's scoring "
+                               "(no grid) and fit only the confidence")
+    save_fills: Path | None = Field(None, description="--part reader: write this run's fills (features, correctness) "
+                                    "per mode, for another run's --with-fills")
+    with_fills: list[Path] = Field([], description="--part reader: fills saved by other runs, fitted on together "
+                                   "with this run's (the reader weight is this run's)")
 
 
 def run_probes(engine: FillEngine, probes: list[dict], options: FillOptions) -> tuple[list[np.ndarray], list[np.ndarray]]:
@@ -157,34 +167,64 @@ def fit(engine: FillEngine, probes: list[dict], cfg: FitConfig) -> Scoring:
     return Scoring(lexical_weight=weights, confidence=calibrations, fitted=fitted)
 
 
+def save_fills(path: Path, fills: dict[str, tuple[list[np.ndarray], list[np.ndarray]]]) -> None:
+    """Per mode, every probe's candidate features and correctness, as one .npz (written atomically)."""
+    arrays = {}
+    for mode, (feats, labels) in fills.items():
+        arrays[f"{mode}.feats"] = np.concatenate([np.zeros((0, len(FEATURES))), *feats])
+        arrays[f"{mode}.labels"] = np.concatenate([np.zeros(0, dtype=bool), *labels])
+        arrays[f"{mode}.sizes"] = np.array([len(lab) for lab in labels], dtype=np.int64)
+    buffer = io.BytesIO()
+    np.savez(buffer, **arrays)
+    write_bytes_atomic(path, buffer.getvalue())
+
+
+def load_fills(path: Path, mode: str) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    """The fills of one mode saved by save_fills, per probe."""
+    try:
+        with np.load(path) as data:
+            feats, labels, sizes = data[f"{mode}.feats"], data[f"{mode}.labels"], data[f"{mode}.sizes"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise AppError(f"{path}: no saved fills of mode {mode} ({exc}); write them with fill-fit --part reader "
+                       f"--save-fills") from exc
+    cuts = np.cumsum(sizes)[:-1]
+    return np.split(feats, cuts), np.split(labels, cuts)
+
+
 def fit_reader(engine: FillEngine, probes: list[dict], cfg: FitConfig) -> Scoring:
-    """The engine's scoring with the reader's retrieval weight (the grid's best macro EM@1 in the default
-    mode; ties: the smallest) and the confidence of re-ranked fills, per mode, fitted."""
+    """The engine's scoring with, per mode, the reader's retrieval weight (the grid's best macro EM@1; ties:
+    the smallest) and the confidence of re-ranked fills (on this run's fills and those of --with-fills)."""
     base = engine.scoring
-    scores, passes = {}, {}
-    for w in sorted(cfg.reader_grid):
-        engine.scoring = base.model_copy(update={"reader_weight": w})
-        passes[w] = run_probes(engine, probes, FillOptions(top_k=cfg.top_k, reader=True))
-        scores[w] = macro_em(probes, passes[w][1])
-        logger.warning("fit reader weight %g: macro EM@1 %.1f", w, scores[w])
-    weight = max(scores, key=lambda w: (scores[w], -w))
-    engine.scoring = base.model_copy(update={"reader_weight": weight})
-    calibrations, quality = {}, {}
+    weights, grids, calibrations, quality, fills = {}, {}, {}, {}, {}
     for mode in cfg.modes:
-        feats, labels = (passes[weight] if mode == engine.default_mode else
-                         run_probes(engine, probes, FillOptions(mode=mode, top_k=cfg.top_k, reader=True)))
-        cal = calibrations[mode] = fit_confidence(feats, labels, cfg.c)
+        scores, passes = {}, {}
+        for w in [base.reader_weight_of(mode)] if cfg.keep_weights else sorted(cfg.reader_grid):
+            engine.scoring = base.model_copy(update={"reader_weight": {**base.reader_weight, mode: w}})
+            passes[w] = run_probes(engine, probes, FillOptions(mode=mode, top_k=cfg.top_k, reader=True))
+            scores[w] = macro_em(probes, passes[w][1])
+            logger.warning("fit reader %s weight %g: macro EM@1 %.1f", mode, w, scores[w])
+        weights[mode] = max(scores, key=lambda w: (scores[w], -w))
+        grids[mode] = {str(w): round(v, 2) for w, v in scores.items()}
+        feats, labels = fills[mode] = passes[weights[mode]]
+        more = [load_fills(path, mode) for path in cfg.with_fills]
+        cal = calibrations[mode] = fit_confidence(feats + [f for fs, _ in more for f in fs],
+                                                  labels + [lab for _, labs in more for lab in labs], cfg.c)
         top_conf = [float(cal(f[:1])[0]) if len(f) else None for f in feats]
         top_ok = [bool(lab.size and lab[0]) for lab in labels]
         quality[mode] = {"macro_em@1": round(macro_em(probes, labels), 2),
                          "ece": round(float(calibration(top_conf, top_ok)["ece"]), 2)}
-        logger.warning("fit reader %s confidence: %s", mode, quality[mode])
+        logger.warning("fit reader %s confidence (this run's fills): %s", mode, quality[mode])
+    engine.scoring = base
+    if cfg.save_fills:
+        save_fills(cfg.save_fills, fills)
     fitted = {**base.fitted, "reader": {
         "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "reader": engine.reader.name, "probes_file": cfg.probes.name if cfg.probes else None,
-        "probes": len(probes), "grid_macro_em@1": {str(w): round(v, 2) for w, v in scores.items()},
-        "on_fit_data": quality}}
-    return base.model_copy(update={"reader_weight": weight, "reader_confidence": calibrations, "fitted": fitted})
+        "google_re_side": cfg.side if cfg.google_re else None, "probes": len(probes),
+        "grid_macro_em@1": grids, "with_fills": [p.name for p in cfg.with_fills], "on_fit_data": quality}}
+    return base.model_copy(update={"reader_weight": {**base.reader_weight, **weights},
+                                   "reader_confidence": {**base.reader_confidence, **calibrations},
+                                   "fitted": fitted})
 
 
 def run(cfg: FitConfig) -> None:

@@ -131,7 +131,8 @@ class FillEngine:
         ranked, prior = self.retrieve(prepared, read, laps)
         if read:
             ranked = read_masks(self.reader, self.encoder, self.index.shards, prepared.planned.ids,
-                                prepared.planned.mask_at, ranked, self.scoring.reader_weight, request)
+                                prepared.planned.mask_at, ranked, self.scoring.reader_weight_of(mode),
+                                request)
             laps.lap("read")
         masks, features = [], []
         for m, r in enumerate(ranked):
@@ -146,8 +147,8 @@ class FillEngine:
 
     def retrieve(self, prepared: Prepared, read: bool = False, laps: StageClock | None = None
                  ) -> tuple[list[RankedMask], BlockPrior | None]:
-        """Per mask, its phrases ranked by retrieval (with `read`: the top PRIOR_PHRASES, which the reader's
-        windows and prior come from), and the BM25 block prior (None in dense mode)."""
+        """Per mask, its phrases ranked by retrieval (with `read`: as many as the reader's windows and prior
+        come from), and the BM25 block prior (None in dense mode)."""
         request, mode = prepared.planned.request, prepared.planned.mode
         laps = laps if laps is not None else StageClock(prepared.encode_ms, prepared.search_ms, None)
         hits, prior, bonus = prepared.hits, None, None
@@ -163,18 +164,27 @@ class FillEngine:
 
     def _rank_mask(self, m: int, hits: MaskHits, prepared: Prepared, bonus: LexicalBonus | None, read: bool,
                    laps: StageClock) -> RankedMask:
-        """Mask m's candidates in every shard, ranked over all of them (with the reader to come: the top
-        PRIOR_PHRASES, its windows and prior)."""
+        """Mask m's candidates in every shard, ranked over all of them (with the reader to come: as many as
+        its windows and prior need)."""
         request, q = prepared.planned.request, prepared.queries
         query = MaskQuery(q.q_start[m], q.q_end[m], self.index.scale, request.max_span_tokens, bonus,
                           bool(request.alpha))
         parts = [shard_candidates(self.index.shards[s], s, hits.start.in_shard(s), hits.end.in_shard(s), query)
                  for s in hits.shard_nos()]
         laps.lap("spans")
-        options = request.model_copy(update={"top_k": max(request.top_k, PRIOR_PHRASES)}) if read else request
+        options = request.model_copy(update={"top_k": self._retrieved(request.top_k, prepared.planned.mode)}) \
+            if read else request
         ranked = rank_mask([p for p in parts if p is not None], options)
         laps.lap("rank")
         return ranked
+
+    def _retrieved(self, top_k: int, mode: str) -> int:
+        """Phrases to rank by retrieval before reading: the reader's candidates, and the prior's phrases when
+        the retrieval value weighs in (PRIOR_PHRASES without a reader: `retrieve` for fill-reader-data)."""
+        if self.reader is None:
+            return max(top_k, PRIOR_PHRASES)
+        prior = PRIOR_PHRASES if self.scoring.reader_weight_of(mode) else 0
+        return max(top_k, self.reader.card.phrases, prior)
 
     def _answer(self, m: int, ranked: RankedMask, request: FillRequest, mode: str, prior: BlockPrior | None,
                 read: bool) -> tuple[MaskFill, np.ndarray]:

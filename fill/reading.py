@@ -123,10 +123,12 @@ def rerank(pool: CandidatePool, retrieval: RankedMask, weight: float, options: F
                          options.case_sensitive, "sum", options.drop_stopwords)
     if table.mass.size == 0:
         return RankedMask(pool, [], None)
-    fold = (lambda t: t) if options.case_sensitive else str.lower
-    prior = {fold(p.text): p.value for p in retrieval.shown[:PRIOR_PHRASES]}
-    floor = min(prior.values()) if prior else 1.0
-    values = table.mass * np.array([prior.get(fold(table.text(i)), floor) for i in range(table.mass.size)]) ** weight
+    values = table.mass
+    if weight:  # (weight 0: the reader alone, no phrase text needed)
+        fold = (lambda t: t) if options.case_sensitive else str.lower
+        prior = {fold(p.text): p.value for p in retrieval.shown[:PRIOR_PHRASES]}
+        floor = min(prior.values()) if prior else 1.0
+        values = values * np.array([prior.get(fold(table.text(i)), floor) for i in range(values.size)]) ** weight
     ranked = top_values(values, table.text, max(options.top_k, 2))
     shown = []
     for phrase, value in ranked[: options.top_k]:

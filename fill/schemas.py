@@ -47,8 +47,9 @@ class FillOptions(BaseModel):
         "the block's tokens; default: the value fitted for the mode (GET /info); 0: encoder scores only")
     reader: bool | None = Field(
         None, description="re-rank the retrieved phrases with the reader, which reads the query together with windows "
-        "around the top candidates (default: the server's setting, GET /info; true on a server without a reader is "
-        "an error)")
+        "around the top candidates (default: on when the server has a reader, GET /info; true on a server without "
+        "one is an error). alpha and aggregate shape the retrieval ranking the windows come from; the reader's "
+        "phrase mass is the sum over its spans")
     min_confidence: float = Field(
         0.0, ge=0.0, le=1.0, description="abstain below it: a mask whose best fill has a lower confidence comes "
         "back with no candidates, abstained true, and stays <mask> in `filled`; 0 always answers")

@@ -17,7 +17,8 @@ features of a candidate and of its mask:
 
 Fills re-ranked by the reader (fill.reading) have their own calibrations (`reader_confidence`, the same
 features computed on the re-ranked phrases, start_max / end_max then being the reader's best logits) and
-the reader's retrieval weight (`reader_weight`: the power of the retrieval value in the re-ranking).
+the reader's retrieval weight per mode (`reader_weight`: the power of the retrieval value in the
+re-ranking; 1 when not fitted).
 
 Two logistic regressions per mode: `top` for the mask's best phrase (fitted on the top phrase of each
 fitting probe: the confidence users threshold on) and `rest` for the others (fitted on the phrases
@@ -119,7 +120,8 @@ class Scoring(BaseModel):
 
     lexical_weight: dict[Mode, Weight] = Field(default_factory=dict)
     confidence: dict[Mode, Confidence] = Field(default_factory=dict)
-    reader_weight: Weight = Field(1.0, description="power of the retrieval value in the reader's re-ranking")
+    reader_weight: dict[Mode, Weight] = Field(
+        default_factory=dict, description="per mode, the power of the retrieval value in the reader's re-ranking")
     reader_confidence: dict[Mode, Confidence] = Field(default_factory=dict)
     fitted: dict = Field(default_factory=dict, description="provenance: data, model, grid, fit quality")
 
@@ -141,6 +143,9 @@ class Scoring(BaseModel):
 
     def weight(self, mode: str) -> float:
         return 0.0 if mode == "dense" else float(self.lexical_weight.get(mode, 0.0))
+
+    def reader_weight_of(self, mode: str) -> float:
+        return float(self.reader_weight.get(mode, 1.0))
 
     def confidence_of(self, mode: str, features: np.ndarray, read: bool = False) -> np.ndarray:
         calibration = (self.reader_confidence if read else self.confidence).get(mode)

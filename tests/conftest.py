@@ -16,6 +16,17 @@ CORPUS = [
 ]
 
 
+@pytest.fixture(scope="session", autouse=True)
+def no_bundled_reader(tmp_path_factory):
+    """In-process engines of this suite fill without the bundled reader unless a test names it
+    (`reader_dir=BUNDLED_READER`): the tiny indexes test the retrieval path; the reader has its own tests
+    (tests/fill/test_reading.py, the demo's in tests/encoder/test_default_model.py). Servers the suite
+    starts as processes get the real default."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("fill.loading.BUNDLED_READER", tmp_path_factory.mktemp("no_bundled_reader"))
+        yield
+
+
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     return path

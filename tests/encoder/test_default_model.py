@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from encoder.model import BUNDLED_MODEL, base_model_dir, default_model_dir, model_fingerprint
+from encoder.reader import BUNDLED_READER
 from tests.conftest import CORPUS, write_jsonl
 
 
@@ -63,7 +64,7 @@ def default_engine(tmp_path_factory):
     root = tmp_path_factory.mktemp("default_model")
     corpus = write_jsonl(root / "corpus.jsonl", CORPUS)
     build_index(BuildConfig(corpus=corpus, out=root / "idx"))  # no --model: the bundled default
-    engine = FillEngine.open(EngineConfig(index=root / "idx"))
+    engine = FillEngine.open(EngineConfig(index=root / "idx", reader_dir=BUNDLED_READER))  # the defaults
     yield engine
     engine.index.close()
 
@@ -112,7 +113,7 @@ def test_demo_queries_are_filled_right_from_the_bundled_sample(tmp_path):
     requests = [json.loads(m) for m in re.findall(r"^fill '(\{.*\})'$", DEMO.read_text(encoding="utf-8"), re.M)]
     assert [r["text"] for r in requests] == list(DEMO_ANSWERS)
     build_index(BuildConfig(corpus=SAMPLE, out=tmp_path / "idx"))
-    engine = FillEngine.open(EngineConfig(index=tmp_path / "idx"))
+    engine = FillEngine.open(EngineConfig(index=tmp_path / "idx", reader_dir=BUNDLED_READER))  # the defaults
     for request in requests:
         result = engine.fill(FillRequest(**request))
         assert [m.candidates[0].phrase if m.candidates else None for m in result.masks] == \

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from evaluation.evaluate import calibration
-from evaluation.fit import FitConfig, fit_calibration, main
+from evaluation.fit import FitConfig, fit_calibration, load_fills, main
 from fill.scoring import FEATURES, SCORING_NAME, Scoring
 from tests.conftest import CORPUS, write_jsonl
 
@@ -127,11 +127,26 @@ def test_fit_part_reader_fits_the_reader_weight_and_calibration_and_keeps_the_re
     assert exc.value.code == 0
     written = json.loads(out.read_text())
     scoring = Scoring.model_validate(written)
-    grid = {float(w): em for w, em in written["fitted"]["reader"]["grid_macro_em@1"].items()}
-    assert set(grid) == {0.0, 3.0}
-    assert scoring.reader_weight == min(w for w, em in grid.items() if em == max(grid.values()))
+    for mode in ("dense", "restricted", "hybrid"):  # per mode, the best of the grid; a tie goes to the smaller
+        grid = {float(w): em for w, em in written["fitted"]["reader"]["grid_macro_em@1"][mode].items()}
+        assert set(grid) == {0.0, 3.0}
+        assert scoring.reader_weight[mode] == min(w for w, em in grid.items() if em == max(grid.values()))
     assert set(scoring.reader_confidence) == {"dense", "restricted", "hybrid"}
     assert scoring.lexical_weight == {} and scoring.confidence == {}  # the model's own (none here): kept
+    saved = tmp_path / "fills.npz"
+    with pytest.raises(SystemExit) as exc:
+        main(["--part", "reader", "--index", str(tiny_index), "--reader-dir", str(reader), "--probes", str(probes),
+              "--reader-grid", "3", "--modes", "hybrid", "--save-fills", str(saved), "--out", str(tmp_path / "a.json")])
+    assert exc.value.code == 0
+    feats, labels = load_fills(saved, "hybrid")
+    assert len(feats) == len(labels) == 3 and all(len(f) == len(lab) for f, lab in zip(feats, labels))
+    with pytest.raises(SystemExit) as exc:  # fitted on its own fills and the saved ones: twice the data
+        main(["--part", "reader", "--index", str(tiny_index), "--reader-dir", str(reader), "--probes", str(probes),
+              "--reader-grid", "3", "--modes", "hybrid", "--with-fills", str(saved), "--out", str(tmp_path / "b.json")])
+    assert exc.value.code == 0
+    doubled = Scoring.load(tmp_path / "b.json").reader_confidence["hybrid"].top
+    want = fit_calibration([f[:1] for f in feats] * 2, [lab[:1] for lab in labels] * 2)
+    np.testing.assert_allclose(doubled.coef, want.coef, rtol=1e-6, atol=1e-9)
     with pytest.raises(SystemExit) as exc:
         main(["--part", "reader", "--index", str(tiny_index), "--no-use-reader", "--probes", str(probes),
               "--out", str(tmp_path / "x.json")])

@@ -158,3 +158,20 @@ def test_no_room_beside_a_long_query_reads_nothing(engine):
     card = ReaderCard(vocab="x", max_tokens=64)
     assert plan_reading(ReadingSpec(card, 1, len(ids) + 8), engine.index.shards, ids, mask_at, ranked, 10) is None
     assert plan_reading(ReadingSpec(card, 1, 512), engine.index.shards, ids, mask_at, ranked, 10) is not None
+
+
+def test_the_bundled_reader_is_the_default_and_can_be_switched_off(tiny_index, monkeypatch):
+    from encoder.reader import BUNDLED_READER
+    from fill.loading import open_reader
+
+    if not (BUNDLED_READER / "reader.json").is_file():
+        pytest.skip("no bundled reader in this checkout")
+    monkeypatch.setattr("fill.loading.BUNDLED_READER", BUNDLED_READER)  # undo the suite's no_bundled_reader
+    engine = FillEngine.open(EngineConfig(index=tiny_index))
+    try:
+        assert engine.reader is not None and engine.reader.dir == BUNDLED_READER
+        info = engine.describe()["reader"]
+        assert info["on"] and info["name"] == BUNDLED_READER.name and info["card"]["phrases"] >= 1
+        assert open_reader(EngineConfig(index=tiny_index, use_reader=False), engine.encoder) is None
+    finally:
+        engine.close()

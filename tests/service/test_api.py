@@ -424,6 +424,44 @@ def test_info_matches_manifest(client, tiny_index):
     assert info["scoring"]["calibrated"] == {"dense": False, "restricted": False, "hybrid": False}
 
 
+@pytest.fixture(scope="module")
+def reader_client(tiny_index):
+    from encoder.reader import BUNDLED_READER
+
+    if not (BUNDLED_READER / "reader.json").is_file():
+        pytest.skip("no bundled reader in this checkout")
+    settings = Settings(index=tiny_index, max_candidates=10**9, max_evidence=10**9, reader_dir=BUNDLED_READER)
+    state = ServiceState(settings, engine=FillEngine.open(settings.engine_config()))
+    with TestClient(create_app(settings, state=state), raise_server_exceptions=False) as c:
+        yield c
+
+
+@pytest.mark.parametrize("params", [{}, {"top_k": 1, "evidence": 1}, {"case_sensitive": False, "mode": "dense"},
+                                    {"mode": "restricted", "max_span_tokens": 3, "min_confidence": 0.2}])
+@pytest.mark.parametrize("text", ["Marie Curie was born in <mask> .", "<mask> is the capital of <mask> ."])
+def test_fills_with_the_reader_keep_the_contract(reader_client, text, params):
+    r = reader_client.post("/fill", json={"text": text, **params})
+    assert r.status_code == 200, r.text
+    data = r.json()
+    check_response(data, text, params)
+    assert data["timings_ms"]["read"] > 0
+
+
+def test_info_says_whether_the_reader_is_on(client, reader_client):
+    on = reader_client.get("/info").json()["reader"]
+    assert on["on"] is True and on["name"] == "default_reader" and on["card"]["max_tokens"] > 0
+    off = client.get("/info").json()["reader"]
+    assert off["on"] is False and off["name"] is None
+
+
+def test_reader_switched_off_per_request_and_refused_without_one(client, reader_client):
+    text = "Marie Curie was born in <mask> ."
+    off = fill(reader_client, text=text, reader=False)
+    assert off["masks"] == fill(client, text=text)["masks"] and off["timings_ms"]["read"] == 0
+    r = client.post("/fill", json={"text": text, "reader": True})
+    assert r.status_code == 422 and "no reader" in r.json()["error"], r.text
+
+
 def test_metrics_counts_fill_requests(client):
     fill(client, text="<mask>")
     r = client.get("/metrics")

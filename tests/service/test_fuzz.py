@@ -30,7 +30,11 @@ MODES = [schemathesis.GenerationMode.POSITIVE, schemathesis.GenerationMode.NEGAT
 
 @pytest.fixture(scope="module")
 def operations(tiny_index):
-    s = Settings(index=tiny_index, api_keys="fuzz-key", warm=False, request_timeout=30)
+    from encoder.reader import BUNDLED_READER  # the default server: with its reader, so `reader: true` is valid
+
+    reader = BUNDLED_READER if (BUNDLED_READER / "reader.json").is_file() else None
+    s = Settings(index=tiny_index, api_keys="fuzz-key", warm=False, request_timeout=30, reader_dir=reader,
+                 use_reader=reader is not None)
     app = create_app(s, state=ServiceState(s, engine=FillEngine.open(s.engine_config())))
     schema = schemathesis.openapi.from_asgi("/openapi.json", app, headers=AUTH)
     return [result.ok() for result in schema.get_all_operations()]
