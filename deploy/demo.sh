@@ -21,4 +21,4 @@ fill() { "$VENV/bin/python" deploy/fill_client.py "http://127.0.0.1:$PORT/fill" 
 fill '{"text": "Marie Curie was born in <mask> .", "top_k": 3}'
 fill '{"text": "Paris is the capital of <mask> .", "top_k": 3, "mode": "restricted"}'
 fill '{"text": "Marie Curie was born in <mask> . In 1891 she moved to <mask> .", "top_k": 3}'
-fill '{"text": "Zorblax Quint was born in <mask> .", "top_k": 3, "min_confidence": 0.3}'
+fill '{"text": "Zorblax Quint was born in <mask> .", "top_k": 3, "min_confidence": 0.5}'

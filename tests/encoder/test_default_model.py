@@ -97,7 +97,7 @@ DEMO_ANSWERS = {  # the top fill of each mask of each query of deploy/demo.sh (N
     "Marie Curie was born in <mask> .": ["Warsaw"],
     "Paris is the capital of <mask> .": ["France"],
     "Marie Curie was born in <mask> . In 1891 she moved to <mask> .": ["Warsaw", "Paris"],
-    "Zorblax Quint was born in <mask> .": [None],  # nobody of the sample: min_confidence 0.3 abstains
+    "Zorblax Quint was born in <mask> .": [None],  # nobody of the sample: min_confidence 0.5 abstains (the reader gives its best guess 0.36)
 }
 
 
