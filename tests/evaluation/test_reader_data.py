@@ -1,0 +1,33 @@
+"""fill-reader-data: examples whose gold spans are the answer, in the windows the engine reads."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from evaluation.reader_data import main
+from tests.conftest import write_jsonl
+
+
+def test_examples_hold_the_answer_at_their_gold_spans(tmp_path, tiny_index, tiny_bert_dir):
+    from transformers import AutoTokenizer
+
+    probes = write_jsonl(tmp_path / "probes.jsonl", [
+        {"relation": "name", "query": "Marie Curie was born in <mask> .", "answers": ["Warsaw"]},
+        {"relation": "name", "query": "The Seine flows through <mask> .", "answers": ["Paris"]},
+        {"relation": "word", "query": "Nothing here <mask> .", "answers": ["zzzqqq"]},  # in no window: no example
+    ])
+    out = tmp_path / "examples.jsonl"
+    with pytest.raises(SystemExit) as exc:
+        main(["--index", str(tiny_index), "--probes", str(probes), "--out", str(out), "--window", "3",
+              "--phrases", "6", "--max-tokens", "64"])
+    assert exc.value.code == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert 1 <= len(rows) <= 2 and all(r["answers"] != ["zzzqqq"] for r in rows)
+    tok = AutoTokenizer.from_pretrained(str(tiny_bert_dir))
+    for r in rows:
+        assert sum(len(w) for w in r["windows"]) <= 64 and [len(f) for f in r["flags"]] == [len(w) for w in r["windows"]]
+        assert r["query_ids"][r["mask_at"]] == r["query_ids"][r["mask_at"] + 1] == tok.mask_token_id
+        for w, i, j in r["gold"]:
+            assert tok.decode(r["windows"][w][i:j + 1]).strip(" .,").lower() == r["answers"][0].lower()
