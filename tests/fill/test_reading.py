@@ -15,7 +15,7 @@ from encoder.reader_train import ReaderTrainConfig, train_reader
 from evaluation.reader_data import examples
 from fill.config import EngineConfig
 from fill.engine import FillEngine
-from fill.ranker import RankedMask, RankedPhrase
+from fill.ranker import RankedMask
 from fill.reading import (joint_pool, mask_windows, plan_reading, reader_parts, rerank, window_spans)
 from fill.schemas import FillOptions, FillRequest
 
