@@ -143,8 +143,10 @@ def main() -> None:
         queries, removed = make_probes(train, 10**9, args.seed + 1 + r)
         (args.out / "train" / f"round{r}").mkdir(parents=True, exist_ok=True)
         write_bytes_atomic(args.out / "train" / f"round{r}" / "corpus.jsonl", _jsonl(held_out(train, removed)))
-        dev = [q for q in queries if hashlib.sha256(q["title"].encode("utf-8")).hexdigest()[0] == DEV_DIGIT]
-        write_bytes_atomic(args.out / "train" / f"round{r}" / "probes.jsonl", _jsonl([q for q in queries if q not in dev]))
+        in_dev = [hashlib.sha256(q["title"].encode("utf-8")).hexdigest()[0] == DEV_DIGIT for q in queries]
+        dev = [q for q, d in zip(queries, in_dev) if d]
+        write_bytes_atomic(args.out / "train" / f"round{r}" / "probes.jsonl",
+                           _jsonl([q for q, d in zip(queries, in_dev) if not d]))
         write_bytes_atomic(args.out / "train" / f"round{r}" / "dev.jsonl", _jsonl(dev))
         print(f"train round {r}: {len(queries) - len(dev)} cloze queries to train on, {len(dev)} in the dev fold")
     by_type = {k: sum(p["relation"] == k for p in probes) for k in TYPES}

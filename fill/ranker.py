@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from fill.candidates import ShardCandidates
-from fill.phrases import join, phrase_table, rank_table
+from fill.phrases import PhraseTable, join, phrase_table, rank_table
 from fill.schemas import FillOptions
 from fill.spans import softmax
 
@@ -69,6 +69,17 @@ class RankedMask:
     shown: list[RankedPhrase]  # the top_k phrases
     runner_up: float | None  # the second phrase's value (None when there is one phrase or none)
 
+    @classmethod
+    def of(cls, pool: CandidatePool, table: PhraseTable, ranked: list[tuple[int, float]], top_k: int) -> "RankedMask":
+        """The first top_k of `ranked` ((phrase of `table`, value), best first, at least two when there are)
+        as shown phrases, each with its pool spans best score first."""
+        shown = []
+        for phrase, value in ranked[:top_k]:
+            occurrences = table.occurrences(phrase)
+            best_first = occurrences[np.argsort(-pool.score[occurrences], kind="stable")]
+            shown.append(RankedPhrase(table.text(phrase), value, best_first.tolist()))
+        return cls(pool, shown, ranked[1][1] if len(ranked) > 1 else None)
+
 
 def rank_mask(parts: list[ShardCandidates], options: FillOptions) -> RankedMask:
     """The top `options.top_k` phrases of one mask's candidates (`parts`: one per shard, ascending)."""
@@ -82,9 +93,4 @@ def rank_mask(parts: list[ShardCandidates], options: FillOptions) -> RankedMask:
     table = phrase_table(join([p.keys for p in parts]), pool.score, tokens, options.case_sensitive,
                          options.aggregate, options.drop_stopwords)
     ranked = rank_table(table, options.alpha, max(options.top_k, 2))  # the shown phrases and the runner-up
-    shown = []
-    for phrase, value in ranked[: options.top_k]:
-        occurrences = table.occurrences(phrase)
-        best_first = occurrences[np.argsort(-pool.score[occurrences], kind="stable")]
-        shown.append(RankedPhrase(table.text(phrase), value, best_first.tolist()))
-    return RankedMask(pool, shown, ranked[1][1] if len(ranked) > 1 else None)
+    return RankedMask.of(pool, table, ranked, options.top_k)

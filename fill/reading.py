@@ -22,7 +22,7 @@ import numpy as np
 from encoder.reader import Reader, ReaderInput, ReadingSpec
 from fill.candidates import ShardCandidates, span_candidates
 from fill.phrases import join, phrase_table
-from fill.ranker import CandidatePool, RankedMask, RankedPhrase
+from fill.ranker import CandidatePool, RankedMask
 from fill.schemas import FillOptions
 from fill.spans import softmax, spans_from_hits, top_values
 
@@ -129,13 +129,7 @@ def rerank(pool: CandidatePool, retrieval: RankedMask, weight: float, options: F
         prior = {fold(p.text): p.value for p in retrieval.shown[:PRIOR_PHRASES]}
         floor = min(prior.values()) if prior else 1.0
         values = values * np.array([prior.get(fold(table.text(i)), floor) for i in range(values.size)]) ** weight
-    ranked = top_values(values, table.text, max(options.top_k, 2))
-    shown = []
-    for phrase, value in ranked[: options.top_k]:
-        occurrences = table.occurrences(phrase)
-        best_first = occurrences[np.argsort(-pool.score[occurrences], kind="stable")]
-        shown.append(RankedPhrase(table.text(phrase), value, best_first.tolist()))
-    return RankedMask(pool, shown, ranked[1][1] if len(ranked) > 1 else None)
+    return RankedMask.of(pool, table, top_values(values, table.text, max(options.top_k, 2)), options.top_k)
 
 
 @dataclass

@@ -67,15 +67,19 @@ def test_window_spans_are_every_valid_span_inside_the_windows(engine):
     assert got == want
 
 
-def test_joint_pool_is_the_softmax_of_start_plus_end_over_all_window_spans(engine):
+def random_reading(engine: FillEngine, phrases: int, seed: int, spread: float = 1.0):
+    """The retrieval ranking of QUERY, its window spans and random reader logits per window token."""
     ranked, _, _ = retrieved(engine)
     shards = engine.index.shards
-    windows = mask_windows(ranked, shards, phrases=4, window=3, budget=200)
-    spans = window_spans(shards, windows, max_len=4)
+    spans = window_spans(shards, mask_windows(ranked, shards, phrases=phrases, window=3, budget=200), max_len=4)
+    rng = np.random.default_rng(seed)
     n = len(spans.starts)
-    rng = np.random.default_rng(0)
-    start, end = rng.standard_normal(n), rng.standard_normal(n)
-    pool = joint_pool(reader_parts(shards, spans, start, end))
+    return ranked, spans, rng.standard_normal(n) * spread, rng.standard_normal(n) * spread
+
+
+def test_joint_pool_is_the_softmax_of_start_plus_end_over_all_window_spans(engine):
+    _, spans, start, end = random_reading(engine, phrases=4, seed=0)
+    pool = joint_pool(reader_parts(engine.index.shards, spans, start, end))
     index = {(int(s), int(p)): i for i, (s, p) in enumerate(zip(spans.shard_of, spans.starts))}
     want = np.concatenate([[start[index[(s, a)]] + end[index[(s, b)]] for a, b in zip(f, last)]
                            for s, f, last in zip(spans.shard_nos, spans.first, spans.last)])
@@ -84,16 +88,11 @@ def test_joint_pool_is_the_softmax_of_start_plus_end_over_all_window_spans(engin
 
 
 def test_rerank_weight_moves_the_ranking_from_the_reader_to_the_retrieval(engine):
-    ranked, _, _ = retrieved(engine)
-    shards = engine.index.shards
-    windows = mask_windows(ranked, shards, phrases=8, window=3, budget=200)
-    spans = window_spans(shards, windows, max_len=4)
-    n = len(spans.starts)
-    rng = np.random.default_rng(1)
-    pool = joint_pool(reader_parts(shards, spans, rng.standard_normal(n) * 3, rng.standard_normal(n) * 3))
+    ranked, spans, start, end = random_reading(engine, phrases=8, seed=1, spread=3.0)
+    pool = joint_pool(reader_parts(engine.index.shards, spans, start, end))
     options = FillOptions(top_k=3)
     reader_only = rerank(pool, ranked, 0.0, options)
-    assert abs(sum(p.value for p in reader_only.shown) - 1.0) <= 1.0  # values are shares of all phrases
+    assert 0.0 < sum(p.value for p in reader_only.shown) <= 1.0 + 1e-9  # values are shares of all phrases
     values = [p.value for p in reader_only.shown]
     assert values == sorted(values, reverse=True)
     follow = rerank(pool, ranked, 50.0, options)
