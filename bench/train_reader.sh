@@ -12,12 +12,13 @@
 # 3. fill-reader-data: per query, the windows the fill engine reads (around its top phrases: the search's
 #    own wrong candidates are the negatives) and the answer's spans in them.
 # 4. encoder train-reader from the default encoder (its first LAYERS layers, heads as the identity).
-# 5. fill-fit --part reader: per mode, the reader's retrieval weight (grid, round 0's dev fold), then the
+# 5. fill-fit --part reader: per mode, the reader's retrieval weight (a grid on two train-side sets: round
+#    0's dev fold and Google-RE train_b probes over a train_b index built with the train_a fold model,
+#    FOLD_MODEL, as bench/fit_scoring.sh fits the retrieval's own scoring; the best mean), then the
 #    confidence of re-ranked fills fitted on three kinds of train-side fills: round 0's dev fold (cloze
 #    whose sentence is gone), cloze windows of the dev fold's articles (bench/probes.py: the window is in
-#    the index, as for Debian) and Google-RE train_b probes over a train_b index built with the train_a
-#    model (FOLD_MODEL, as bench/fit_scoring.sh fits the retrieval's own scoring). Written into the
-#    default model's scoring.json (its retrieval part is kept).
+#    the index, as for Debian) and those Google-RE train_b probes. Written into the default model's
+#    scoring.json (its retrieval part is kept).
 # The held side (bench/prepare_wiki_leads.py's held/, Google-RE's held side) is for reporting only.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,9 +57,31 @@ SCORING="${SCORING:-encoder/default_model/scoring.json}"
 FOLD_MODEL="${FOLD_MODEL:-$WORK/models/fold_a}"
 GRE="${GOOGLE_RE:-../shared/data/google_re}"
 fit() { OMP_NUM_THREADS=1 "$VENV/bin/fill-fit" --part reader --reader-dir "$OUT" --per-relation 1000 "$@"; }
+# 5a. the reader's retrieval weight per mode: a grid on two train-side sets (round 0's dev fold and
+# Google-RE train_b over the fold model's index), the best mean macro EM@1 of the two (ties: the smaller)
 fit --index "$WORK/bench/idx_wiki_train0" --probes "$WORK/wiki_leads/train/round0/dev.jsonl" \
-    --save-fills "$WORK/reader/fills_wikidev.npz" --out "$WORK/reader/weights.json"
-cp "$WORK/reader/weights.json" "$SCORING"
+    --out "$WORK/reader/grid_wikidev.json"
+if [ ! -f "$FOLD_MODEL/config.json" ]; then
+    WORK="$WORK/fold_a" TRAIN_SIDE=train_a EXPORT_TO="$FOLD_MODEL" bash bench/train_default_model.sh "$GRE"
+fi
+[ -f "$WORK/idx_train_b_fold_a/manifest.json" ] || "$VENV/bin/indexer" build --model "$FOLD_MODEL" \
+    --corpus "$WORK/google_re/train_b/corpus.jsonl" --out "$WORK/idx_train_b_fold_a" --overwrite 2>/dev/null | tail -1
+cp "$SCORING" "$FOLD_MODEL/scoring.json"  # the fold model's fills with the same lexical weights
+fit --index "$WORK/idx_train_b_fold_a" --model "$FOLD_MODEL" --google-re "$GRE" --side train_b --per-relation 200 \
+    --out "$WORK/reader/grid_gre_trainb.json"
+"$VENV/bin/python" - "$SCORING" "$WORK/reader/grid_wikidev.json" "$WORK/reader/grid_gre_trainb.json" <<'PY'
+import json, sys
+scoring, grids = json.load(open(sys.argv[1])), [json.load(open(p))["fitted"]["reader"]["grid_macro_em@1"] for p in sys.argv[2:]]
+for mode in grids[0]:
+    mean = {w: sum(g[mode][w] for g in grids) / len(grids) for w in grids[0][mode]}
+    scoring.setdefault("reader_weight", {})[mode] = max(map(float, mean), key=lambda w: (mean[str(w)], -w))
+    print(mode, {w: round(v, 2) for w, v in mean.items()}, "->", scoring["reader_weight"][mode])
+json.dump(scoring, open(sys.argv[1], "w"), indent=2)
+PY
+cp "$SCORING" "$FOLD_MODEL/scoring.json"
+# 5b. the confidence of re-ranked fills, on three kinds of train-side fills at those weights
+fit --keep-weights --index "$WORK/idx_train_b_fold_a" --model "$FOLD_MODEL" --google-re "$GRE" --side train_b \
+    --per-relation 200 --save-fills "$WORK/reader/fills_gre_trainb.npz" --out "$WORK/reader/gre_trainb.json"
 "$VENV/bin/python" - "$WORK" <<'PY'  # the dev fold's articles, for cloze windows
 import hashlib, json, sys
 work = sys.argv[1]
@@ -69,13 +92,5 @@ PY
 "$VENV/bin/python" bench/probes.py --corpus "$WORK/reader/dev_articles.jsonl" --n 300 --out "$WORK/reader/dev_cloze.jsonl"
 fit --keep-weights --index "$WORK/bench/idx_wiki_train0" --probes "$WORK/reader/dev_cloze.jsonl" \
     --save-fills "$WORK/reader/fills_devcloze.npz" --out "$WORK/reader/devcloze.json"
-if [ ! -f "$FOLD_MODEL/config.json" ]; then
-    WORK="$WORK/fold_a" TRAIN_SIDE=train_a EXPORT_TO="$FOLD_MODEL" bash bench/train_default_model.sh "$GRE"
-fi
-cp "$SCORING" "$FOLD_MODEL/scoring.json"  # the fold model's fills with the same weights
-"$VENV/bin/indexer" build --corpus "$WORK/google_re/train_b/corpus.jsonl" --out "$WORK/idx_train_b_fold_a" \
-    --model "$FOLD_MODEL" --overwrite 2>/dev/null | tail -1
-fit --keep-weights --index "$WORK/idx_train_b_fold_a" --model "$FOLD_MODEL" --google-re "$GRE" --side train_b \
-    --per-relation 200 --save-fills "$WORK/reader/fills_gre_trainb.npz" --out "$WORK/reader/gre_trainb.json"
 fit --keep-weights --index "$WORK/bench/idx_wiki_train0" --probes "$WORK/wiki_leads/train/round0/dev.jsonl" \
     --with-fills "$WORK/reader/fills_devcloze.npz" --with-fills "$WORK/reader/fills_gre_trainb.npz" --out "$SCORING"

@@ -225,6 +225,10 @@ class Encoder:
                            field="text")
         return ids, positions
 
+    def content_tokens(self, ids: list[int]) -> frozenset[int]:
+        """The distinct ids of a query layout, special tokens (masks, [CLS], [SEP], ...) left out."""
+        return frozenset(ids) - frozenset(self.tokenizer.all_special_ids)
+
     def encode_queries(self, texts: list[str]) -> list[QueryVectors]:
         """(q_start, q_end) for every mask of every text; all in one forward pass."""
         return self.encode_layouts([self.query_layout(t) for t in texts])

@@ -30,3 +30,12 @@ def poor_fill(phrase: str) -> bool:
     if words[0] in STOPWORD_SET or words[-1] in STOPWORD_SET:
         return True
     return all(w.lower() in STOPWORD_SET for w in words)
+
+
+_PUNCT = re.compile(r"[^\w\s]|_")
+
+
+def broken_span(phrase: str) -> bool:
+    """NPM's span rule (npm/npm.py): a span holding a stopword (any case) or a punctuation char anywhere is no
+    fill ("University of Warsaw", "Paris, France"); `phrase` is stripped of outer punctuation already."""
+    return bool(_PUNCT.search(phrase)) or any(w.lower() in STOPWORD_SET for w in _WORD.findall(phrase))

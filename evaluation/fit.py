@@ -46,7 +46,7 @@ from fill.scoring import FEATURES, MONOTONE, Calibration, Confidence, Scoring
 logger = logging.getLogger(__name__)
 
 DEFAULT_GRID = [0.0, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0]
-READER_GRID = [0.0, 0.25, 0.5, 1.0, 2.0]
+READER_GRID = [0.0, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0]
 
 
 class FitConfig(EngineConfig):

@@ -33,7 +33,7 @@ from fill.prepared import Planned, Prepared
 from fill.ranker import RankedMask, rank_mask
 from fill.reading import PRIOR_PHRASES, read_masks
 from fill.schemas import MODES, Candidate, FillRequest, FillResult, MaskFill
-from fill.scoring import Scoring, mask_features
+from fill.scoring import Scoring, mask_features, query_overlap
 from fill.spans import BlockPrior
 from indexer.phrase_index import PhraseIndex
 
@@ -135,8 +135,9 @@ class FillEngine:
                                 request)
             laps.lap("read")
         masks, features = [], []
+        terms = self.encoder.content_tokens(prepared.planned.ids)
         for m, r in enumerate(ranked):
-            fill, feats = self._answer(m, r, request, mode, prior, read)
+            fill, feats = self._answer(m, r, request, mode, prior, read, terms)
             masks.append(fill)
             features.append(feats)
             laps.lap("rank")
@@ -187,14 +188,19 @@ class FillEngine:
         return max(top_k, self.reader.card.phrases, prior)
 
     def _answer(self, m: int, ranked: RankedMask, request: FillRequest, mode: str, prior: BlockPrior | None,
-                read: bool) -> tuple[MaskFill, np.ndarray]:
-        """Mask m's shown phrases with confidence and evidence."""
+                read: bool, terms: frozenset[int]) -> tuple[MaskFill, np.ndarray]:
+        """Mask m's shown phrases with confidence and evidence (`terms`: the query's content tokens)."""
         shown, pool = ranked.shown[: request.top_k], ranked.pool
-        lexical = 0.0  # the lexical prior of the block of the top phrase's best occurrence
-        if prior is not None and shown:
-            lexical = float(prior(np.array([pool.block(shown[0].occurrences[0])]))[0])
+        lexical = overlap = 0.0  # the lexical prior and query overlap of the top phrase's best block
+        if shown:
+            part, j = pool.where(shown[0].occurrences[0])
+            shard = self.index.shards[part.shard_no]
+            _, lo, hi = shard.blocks[int(part.block[j]) - shard.info.block_base]
+            overlap = query_overlap(terms, np.asarray(shard.token_ids[int(lo):int(hi)]))
+            if prior is not None:
+                lexical = float(prior(np.array([int(part.block[j])]))[0])
         feats = mask_features(np.array([p.value for p in shown]), ranked.runner_up, lexical, pool.start_max,
-                              pool.end_max)
+                              pool.end_max, overlap)
         confidence = self.scoring.confidence_of(mode, feats, read).tolist()
         reader = EvidenceReader(self.index.shards, pool)
         candidates = [Candidate(phrase=p.text, score=p.value, confidence=min(1.0, max(0.0, conf)),

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.arrays import unique, unique_inverse
-from encoder.stopwords import STOPWORD_SET, poor_fill
+from encoder.stopwords import STOPWORD_SET, broken_span, poor_fill
 from fill.spans import masses, strip_chars, top_values
 
 _MULT = np.uint64(0x9E3779B97F4A7C15)
@@ -313,15 +313,18 @@ class PhraseTable:
 
 
 def phrase_table(keys: Ragged, scores: np.ndarray, span_tokens: np.ndarray, case_sensitive: bool, how: str,
-                 drop_stopwords: bool) -> PhraseTable:
+                 drop_stopwords: bool, strict_spans: bool = False) -> PhraseTable:
     """The phrases of the spans whose stripped texts are `keys` (empty: dropped): each span's phrase, each
-    phrase's mass over its spans (max or sum) and its length in tokens (that of its first span)."""
+    phrase's mass over its spans (max or sum) and its length in tokens (that of its first span). Dropped too:
+    with `drop_stopwords`, poor fills (`poor`); with `strict_spans`, spans breaking NPM's rule (`broken_span`)."""
     keep = np.flatnonzero(keys.length > 0)
     kept = Ragged(keys.codes, keys.start[keep], keys.length[keep])
     exact, exact_first = group(kept)  # distinct keys, case kept
     distinct = Ragged(kept.codes, kept.start[exact_first], kept.length[exact_first])
-    if drop_stopwords:
-        good = ~poor(distinct)
+    if drop_stopwords or strict_spans:
+        good = ~poor(distinct) if drop_stopwords else np.ones(distinct.length.size, dtype=bool)
+        if strict_spans:
+            good &= ~np.array([broken_span(distinct.text(i)) for i in range(distinct.length.size)], dtype=bool)
         keep, exact = keep[good[exact]], exact[good[exact]]
         renumber = np.cumsum(good) - 1
         exact, distinct = renumber[exact], Ragged(distinct.codes, distinct.start[good], distinct.length[good])

@@ -91,6 +91,6 @@ def rank_mask(parts: list[ShardCandidates], options: FillOptions) -> RankedMask:
     else:
         tokens = np.concatenate([p.last - p.first + 1 for p in parts])
     table = phrase_table(join([p.keys for p in parts]), pool.score, tokens, options.case_sensitive,
-                         options.aggregate, options.drop_stopwords)
+                         options.aggregate, options.drop_stopwords, options.strict_spans)
     ranked = rank_table(table, options.alpha, max(options.top_k, 2))  # the shown phrases and the runner-up
     return RankedMask.of(pool, table, ranked, options.top_k)

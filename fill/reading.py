@@ -120,7 +120,8 @@ def rerank(pool: CandidatePool, retrieval: RankedMask, weight: float, options: F
     """The window phrases ranked by reader mass * retrieval value ** weight (see the module doc)."""
     parts = pool.parts
     table = phrase_table(join([p.keys for p in parts]), pool.score, np.concatenate([p.last - p.first + 1 for p in parts]),
-                         options.case_sensitive, "sum", options.drop_stopwords)
+                         options.case_sensitive, "sum", options.drop_stopwords,
+                         options.strict_spans)
     if table.mass.size == 0:
         return RankedMask(pool, [], None)
     values = table.mass

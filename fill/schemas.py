@@ -38,6 +38,8 @@ class FillOptions(BaseModel):
     blocks: int = Field(3, ge=1, le=100, description="BM25 blocks used by restricted and hybrid modes")
     drop_stopwords: bool = Field(True, description="drop fills made only of stopwords ('in', 'of the'), single letters, "
                                  "or phrases starting / ending with a lower-case stopword ('in London')")
+    strict_spans: bool = Field(False, description="NPM's span rule: also drop fills holding a stopword or a "
+                               "punctuation char anywhere ('University of Warsaw', 'Paris, France')")
     aggregate: Aggregate = Field(
         "max", description="a phrase's mass over its occurrences: max (its best occurrence; the default) or sum "
         "(NPM's total probability, which favours phrases that occur often among the hits)")

@@ -14,6 +14,10 @@ features of a candidate and of its mask:
                phrase's best occurrence; 0 in dense mode (no BM25 query)
     start_max, end_max  the best encoder logits q . v * scale among the candidate starts / ends: how
                well anything in the index matches the mask at all
+    overlap    the share of the query's distinct tokens (special and mask tokens aside) found in the block
+               of the top phrase's best occurrence: near 1 when the query's own sentence is in the corpus,
+               lower when the answer must come from other wording (a calibration fitted before this
+               feature existed has 6 coefficients and ignores it)
 
 Fills re-ranked by the reader (fill.reading) have their own calibrations (`reader_confidence`, the same
 features computed on the re-ranked phrases, start_max / end_max then being the reader's best logits) and
@@ -42,14 +46,15 @@ from fill.schemas import Mode
 SCORING_NAME = "scoring.json"
 Finite = Annotated[float, Field(allow_inf_nan=False)]
 Weight = Annotated[float, Field(ge=0.0, le=50.0, allow_inf_nan=False)]  # the bounds of the request field
-FEATURES = ("log_score", "log_ratio", "margin", "lexical", "start_max", "end_max")
+FEATURES = ("log_score", "log_ratio", "margin", "lexical", "start_max", "end_max", "overlap")
+LEGACY_FEATURES = 6  # calibrations fitted before `overlap` have this many coefficients
 MONOTONE = (0, 1)  # the features whose coefficients must be >= 0
 LOG_FLOOR = 1e-12
 MARGIN_CAP = 10.0
 
 
 def mask_features(scores: np.ndarray, runner_up: float | None, lexical: float, start_max: float,
-                  end_max: float) -> np.ndarray:
+                  end_max: float, overlap: float = 0.0) -> np.ndarray:
     """One row of FEATURES per candidate of a mask (`scores`: the candidates' scores, best first;
     `runner_up`: the second best score of the mask, None when there is a single phrase)."""
     scores = np.asarray(scores, dtype=np.float64)
@@ -66,7 +71,15 @@ def mask_features(scores: np.ndarray, runner_up: float | None, lexical: float, s
     out[:, 3] = lexical
     out[:, 4] = start_max if np.isfinite(start_max) else 0.0
     out[:, 5] = end_max if np.isfinite(end_max) else 0.0
+    out[:, 6] = overlap
     return out
+
+
+def query_overlap(query_tokens: frozenset[int], block_tokens: np.ndarray) -> float:
+    """The share of `query_tokens` (distinct ids) that occur in `block_tokens`; 0 for an empty query."""
+    if not query_tokens:
+        return 0.0
+    return float(np.isin(np.fromiter(query_tokens, dtype=np.int64), block_tokens).mean())
 
 
 class Calibration(BaseModel):
@@ -74,10 +87,10 @@ class Calibration(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    coef: list[Finite] = Field(min_length=len(FEATURES), max_length=len(FEATURES))
+    coef: list[Finite] = Field(min_length=LEGACY_FEATURES, max_length=len(FEATURES))
     intercept: Finite
-    mean: list[Finite] = Field(min_length=len(FEATURES), max_length=len(FEATURES))
-    scale: list[Finite] = Field(min_length=len(FEATURES), max_length=len(FEATURES))
+    mean: list[Finite] = Field(min_length=LEGACY_FEATURES, max_length=len(FEATURES))
+    scale: list[Finite] = Field(min_length=LEGACY_FEATURES, max_length=len(FEATURES))
 
     @model_validator(mode="after")
     def _monotone(self) -> "Calibration":
@@ -86,10 +99,13 @@ class Calibration(BaseModel):
                              "the score)")
         if any(s <= 0 for s in self.scale):
             raise ValueError("every scale must be > 0")
+        if not len(self.coef) == len(self.mean) == len(self.scale):
+            raise ValueError("coef, mean and scale must have one entry per feature")
         return self
 
     def __call__(self, features: np.ndarray) -> np.ndarray:
-        z = (np.asarray(features, dtype=np.float64) - np.array(self.mean)) / np.array(self.scale)
+        n = len(self.coef)  # the first n FEATURES (a legacy calibration ignores the later ones)
+        z = (np.asarray(features, dtype=np.float64)[..., :n] - np.array(self.mean)) / np.array(self.scale)
         logit = z @ np.array(self.coef) + self.intercept
         return 1.0 / (1.0 + np.exp(-np.clip(logit, -50.0, 50.0)))
 

@@ -192,6 +192,9 @@ class FakeEncoder:
         assert masks == self.starts.shape[0]
         return [0] * (2 * masks), list(range(0, 2 * masks, 2))
 
+    def content_tokens(self, ids: list[int]) -> frozenset[int]:
+        return frozenset()  # (the layout holds only mask tokens)
+
     def encode_layouts(self, layouts: list[tuple[list[int], list[int]]], shape=None) -> list[QueryVectors]:
         assert len(layouts) == 1
         self.calls += 1

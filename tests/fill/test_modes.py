@@ -142,8 +142,8 @@ def test_calibrated_confidence_is_monotone_in_the_score_and_abstains(engine):
     from fill.scoring import FEATURES, Calibration, Confidence, Scoring
 
     n = len(FEATURES)
-    cal = Confidence(top=Calibration(coef=[1.5, 0.0, 0.3, 0.2, 0.1, 0.1], intercept=-0.5, mean=[0.0] * n, scale=[1.0] * n),
-                     rest=Calibration(coef=[1.0, 1.0, 0.0, 0.0, 0.0, 0.0], intercept=0.0, mean=[0.0] * n, scale=[1.0] * n))
+    cal = Confidence(top=Calibration(coef=[1.5, 0.0, 0.3, 0.2, 0.1, 0.1, 0.0], intercept=-0.5, mean=[0.0] * n, scale=[1.0] * n),
+                     rest=Calibration(coef=[1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0], intercept=0.0, mean=[0.0] * n, scale=[1.0] * n))
     calibrated = FillEngine(engine.encoder, engine.index, Scoring(confidence={"hybrid": cal, "dense": cal}))
     text = "Marie Curie was born in <mask> ."
     for mode in ("dense", "hybrid"):
@@ -180,3 +180,35 @@ def test_hash_collisions_are_split_inside_the_grouping_with_the_same_fills(engin
     monkeypatch.setattr(phrases, "_hashes", lambda keys: np.zeros(keys.length.size, dtype=np.uint64))  # all keys alike
     assert engine.fill(request).model_dump(exclude={"took_ms", "timings_ms"}) == want
     assert calls  # the collision was seen and the group split
+
+
+def test_the_overlap_feature_is_the_share_of_query_tokens_in_the_top_block(engine):
+    from fill.scoring import FEATURES, query_overlap
+
+    col = FEATURES.index("overlap")
+    params = dict(mode="restricted", blocks=1, top_k=3, evidence=1)
+
+    def overlap_of(text: str) -> tuple[float, float]:
+        result, feats = engine.fill_detailed(FillRequest(text=text, **params))
+        top = result.masks[0].candidates[0].evidence[0]
+        sh, pos = engine.index.block_hits(np.array([top.block]))
+        tokens = np.asarray(engine.index.shards[int(sh[0])].token_ids[pos])
+        terms = engine.encoder.content_tokens(engine.encoder.query_layout(text)[0])
+        return float(feats[0][0, col]), query_overlap(terms, tokens)
+
+    seen, expected = overlap_of("Marie Curie was born in <mask> .")
+    assert seen == pytest.approx(expected) and seen > 0.5
+    diluted, expected = overlap_of("Zorblax Quintavelle Marie Curie was born in <mask> .")
+    assert diluted == pytest.approx(expected) and diluted < seen
+
+
+def test_strict_spans_drop_fills_with_a_stopword_or_punctuation_inside(engine):
+    from encoder.stopwords import broken_span
+
+    common = dict(mode="hybrid", top_k=100, max_span_tokens=6, k=64, blocks=2)
+    loose = [c.phrase for c in engine.fill(FillRequest(text="Marie Curie was born in <mask> .", **common)).masks[0].candidates]
+    strict = [c.phrase for c in engine.fill(FillRequest(text="Marie Curie was born in <mask> .", strict_spans=True,
+                                                        **common)).masks[0].candidates]
+    assert any(broken_span(p) for p in loose)
+    assert strict and not any(broken_span(p) for p in strict)
+    assert [p for p in loose if not broken_span(p)][:5] == strict[:5]  # the kept rank among themselves as before

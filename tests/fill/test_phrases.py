@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import fill.phrases as phrases
-from encoder.stopwords import STOPWORDS, poor_fill
+from encoder.stopwords import STOPWORDS, broken_span, poor_fill
 from fill.phrases import Ragged, group, join, lower, phrase_table, poor, rank_table, strip
 from fill.spans import strip_phrase
 from tests.fill.reference import aggregate, rank
@@ -139,21 +139,29 @@ def test_join_keeps_each_segment():
 @pytest.mark.parametrize("how", ["max", "sum"])
 @pytest.mark.parametrize("drop", [True, False])
 @pytest.mark.parametrize("alpha", [0.0, 0.5, -1.0])
-def test_phrase_table_and_rank_equal_aggregate_and_rank(case_sensitive, how, drop, alpha):
+@pytest.mark.parametrize("strict", [False, True])
+def test_phrase_table_and_rank_equal_aggregate_and_rank(case_sensitive, how, drop, alpha, strict):
     rng = np.random.default_rng(4)
     texts = _strings(1500, 4)
     scores = rng.random(len(texts))
     tokens = rng.integers(1, 11, len(texts))
-    table = phrase_table(strip(_ragged(texts)), scores, tokens, case_sensitive, how, drop)
+    table = phrase_table(strip(_ragged(texts)), scores, tokens, case_sensitive, how, drop, strict)
     got = [(table.text(p), v, table.occurrences(p).tolist()) for p, v in rank_table(table, alpha, 40)]
     keys = []
     for t in texts:
         a, b = strip_phrase(t)
         key = t[a:b] if b > a else None
-        keys.append(None if key is None or (drop and poor_fill(key)) else key)
+        dropped = key is None or (drop and poor_fill(key)) or (strict and broken_span(key))
+        keys.append(None if dropped else key)
     ref = rank(aggregate(keys, scores, tokens, case_sensitive, how), alpha, 40)
     assert got == [(p.text, v, p.occurrences.tolist()) for p, v in ref]
     assert len(got) == 40
+
+
+def test_broken_span_is_npms_rule():
+    assert not broken_span("Warsaw") and not broken_span("Maria Sklodowska") and not broken_span("1867")
+    assert broken_span("University of Warsaw") and broken_span("The Hague") and broken_span("Paris, France")
+    assert broken_span("Jean-Paul") and broken_span("a_b")
 
 
 def test_poor_of_empty_segments_over_an_empty_buffer():

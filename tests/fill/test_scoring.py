@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from common.errors import AppError
-from fill.scoring import FEATURES, MARGIN_CAP, SCORING_NAME, Calibration, Confidence, Scoring, mask_features
+from fill.scoring import (FEATURES, MARGIN_CAP, SCORING_NAME, Calibration, Confidence, Scoring, mask_features,
+                          query_overlap)
 from fill.spans import BlockPrior
 
 
@@ -35,15 +36,32 @@ def test_block_prior_without_blocks_is_zero():
 
 
 def test_mask_features():
-    f = mask_features(np.array([0.5, 0.25]), 0.25, 0.8, 12.0, 9.0)
+    f = mask_features(np.array([0.5, 0.25]), 0.25, 0.8, 12.0, 9.0, 0.75)
     assert f.shape == (2, len(FEATURES))
     np.testing.assert_allclose(f[:, 0], np.log([0.5, 0.25]))
     np.testing.assert_allclose(f[:, 1], [0.0, -np.log(2.0)])
     np.testing.assert_allclose(f[:, 2], np.log(2.0))
-    np.testing.assert_allclose(f[:, 3:], [[0.8, 12.0, 9.0]] * 2)
+    np.testing.assert_allclose(f[:, 3:], [[0.8, 12.0, 9.0, 0.75]] * 2)
     assert mask_features(np.array([1.0]), None, 0.0, 1.0, 1.0)[0, 2] == MARGIN_CAP
     assert mask_features(np.array([]), None, 0.0, 1.0, 1.0).shape == (0, len(FEATURES))
     assert np.isfinite(mask_features(np.array([0.0]), None, 0.0, float("-inf"), 1.0)).all()
+
+
+def test_query_overlap_is_the_share_of_query_tokens_in_the_block():
+    assert query_overlap(frozenset({1, 2, 3, 4}), np.array([9, 2, 4, 4, 7])) == 0.5
+    assert query_overlap(frozenset({5}), np.array([1, 2])) == 0.0
+    assert query_overlap(frozenset(), np.array([1, 2])) == 0.0
+
+
+def test_a_legacy_calibration_ignores_the_later_features():
+    legacy = Calibration(coef=[1.0, 0.0, 0.0, 0.0, 0.0, 0.0], intercept=0.0, mean=[0.0] * 6, scale=[1.0] * 6)
+    rows = mask_features(np.array([0.5]), None, 0.0, 1.0, 1.0, 0.0)
+    moved = mask_features(np.array([0.5]), None, 0.0, 1.0, 1.0, 1.0)
+    assert legacy(rows)[0] == legacy(moved)[0]
+    full = Calibration(coef=[1.0, 0.0, 0.0, 0.0, 0.0, 0.0, 2.0], intercept=0.0, mean=[0.0] * 7, scale=[1.0] * 7)
+    assert full(moved)[0] > full(rows)[0]
+    with pytest.raises(ValueError, match="one entry per feature"):
+        Calibration(coef=[1.0] * 7, intercept=0.0, mean=[0.0] * 6, scale=[1.0] * 6)
 
 
 def test_calibration_is_a_probability_monotone_in_log_score():
