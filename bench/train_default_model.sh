@@ -28,8 +28,9 @@ EXPORT_STEP="${EXPORT_STEP:-80}"
 STAGE2_UNTIL="${STAGE2_UNTIL:-$EXPORT_STEP}"
 TRAIN_SIDE="${TRAIN_SIDE:-train}"
 extra=()  # EXTRA_CORPORA="a.jsonl b.jsonl": more training text (the reader issue's lever 3: multi-relation text)
-for c in ${EXTRA_CORPORA:-}; do extra+=(--corpus "$c"); done
-common=(--corpus "$WORK/google_re/$TRAIN_SIDE/corpus.jsonl" --corpus data/sample/encyclopedia.jsonl "${extra[@]}"
+read -r -a more <<< "${EXTRA_CORPORA:-}"  # (paths without spaces)
+for c in ${more[@]+"${more[@]}"}; do extra+=(--corpus "$c"); done
+common=(--corpus "$WORK/google_re/$TRAIN_SIDE/corpus.jsonl" --corpus data/sample/encyclopedia.jsonl ${extra[@]+"${extra[@]}"}
         --positives self --query-views 2 --groups-per-step 2 --group-size 16
         --block-tokens 128 --title-tokens 32 --keep-checkpoints 0 --resume
         --dtype fp32)  # pinned: CPUs with AMX/AVX512-BF16 would otherwise train in bf16 autocast

@@ -64,19 +64,23 @@ fit --index "$WORK/bench/idx_wiki_train0" --probes "$WORK/wiki_leads/train/round
 if [ ! -f "$FOLD_MODEL/config.json" ]; then
     WORK="$WORK/fold_a" TRAIN_SIDE=train_a EXPORT_TO="$FOLD_MODEL" bash bench/train_default_model.sh "$GRE"
 fi
-[ -f "$WORK/idx_train_b_fold_a/manifest.json" ] || "$VENV/bin/indexer" build --model "$FOLD_MODEL" \
-    --corpus "$WORK/google_re/train_b/corpus.jsonl" --out "$WORK/idx_train_b_fold_a" --overwrite 2>/dev/null | tail -1
+"$VENV/bin/indexer" build --model "$FOLD_MODEL" --corpus "$WORK/google_re/train_b/corpus.jsonl" \
+    --out "$WORK/idx_train_b_fold_a" --overwrite 2>/dev/null | tail -1  # (always: the fold model may be new)
 cp "$SCORING" "$FOLD_MODEL/scoring.json"  # the fold model's fills with the same lexical weights
 fit --index "$WORK/idx_train_b_fold_a" --model "$FOLD_MODEL" --google-re "$GRE" --side train_b --per-relation 200 \
     --out "$WORK/reader/grid_gre_trainb.json"
 "$VENV/bin/python" - "$SCORING" "$WORK/reader/grid_wikidev.json" "$WORK/reader/grid_gre_trainb.json" <<'PY'
-import json, sys
+import json, os, sys
 scoring, grids = json.load(open(sys.argv[1])), [json.load(open(p))["fitted"]["reader"]["grid_macro_em@1"] for p in sys.argv[2:]]
 for mode in grids[0]:
     mean = {w: sum(g[mode][w] for g in grids) / len(grids) for w in grids[0][mode]}
     scoring.setdefault("reader_weight", {})[mode] = max(map(float, mean), key=lambda w: (mean[str(w)], -w))
     print(mode, {w: round(v, 2) for w, v in mean.items()}, "->", scoring["reader_weight"][mode])
-json.dump(scoring, open(sys.argv[1], "w"), indent=2)
+with open(sys.argv[1] + ".tmp", "w") as f:  # atomically: a temporary name, fsync, rename
+    json.dump(scoring, f, indent=2)
+    f.flush()
+    os.fsync(f.fileno())
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
 PY
 cp "$SCORING" "$FOLD_MODEL/scoring.json"
 # 5b. the confidence of re-ranked fills, on three kinds of train-side fills at those weights

@@ -187,6 +187,9 @@ def load_fills(path: Path, mode: str) -> tuple[list[np.ndarray], list[np.ndarray
     except (OSError, ValueError, KeyError) as exc:
         raise AppError(f"{path}: no saved fills of mode {mode} ({exc}); write them with fill-fit --part reader "
                        f"--save-fills") from exc
+    if feats.ndim != 2 or feats.shape[1] != len(FEATURES):
+        raise AppError(f"{path}: its fills have {feats.shape[-1]} features, this version has {len(FEATURES)} "
+                       f"({', '.join(FEATURES)}); save them again with fill-fit --part reader --save-fills")
     cuts = np.cumsum(sizes)[:-1]
     return np.split(feats, cuts), np.split(labels, cuts)
 
@@ -221,7 +224,8 @@ def fit_reader(engine: FillEngine, probes: list[dict], cfg: FitConfig) -> Scorin
         "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "reader": engine.reader.name, "probes_file": cfg.probes.name if cfg.probes else None,
         "google_re_side": cfg.side if cfg.google_re else None, "probes": len(probes),
-        "grid_macro_em@1": grids, "with_fills": [p.name for p in cfg.with_fills], "on_fit_data": quality}}
+        "grid_macro_em@1": grids, "with_fills": [p.name for p in cfg.with_fills], "on_fit_data": quality,
+        "features": list(FEATURES)}}
     return base.model_copy(update={"reader_weight": {**base.reader_weight, **weights},
                                    "reader_confidence": {**base.reader_confidence, **calibrations},
                                    "fitted": fitted})

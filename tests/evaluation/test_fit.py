@@ -7,6 +7,7 @@ import json
 import numpy as np
 import pytest
 
+from common.errors import AppError
 from evaluation.evaluate import calibration
 from evaluation.fit import FitConfig, fit_calibration, load_fills, main
 from fill.scoring import FEATURES, SCORING_NAME, Scoring
@@ -140,6 +141,12 @@ def test_fit_part_reader_fits_the_reader_weight_and_calibration_and_keeps_the_re
     assert exc.value.code == 0
     feats, labels = load_fills(saved, "hybrid")
     assert len(feats) == len(labels) == 3 and all(len(f) == len(lab) for f, lab in zip(feats, labels))
+    assert json.loads((tmp_path / "a.json").read_text())["fitted"]["reader"]["features"] == list(FEATURES)
+    old = tmp_path / "old.npz"  # fills saved by a version with fewer features: refused, naming the file
+    with np.load(saved) as data:
+        np.savez(old, **{k: (v[:, :6] if k.endswith(".feats") else v) for k, v in data.items()})
+    with pytest.raises(AppError, match="old.npz: its fills have 6 features"):
+        load_fills(old, "hybrid")
     with pytest.raises(SystemExit) as exc:  # fitted on its own fills and the saved ones: twice the data
         main(["--part", "reader", "--index", str(tiny_index), "--reader-dir", str(reader), "--probes", str(probes),
               "--reader-grid", "3", "--modes", "hybrid", "--with-fills", str(saved), "--out", str(tmp_path / "b.json")])
