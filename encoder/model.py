@@ -132,6 +132,7 @@ class Encoder:
         self.max_length = self._max_length()
         self.uses_token_types = (getattr(self.model.config, "type_vocab_size", 1) or 1) > 1
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self._special_ids = frozenset(self.tokenizer.all_special_ids)
         self._runner: ThreadPoolExecutor | None = None
         logger.info(
             "encoder %s on %s (%s), dim %d, max length %d",
@@ -227,7 +228,7 @@ class Encoder:
 
     def content_tokens(self, ids: list[int]) -> frozenset[int]:
         """The distinct ids of a query layout, special tokens (masks, [CLS], [SEP], ...) left out."""
-        return frozenset(ids) - frozenset(self.tokenizer.all_special_ids)
+        return frozenset(ids) - self._special_ids
 
     def encode_queries(self, texts: list[str]) -> list[QueryVectors]:
         """(q_start, q_end) for every mask of every text; all in one forward pass."""

@@ -193,12 +193,12 @@ class FillEngine:
         shown, pool = ranked.shown[: request.top_k], ranked.pool
         lexical = overlap = 0.0  # the lexical prior and query overlap of the top phrase's best block
         if shown:
-            part, j = pool.where(shown[0].occurrences[0])
-            shard = self.index.shards[part.shard_no]
-            _, lo, hi = shard.blocks[int(part.block[j]) - shard.info.block_base]
-            overlap = query_overlap(terms, np.asarray(shard.token_ids[int(lo):int(hi)]))
+            block = np.array([pool.block(shown[0].occurrences[0])])
+            shard_nos, positions = self.index.block_hits(block)
+            if positions.size:
+                overlap = query_overlap(terms, np.asarray(self.index.shards[int(shard_nos[0])].token_ids[positions]))
             if prior is not None:
-                lexical = float(prior(np.array([int(part.block[j])]))[0])
+                lexical = float(prior(block)[0])
         feats = mask_features(np.array([p.value for p in shown]), ranked.runner_up, lexical, pool.start_max,
                               pool.end_max, overlap)
         confidence = self.scoring.confidence_of(mode, feats, read).tolist()

@@ -97,7 +97,7 @@ def describe(index: PhraseIndex, encoder: Encoder, scoring: Scoring, default_mod
                     "calibrated": {mode: mode in scoring.confidence for mode in MODES},
                     "fitted": scoring.fitted},
         "reader": {"on": reader is not None, "name": reader.name if reader is not None else None,
-                   "weight": {mode: scoring.reader_weight_of(mode) for mode in MODES}, "calibrated": {mode: mode in scoring.reader_confidence
-                                                                   for mode in MODES},
+                   "weight": {mode: scoring.reader_weight_of(mode) for mode in MODES},
+                   "calibrated": {mode: mode in scoring.reader_confidence for mode in MODES},
                    "card": reader.card.model_dump(exclude={"trained"}) if reader is not None else None},
     }

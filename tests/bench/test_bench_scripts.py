@@ -241,3 +241,32 @@ def test_prepare_classify_writes_labelled_sets_and_an_unlabelled_reference_corpu
     missing = subprocess.run([sys.executable, str(ROOT / "bench" / "prepare_classify.py"), *args[:-2], "--out", str(out),
                               "--sentiment", str(tmp_path / "nope.tgz")], capture_output=True, text=True, timeout=60)
     assert missing.returncode != 0 and "nope.tgz does not exist" in missing.stderr
+
+
+def test_calibration_sets_shows_what_a_feature_separates(tmp_path):
+    import re
+
+    import numpy as np
+
+    from evaluation.fit import save_fills
+    from fill.scoring import FEATURES
+
+    rng = np.random.default_rng(0)
+    col = FEATURES.index("overlap")
+    paths = []
+    for name, overlap, right in (("seen", 1.0, 0.9), ("unseen", 0.0, 0.1)):  # same scores, other accuracy
+        feats, labels = [], []
+        for _ in range(300):
+            f = rng.normal(size=(2, len(FEATURES)))
+            f[:, 1] = [0.0, -1.0]
+            f[:, col] = overlap
+            feats.append(f)
+            labels.append(np.array([rng.random() < right, rng.random() < 0.05]))
+        paths.append(tmp_path / f"{name}.npz")
+        save_fills(paths[-1], {"hybrid": (feats, labels)})
+
+    def in_sample(*extra: str) -> list[float]:
+        out = _run("calibration_sets.py", *map(str, paths), "--modes", "hybrid", *extra)
+        return [float(x) for x in re.findall(r"in sample ([\d.]+)", out)]
+
+    assert max(in_sample()) < 8 < 25 < min(in_sample("--drop", "overlap"))
