@@ -18,7 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from evaluation.evaluate import calibration  # noqa: E402
+from evaluation.calibration import calibration  # noqa: E402
 from evaluation.fit import fit_confidence, load_fills  # noqa: E402
 from fill.scoring import FEATURES  # noqa: E402
 

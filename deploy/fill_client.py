@@ -1,6 +1,7 @@
-"""A small stdlib client for the demo: POST /fill and print the answer readably.
+"""A small stdlib client for the demo: POST /fill or /score and print the answer readably.
 
-    python deploy/fill_client.py URL '{"text": "Paris is the capital of <mask> ."}'
+    python deploy/fill_client.py URL/fill '{"text": "Paris is the capital of <mask> ."}'
+    python deploy/fill_client.py URL/score '{"text": "It was <mask> .", "choices": ["great", "terrible"]}'
 """
 
 import json
@@ -8,12 +9,7 @@ import sys
 import urllib.request
 
 
-def main() -> None:
-    url, body = sys.argv[1], sys.argv[2]
-    req = urllib.request.Request(url, data=body.encode(), headers={"content-type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as resp:
-        r = json.load(resp)
-    print(f"POST /fill {body}")
+def show_fill(r: dict) -> None:
     print(f"  filled: {r['filled']}")
     for m in r["masks"]:
         cands = ", ".join(f"{c['phrase']!r} (score {c['score']:.3f}, confidence {c['confidence']:.2f})"
@@ -22,6 +18,27 @@ def main() -> None:
         if m["candidates"] and m["candidates"][0]["evidence"]:
             e = m["candidates"][0]["evidence"][0]
             print(f"    evidence: doc {e['doc_id']} chars {e['start']}-{e['end']}: {e['context']}")
+
+
+def show_score(r: dict) -> None:
+    for m in r["masks"]:
+        probs = ", ".join(f"{c['label']} {c['probability']:.2f}" for c in m["choices"])
+        print(f"  mask {m['index']}: {'abstained: no retrieved token voted' if m['abstained'] else m['predicted']}"
+              f" ({probs})")
+        best = next((c for c in m["choices"] if c["label"] == m["predicted"]), None)
+        if best and best["evidence"]:
+            e = best["evidence"][0]
+            print(f"    evidence: doc {e['doc_id']} chars {e['start']}-{e['end']}: {e['context']}")
+
+
+def main() -> None:
+    url, body = sys.argv[1], sys.argv[2]
+    req = urllib.request.Request(url, data=body.encode(), headers={"content-type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as resp:
+        r = json.load(resp)
+    route = url.rstrip("/").rsplit("/", 1)[-1]
+    print(f"POST /{route} {body if route == 'fill' else json.loads(body)['text']}")
+    show_score(r) if route == "score" else show_fill(r)
     print(f"  took {r['took_ms']:.1f} ms")
 
 

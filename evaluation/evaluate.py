@@ -1,6 +1,8 @@
 """`fill-eval`: exact match of fills on LAMA-style probes, over the HTTP-free fill engine.
 
     fill-eval --index DIR --probes probes.jsonl [--per-relation 100] [--out predictions.jsonl] [--mode dense ...]
+    fill-eval --task classify --index DIR --data FILE.jsonl --template "{text} It was <mask> ." --choices ...
+      (closed-set scoring, evaluation.classify)
 
 Every fill option of the API (`FillOptions`: --k, --mode, --aggregate, ...) is also a flag here.
 
@@ -22,16 +24,18 @@ from typing import Literal
 
 import numpy as np
 import typer
-from pydantic import Field
+from pydantic import Field, ValidationError
 
-from common.cli import model_command
+from common.cli import describe_errors, model_command
 from common.errors import AppError
 from common.files import write_bytes_atomic, write_json_atomic
 from common.masks import count_masks
 from common.process import single_thread_blas
+from evaluation.calibration import calibration, format_calibration
+from evaluation.classify import classify, format_classify, load_labelled, parse_choices
 from fill.config import EngineConfig
 from fill.engine import FillEngine
-from fill.schemas import FillOptions, FillRequest
+from fill.schemas import FillOptions, FillRequest, Scorer, ScoreRequest
 from fill.spans import strip_phrase
 
 logger = logging.getLogger(__name__)
@@ -73,6 +77,18 @@ class EvalConfig(FillOptions, EngineConfig):
     """Exact match of mask fills on LAMA-style probes, over the HTTP-free fill engine."""
 
     index: Path = Field(description="index directory built by `indexer build`")
+    task: Literal["fill", "classify"] = Field(
+        "fill", description="fill: EM of fills on probes; classify: accuracy of closed-set scoring (POST /score) on "
+        "--data with --template and --choices")
+    data: Path | None = Field(None, description='classify: JSON lines {"text", "label"}')
+    template: str | None = Field(None, description="classify: the query, {text} standing for each row's text, e.g. "
+                                 "'{text} It was <mask> .'")
+    choices: list[str] | None = Field(None, description="classify: a label, or label=phrase,phrase (repeat the flag "
+                                      "per choice)")
+    temperature: float | None = Field(None, gt=0.0, description="classify: softmax temperature over the retrieved "
+                                      "tokens (default: POST /score's)")
+    scorer: Scorer | None = Field(None, description="classify: npm (start and end queries) or npm_single (start only) "
+                                  "(default: POST /score's)")
     probes: Path | None = Field(None, description='JSON lines {"relation", "query", "answers"}')
     google_re: Path | None = Field(None, description="directory with LAMA Google-RE *_test.jsonl files")
     side: Side = Field(
@@ -155,33 +171,6 @@ def score_prediction(phrases: list[str], answers: list[str]) -> tuple[bool, bool
     return bool(preds) and preds[0] in gold, any(p in gold for p in preds[:5])
 
 
-THRESHOLDS = (0.3, 0.5, 0.7, 0.9)
-
-
-def calibration(confidence: list[float | None], correct: list[bool], bins: int = 10) -> dict:
-    """Expected calibration error of the top fills (`bins` equal-width bins over [0, 1]; fills with no
-    confidence, i.e. abstained, left out) and the risk-coverage table: at each threshold, the share
-    of all probes answered with a confidence >= it and the accuracy of those answers."""
-    pairs = [(c, ok) for c, ok in zip(confidence, correct) if c is not None]
-    conf = np.array([c for c, _ in pairs], dtype=np.float64)
-    hit = np.array([ok for _, ok in pairs], dtype=np.float64)
-    ece = 0.0
-    if conf.size:
-        which = np.minimum((conf * bins).astype(np.int64), bins - 1)
-        for b in range(bins):
-            sel = which == b
-            if sel.any():
-                ece += sel.sum() / conf.size * abs(hit[sel].mean() - conf[sel].mean())
-    total = max(len(correct), 1)
-    table = []
-    for t in THRESHOLDS:
-        kept = conf >= t
-        table.append({"threshold": t, "coverage": 100 * float(kept.sum()) / total,
-                      "accuracy": 100 * float(hit[kept].mean()) if kept.any() else None})
-    return {"ece": 100 * ece, "mean_confidence": 100 * float(conf.mean()) if conf.size else None,
-            "accuracy": 100 * float(hit.mean()) if hit.size else None, "risk_coverage": table}
-
-
 def evaluate(engine: FillEngine, probes: list[dict], options: FillOptions, out: Path | None = None) -> dict:
     stats: dict[str, dict] = defaultdict(lambda: {"n": 0, "em": 0, "r5": 0})
     latencies, confidences, correct = [], [], []
@@ -219,17 +208,6 @@ def evaluate(engine: FillEngine, probes: list[dict], options: FillOptions, out: 
     }
 
 
-def format_calibration(cal: dict) -> list[str]:
-    answered = "-" if cal["accuracy"] is None else f"{cal['accuracy']:.1f}"
-    mean = "-" if cal["mean_confidence"] is None else f"{cal['mean_confidence']:.1f}"
-    lines = [f"top fill: accuracy {answered}  mean confidence {mean}  ECE (10 bins) {cal['ece']:.1f}",
-             f"{'confidence >=':<14} {'kept %':>7} {'EM@1 of kept':>13}"]
-    for row in cal["risk_coverage"]:
-        acc = "-" if row["accuracy"] is None else f"{row['accuracy']:.1f}"
-        lines.append(f"{row['threshold']:<14} {row['coverage']:>7.1f} {acc:>13}")
-    return lines
-
-
 def format_report(report: dict) -> str:
     lines = [f"{'relation':<20} {'n':>6} {'EM@1':>7} {'R@5':>7}"]
     for rel, r in report["relations"].items():
@@ -244,11 +222,38 @@ def format_report(report: dict) -> str:
 
 def run(cfg: EvalConfig) -> None:
     logging.basicConfig(level=logging.WARNING)
+    if cfg.task == "classify":
+        return run_classify(cfg)
     probes = select_probes(cfg.probes, cfg.google_re, cfg.side, cfg.per_relation, cfg.seed)
     single_thread_blas()
     engine = FillEngine.open(cfg.engine_config())
     report = evaluate(engine, probes, cfg, cfg.out)
     print(format_report(report))
+    if cfg.report:
+        write_json_atomic(cfg.report, report)
+
+
+def score_options(cfg: EvalConfig) -> dict:
+    """The ScoreRequest fields of a classify run: the flags given, the request's defaults for the others (k,
+    mode, blocks, temperature and scorer default differently for fills)."""
+    if not cfg.choices or cfg.data is None or cfg.template is None:
+        raise AppError("--task classify needs --data FILE, --template TEXT and --choices (two or more)",
+                       kind="validation")
+    given = {f: getattr(cfg, f) for f in ("k", "mode", "blocks", "temperature", "scorer") if f in cfg.model_fields_set}
+    return {"choices": parse_choices(cfg.choices), "evidence": 0, **given}
+
+
+def run_classify(cfg: EvalConfig) -> None:
+    options = score_options(cfg)
+    try:
+        ScoreRequest(text="<mask>", **options)  # the options checked before the engine loads
+    except ValidationError as exc:
+        raise AppError(describe_errors(exc), kind="validation") from None
+    rows = load_labelled(cfg.data)
+    single_thread_blas()
+    engine = FillEngine.open(cfg.engine_config())
+    report = classify(engine, rows, cfg.template, options, cfg.out)
+    print(format_classify(report))
     if cfg.report:
         write_json_atomic(cfg.report, report)
 

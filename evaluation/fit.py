@@ -37,7 +37,8 @@ from common.errors import AppError
 from common.files import write_bytes_atomic, write_json_atomic
 from common.process import single_thread_blas
 from encoder.model import model_fingerprint
-from evaluation.evaluate import Side, calibration, normalize, select_probes
+from evaluation.calibration import calibration
+from evaluation.evaluate import Side, normalize, select_probes
 from fill.config import EngineConfig
 from fill.engine import FillEngine
 from fill.schemas import MODES, FillOptions, FillRequest, Mode

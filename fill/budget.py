@@ -8,7 +8,7 @@ import time
 
 from common.errors import AppError
 from common.masks import count_masks
-from fill.schemas import STAGES, FillRequest
+from fill.schemas import STAGES, FillRequest, ScoreRequest
 
 
 def _masks(n: int) -> str:
@@ -55,6 +55,26 @@ class Budget:
                 "(FILL_MAX_EVIDENCE); lower top_k, evidence or the masks", kind="validation")
 
 
+    def check_score(self, request: ScoreRequest, mode: str, block_tokens: int) -> None:
+        """`check` for a closed-set score: masks x searches x (k + blocks x block tokens), the retrieved tokens
+        scored exactly and matched, against the candidate budget; masks x choices x evidence against the
+        evidence budget."""
+        masks, searches = count_masks(request.text), 2 if request.scorer == "npm" else 1
+        tokens = (request.k if mode != "restricted" else 0) + (request.blocks * block_tokens if mode != "dense" else 0)
+        cost = masks * searches * tokens
+        if cost > self.max_candidates:
+            raise AppError(
+                f"request too expensive: {_masks(masks)} x {searches} queries x {tokens:,} retrieved tokens = "
+                f"{cost:,}, over the server's budget of {self.max_candidates:,} (FILL_MAX_CANDIDATES); lower k, "
+                "blocks or the masks, or use the npm_single scorer", kind="validation")
+        evidence = masks * len(request.choices) * request.evidence
+        if evidence > self.max_evidence:
+            raise AppError(
+                f"request too expensive: {_masks(masks)} x {len(request.choices)} choices x evidence "
+                f"{request.evidence} = {evidence:,} occurrences, over the server's budget of {self.max_evidence:,} "
+                "(FILL_MAX_EVIDENCE); lower evidence, the choices or the masks", kind="validation")
+
+
 class Deadline:
     """A request's time limit: `check` raises AppError (timeout, 504) once `seconds` have passed since
     `start` (time.perf_counter)."""
@@ -78,8 +98,9 @@ class Deadline:
 class StageClock:
     """The engine's time per stage of one fill (FillResult.timings_ms), checking the deadline at each lap."""
 
-    def __init__(self, encode_ms: float, search_ms: float, deadline: Deadline | None) -> None:
-        self.spent = dict.fromkeys(STAGES, 0.0)
+    def __init__(self, encode_ms: float, search_ms: float, deadline: Deadline | None,
+                 stages: tuple[str, ...] = STAGES) -> None:
+        self.spent = dict.fromkeys(stages, 0.0)
         self.spent["encode"], self.spent["search"] = encode_ms, search_ms
         self.deadline = deadline
         self.mark = time.perf_counter()

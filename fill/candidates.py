@@ -76,8 +76,8 @@ def shard_candidates(shard, shard_no: int, start_hits: np.ndarray, end_hits: np.
     if first.size == 0:
         return None
     return span_candidates(shard, shard_no, first, last,
-                           lambda at: _logits(shard, at, query.q_start, query.scale, query.bonus),
-                           lambda at: _logits(shard, at, query.q_end, query.scale, query.bonus), query.count_tokens)
+                           lambda at: exact_logits(shard, at, query.q_start, query.scale, query.bonus),
+                           lambda at: exact_logits(shard, at, query.q_end, query.scale, query.bonus), query.count_tokens)
 
 
 def span_candidates(shard, shard_no: int, first: np.ndarray, last: np.ndarray, start_logits_of: Logits,
@@ -116,7 +116,7 @@ def _spans(shard, start_hits: np.ndarray, end_hits: np.ndarray, max_len: int) ->
     return first, first + (keys & ((1 << _LEN_BITS) - 1))
 
 
-def _logits(shard, positions: np.ndarray, q: np.ndarray, scale: float, bonus: LexicalBonus | None
+def exact_logits(shard, positions: np.ndarray, q: np.ndarray, scale: float, bonus: LexicalBonus | None
             ) -> tuple[np.ndarray, float]:
     """Exact logits of the (ascending, distinct) positions for query q, and the best before the bonus."""
     vecs = np.asarray(shard.vectors[positions], dtype=np.float32)  # ascending rows: sequential reads

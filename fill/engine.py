@@ -32,7 +32,8 @@ from fill.loading import describe, open_parts, open_reader
 from fill.prepared import Planned, Prepared
 from fill.ranker import RankedMask, rank_mask
 from fill.reading import PRIOR_PHRASES, read_masks
-from fill.schemas import MODES, Candidate, FillRequest, FillResult, MaskFill
+from fill.choices import Phrases, score_mask
+from fill.schemas import MODES, Candidate, FillRequest, FillResult, MaskFill, SCORE_STAGES, ScoreRequest, ScoreResult
 from fill.scoring import Scoring, mask_features, query_overlap
 from fill.spans import BlockPrior
 from indexer.phrase_index import PhraseIndex
@@ -72,6 +73,13 @@ class FillEngine:
         """The mode of a request that names none: hybrid, or dense on an index without BM25."""
         return "hybrid" if self.index.bm25 is not None else "dense"
 
+    def default_mode_of(self, request: FillRequest | ScoreRequest) -> str:
+        """The mode of a request that names none: hybrid for a fill, restricted for a score (the best measured,
+        docs/QUALITY.md), dense on an index without BM25."""
+        if self.index.bm25 is None:
+            return "dense"
+        return "restricted" if isinstance(request, ScoreRequest) else "hybrid"
+
     def fill(self, request: FillRequest) -> FillResult:
         return self.fill_detailed(request)[0]
 
@@ -80,23 +88,27 @@ class FillEngine:
         before abstention), which `fill-fit` fits the calibration on."""
         return self.finish(self.prepare([self.plan(request)])[0])
 
-    def plan(self, request: FillRequest, budget: Budget | None = None) -> Planned:
-        """The request checked against this index (mode, cost budget) and its query tokenized; AppError
-        (validation) naming the field otherwise."""
+    def plan(self, request: FillRequest | ScoreRequest, budget: Budget | None = None) -> Planned:
+        """The request (a fill, or a closed-set score) checked against this index (mode, cost budget) and its
+        query tokenized; AppError (validation) naming the field otherwise."""
         t0 = time.perf_counter()
-        mode = self.default_mode if request.mode is None else request.mode
+        scoring = isinstance(request, ScoreRequest)
+        mode = request.mode or self.default_mode_of(request)
         if mode not in MODES:
             raise AppError(f"mode must be one of {MODES}, got {mode!r}", kind="validation", field="mode")
         if mode != "dense" and self.index.bm25 is None:
             raise AppError(f"mode {mode!r} needs a BM25 index; this index has none (rebuild it)",
                            kind="validation", field="mode")
-        if request.reader and self.reader is None:
+        phrases = Phrases.of(self.encoder, request.choice_list()) if scoring else None
+        if not scoring and request.reader and self.reader is None:
             raise AppError("this server has no reader (started without one, or with --no-use-reader); leave "
                            "`reader` out or set it false", kind="validation", field="reader")
         if budget is not None:
-            budget.check(request, mode, self.index.manifest.build.block_tokens)
+            block_tokens = self.index.manifest.build.block_tokens
+            budget.check_score(request, mode, block_tokens) if scoring else \
+                budget.check(request, mode, block_tokens)
         ids, mask_at = self.encoder.query_layout(request.text)
-        return Planned(request, mode, ids, mask_at, t0)
+        return Planned(request, mode, ids, mask_at, t0, phrases)
 
     def prepare(self, planned: list[Planned], shape: Callable[[int, int], tuple[int, int]] | None = None
                 ) -> list[Prepared]:
@@ -145,6 +157,27 @@ class FillEngine:
         filled = MASK_PATTERN.sub(lambda match: _or(next(tops), match.group(0)), request.text)
         return FillResult(filled=filled, masks=masks, took_ms=(time.perf_counter() - prepared.planned.t0) * 1000,
                           timings_ms=laps.timings()), features
+
+    def score(self, request: ScoreRequest) -> ScoreResult:
+        return self.finish_score(self.prepare([self.plan(request)])[0])
+
+    def finish_score(self, prepared: Prepared, deadline: Deadline | None = None) -> ScoreResult:
+        """The closed-set scores of a prepared ScoreRequest (fill.choices): per mask, its hits (with the BM25
+        blocks' tokens in restricted / hybrid modes) vote for the choices."""
+        planned = prepared.planned
+        request, q = planned.request, prepared.queries
+        laps = StageClock(prepared.encode_ms, prepared.search_ms, deadline, SCORE_STAGES)
+        hits = prepared.hits
+        if planned.mode != "dense":
+            blocks, _ = self.index.bm25.search_scored(blank_masks(request.text), request.blocks)
+            hits = [h.plus(Hits(*self.index.block_hits(blocks))) for h in hits]
+            laps.lap("search")
+        masks = []
+        for m, h in enumerate(hits):
+            masks.append(score_mask(self.index.shards, m, h, q.q_start[m], q.q_end[m], self.index.scale,
+                                    planned.phrases, request.temperature, request.scorer == "npm", request.evidence))
+            laps.lap("score")
+        return ScoreResult(masks=masks, took_ms=(time.perf_counter() - planned.t0) * 1000, timings_ms=laps.timings())
 
     def retrieve(self, prepared: Prepared, read: bool = False, laps: StageClock | None = None
                  ) -> tuple[list[RankedMask], BlockPrior | None]:

@@ -7,18 +7,20 @@ from dataclasses import dataclass
 
 from encoder.model import QueryVectors
 from fill.hits import MaskHits
-from fill.schemas import FillRequest
+from fill.choices import Phrases
+from fill.schemas import FillRequest, ScoreRequest
 
 
 @dataclass
 class Planned:
     """A request checked and tokenized (`FillEngine.plan`)."""
 
-    request: FillRequest
+    request: FillRequest | ScoreRequest
     mode: str
     ids: list[int]  # query token ids, each mask as MASK_s MASK_e
     mask_at: list[int]  # the token index of each mask's MASK_s
     t0: float  # when the fill started (perf_counter)
+    phrases: Phrases | None = None  # a ScoreRequest's choices as token ids
 
     @property
     def tokens(self) -> int:

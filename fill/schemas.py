@@ -4,9 +4,9 @@ validates requests and serialises results with the very same classes."""
 
 from __future__ import annotations
 
-from typing import Literal, get_args
+from typing import Annotated, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, field_validator
 
 from common.masks import count_masks
 
@@ -57,9 +57,9 @@ class FillOptions(BaseModel):
         "back with no candidates, abstained true, and stays <mask> in `filled`; 0 always answers")
 
 
-class FillRequest(FillOptions):
-    """A text with masks to fill, and how to fill them. Types are strict: "5" is not an integer, 0 is not
-    a boolean, NaN and infinities are not numbers."""
+class MaskedText(BaseModel):
+    """A text with masks (what `/fill` and `/score` both take). Types are strict: "5" is not an integer, 0 is
+    not a boolean, NaN and infinities are not numbers."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
@@ -71,12 +71,6 @@ class FillRequest(FillOptions):
         json_schema_extra={"pattern": MASK_SCHEMA_PATTERN},
     )
 
-    @field_validator("top_k", "k", "max_span_tokens", "evidence", "blocks", mode="before")
-    @classmethod
-    def _integral_floats(cls, value):
-        """JSON Schema counts 5.0 as an integer, so it is one here too (strictness is about "5" and true)."""
-        return int(value) if isinstance(value, float) and value.is_integer() else value
-
     @field_validator("text")
     @classmethod
     def _masks(cls, text: str) -> str:
@@ -86,6 +80,22 @@ class FillRequest(FillOptions):
         if n > MAX_MASKS:
             raise ValueError(f"text contains {n} masks; at most {MAX_MASKS} are allowed")
         return text
+
+
+def _integral(value):
+    """JSON Schema counts 5.0 as an integer, so it is one here too (strictness is about "5" and true)."""
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+class FillRequest(FillOptions, MaskedText):
+    """A text with masks to fill, and how to fill them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    @field_validator("top_k", "k", "max_span_tokens", "evidence", "blocks", mode="before")
+    @classmethod
+    def _integral_floats(cls, value):
+        return _integral(value)
 
 
 class Evidence(BaseModel):
@@ -127,3 +137,98 @@ class FillResult(BaseModel):
         "exact scores, phrase texts), rank (phrases over all shards, confidence, evidence), read (the reader: windows, "
         "its forward pass, re-ranking)"
     )
+
+
+# ---------------------------------------------------------------- closed-set scoring (POST /score, fill.choices)
+
+MAX_CHOICES = 64
+MAX_PHRASES = 32
+Scorer = Literal["npm", "npm_single"]
+# a label or phrase: 1 to 200 chars, not all white space (the schema says so, the validators say how)
+Word = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"\S")]
+
+
+class Choice(BaseModel):
+    """One label of a closed set, and the phrases (synonyms, possibly of several words) that vote for it."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    label: Word
+    phrases: list[Word] = Field(..., min_length=1, max_length=MAX_PHRASES,
+                               description="phrases counted for the label, e.g. [\"great\", \"excellent\"]")
+
+    @field_validator("phrases")
+    @classmethod
+    def _phrases(cls, phrases: list[str]) -> list[str]:
+        return [" ".join(p.split()) for p in phrases]  # a phrase left with no token is refused by the engine
+
+
+class ScoreRequest(MaskedText):
+    """A text with masks, and a closed set of choices to score each mask against (NPM's zero-shot
+    classification: the retrieved tokens' probability mass that lands on each choice's phrases)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    choices: list[Word | Choice] = Field(
+        ..., min_length=2, max_length=MAX_CHOICES,
+        description="2 to 64 distinct labels: a string (the label is its own phrase) or {label, phrases}",
+        examples=[["positive", "negative"], [{"label": "positive", "phrases": ["great", "good"]},
+                                             {"label": "negative", "phrases": ["terrible", "bad"]}]])
+    k: int = Field(4096, ge=1, le=8192, description="tokens retrieved by each search (the start and, with the npm "
+                   "scorer, the end query)")
+    temperature: float = Field(1.0, ge=0.01, le=100.0, description="softmax temperature over the retrieved tokens' "
+                               "exact scores (higher: flatter; NPM's READMEs use 5, 1 measured best here)")
+    mode: Mode | None = Field(
+        None, description="restricted (the default; dense on an index without BM25): every token of the top "
+        "`blocks` BM25 blocks for the query (masks blanked) votes, weighted by its exact score; dense: the FAISS "
+        "top-k tokens (NPM's closed-set setting); hybrid: both")
+    blocks: int = Field(100, ge=1, le=100, description="BM25 blocks used by restricted and hybrid modes")
+    scorer: Scorer = Field(
+        "npm", description="npm: start and end queries, one softmax over both searches' tokens; a start token votes "
+        "when a choice's phrase begins there, an end token when one ends there. npm_single: the start query only")
+    evidence: int = Field(1, ge=0, le=20, description="occurrences returned per choice, best first")
+
+    @field_validator("k", "blocks", "evidence", mode="before")
+    @classmethod
+    def _integral_floats(cls, value):
+        return _integral(value)
+
+    @field_validator("choices")
+    @classmethod
+    def _choices(cls, choices: list[Word | Choice]) -> list[Word | Choice]:
+        seen: set[str] = set()
+        for i, c in enumerate(choices):
+            label = c if isinstance(c, str) else c.label
+            if label in seen:
+                raise ValueError(f"choice {i} repeats the label {label!r}; labels must be distinct")
+            seen.add(label)
+        return choices
+
+    def choice_list(self) -> list[Choice]:
+        """Every choice as a Choice (a string is a label that is its own phrase)."""
+        return [Choice(label=c, phrases=[c]) if isinstance(c, str) else c for c in self.choices]
+
+
+class ChoiceScore(BaseModel):
+    label: str
+    probability: float = Field(ge=0.0, le=1.0, description="the choice's share of the mass of all choices (they sum "
+                               "to 1; uniform when the mask abstained)")
+    mass: float = Field(ge=0.0, description="the retrieved tokens' probability that voted for the choice, "
+                        "unnormalised over the choices (of the softmax over everything retrieved)")
+    evidence: list[Evidence] = Field(default_factory=list, description="the occurrences that voted most, best first")
+
+
+class MaskScore(BaseModel):
+    index: int
+    choices: list[ChoiceScore] = Field(description="in the request's order")
+    predicted: str | None = Field(description="the label of the most probable choice (none when abstained)")
+    abstained: bool = Field(False, description="true when no retrieved token voted for any choice")
+
+
+SCORE_STAGES = ("encode", "search", "score")
+
+
+class ScoreResult(BaseModel):
+    masks: list[MaskScore]
+    took_ms: float
+    timings_ms: dict[str, float] = Field(default_factory=dict, description="ms per stage: encode, search, score")

@@ -16,6 +16,7 @@ from service.observe import Observe
 from service.routes import admin as admin_routes
 from service.routes import fill as fill_routes
 from service.routes import probes as probe_routes
+from service.routes import score as score_routes
 from service.state import ServiceState
 
 
@@ -41,7 +42,7 @@ def create_app(settings: Settings | None = None, state: ServiceState | None = No
     app.state.admin = bool(keys)
     install_handlers(app)
     _middleware(app, settings, keys)
-    for group in (probe_routes, fill_routes, admin_routes):
+    for group in (probe_routes, fill_routes, score_routes, admin_routes):
         app.include_router(group.router)
     return app
 

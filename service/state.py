@@ -17,7 +17,8 @@ from typing import Callable, Iterator
 from common.errors import AppError
 from fill.budget import Budget, Deadline
 from fill.engine import FillEngine
-from fill.schemas import FillRequest, FillResult
+from fill.prepared import Prepared
+from fill.schemas import FillRequest, FillResult, ScoreRequest, ScoreResult
 from service.batcher import Batcher
 from service.config import Settings
 from service.metrics import Metrics
@@ -189,6 +190,15 @@ class ServiceState:
     async def fill(self, request: FillRequest) -> FillResult:
         """One fill: admitted in a free slot (else 429), encoded and searched in a batch with the requests
         arriving meanwhile, then finished on a worker thread; 504 once FILL_REQUEST_TIMEOUT has passed."""
+        return await self._serve(request, lambda engine, prepared, deadline: engine.finish(prepared, deadline)[0])
+
+    async def score(self, request: ScoreRequest) -> ScoreResult:
+        """One closed-set score, admitted, batched and timed out like a fill (`fill`)."""
+        return await self._serve(request, lambda engine, prepared, deadline: engine.finish_score(prepared, deadline))
+
+    async def _serve(self, request: FillRequest | ScoreRequest,
+                     finish: Callable[[FillEngine, Prepared, Deadline], FillResult | ScoreResult]
+                     ) -> FillResult | ScoreResult:
         self.ready_engine()
         if not self.slots.acquire(blocking=False):
             self.metrics.outcome("overloaded")
@@ -206,8 +216,8 @@ class ServiceState:
                     future.cancel()
                     raise deadline.error("queue") from None
                 loop = asyncio.get_running_loop()  # the worker runs in this request's context (its log id)
-                result, _ = await loop.run_in_executor(self.workers, contextvars.copy_context().run,
-                                                       serving.engine.finish, prepared, deadline)
+                result = await loop.run_in_executor(self.workers, contextvars.copy_context().run,
+                                                    finish, serving.engine, prepared, deadline)
         except AppError as exc:
             self.metrics.outcome("invalid" if exc.kind == "validation" else exc.kind)
             raise

@@ -229,6 +229,7 @@ def test_prepare_classify_writes_labelled_sets_and_an_unlabelled_reference_corpu
     rt = read("rt.jsonl")
     assert len(rt) == 20 and len({r["text"] for r in rt}) == 20
     assert all((r["label"] == "positive") == r["text"].startswith("great") for r in rt)
+    assert all(r["text"].endswith(("0.", "1.", "2.", "3.", "4.", "5.", "6.", "7.", "8.", "9.")) for r in rt)  # detokenized
     subj = read("subj.jsonl")
     assert sum(r["label"] == "objective" for r in subj) == sum(r["label"] == "subjective" for r in subj) == 10
     assert all(r["text"].startswith(("Anna", "She")) == (r["label"] == "objective") for r in subj)
@@ -241,6 +242,37 @@ def test_prepare_classify_writes_labelled_sets_and_an_unlabelled_reference_corpu
     missing = subprocess.run([sys.executable, str(ROOT / "bench" / "prepare_classify.py"), *args[:-2], "--out", str(out),
                               "--sentiment", str(tmp_path / "nope.tgz")], capture_output=True, text=True, timeout=60)
     assert missing.returncode != 0 and "nope.tgz does not exist" in missing.stderr
+
+
+@pytest.mark.parametrize("tokenized, text", [
+    ("it does n't work ( at all ) !", "it doesn't work (at all)!"),
+    ("the film 's best moments , though , are brief .", "the film's best moments, though, are brief."),
+    ("a rare film ... that works ?.", "a rare film ... that works ?"),  # "?." is no token NPM glues; then "?." -> "?"
+    ("see www. example . com now", "see www.example.com now"),
+])
+def test_detokenize_undoes_the_rt_tokenization(tokenized, text):
+    sys.path.insert(0, str(ROOT / "bench"))
+    from prepare_classify import detokenize
+
+    assert detokenize(tokenized) == text
+
+
+def test_bench_classify_scores_a_set_through_the_api(tmp_path, tiny_index):
+    data = tmp_path / "set.jsonl"
+    data.write_text("".join(json.dumps({"text": t, "label": lab}) + "\n" for t, lab in (
+        ("Marie Curie was born in Warsaw in 1867.", "Poland"), ("The Seine flows through Paris.", "France"))))
+    out = tmp_path / "report.json"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    printed = _run("bench_classify.py", "--index", str(tiny_index), "--set", str(data), "--template",
+                   "{text} This is about <mask> .", "--choice", "Poland=Warsaw", "--choice", "France=Paris,France",
+                   "--latency", "3", "--port", str(port), "--json", str(out))
+    report = json.loads(out.read_text())
+    rep = report["sets"]["set.jsonl"]
+    assert rep["examples"] == 2 and 0 <= rep["accuracy"] <= 100 and rep["majority"] == 50.0
+    assert f"accuracy {rep['accuracy']:.1f}" in printed
+    assert report["latency_ms"]["score"]["p50"] > 0 and report["latency_ms"]["ratio_p50"] > 0
 
 
 def test_calibration_sets_shows_what_a_feature_separates(tmp_path):

@@ -119,3 +119,31 @@ def test_demo_queries_are_filled_right_from_the_bundled_sample(tmp_path):
         assert [m.candidates[0].phrase if m.candidates else None for m in result.masks] == \
             DEMO_ANSWERS[request["text"]], request
     engine.close()
+
+
+REVIEWS = Path(__file__).resolve().parents[2] / "data" / "sample" / "reviews.jsonl"
+DEMO_LABELS = ["positive", "negative"]  # the predicted choice of each `score` line of deploy/demo.sh
+
+
+def test_demo_scores_are_right_from_the_bundled_reviews(tmp_path):
+    """The demo's closed-set scores over the 40 sample reviews with the bundled model: each predicted right."""
+    import re
+
+    from indexer.build import BuildConfig, build_index
+    from fill.config import EngineConfig
+    from fill.engine import FillEngine
+    from fill.schemas import ScoreRequest
+
+    text = DEMO.read_text(encoding="utf-8")
+    choices = {name: json.loads(value) for name, value in re.findall(r"^(POSITIVE|NEGATIVE)='(\{.*\})'$", text, re.M)}
+    lines = re.findall(r"^score '(\{.*\})'$", text, re.M)
+    requests = [json.loads(line.replace("'\"$POSITIVE, $NEGATIVE\"'", json.dumps(choices["POSITIVE"]) + ", "
+                                        + json.dumps(choices["NEGATIVE"]))) for line in lines]
+    assert len(requests) == len(DEMO_LABELS)
+    build_index(BuildConfig(corpus=REVIEWS, out=tmp_path / "idx"))
+    engine = FillEngine.open(EngineConfig(index=tmp_path / "idx"))
+    for request, label in zip(requests, DEMO_LABELS):
+        mask = engine.score(ScoreRequest(**request)).masks[0]
+        assert mask.predicted == label, (request["text"], mask.choices)
+        assert max(c.probability for c in mask.choices) > 0.55
+    engine.close()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from common.errors import AppError
-from evaluation.evaluate import calibration
+from evaluation.calibration import calibration
 from evaluation.fit import FitConfig, fit_calibration, load_fills, main
 from fill.scoring import FEATURES, SCORING_NAME, Scoring
 from tests.conftest import CORPUS, write_jsonl

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from corpus.tokens import WORD_END, WORD_START
-from fill.candidates import LexicalBonus, _logits, _spans
+from fill.candidates import LexicalBonus, exact_logits, _spans
 from fill.spans import BlockPrior
 
 
@@ -23,11 +23,11 @@ def test_logits_are_exact_and_the_bonus_comes_after_the_best():
     shard = _shard()
     q = np.random.default_rng(1).standard_normal(4).astype(np.float32)
     positions = np.array([0, 3, 8, 9])
-    plain, best = _logits(shard, positions, q, 0.5, None)
+    plain, best = exact_logits(shard, positions, q, 0.5, None)
     np.testing.assert_allclose(plain, shard.vectors[positions] @ q * 0.5, rtol=1e-6)
     assert best == pytest.approx(float(plain.max()))
     prior = BlockPrior.from_bm25(np.array([8]), np.array([2.0]))  # global block 8 = the shard's block 1
-    boosted, best_boosted = _logits(shard, positions, q, 0.5, LexicalBonus(prior, 3.0))
+    boosted, best_boosted = exact_logits(shard, positions, q, 0.5, LexicalBonus(prior, 3.0))
     np.testing.assert_allclose(boosted - plain, [0.0, 0.0, 3.0, 3.0])
     assert best_boosted == best  # the encoder's best, before the bonus
 

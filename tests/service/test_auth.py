@@ -33,7 +33,9 @@ def test_without_keys_everything_is_open(state):
 def test_a_missing_or_wrong_key_is_401(state, authorization):
     headers = {"authorization": authorization} if authorization is not None else {}
     with client_for(state, api_keys="key1, key2") as c:
-        for method, path, kw in (("post", "/fill", {"json": {"text": "<mask>"}}), ("get", "/info", {}),
+        for method, path, kw in (("post", "/fill", {"json": {"text": "<mask>"}}),
+                                 ("post", "/score", {"json": {"text": "<mask>", "choices": ["a", "b"]}}),
+                                 ("get", "/info", {}),
                                  ("get", "/metrics", {}), ("get", "/openapi.json", {}), ("get", "/nope", {})):
             r = getattr(c, method)(path, headers=headers, **kw)
             assert r.status_code == 401, (path, r.text)
@@ -45,6 +47,9 @@ def test_every_configured_key_is_accepted_and_probes_need_none(state):
     with client_for(state, api_keys="key1, key2") as c:
         for key in ("key1", "key2"):
             r = c.post("/fill", json={"text": "<mask>"}, headers={"authorization": f"Bearer {key}"})
+            assert r.status_code == 200, r.text
+            r = c.post("/score", json={"text": "<mask>", "choices": ["Paris", "Warsaw"]},
+                       headers={"authorization": f"Bearer {key}"})
             assert r.status_code == 200, r.text
         assert c.get("/info", headers={"authorization": "bearer key2"}).status_code == 200  # scheme in any case
         assert c.get("/healthz").status_code == 200

@@ -1,0 +1,146 @@
+"""Closed-set scoring (fill.choices, FillEngine.score) against a brute-force reference over every token of
+the tiny index, and its phrase matching rules (whole words, spans, one block)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from common.errors import AppError
+from corpus.tokens import WORD_END, WORD_START
+from fill.choices import Phrases, match
+from fill.config import EngineConfig
+from fill.engine import FillEngine
+from fill.schemas import Choice, ScoreRequest
+from tests.conftest import CORPUS
+
+DOCS = {d["id"]: d["text"] for d in CORPUS}
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_index) -> FillEngine:
+    e = FillEngine.open(EngineConfig(index=tiny_index))
+    yield e
+    e.close()
+
+
+def _all_tokens(engine: FillEngine) -> int:
+    return sum(len(s) for s in engine.index.shards)
+
+
+def _reference(engine: FillEngine, request: ScoreRequest) -> np.ndarray:
+    """The masses of the first mask's choices with every token of the index retrieved, by plain loops."""
+    q = engine.encoder.encode_queries([request.text])[0]
+    choices = request.choice_list()
+    phrases = [(c, engine.encoder.phrase_ids(p)) for c, choice in enumerate(choices) for p in set(choice.phrases)]
+    sides = [(q.q_start[0], True)] + ([(q.q_end[0], False)] if request.scorer == "npm" else [])
+    logits, votes = [], []
+    for query, forward in sides:
+        for shard in engine.index.shards:
+            vecs = np.asarray(shard.vectors[np.arange(len(shard))], dtype=np.float32)
+            for pos in range(len(shard)):
+                logits.append(float(vecs[pos] @ query) * engine.index.scale)
+                voted = set()
+                for c, ids in phrases:
+                    a = pos if forward else pos - len(ids) + 1
+                    b = a + len(ids) - 1
+                    if a < 0 or b >= len(shard):
+                        continue
+                    same_block = shard.block_of(np.array([a]))[0] == shard.block_of(np.array([b]))[0]
+                    if (list(shard.token_ids[a : b + 1]) == ids and same_block and shard.flags[a] & WORD_START
+                            and shard.flags[b] & WORD_END):
+                        voted.add(c)
+                votes.append(voted)
+    logits = np.array(logits) / request.temperature
+    p = np.exp(logits - logits.max())
+    p /= p.sum()
+    mass = np.zeros(len(choices))
+    for prob, voted in zip(p, votes):
+        for c in voted:
+            mass[c] += prob
+    return mass
+
+
+@pytest.mark.parametrize("scorer", ["npm", "npm_single"])
+@pytest.mark.parametrize("temperature", [1.0, 5.0])
+def test_masses_equal_the_brute_force_reference(engine, scorer, temperature):
+    request = ScoreRequest(text="Marie Curie was born in <mask> .", choices=[
+        "Warsaw", {"label": "France", "phrases": ["France", "Paris"]}, "capital of France", "Mars"],
+        k=_all_tokens(engine), scorer=scorer, temperature=temperature, mode="dense")
+    mask = engine.score(request).masks[0]
+    expected = _reference(engine, request)
+    assert [c.label for c in mask.choices] == ["Warsaw", "France", "capital of France", "Mars"]  # request order
+    np.testing.assert_allclose([c.mass for c in mask.choices], expected, rtol=1e-6, atol=1e-12)
+    assert expected[:3].min() > 0 and expected[3] == 0  # every choice but Mars occurs
+    probs = np.array([c.probability for c in mask.choices])
+    assert probs.sum() == pytest.approx(1.0)
+    np.testing.assert_allclose(probs, expected / expected.sum(), rtol=1e-6)
+    assert mask.predicted == mask.choices[int(np.argmax(probs))].label and not mask.abstained
+
+
+def test_a_multi_token_phrase_is_matched_as_a_span_with_its_evidence(engine):
+    request = ScoreRequest(text="Paris is the <mask> .", choices=["capital of France", "capital of Spain"],
+                           k=_all_tokens(engine), evidence=3, mode="dense")
+    france, spain = engine.score(request).masks[0].choices
+    assert spain.mass == 0.0 and not spain.evidence  # "capital of" occurs, "Spain" after it does not
+    assert france.probability == 1.0 and france.evidence
+    for ev in france.evidence:
+        assert DOCS[ev.doc_id][ev.start : ev.end] == "capital of France"
+        assert "capital of France" in ev.context
+    scores = [ev.score for ev in france.evidence]
+    assert scores == sorted(scores, reverse=True)
+
+
+def test_no_vote_inside_a_word_or_across_blocks(engine):
+    shard = engine.index.shards[0]
+    ids = np.asarray(shard.token_ids[: len(shard)])
+    flags = np.asarray(shard.flags[: len(shard)])
+    inner = [i for i in range(len(ids)) if flags[i] & WORD_START and not flags[i] & WORD_END]
+    assert inner, "the tiny corpus has a word of several word pieces"
+    i = inner[0]
+    piece = np.array([ids[i]])
+    ok, _ = match(shard, np.array([i]), piece, forward=True)
+    assert not ok[0]  # the word's first piece alone is not a whole word
+    starts = shard.block_starts
+    if starts.size > 1:  # a span running over a block boundary never matches
+        b = int(starts[1])
+        two = np.array([ids[b - 1], ids[b]])
+        assert not match(shard, np.array([b - 1]), two, forward=True)[0][0]
+        assert not match(shard, np.array([b]), two, forward=False)[0][0]
+
+
+def test_a_mask_no_token_votes_for_is_abstained_with_uniform_probabilities(engine):
+    mask = engine.score(ScoreRequest(text="Paris is the <mask> .", choices=["Mars", "Jupiter", "Venus"],
+                                     k=_all_tokens(engine), mode="dense")).masks[0]
+    assert mask.abstained and mask.predicted is None
+    assert [c.probability for c in mask.choices] == pytest.approx([1 / 3] * 3)
+    assert all(c.mass == 0.0 for c in mask.choices)
+
+
+def test_each_mask_is_scored(engine):
+    result = engine.score(ScoreRequest(text="<mask> is the capital of <mask> .", choices=["Paris", "France"],
+                                       k=_all_tokens(engine)))
+    assert [m.index for m in result.masks] == [0, 1]
+    assert set(result.timings_ms) == {"encode", "search", "score"}
+    for m in result.masks:
+        assert sum(c.probability for c in m.choices) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("mode", ["restricted", "hybrid"])
+def test_bm25_modes_vote_with_the_top_blocks_tokens(engine, mode):
+    request = ScoreRequest(text="The Seine flows through <mask> .", choices=["Paris", "Warsaw"], mode=mode,
+                           blocks=1, k=1)
+    mask = engine.score(request).masks[0]
+    assert sum(c.probability for c in mask.choices) == pytest.approx(1.0)
+    if mode == "restricted":  # the one block BM25 finds is Paris's: only its tokens vote
+        assert mask.predicted == "Paris" and mask.choices[1].mass == 0.0
+
+
+def test_phrases_are_tokenized_as_in_running_text(engine):
+    phrases = Phrases.of(engine.encoder, [Choice(label="a", phrases=["Paris", "paris", "capital of France"]),
+                                          Choice(label="b", phrases=["Seine"])])
+    assert phrases.choice == [0, 0, 0, 1] and phrases.labels == ["a", "b"]
+    assert phrases.ids[2].tolist() == engine.encoder.phrase_ids("capital of France")
+    assert phrases.ids[0].tolist() == phrases.ids[1].tolist()  # an uncased tokenizer: one spelling
+    with pytest.raises(AppError, match="no token"):
+        Phrases.of(engine.encoder, [Choice(label="a", phrases=["\u200b"]), Choice(label="b", phrases=["x"])])
