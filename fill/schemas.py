@@ -215,7 +215,8 @@ class ChoiceScore(BaseModel):
                                "to 1; uniform when the mask abstained)")
     mass: float = Field(ge=0.0, description="the retrieved tokens' probability that voted for the choice, "
                         "unnormalised over the choices (of the softmax over everything retrieved)")
-    evidence: list[Evidence] = Field(default_factory=list, description="the occurrences that voted most, best first")
+    evidence: list[Evidence] = Field(default_factory=list, description="the occurrences of its phrases whose tokens "
+                                     "voted most, best first (`score`: the voting token's probability)")
 
 
 class MaskScore(BaseModel):
