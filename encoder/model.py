@@ -226,12 +226,14 @@ class Encoder:
                            field="text")
         return ids, positions
 
-    def phrase_ids(self, phrase: str) -> list[int]:
-        """The token ids of a phrase as it is tokenized inside running text, after a space (a byte-level BPE
-        gives a word after a space other ids than at the start of a text; WordPiece does not care)."""
+    def phrase_ids(self, phrases: list[str]) -> list[list[int]]:
+        """The token ids of each phrase as it is tokenized inside running text, after a space (a byte-level BPE
+        gives a word after a space other ids than at the start of a text; WordPiece does not care); one
+        tokenizer call for all."""
         lead = "a "
-        enc = self.tokenizer(lead + phrase.strip(), add_special_tokens=False, return_offsets_mapping=True)
-        return [i for i, (a, b) in zip(enc["input_ids"], enc["offset_mapping"]) if b > len(lead) and b > a]
+        enc = self.tokenizer([lead + p.strip() for p in phrases], add_special_tokens=False, return_offsets_mapping=True)
+        return [[i for i, (a, b) in zip(ids, offsets) if b > len(lead) and b > a]
+                for ids, offsets in zip(enc["input_ids"], enc["offset_mapping"])]
 
     def content_tokens(self, ids: list[int]) -> frozenset[int]:
         """The distinct ids of a query layout, special tokens (masks, [CLS], [SEP], ...) left out."""

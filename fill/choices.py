@@ -42,16 +42,14 @@ class Phrases:
     @classmethod
     def of(cls, encoder, choices: list[Choice]) -> "Phrases":
         """AppError (validation, field choices) for a phrase the tokenizer turns into nothing."""
-        ids, owner = [], []
-        for c, choice in enumerate(choices):
-            for p in dict.fromkeys(choice.phrases):  # each distinct phrase once
-                tokens = encoder.phrase_ids(p)
-                if not tokens:
-                    raise AppError(f"choice {choice.label!r}: the phrase {p!r} has no token in this model's "
-                                   "vocabulary", kind="validation", field="choices")
-                ids.append(np.asarray(tokens, dtype=np.int64))
-                owner.append(c)
-        return cls(ids, owner, [c.label for c in choices])
+        listed = [(c, p) for c, choice in enumerate(choices) for p in dict.fromkeys(choice.phrases)]  # distinct
+        tokens = encoder.phrase_ids([p for _, p in listed])
+        for (c, p), ids in zip(listed, tokens):
+            if not ids:
+                raise AppError(f"choice {choices[c].label!r}: the phrase {p!r} has no token in this model's "
+                               "vocabulary", kind="validation", field="choices")
+        return cls([np.asarray(ids, dtype=np.int64) for ids in tokens], [c for c, _ in listed],
+                   [c.label for c in choices])
 
 
 def match(shard, positions: np.ndarray, ids: np.ndarray, forward: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -10,6 +10,9 @@
            shards (fill.ranker); with the reader, all masks' top phrases re-ranked by reading windows around
            them with the query (fill.reading); per mask, confidence (fill.scoring) and evidence
            (fill.evidence)                                                                  -> FillResult
+A closed-set score (POST /score) is planned and prepared the same way (its choices' phrases tokenized in
+`plan`); `finish_score` adds the BM25 blocks' tokens (restricted / hybrid) and lets each mask's retrieved tokens
+vote for the choices (fill.choices)                                                        -> ScoreResult
 """
 
 from __future__ import annotations

@@ -294,3 +294,19 @@ def test_mpnet_encoder_without_token_types(tiny_roberta_dir, tmp_path):
     assert enc.encode_blocks([BlockInput(ids=ids, prefix_ids=title)])[0].shape == (len(ids), 32)
     q = enc.encode_queries(["Paris is the capital of <mask> ."])[0]
     assert q.q_start.shape == (1, 32) and not np.allclose(q.q_start, q.q_end)
+
+
+@pytest.mark.parametrize("which", ["bert", "roberta"])
+def test_phrase_ids_are_the_ids_a_phrase_has_inside_running_text(which, encoders):
+    enc = encoders[which]
+    tok = enc.tokenizer
+    for phrase in ("Paris", "capital of France", "  Seine  "):
+        text = "Marie moved to " + phrase.strip()
+        encoded = tok(text, add_special_tokens=False, return_offsets_mapping=True)
+        start = len("Marie moved to ")
+        inside = [i for i, (a, b) in zip(encoded["input_ids"], encoded["offset_mapping"]) if b > start]
+        assert enc.phrase_ids([phrase])[0] == inside, phrase
+    if which == "roberta":  # a byte-level BPE: a word after a space has other ids than at a text's start
+        assert enc.phrase_ids(["Paris"])[0] != tok("Paris", add_special_tokens=False)["input_ids"]
+    else:  # WordPiece drops a zero-width space (a byte-level BPE keeps its bytes)
+        assert enc.phrase_ids(["\u200b", "Paris"])[0] == []

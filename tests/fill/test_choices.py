@@ -32,7 +32,7 @@ def _reference(engine: FillEngine, request: ScoreRequest) -> np.ndarray:
     """The masses of the first mask's choices with every token of the index retrieved, by plain loops."""
     q = engine.encoder.encode_queries([request.text])[0]
     choices = request.choice_list()
-    phrases = [(c, engine.encoder.phrase_ids(p)) for c, choice in enumerate(choices) for p in set(choice.phrases)]
+    phrases = [(c, engine.encoder.phrase_ids([p])[0]) for c, choice in enumerate(choices) for p in set(choice.phrases)]
     sides = [(q.q_start[0], True)] + ([(q.q_end[0], False)] if request.scorer == "npm" else [])
     logits, votes = [], []
     for query, forward in sides:
@@ -140,7 +140,7 @@ def test_phrases_are_tokenized_as_in_running_text(engine):
     phrases = Phrases.of(engine.encoder, [Choice(label="a", phrases=["Paris", "paris", "capital of France"]),
                                           Choice(label="b", phrases=["Seine"])])
     assert phrases.choice == [0, 0, 0, 1] and phrases.labels == ["a", "b"]
-    assert phrases.ids[2].tolist() == engine.encoder.phrase_ids("capital of France")
+    assert phrases.ids[2].tolist() == engine.encoder.phrase_ids(["capital of France"])[0]
     assert phrases.ids[0].tolist() == phrases.ids[1].tolist()  # an uncased tokenizer: one spelling
     with pytest.raises(AppError, match="no token"):
         Phrases.of(engine.encoder, [Choice(label="a", phrases=["\u200b"]), Choice(label="b", phrases=["x"])])
