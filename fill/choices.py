@@ -128,8 +128,9 @@ def _evidence(shards: list, sides: list[_Side], p: np.ndarray, voters: np.ndarra
     """The occurrences of choice c's phrases whose tokens voted most for it, best first, each place once."""
     bounds = np.cumsum([0] + [side.positions.size for side in sides])
     out, seen = [], set()
-    for i in np.argsort(-np.where(voters, p, -1.0), kind="stable"):
-        if len(out) >= limit or not voters[i]:
+    voting = np.flatnonzero(voters)
+    for i in voting[np.argsort(-p[voting], kind="stable")]:  # only the voters are sorted
+        if len(out) >= limit:
             break
         k = int(np.searchsorted(bounds, i, side="right")) - 1
         side = sides[k]
