@@ -28,9 +28,14 @@ class Budget:
         self.max_evidence = max_evidence
 
     @staticmethod
+    def retrieved(request: FillRequest | ScoreRequest, mode: str, block_tokens: int) -> int:
+        """Tokens one query of a mask retrieves: k (dense, hybrid) plus the BM25 blocks' tokens (restricted,
+        hybrid)."""
+        return (request.k if mode != "restricted" else 0) + (request.blocks * block_tokens if mode != "dense" else 0)
+
+    @staticmethod
     def candidates(request: FillRequest, mode: str, block_tokens: int) -> int:
-        tokens = (request.k if mode != "restricted" else 0) + (request.blocks * block_tokens if mode != "dense" else 0)
-        return count_masks(request.text) * tokens * request.max_span_tokens
+        return count_masks(request.text) * Budget.retrieved(request, mode, block_tokens) * request.max_span_tokens
 
     def check(self, request: FillRequest, mode: str, block_tokens: int) -> None:
         """AppError (validation, 422) naming the fields when the request is over a bound."""
@@ -54,13 +59,12 @@ class Budget:
                 f"{evidence:,} occurrences, over the server's budget of {self.max_evidence:,} "
                 "(FILL_MAX_EVIDENCE); lower top_k, evidence or the masks", kind="validation")
 
-
     def check_score(self, request: ScoreRequest, mode: str, block_tokens: int) -> None:
         """`check` for a closed-set score: masks x searches x (k + blocks x block tokens), the retrieved tokens
         scored exactly and matched, against the candidate budget; masks x choices x evidence against the
         evidence budget."""
         masks, searches = count_masks(request.text), 2 if request.scorer == "npm" else 1
-        tokens = (request.k if mode != "restricted" else 0) + (request.blocks * block_tokens if mode != "dense" else 0)
+        tokens = self.retrieved(request, mode, block_tokens)
         cost = masks * searches * tokens
         if cost > self.max_candidates:
             raise AppError(

@@ -102,11 +102,11 @@ def test_no_vote_inside_a_word_or_across_blocks(engine):
     ok, _ = match(shard, np.array([i]), piece, forward=True)
     assert not ok[0]  # the word's first piece alone is not a whole word
     starts = shard.block_starts
-    if starts.size > 1:  # a span running over a block boundary never matches
-        b = int(starts[1])
-        two = np.array([ids[b - 1], ids[b]])
-        assert not match(shard, np.array([b - 1]), two, forward=True)[0][0]
-        assert not match(shard, np.array([b]), two, forward=False)[0][0]
+    assert starts.size > 1, "the tiny index's first shard has several blocks"
+    b = int(starts[1])  # a span running over a block boundary never matches
+    two = np.array([ids[b - 1], ids[b]])
+    assert not match(shard, np.array([b - 1]), two, forward=True)[0][0]
+    assert not match(shard, np.array([b]), two, forward=False)[0][0]
 
 
 def test_a_mask_no_token_votes_for_is_abstained_with_uniform_probabilities(engine):
