@@ -19,6 +19,7 @@ Kind = Literal[
     "forbidden",
     "not_found",
     "method_not_allowed",
+    "conflict",  # another writer holds the index (indexer.lock)
     "payload_too_large",
     "unsupported_media_type",
     "overloaded",
@@ -33,6 +34,7 @@ STATUS: dict[str, int] = {
     "forbidden": 403,
     "not_found": 404,
     "method_not_allowed": 405,
+    "conflict": 409,
     "payload_too_large": 413,
     "unsupported_media_type": 415,
     "overloaded": 429,

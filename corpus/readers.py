@@ -62,11 +62,12 @@ def detect_format(path: Path) -> str:
     return fmt
 
 
-def read_corpus(path: str | Path, batch_rows: int = 1024) -> Iterator[Document]:
+def read_corpus(path: str | Path, batch_rows: int = 1024, require_ids: bool = False) -> Iterator[Document]:
     """Stream the documents of the corpus at ``path``.
 
     The path and format are checked immediately; columns are checked before the first document is
-    yielded; an AppError is raised at the end of iteration if the corpus held no documents.
+    yielded; an AppError is raised at the end of iteration if the corpus held no documents, and with
+    `require_ids` at the first document without an `id` (an update names the documents it replaces).
     """
     path = Path(path)
     if batch_rows < 1:
@@ -77,7 +78,7 @@ def read_corpus(path: str | Path, batch_rows: int = 1024) -> Iterator[Document]:
         raw = {"hf_dataset": _read_hf, "arrow": _read_arrow, "parquet": _read_parquet}[fmt](path, batch_rows)
     else:
         raw = {"jsonl": _read_jsonl, "text": _read_text, "text_dir": _read_text_dir}[fmt](path)
-    return _numbered(path, raw)
+    return _numbered(path, raw, require_ids)
 
 
 def count_documents(path: str | Path) -> int | None:
@@ -99,9 +100,12 @@ def count_documents(path: str | Path) -> int | None:
     return None
 
 
-def _numbered(path: Path, raw: Iterator[Raw]) -> Iterator[Document]:
+def _numbered(path: Path, raw: Iterator[Raw], require_ids: bool = False) -> Iterator[Document]:
     row = 0
     for id_, title, text in raw:
+        if require_ids and (id_ is None or str(id_) == ""):
+            raise AppError(f"{path}: document {row + 1} has no `id`; an update needs an id for every document "
+                           "(a document whose id is in the index replaces it)")
         yield Document(row=row, id=str(row) if id_ is None else str(id_),
                        title="" if title is None else str(title), text="" if text is None else str(text))
         row += 1

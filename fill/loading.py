@@ -84,6 +84,8 @@ def describe(index: PhraseIndex, encoder: Encoder, scoring: Scoring, default_mod
     return {
         "index": index.root.name,
         "created_at": m.created_at,
+        "generation": m.generation,
+        "updated_at": m.updated_at,
         "model": {"name": encoder.model_dir.name, "fingerprint": m.model.fingerprint, "type": m.model.model_type,
                   "device": str(encoder.device), "dtype": str(encoder.dtype).replace("torch.", "")},
         "dim": m.dim,

@@ -127,6 +127,30 @@ def set_search_params(index: faiss.Index, nprobe: int | None = None, ef_search: 
         hnsw.efSearch = int(ef_search or 256)
 
 
+def search_params(index: faiss.Index, selector: faiss.IDSelector) -> faiss.SearchParameters:
+    """Search parameters that keep the index's own nprobe / efSearch and search only `selector`'s ids."""
+    ivf = _ivf(index)
+    if ivf is not None:
+        return faiss.SearchParametersIVF(sel=selector, nprobe=ivf.nprobe)
+    hnsw = getattr(index, "hnsw", None)
+    if hnsw is not None:
+        return faiss.SearchParametersHNSW(sel=selector, efSearch=hnsw.efSearch)
+    return faiss.SearchParameters(sel=selector)
+
+
+def search_preassigned(index: faiss.Index, q: np.ndarray, k: int, assigned: tuple[np.ndarray, np.ndarray],
+                       params: faiss.SearchParameters) -> tuple[np.ndarray, np.ndarray]:
+    """`index.search_preassigned` with search parameters (faiss's Python wrapper refuses them; the C++ method
+    takes them): the lists `assigned` = (distances, lists) from the shared quantizer."""
+    q = np.ascontiguousarray(q, dtype=np.float32)
+    distances = np.ascontiguousarray(assigned[0], dtype=np.float32)
+    lists = np.ascontiguousarray(assigned[1], dtype=np.int64)
+    scores, ids = np.empty((q.shape[0], k), dtype=np.float32), np.empty((q.shape[0], k), dtype=np.int64)
+    index.search_preassigned_c(q.shape[0], faiss.swig_ptr(q), k, faiss.swig_ptr(lists), faiss.swig_ptr(distances),
+                               faiss.swig_ptr(scores), faiss.swig_ptr(ids), False, params)
+    return scores, ids
+
+
 def _ivf(index: faiss.Index):
     try:
         return faiss.extract_index_ivf(index)

@@ -20,11 +20,13 @@ import math
 import re
 import sqlite3
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from common.files import atomic_path
+from indexer.integrity import fts5_totals_of
 from indexer.shard import Shard
 
 logger = logging.getLogger(__name__)
@@ -41,9 +43,12 @@ def block_text(shard: Shard, block: int) -> str:
     return text[int(shard.offsets[first, 0]) : int(shard.offsets[end - 1, 1])]
 
 
-def build_bm25(root: Path, shards: list[Shard]) -> Path:
-    """Write bm25.sqlite (title + block text per global block id, and its postings) atomically (common.files)."""
-    final = root / BM25_NAME
+def build_bm25(root: Path, shards: list[Shard], base: "BaseStats | None" = None, name: str = BM25_NAME) -> Path:
+    """Write `name` (title + block text per global block id, and its postings) atomically (common.files).
+
+    With `base` (a delta shard's BM25, indexer.update) the blocks are numbered from 0 in this file and their
+    weights use the base index's statistics (BaseStats), so that they rank among the base's blocks."""
+    final = root / name
     with atomic_path(final) as tmp:
         con = sqlite3.connect(tmp)
         try:
@@ -54,30 +59,72 @@ def build_bm25(root: Path, shards: list[Shard]) -> Path:
             rows = 0
             for shard in shards:
                 titles = shard.docs.column("title")
+                first = rows if base is not None else shard.info.block_base
                 rows += shard.blocks.shape[0]
                 body = (
-                    (shard.info.block_base + b, f"{titles[int(shard.blocks[b, 0])].as_py()}\n{block_text(shard, b)}")
+                    (first + b, f"{titles[int(shard.blocks[b, 0])].as_py()}\n{block_text(shard, b)}")
                     for b in range(shard.blocks.shape[0])
                 )
                 con.executemany("INSERT INTO blocks(rowid, body) VALUES (?, ?)", body)
             con.commit()
             con.execute("INSERT INTO blocks(blocks) VALUES ('optimize')")
-            _write_postings(con, rows)
+            _write_postings(con, rows, base)
             con.commit()
         finally:
             con.close()
     return final
 
 
-def _write_postings(con: sqlite3.Connection, rows: int) -> None:
+@dataclass(frozen=True)
+class BaseStats:
+    """What a delta's BM25 weights borrow from the base index: its block count, mean block length (FTS5's
+    averages record) and each term's block frequency, so idf = log((N - n + 0.5) / (n + 0.5)) counts the base's
+    blocks and the delta's together and D / avgdl compares with the base's blocks (`indexer compact` recomputes
+    everything exactly, as a build does)."""
+
+    rows: int
+    avgdl: float
+    path: Path
+
+    @classmethod
+    def of(cls, path: Path) -> "BaseStats":
+        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            rows, tokens = fts5_totals_of(con)
+        finally:
+            con.close()
+        return cls(rows, tokens / rows if rows else 1.0, path)
+
+    def frequencies(self, terms: list[str]) -> dict[str, int]:
+        """The base's block frequency of each term that it holds."""
+        con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+        try:
+            meta = dict(con.execute("SELECT key, value FROM postings_meta").fetchall())
+            width = np.dtype(meta["block_dtype"].decode()).itemsize
+            found = {}
+            for a in range(0, len(terms), 500):
+                chunk = terms[a:a + 500]
+                found.update(con.execute(f"SELECT term, length(blocks) / {width} FROM postings WHERE term IN "
+                                         f"({','.join('?' * len(chunk))})", chunk).fetchall())
+            return found
+        finally:
+            con.close()
+
+
+def _write_postings(con: sqlite3.Connection, rows: int, base: BaseStats | None = None) -> None:
     """Copy FTS5's postings out of it: per term its block ids (ascending) and its BM25 term weight in each,
     idf * (f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl))) as fts5_aux.c computes it (f: the term's
-    count in the block, D: the block's token count); they depend on the index only, so a query adds them."""
+    count in the block, D: the block's token count); they depend on the index only, so a query adds them.
+    With `base`, N, n and avgdl count the base's blocks too (BaseStats)."""
     con.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, blocks, instance)")
     lengths = np.zeros(rows, dtype=np.int64)  # first pass: each block's token count
     for doc, count in con.execute("SELECT doc, count(*) FROM temp.vocab GROUP BY doc"):
         lengths[doc] = count
     avgdl = float(int(lengths.sum())) / float(rows) if rows else 1.0
+    total, base_df = rows, {}
+    if base is not None:
+        avgdl, total = base.avgdl, rows + base.rows
+        base_df = base.frequencies([t for (t,) in con.execute("SELECT DISTINCT term FROM temp.vocab")])
     norm = K1 * ((1 - B) + B * lengths.astype(np.float64) / avgdl)  # k1 * (1 - b + b * D / avgdl)
     block_dtype = "<u4" if rows < 2**32 else "<i8"
     con.execute("CREATE TABLE postings(term TEXT PRIMARY KEY, blocks BLOB NOT NULL, weights BLOB NOT NULL) WITHOUT ROWID")
@@ -85,7 +132,8 @@ def _write_postings(con: sqlite3.Connection, rows: int) -> None:
 
     def insert(term: str, blocks: list[int], freqs: list[int]) -> None:
         b, f = np.asarray(blocks, dtype=np.int64), np.asarray(freqs, dtype=np.float64)
-        idf = math.log((rows - b.size + 0.5) / (b.size + 0.5))
+        n = b.size + base_df.get(term, 0)
+        idf = math.log((total - n + 0.5) / (n + 0.5))
         idf = idf if idf > 0.0 else 1e-6
         weights = idf * ((f * (K1 + 1.0)) / (f + norm[b]))
         con.execute("INSERT INTO postings VALUES (?, ?, ?)", (term, b.astype(block_dtype).tobytes(), weights.astype("<f8").tobytes()))
@@ -155,8 +203,12 @@ class BM25:
         return np.array([r[0] for r in rows], dtype=np.int64), np.array([-r[1] for r in rows], dtype=np.float64)
 
     def _from_postings(self, words: list[str], n: int) -> tuple[np.ndarray, np.ndarray]:
-        """FTS5's bm25() over the blocks holding any of `words`: each word's weight in a block added to the
-        block's score word by word in query order, as fts5_aux.c sums its phrases."""
+        return top_blocks(self.block_scores(words), n)
+
+    def block_scores(self, words: list[str]) -> np.ndarray:
+        """FTS5's bm25() of every block of this file for the query `words` (query_words; 0 where none occurs):
+        each word's weight in a block added to the block's score word by word in query order, as fts5_aux.c
+        sums its phrases."""
         plain = [w for w in words if _PLAIN.fullmatch(w)]
         with self._lock:
             found = {t: (np.frombuffer(b, dtype=self._block_dtype), np.frombuffer(w, dtype="<f8"))
@@ -175,12 +227,45 @@ class BM25:
             if word in found:
                 blocks, weights = found[word]
                 score[blocks] += weights
-        matched = np.flatnonzero(score > 0)  # every weight is > 0 (idf >= 1e-6, f >= 1)
-        if matched.size > n:
-            cut = np.partition(-score[matched], n - 1)[n - 1]  # the n-th best score
-            matched = matched[-score[matched] <= cut]  # ties at the cut included, trimmed below
-        order = np.lexsort((matched, -score[matched]))[:n]
-        return matched[order], score[matched[order]]
+        return score
 
     def close(self) -> None:
         self._con.close()
+
+
+def top_blocks(score: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(block ids, scores) of the n best blocks with a score > 0, best first, ties by lower block id."""
+    matched = np.flatnonzero(score > 0)  # every weight is > 0 (idf >= 1e-6, f >= 1)
+    if matched.size > n:
+        cut = np.partition(-score[matched], n - 1)[n - 1]  # the n-th best score
+        matched = matched[-score[matched] <= cut]  # ties at the cut included, trimmed below
+    order = np.lexsort((matched, -score[matched]))[:n]
+    return matched[order], score[matched[order]]
+
+
+class BlockSearch:
+    """BM25 over every live block of an index: the build's bm25.sqlite (blocks 0 .. its rows), each delta
+    shard's own file (at the shard's block base, indexer.update), tombstoned blocks left out (indexer.tombstones).
+    The same `search_scored` as BM25, whose blocks and scores it returns unchanged on an index never updated."""
+
+    def __init__(self, base: BM25, deltas: list[tuple[int, BM25]], dead_blocks: np.ndarray, blocks: int) -> None:
+        self.base, self.deltas, self.dead_blocks, self.blocks = base, deltas, dead_blocks, blocks
+        self.path = base.path
+        if (deltas or dead_blocks.size) and base.rows is None:
+            raise ValueError("an index with delta shards or tombstones needs BM25 postings")
+
+    def search_scored(self, text: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+        if not self.deltas and not self.dead_blocks.size:
+            return self.base.search_scored(text, n)
+        words = query_words(text)
+        score = np.zeros(self.blocks, dtype=np.float64)
+        if words:
+            score[: self.base.rows] = self.base.block_scores(words)
+            for block_base, delta in self.deltas:
+                score[block_base : block_base + delta.rows] = delta.block_scores(words)
+        score[self.dead_blocks] = 0.0
+        return top_blocks(score, n)
+
+    def close(self) -> None:
+        for bm25 in (self.base, *(d for _, d in self.deltas)):
+            bm25.close()

@@ -32,8 +32,9 @@ from encoder.model import Encoder, model_fingerprint
 from indexer.ann import check_index_type, resolve_factory
 from indexer.bm25 import build_bm25
 from indexer.encode import default_batch_tokens, encode_shard
-from indexer.manifest import BuildSettings, Counts, FileInfo, Manifest, ModelInfo, ShardInfo
-from indexer.outdir import identity, prepare_out, remove_stale_shards
+from indexer.lock import writer_lock
+from indexer.manifest import MANIFEST_NAME, BuildSettings, Counts, FileInfo, Manifest, ModelInfo, ShardInfo
+from indexer.outdir import BUILD_STATE, identity, prepare_out, remove_stale_shards
 from indexer.shard import Shard, read_shard_info
 from indexer.shard_writer import ShardContent, ShardPlan, write_shard
 from indexer.templates import Templates, needs_training
@@ -105,13 +106,26 @@ class BuildJob:
 
     # ---- the steps ------------------------------------------------------------------------------
     def run(self) -> BuildSummary:
+        """The build; the leading process holds the index's writer lock (indexer.lock) from before it prepares
+        an existing index directory (or, for a new one, from just after) to the end."""
+        if not self.place.leader:
+            return self._run()
+        cfg = self.cfg
+        settings = cfg.model_dump(include={"block_tokens", "shard_tokens", "title_tokens", "index_type",
+                                           "memory_budget", "vector_dtype"})
+        settings["dtype"] = str(self.encoder.dtype).replace("torch.", "")
+        ident = identity(cfg.corpus, self.fingerprint, settings)
+        if (cfg.out / MANIFEST_NAME).is_file() or (cfg.out / BUILD_STATE).is_file():
+            with writer_lock(cfg.out, "indexer build"):
+                prepare_out(cfg.out, ident, cfg.overwrite)
+                return self._run()
+        prepare_out(cfg.out, ident, cfg.overwrite)
+        with writer_lock(cfg.out, "indexer build"):
+            return self._run()
+
+    def _run(self) -> BuildSummary:
         t0 = time.perf_counter()
         cfg = self.cfg
-        if self.place.leader:
-            settings = cfg.model_dump(include={"block_tokens", "shard_tokens", "title_tokens", "index_type",
-                                               "memory_budget", "vector_dtype"})
-            settings["dtype"] = str(self.encoder.dtype).replace("torch.", "")
-            prepare_out(cfg.out, identity(cfg.corpus, self.fingerprint, settings), cfg.overwrite)
         self.place.barrier()
         if self.place.world > 1:
             p = self.place

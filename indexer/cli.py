@@ -1,6 +1,8 @@
-"""`indexer build --corpus PATH --out DIR`: the command line of the indexing job.
+"""`indexer build --corpus PATH --out DIR`, `indexer add | delete | compact --index DIR`: the command lines of
+the indexing jobs.
 
-The flags (and INDEXER_* variables) are generated from `BuildConfig`, the job's one config object.
+The flags (and INDEXER_* variables) of each are generated from its one config object (`BuildConfig`,
+`AddConfig`, `DeleteConfig`, `CompactConfig`).
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ import typer
 
 from common.cli import model_command
 from indexer.build import BuildConfig, build_index
+from indexer.compact import CompactConfig, run_compact
+from indexer.update import AddConfig, DeleteConfig, run_add, run_delete
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Build phrase indexes for mask filling.")
 
@@ -22,8 +26,7 @@ def _root() -> None:
 
 
 def _build(cfg: BuildConfig, verbose: bool = False) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _logging(verbose)
     summary = build_index(cfg)
     if os.environ.get("RANK", "0") == "0":  # under torchrun, rank 0 reports the whole index
         typer.echo(summary.line())
@@ -31,6 +34,32 @@ def _build(cfg: BuildConfig, verbose: bool = False) -> None:
 
 model_command(app, BuildConfig, _build, name="build", env_prefix="INDEXER_",
               extra={"verbose": (bool, typer.Option(False, "--verbose", "-v", help="debug logging"))})
+
+
+def _logging(verbose: bool) -> None:
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
+def _add(cfg: AddConfig, verbose: bool = False) -> None:
+    _logging(verbose)
+    typer.echo(run_add(cfg).line())
+
+
+def _delete(cfg: DeleteConfig, verbose: bool = False) -> None:
+    _logging(verbose)
+    typer.echo(run_delete(cfg).line())
+
+
+def _compact(cfg: CompactConfig, verbose: bool = False) -> None:
+    _logging(verbose)
+    typer.echo(run_compact(cfg).line())
+
+
+for _name, _config, _run in (("add", AddConfig, _add), ("delete", DeleteConfig, _delete),
+                             ("compact", CompactConfig, _compact)):
+    model_command(app, _config, _run, name=_name, env_prefix="INDEXER_",
+                  extra={"verbose": (bool, typer.Option(False, "--verbose", "-v", help="debug logging"))})
 
 
 def main() -> None:

@@ -233,8 +233,8 @@ def _bm25_problem(con: sqlite3.Connection, blocks: int) -> str | None:
         return f"has postings for {rows!r} blocks of type {dtype!r}, the manifest says {blocks} blocks"
     for order in ("ASC", "DESC"):  # the first and the last term: both ends of the postings' B-tree
         row = con.execute(f"SELECT term, blocks, weights FROM postings ORDER BY term {order} LIMIT 1").fetchone()
-        if row is None:
-            return "holds no postings" if blocks else None
+        if row is None:  # no term at all: right only when FTS5 counted no token (blocks of punctuation alone)
+            return "holds no postings" if blocks and fts5_totals_of(con)[1] else None
         term, raw, weights = row
         width = np.dtype(dtype).itemsize
         if not (isinstance(term, str) and isinstance(raw, bytes) and isinstance(weights, bytes) and raw
@@ -253,3 +253,23 @@ def _bm25_problem(con: sqlite3.Connection, blocks: int) -> str | None:
 
 def _text(value) -> str:
     return value.decode("ascii", "replace") if isinstance(value, bytes) else str(value)
+
+
+def fts5_totals_of(con: sqlite3.Connection) -> tuple[int, int]:
+    """(rows, tokens) of the FTS5 table `blocks`: its averages record (the SQLite varints of the row count and
+    the token count of its one column)."""
+    blob = con.execute("SELECT block FROM blocks_data WHERE id = 1").fetchone()[0]
+    out, i = [], 0
+    while i < len(blob) and len(out) < 2:
+        value = 0
+        for j in range(9):
+            byte = blob[i]
+            i += 1
+            if j == 8:
+                value = (value << 8) | byte
+                break
+            value = (value << 7) | (byte & 0x7F)
+            if not byte & 0x80:
+                break
+        out.append(value)
+    return out[0], out[1]

@@ -13,6 +13,8 @@ from common.files import write_json_atomic
 from indexer.ann import parse_bytes
 
 FORMAT_VERSION = 3  # 3: compact char offsets (indexer.offsets)
+UPDATED_FORMAT_VERSION = 4  # 4: an index changed after its build (delta shards, tombstones: indexer.update)
+READABLE_VERSIONS = (FORMAT_VERSION, UPDATED_FORMAT_VERSION)
 MANIFEST_NAME = "manifest.json"
 
 
@@ -31,6 +33,14 @@ class ShardInfo(BaseModel):
     factory: str = "Flat"  # FAISS factory string of index.faiss
     vector_dtype: str = "float16"  # storage of vectors.npy: float16, or int8 with scales.npy
     files: dict[str, FileInfo]
+    bm25: FileInfo | None = None  # a delta shard's own BM25 (bm25_<name>.sqlite beside it), indexer.update
+
+
+class TombstoneInfo(FileInfo):
+    """The tombstones file of an updated index (indexer.tombstones): the deleted documents' rows per shard."""
+
+    name: str
+    rows: int  # the deleted documents' rows it lists (a document has a row in each shard that holds a block of it)
 
 
 class ModelInfo(BaseModel):
@@ -48,6 +58,8 @@ class Counts(BaseModel):
     blocks: int
     tokens: int
     shards: int
+    deleted_documents: int = 0  # stored but deleted (tombstoned) documents, not counted in `documents`
+    deleted_tokens: int = 0  # their tokens, still counted in `tokens` until `indexer compact`
 
 
 class BuildSettings(BaseModel):
@@ -96,10 +108,16 @@ class Manifest(BaseModel):
     corpus: dict[str, Any]
     counts: Counts
     shards: list[ShardInfo]
-    bm25: FileInfo | None = None  # bm25.sqlite: BM25 over the blocks, for restricted / hybrid fills
+    bm25: FileInfo | None = None  # BM25 over the blocks, for restricted / hybrid fills
+    bm25_name: str = "bm25.sqlite"  # its file: the build's bm25.sqlite; `indexer compact` writes a new name
+    updated_at: str | None = None  # the time of the last change since the build
+    generation: int = 0  # changes since the build (indexer.update): each add, delete or compact adds one
+    tombstones: TombstoneInfo | None = None  # deleted documents (indexer.tombstones)
 
     def save(self, root: Path) -> None:
-        write_json_atomic(root / MANIFEST_NAME, self.model_dump(mode="json"))
+        """Write the manifest atomically: the commit point of a build and of every update."""
+        version = UPDATED_FORMAT_VERSION if self.generation else FORMAT_VERSION
+        write_json_atomic(root / MANIFEST_NAME, self.model_copy(update={"format_version": version}).model_dump(mode="json"))
 
     @classmethod
     def load(cls, root: str | Path) -> "Manifest":
@@ -111,8 +129,9 @@ class Manifest(BaseModel):
         except json.JSONDecodeError as exc:
             raise AppError(f"{path} is not a valid manifest: {exc}") from exc
         version = data.get("format_version", FORMAT_VERSION) if isinstance(data, dict) else FORMAT_VERSION
-        if version != FORMAT_VERSION:  # before validation: another version's fields may differ
-            raise AppError(f"{path} has format version {version}; this software reads {FORMAT_VERSION}")
+        if version not in READABLE_VERSIONS:  # before validation: another version's fields may differ
+            raise AppError(f"{path} has format version {version}; this software reads "
+                           f"{' and '.join(map(str, READABLE_VERSIONS))}")
         try:
             return cls.model_validate(data)
         except ValidationError as exc:

@@ -10,6 +10,7 @@ from typing import Any
 
 from common.errors import AppError
 from common.files import TMP_SUFFIX, write_json_atomic
+from indexer.lock import LOCK_NAME
 from indexer.manifest import MANIFEST_NAME
 from indexer.templates import TEMPLATE_DIR
 
@@ -35,7 +36,7 @@ def _ours(out: Path) -> list[Path]:
     names = (MANIFEST_NAME, BUILD_STATE)
     return [
         p for p in out.iterdir()
-        if p.name.removesuffix(TMP_SUFFIX) in names or p.name.startswith(("shard_", "bm25.sqlite", TEMPLATE_DIR))
+        if p.name.removesuffix(TMP_SUFFIX) in names or p.name.startswith(("shard_", "bm25", "tombstones_", TEMPLATE_DIR))
     ]
 
 
@@ -46,7 +47,7 @@ def prepare_out(out: Path, ident: dict[str, Any], overwrite: bool) -> None:
     out.mkdir(parents=True, exist_ok=True)
     state_path = out / BUILD_STATE
     ours = _ours(out)
-    others = [p for p in out.iterdir() if p not in ours]
+    others = [p for p in out.iterdir() if p not in ours and p.name != LOCK_NAME]  # the lock: a writer's, kept
     if {p.name.removesuffix(TMP_SUFFIX) for p in ours} <= {BUILD_STATE}:  # nothing written yet: start afresh
         for p in ours:
             p.unlink()
@@ -55,6 +56,11 @@ def prepare_out(out: Path, ident: dict[str, Any], overwrite: bool) -> None:
         for p in ours:
             shutil.rmtree(p) if p.is_dir() else p.unlink()
     elif ours:
+        generation = _generation(out)
+        if generation:
+            raise AppError(f"output directory {out} holds an index changed since its build (generation {generation}: "
+                           "added or deleted documents); `indexer compact` folds the changes in, --overwrite "
+                           "rebuilds it from the corpus")
         previous = json.loads(state_path.read_text(encoding="utf-8")) if state_path.is_file() else None
         if previous != ident:
             raise AppError(
@@ -65,6 +71,14 @@ def prepare_out(out: Path, ident: dict[str, Any], overwrite: bool) -> None:
     if others and not ours and not overwrite:
         raise AppError(f"output directory {out} is not empty and holds no index; choose an empty --out")
     write_json_atomic(state_path, ident)
+
+
+def _generation(out: Path) -> int:
+    path = out / MANIFEST_NAME
+    try:
+        return int(json.loads(path.read_text(encoding="utf-8")).get("generation", 0)) if path.is_file() else 0
+    except (ValueError, AttributeError):
+        return 0
 
 
 def remove_stale_shards(out: Path, keep: set[str]) -> None:

@@ -14,11 +14,12 @@ import numpy as np
 from common.arrays import unique_inverse
 from common.errors import AppError
 from common.files import sha256_file
-from indexer.ann import set_search_params
-from indexer.bm25 import BM25, BM25_NAME
+from indexer.ann import search_params, search_preassigned, set_search_params
+from indexer.bm25 import BM25, BlockSearch
 from indexer.integrity import check_bm25, damaged
-from indexer.manifest import Manifest
-from indexer.shard import Shard
+from indexer.manifest import FileInfo, Manifest
+from indexer.shard import Shard, delta_bm25_name
+from indexer.tombstones import Liveness, Tombstones
 
 logger = logging.getLogger(__name__)
 
@@ -36,28 +37,38 @@ class PhraseIndex:
     stored vectors and keeps the top k over all shards, so ANN error costs recall only at the far end.
 
     Opening refuses a damaged index (an AppError naming the file): every file's structure is checked against
-    the manifest (indexer.integrity, ~30 ms at 10.5M tokens); `verify` adds the sha256 of every byte."""
+    the manifest (indexer.integrity, ~30 ms at 10.5M tokens); `verify` adds the sha256 of every byte.
+
+    An updated index (indexer.update) is served as it is: delta shards are shards, their BM25 files join the
+    build's (BlockSearch), and the tombstoned documents' tokens and blocks are left out of every search.
+    `reuse` (the index being replaced by a newer generation of the same directory) lends its opened shards
+    whose files are unchanged, so opening a new generation costs only its new files."""
 
     def __init__(
         self, root: str | Path, verify: bool = False, nprobe: int | None = None, ef_search: int | None = None,
-        refine: int | None = None,
+        refine: int | None = None, reuse: "PhraseIndex | None" = None,
     ) -> None:
         self.root = Path(root)
         self.refine = DEFAULT_REFINE if refine is None else int(refine)
         if self.refine < 1:
             raise AppError(f"refine must be >= 1, got {refine}", kind="validation")
         self.manifest = Manifest.load(self.root)
+        same = reuse is not None and reuse.root.resolve() == self.root.resolve()
+        # files whose bytes were hashed and found right: path -> sha256, shared with the generations to come
+        self.verified: dict[Path, str] = reuse.verified if same else {}
         if verify:
             self.verify()
-        self.shards = [Shard(self.root, info, self.manifest.dim) for info in self.manifest.shards]
+        self.tombstones = Tombstones.load(self.root, self.manifest)
+        lent = reuse.shards_by_name() if same else {}
+        self.shards = [lent[info.name] if info.name in lent and lent[info.name].info == info
+                       else Shard(self.root, info, self.manifest.dim) for info in self.manifest.shards]
         for shard in self.shards:
             set_search_params(shard.index, nprobe, ef_search)
+        self.live = [Liveness(s.blocks, len(s), self.tombstones.of(s.info.name))
+                     if self.tombstones.of(s.info.name).size else None for s in self.shards]
         self.scale = self.manifest.similarity_scale
-        self.bm25 = None
-        if self.manifest.bm25 is not None:
-            check_bm25(self.root / BM25_NAME, self.manifest.bm25, self.manifest.counts.blocks)
-            self.bm25 = BM25(self.root / BM25_NAME)
         self._block_bases = np.array([s.info.block_base for s in self.shards], dtype=np.int64)
+        self.bm25 = self._open_bm25()
         self._quantizer, self._shared = shared_quantizer(self.shards)
         # the pool searches shards in parallel, so each FAISS call runs on one thread: FAISS's OpenMP keeps a
         # team of spinning threads per calling thread, and teams of 8 pool threads would fight over the cores
@@ -65,17 +76,63 @@ class PhraseIndex:
                                         initargs=(1,)) if len(self.shards) > 1 else None
         logger.info("opened index %s: %d shards, %d tokens", self.root, len(self.shards), self.manifest.counts.tokens)
 
-    def verify(self) -> None:
-        """Check every file against the manifest's sha256 (slow: reads everything). Without it, opening checks
-        every file's structure only (indexer.integrity), which cannot see bytes changed inside a payload."""
+    def _open_bm25(self) -> BlockSearch | None:
+        """The BM25 of every live block (None for an index built without BM25)."""
+        if self.manifest.bm25 is None:
+            return None
+        check_bm25(self.root / self.manifest.bm25_name, self.manifest.bm25, self.manifest.counts.blocks - sum(
+            s.info.blocks for s in self.shards if s.info.bm25 is not None))
+        deltas = []
+        for shard in self.shards:
+            if shard.info.bm25 is not None:
+                check_bm25(self.root / delta_bm25_name(shard.info.name), shard.info.bm25, shard.info.blocks)
+                deltas.append((shard.info.block_base, BM25(self.root / delta_bm25_name(shard.info.name))))
+        dead = [live.dead_blocks + s.info.block_base for s, live in zip(self.shards, self.live) if live is not None]
+        return BlockSearch(BM25(self.root / self.manifest.bm25_name), deltas, np.concatenate(dead) if dead else
+                           np.empty(0, dtype=np.int64), self.manifest.counts.blocks)
+
+    def shards_by_name(self) -> dict[str, Shard]:
+        return {s.info.name: s for s in self.shards}
+
+    def files(self) -> list[tuple[Path, FileInfo]]:
+        """Every file the manifest lists, with its record (size, sha256)."""
         files = [(self.root / info.name / fname, rec) for info in self.manifest.shards for fname, rec in info.files.items()]
+        files += [(self.root / delta_bm25_name(info.name), info.bm25) for info in self.manifest.shards if info.bm25]
         if self.manifest.bm25 is not None:
-            files.append((self.root / BM25_NAME, self.manifest.bm25))
-        for path, rec in files:
+            files.append((self.root / self.manifest.bm25_name, self.manifest.bm25))
+        if self.manifest.tombstones is not None:
+            files.append((self.root / self.manifest.tombstones.name, self.manifest.tombstones))
+        return files
+
+    def verify(self, files: list[tuple[Path, FileInfo]] | None = None) -> None:
+        """Check every file (or `files`) against the manifest's sha256 (slow: reads everything). Without it,
+        opening checks every file's structure only (indexer.integrity), which cannot see bytes changed inside
+        a payload."""
+        for path, rec in self.files() if files is None else files:
             if not path.is_file():
                 raise damaged(path, "is missing")
             if sha256_file(path) != rec.sha256:
                 raise damaged(path, "does not match the manifest's sha256 (corrupted)")
+            self.verified[path] = rec.sha256
+
+    def unverified(self, files: list[tuple[Path, FileInfo]] | None = None) -> list[tuple[Path, FileInfo]]:
+        """The files (default: all) not yet hashed and found right, in this generation or an earlier one."""
+        return [(p, rec) for p, rec in (self.files() if files is None else files) if self.verified.get(p) != rec.sha256]
+
+    def warm(self, pages: bool = True, hashes: bool = False) -> None:
+        """Shard after shard: with `hashes`, check the sha256 of every file not checked yet (reading it also
+        brings it into the page cache; an AppError naming the first file that differs); with `pages`, map every
+        page a fill reads at random into this process (Shard.warm; a shard already warm is skipped)."""
+        t = time.perf_counter()
+        for shard in self.shards:
+            if hashes:
+                self.verify(self.unverified([(shard.dir / f, rec) for f, rec in shard.info.files.items()]))
+            if pages:
+                shard.warm()
+        if hashes:
+            self.verify(self.unverified())  # BM25, delta BM25, tombstones
+        logger.info("warmed %d shards (pages mapped: %s, sha256 checked: %s) in %.1f s", len(self.shards), pages, hashes,
+                    time.perf_counter() - t)
 
     def block_hits(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Every token of the given global blocks, as (shard numbers, positions)."""
@@ -88,13 +145,6 @@ class PhraseIndex:
         if not positions:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
         return np.concatenate(shard_no), np.concatenate(positions)
-
-    def warm(self) -> None:
-        """Map every page a fill reads at random into this process (Shard.warm), shard after shard."""
-        t = time.perf_counter()
-        for shard in self.shards:
-            shard.warm()
-        logger.info("mapped the stored vectors of %d shards in %.1f s", len(self.shards), time.perf_counter() - t)
 
     @property
     def total_tokens(self) -> int:
@@ -145,13 +195,14 @@ class PhraseIndex:
     def faiss_search(self, s: int, q: np.ndarray, k: int, assigned=None) -> tuple[np.ndarray, np.ndarray]:
         """Shard s's own FAISS search for the queries: k hits (exact shards) or refine * k (ANN shards, to be
         re-scored), with the lists from `assign` where the shard shares the quantizer."""
-        shard = self.shards[s]
-        if is_exact(shard.info.factory):
-            return shard.index.search(q, min(k, len(shard)))
-        hits = min(k * self.refine, len(shard))
+        shard, live = self.shards[s], self.live[s]
+        hits = min(k, len(shard)) if is_exact(shard.info.factory) else min(k * self.refine, len(shard))
+        params = None if live is None else search_params(shard.index, live.selector)
         if assigned is not None and s in self._shared:
-            return shard.index.search_preassigned(q, hits, assigned[1], assigned[0])
-        return shard.index.search(q, hits)
+            if params is None:
+                return shard.index.search_preassigned(q, hits, assigned[1], assigned[0])
+            return search_preassigned(shard.index, q, hits, assigned, params)
+        return shard.index.search(q, hits, params=params)
 
     def close(self) -> None:
         if self.bm25 is not None:

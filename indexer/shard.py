@@ -34,6 +34,11 @@ def shard_name(number: int) -> str:
     return f"shard_{number:05d}"
 
 
+def delta_bm25_name(name: str) -> str:
+    """The file of a delta shard's own BM25, beside the shard's directory (indexer.update)."""
+    return f"bm25_{name}.sqlite"
+
+
 def read_shard_info(root: Path, number: int) -> ShardInfo | None:
     """The info of a finished shard, or None when it is missing or incomplete."""
     path = root / shard_name(number) / "shard.json"
@@ -64,17 +69,21 @@ class Shard:
         self.docs = open_docs(self.dir / "docs.arrow", info.documents)
         self.text = DocText(self.docs.column("text"), self.blocks, self.offsets)
         self.index = read_faiss(self.dir / "index.faiss", info, dim)
+        self.warmed = False
 
     def __len__(self) -> int:
         return self.info.tokens
 
     def warm(self) -> None:
         """Map every page of the files a fill reads at random (vectors, flags, offsets) into this process,
-        and locate the blocks' text (DocText.load)."""
+        and locate the blocks' text (DocText.load); once (a shard lent to a later generation stays warm)."""
+        if self.warmed:
+            return
         self.vectors.warm()
         self.text.load()
         for array in (self.flags, self.offsets.starts, self.offsets.lengths):
             touch_pages(array)
+        self.warmed = True
 
     def block_of(self, positions: np.ndarray) -> np.ndarray:
         """Local block number of each token position."""

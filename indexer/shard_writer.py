@@ -51,6 +51,8 @@ class ShardContent:
     doc_ids: list[str]
     doc_titles: list[str]
     doc_texts: list[str]
+    stored: tuple[np.ndarray, np.ndarray | None] | None = None  # the stored vectors as written (codes, int8
+    # scales) when copied from another shard (indexer.compact); None: from `vectors`, quantized per vector_dtype
 
     @classmethod
     def from_blocks(cls, blocks: list[Block], vectors: np.ndarray) -> "ShardContent":
@@ -119,7 +121,12 @@ def _save(path: Path, array: np.ndarray) -> None:
 def _write_arrays(directory: Path, content: ShardContent, vector_dtype: str) -> list[str]:
     """Write the .npy files of `content` into `directory`; the names of every file of the shard, in order."""
     files = list(SHARD_FILES)
-    if vector_dtype == "int8":
+    if content.stored is not None:  # copied as they are: the same bytes a build wrote for these tokens
+        _save(directory / "vectors.npy", content.stored[0])
+        if content.stored[1] is not None:
+            _save(directory / "scales.npy", content.stored[1])
+            files.append("scales.npy")
+    elif vector_dtype == "int8":
         codes, scales = quantize_int8(content.vectors)
         _save(directory / "vectors.npy", codes)
         _save(directory / "scales.npy", scales)

@@ -14,6 +14,7 @@ from service.errors import install_handlers
 from service.limits import RequestLimits
 from service.observe import Observe
 from service.routes import admin as admin_routes
+from service.routes import documents as document_routes
 from service.routes import fill as fill_routes
 from service.routes import probes as probe_routes
 from service.routes import score as score_routes
@@ -42,18 +43,18 @@ def create_app(settings: Settings | None = None, state: ServiceState | None = No
     app.state.admin = bool(keys)
     install_handlers(app)
     _middleware(app, settings, keys)
-    for group in (probe_routes, fill_routes, score_routes, admin_routes):
+    for group in (probe_routes, fill_routes, score_routes, admin_routes, document_routes):
         app.include_router(group.router)
     return app
 
 
 def _middleware(app: FastAPI, settings: Settings, keys: list[str]) -> None:
     # the last added is the outermost: CORS answers preflights, then keys are checked, then the body
-    app.add_middleware(RequestLimits, max_body=settings.max_body_bytes)
+    app.add_middleware(RequestLimits, max_body=settings.max_body_bytes, max_documents=settings.max_documents_bytes)
     if keys:
         app.add_middleware(ApiKeys, keys=keys)
     if settings.origins():
-        app.add_middleware(CORSMiddleware, allow_origins=settings.origins(), allow_methods=["GET", "POST"],
+        app.add_middleware(CORSMiddleware, allow_origins=settings.origins(), allow_methods=["GET", "POST", "DELETE"],
                            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
                            expose_headers=["X-Request-ID", "Retry-After"])
     app.add_middleware(Observe, metrics=app.state.service.metrics)

@@ -47,6 +47,11 @@ class Settings(EngineConfig, BaseSettings):
                               "request returns; over it: 422")
     max_body_bytes: int = Field(65536, ge=1024, description="largest request body; a larger one gets 413 before it is "
                                 "read (a fill request with every option is under 3 KB)")
+    max_documents_bytes: int = Field(64 * 2**20, ge=1024, description="largest body of POST /admin/documents (the "
+                                     "documents to add); a larger one gets 413 before it is read")
+    check_hashes: bool = Field(True, description="after start, read every index file in the background (with the "
+                               "warming) and compare its sha256 with the manifest's; on a mismatch the server turns "
+                               "not ready (503 naming the file). Reloads check every file before they swap")
     header_timeout: float = Field(10.0, gt=0, description="seconds a client has to send a request's headers; slower "
                                   "connections are closed")
     api_keys: str | None = Field(None, description="comma-separated API keys; when set (or api_keys_file), every route "

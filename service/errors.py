@@ -52,7 +52,7 @@ def install_handlers(app: FastAPI) -> None:
     async def _app_error(_: Request, exc: AppError) -> JSONResponse:
         if exc.field is None:
             return error_response(exc.kind, exc.message)
-        detail = [{"loc": ["body", exc.field], "msg": exc.message, "type": "value_error"}]
+        detail = [{"loc": ["body", exc.field], "msg": redact(exc.message), "type": "value_error"}]
         return error_response(exc.kind, f"{exc.field}: {exc.message}", detail)
 
     @app.exception_handler(RequestValidationError)

@@ -16,18 +16,25 @@ from service.errors import error_response
 BODY_METHODS = ("POST", "PUT", "PATCH")
 
 
-def _is_json(content_type: str) -> bool:
+DOCUMENTS_PATH = "/admin/documents"  # its body (documents to add) has its own limit and may be JSON lines
+JSON_LINES = ("application/x-ndjson", "application/jsonl", "application/json-lines")
+
+
+def _is_json(content_type: str, lines: bool = False) -> bool:
     media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json")) or (
+        lines and media in JSON_LINES)
 
 
 class RequestLimits:
-    """A body larger than `max_body` bytes gets 413: at once when Content-Length says so, else when the
-    streamed body passes the limit (the rest is never read). A body that is not JSON gets 415."""
+    """A body larger than `max_body` bytes (`max_documents` for POST /admin/documents) gets 413: at once when
+    Content-Length says so, else when the streamed body passes the limit (the rest is never read). A body that
+    is not JSON (or JSON lines, for the documents) gets 415."""
 
-    def __init__(self, app: ASGIApp, max_body: int) -> None:
+    def __init__(self, app: ASGIApp, max_body: int, max_documents: int | None = None) -> None:
         self.app = app
         self.max_body = max_body
+        self.max_documents = max_documents or max_body
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -35,21 +42,25 @@ class RequestLimits:
             return
         headers = Headers(scope=scope)
         length = headers.get("content-length")
+        documents = scope["path"] == DOCUMENTS_PATH
+        limit = self.max_documents if documents else self.max_body
         refused = None
         if length is not None and not length.isdigit():
             refused = error_response("validation", f"Content-Length {length!r} is not a number of bytes")
-        elif length is not None and int(length) > self.max_body:
+        elif length is not None and int(length) > limit:
             refused = error_response(
-                "payload_too_large", f"request body of {length} bytes is larger than the limit of {self.max_body} bytes")
+                "payload_too_large", f"request body of {length} bytes is larger than the limit of {limit} bytes")
         if refused is not None:
             await refused(scope, receive, send)
             return
         has_body = (length is not None and length != "0") or "chunked" in headers.get("transfer-encoding", "").lower()
-        if scope["method"] in BODY_METHODS and has_body and not _is_json(headers.get("content-type", "")):
+        if scope["method"] in BODY_METHODS and has_body and not _is_json(headers.get("content-type", ""), documents):
             given = headers.get("content-type")
+            lines = " (or application/x-ndjson for JSON lines)" if documents else ""
             await error_response(
                 "unsupported_media_type",
-                f"request body must be JSON: send Content-Type: application/json (got {given or 'no Content-Type'})",
+                f"request body must be JSON: send Content-Type: application/json{lines} (got "
+                f"{given or 'no Content-Type'})",
             )(scope, receive, send)
             return
         seen = 0
@@ -59,8 +70,8 @@ class RequestLimits:
             message = await receive()
             if message["type"] == "http.request":
                 seen += len(message.get("body", b""))
-                if seen > self.max_body:
-                    raise HTTPException(413, f"request body is larger than the limit of {self.max_body} bytes")
+                if seen > limit:
+                    raise HTTPException(413, f"request body is larger than the limit of {limit} bytes")
             return message
 
         await self.app(scope, limited, send)

@@ -33,6 +33,12 @@ class Metrics:
         self.index_shards = Gauge("index_shards", "shards of the index served", registry=r)
         self.reloads = Counter("index_reloads", "index loads and reloads by outcome", ["outcome"], registry=r)
         self.model = Info("model", "the encoder served", registry=r)
+        self.generation = Gauge("index_generation", "changes (add, delete, compact) of the served index since its "
+                                "build", registry=r)
+        self.updates = Counter("index_updates", "document updates applied through the admin routes", ["operation"],
+                               registry=r)
+        self.integrity_failures = Counter("index_integrity_failures", "served indexes whose files failed their "
+                                          "sha256 check (the server turned not ready)", registry=r)
 
     def outcome(self, outcome: str) -> None:
         self.requests.labels(outcome).inc()
@@ -53,6 +59,7 @@ class Metrics:
         described = engine.describe()
         self.index_tokens.set(described["counts"]["tokens"])
         self.index_shards.set(described["counts"]["shards"])
+        self.generation.set(described["generation"])
         model = described["model"]
         self.model.info({"name": model["name"], "fingerprint": model["fingerprint"], "device": model["device"],
                          "dtype": model["dtype"], "index": described["index"]})

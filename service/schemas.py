@@ -14,6 +14,14 @@ class ReloadRequest(BaseModel):
     index: str | None = Field(None, min_length=1, max_length=4096, description="index directory on the server")
 
 
+class DocumentRecord(BaseModel):
+    """One document of POST /admin/documents: added to the served index, or replacing the document with its id."""
+
+    id: str = Field(min_length=1, max_length=1024, description="the document's id; an id in the index is replaced")
+    text: str = Field(max_length=10_000_000, description="the document's text (empty: the document has no text)")
+    title: str = Field("", max_length=10_000, description="its title (indexed as each block's context)")
+
+
 class ErrorResponse(BaseModel):
     error: str
     error_type: str

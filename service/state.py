@@ -19,6 +19,9 @@ from fill.budget import Budget, Deadline
 from fill.engine import FillEngine
 from fill.prepared import Prepared
 from fill.schemas import FillRequest, FillResult, ScoreRequest, ScoreResult
+from indexer.lock import writer_lock
+from indexer.phrase_index import PhraseIndex
+from indexer.update import IndexUpdate, UpdateSummary
 from service.batcher import Batcher
 from service.config import Settings
 from service.metrics import Metrics
@@ -68,6 +71,7 @@ class ServiceState:
     def __init__(self, settings: Settings, engine: FillEngine | None = None,
                  on_fatal: Callable[[str], None] | None = None) -> None:
         self.settings = settings
+        self.configured = settings.index  # SIGHUP and an empty reload go back to it, whatever was served since
         self.metrics = Metrics()
         self.budget = Budget(settings.max_candidates, settings.max_evidence)
         self.slots = threading.BoundedSemaphore(settings.max_concurrency)
@@ -96,27 +100,54 @@ class ServiceState:
         """The first load (in the background): on failure the error is kept (503 naming it) and
         `on_fatal` is told, so a server exits with it rather than stay up unable to serve."""
         try:
-            self.reload()
+            self.reload(first=True)
             self.metrics.reloads.labels("ok").inc()
         except Exception as exc:  # noqa: BLE001 - reported by /readyz, the log, and the exit
             self.metrics.reloads.labels("failed").inc()
-            self.error = str(exc)
+            self.error = f"failed to load: {exc}"
             logger.error("service failed to load: %s", exc)
             if self.on_fatal is not None:
-                self.on_fatal(self.error)
+                self.on_fatal(str(exc))
 
-    def reload(self, index: Path | None = None) -> dict:
+    def reload(self, index: Path | None = None, first: bool = False) -> dict:
         """Open `index` (default: the configured directory, read again), warm it up, and swap it in; the
-        engine it replaces is released after its last request. A failure leaves the current one serving."""
+        engine it replaces is released after its last request. A failure leaves the current one serving.
+        A reload (not the `first` load) checks every file's sha256 before it swaps (unless check_hashes is off)."""
         with self._swap:
-            settings = self.settings if index is None else self.settings.model_copy(update={"index": index})
+            settings = self.settings.model_copy(update={"index": index if index is not None else self.configured})
+            if not first and settings.check_hashes:
+                settings = settings.model_copy(update={"verify": True})
             t0 = time.perf_counter()
             engine = FillEngine.open(settings.engine_config())
             self._install(engine)
-            if index is not None:
-                self.settings = settings
+            self.settings = settings.model_copy(update={"verify": self.settings.verify})
             return {"index": engine.index.root.name, "seconds": round(time.perf_counter() - t0, 3),
-                    "tokens": engine.index.total_tokens}
+                    "tokens": engine.index.total_tokens, "generation": engine.index.manifest.generation}
+
+    def change_documents(self, change: Callable[[IndexUpdate], UpdateSummary], what: str) -> UpdateSummary:
+        """Add or delete documents of the served index's directory (under its writer lock, with the served
+        encoder) and serve the new generation: its new files are checked (sha256) and opened beside the shards
+        it shares with the current one, then swapped in without failing a request."""
+        with self.using() as serving:
+            engine = serving.engine
+            with writer_lock(engine.index.root, what):
+                summary = change(IndexUpdate(engine.index.root, encoder=engine.encoder))
+                with self._swap:
+                    current = self.engine
+                    if current is None or current.index.root != engine.index.root:
+                        return summary  # another directory is served now: the change waits on disk for it
+                    c = self.settings
+                    index = PhraseIndex(current.index.root, nprobe=c.nprobe, ef_search=c.ef_search, refine=c.refine,
+                                        reuse=current.index)
+                    try:
+                        old = {p for p, _ in current.index.files()}
+                        index.verify([f for f in index.files() if f[0] not in old])  # the update's own files
+                        self._install(FillEngine(current.encoder, index, current.scoring, current.reader))
+                    except BaseException:
+                        index.close()
+                        raise
+        self.metrics.updates.labels(what.split()[0]).inc()
+        return summary
 
     def reload_or_report(self, index: str | None = None) -> dict:
         """`reload`, counted in the metrics; an index that cannot be served is a validation error naming
@@ -148,8 +179,25 @@ class ServiceState:
         logger.info("serving index %s (%d tokens)", engine.index.root.name, engine.index.total_tokens)
         if old is not None:
             old.retire()
-        if self.settings.warm:
-            threading.Thread(target=engine.index.warm, name="warm-pages", daemon=True).start()
+        if self.settings.warm or self.settings.check_hashes:
+            threading.Thread(target=self._warm, args=(engine,), name="warm-pages", daemon=True).start()
+
+    def _warm(self, engine: FillEngine) -> None:
+        """Map the pages of `engine`'s index and check its files' sha256 (Settings.warm, check_hashes); a file
+        that differs from the manifest turns the service not ready, naming it, while `engine` is still served."""
+        try:
+            engine.index.warm(pages=self.settings.warm, hashes=self.settings.check_hashes)
+        except AppError as exc:
+            with self._current:
+                serving = self.serving if self.serving is not None and self.serving.engine is engine else None
+                if serving is not None:
+                    self.serving, self.error = None, f"index check failed: {exc.message}"
+            if serving is not None:
+                self.metrics.integrity_failures.inc()
+                logger.error("index %s fails its check, no longer served: %s", engine.index.root.name, exc.message)
+                serving.retire()
+        except Exception:  # noqa: BLE001 - a warm-up that fails (e.g. a closed index) changes nothing served
+            logger.exception("warming index %s failed", engine.index.root.name)
 
     def start_loading(self) -> threading.Thread:
         thread = threading.Thread(target=self.load, name="load-engine", daemon=True)
@@ -169,7 +217,7 @@ class ServiceState:
         """The engine, or a not_ready AppError saying why there is none."""
         engine = self.engine
         if engine is None:
-            reason = f"failed to load: {self.error}" if self.error else "model and index are loading"
+            reason = self.error or "model and index are loading"
             raise AppError(f"service not ready ({reason})", kind="not_ready")
         return engine
 

@@ -164,7 +164,7 @@ def test_success_prints_summary(runs):
     assert shards >= 2
     manifest = json.loads((info["out"] / "manifest.json").read_text())
     assert manifest["counts"] == {"documents": docs, "empty_documents": empty, "blocks": blocks, "tokens": tokens,
-                                  "shards": shards}
+                                  "shards": shards, "deleted_documents": 0, "deleted_tokens": 0}
     assert len(list(info["out"].glob("shard_*"))) == shards
 
 

@@ -1,0 +1,76 @@
+"""POST /admin/documents and DELETE /admin/documents/{id}: change the served index's corpus live (only when API
+keys are configured). The change is written to the index directory (indexer.update) and the new generation is
+served as soon as it is committed, without a restart and without failing a request (ServiceState.change_documents)."""
+
+from __future__ import annotations
+
+import json
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.concurrency import run_in_threadpool
+from pydantic import ValidationError
+
+from common.errors import AppError
+from corpus.readers import Document
+from indexer.update import UpdateSummary
+from service.dependencies import ERRORS, ready_state, require_admin
+from service.limits import JSON_LINES
+from service.schemas import DocumentRecord, ErrorResponse
+from service.state import ServiceState
+
+router = APIRouter(prefix="/admin")
+
+RESPONSES = {**ERRORS, 403: {"model": ErrorResponse}, 409: {"model": ErrorResponse}}
+BODY = {"requestBody": {"required": True, "content": {
+    "application/json": {"schema": {"type": "array", "minItems": 1, "items": DocumentRecord.model_json_schema()}},
+    "application/x-ndjson": {"schema": {"type": "string", "description": "one JSON document per line"}},
+}}}
+
+
+def parse_documents(body: bytes, content_type: str) -> list[Document]:
+    """The documents of a body: a JSON array of records, or JSON lines (one record per line); a validation
+    AppError naming the record (its number and id) and the field otherwise."""
+    try:
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise AppError(f"body is not UTF-8 ({exc})", kind="validation", field="documents") from None
+    lines = content_type.split(";", 1)[0].strip().lower() in JSON_LINES or not text.lstrip().startswith("[")
+    try:
+        records = [json.loads(line) for line in text.splitlines() if line.strip()] if lines else json.loads(text)
+    except ValueError as exc:
+        form = "JSON lines (one JSON object per line)" if lines else "a JSON array"
+        raise AppError(f"body is not {form}: {exc}", kind="validation", field="documents") from None
+    if not records:
+        raise AppError("no document given: send a JSON array or JSON lines of {id, text, title?}",
+                       kind="validation", field="documents")
+    out = []
+    for i, record in enumerate(records):
+        try:
+            doc = DocumentRecord.model_validate(record)
+        except ValidationError as exc:
+            given = f" (id {record.get('id')!r})" if isinstance(record, dict) and "id" in record else ""
+            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}" for e in exc.errors())
+            raise AppError(f"document {i}{given}: {problems}", kind="validation", field=f"documents[{i}]") from None
+        out.append(Document(row=i, id=doc.id, title=doc.title, text=doc.text))
+    return out
+
+
+@router.post("/documents", response_model=UpdateSummary, responses=RESPONSES, openapi_extra=BODY)
+async def add_documents(http: Request, state: ServiceState = Depends(ready_state)) -> UpdateSummary:
+    """Add documents to the served index (a document whose id is in it replaces it): encoded with the served
+    model into a new delta shard, searchable once this returns. Body: a JSON array of {id, text, title?}, or JSON
+    lines (Content-Type application/x-ndjson). 409 while another writer changes the index."""
+    require_admin(http)
+    documents = parse_documents(await http.body(), http.headers.get("content-type", ""))
+    return await run_in_threadpool(state.change_documents, lambda update: update.add(documents),
+                                   "add documents (POST /admin/documents)")
+
+
+@router.delete("/documents/{doc_id:path}", response_model=UpdateSummary,
+               responses={**RESPONSES, 404: {"model": ErrorResponse}})
+async def delete_document(doc_id: str, http: Request, state: ServiceState = Depends(ready_state)) -> UpdateSummary:
+    """Delete a document of the served index by id: it is never returned again (candidates, evidence, BM25).
+    404 when the index does not hold it."""
+    require_admin(http)
+    return await run_in_threadpool(state.change_documents, lambda update: update.delete([doc_id]),
+                                   "delete documents (DELETE /admin/documents)")

@@ -1,0 +1,175 @@
+"""Live updates (indexer.update): added documents are searched (FAISS and BM25), replaced and deleted ones are
+never returned again (not by FAISS, not by BM25, also after a reopen), bad input is refused with nothing changed,
+and the files of an updated index are covered by its integrity checks."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import numpy as np
+import pytest
+
+from common.errors import AppError
+from corpus.readers import Document
+from encoder.model import Encoder
+from indexer.build import BuildConfig, build_index
+from indexer.lock import writer_lock
+from indexer.manifest import Manifest
+from indexer.phrase_index import PhraseIndex
+from indexer.update import DeleteConfig, IndexUpdate, run_delete
+from tests.conftest import CORPUS, write_jsonl
+
+NEW = Document(0, "n1", "Zorblax", "Zorblax quintessence glimmers over Vexmoor harbour.")
+
+
+@pytest.fixture(scope="module", params=["flat", "IVF2,Flat"])
+def built(request, tmp_path_factory, tiny_bert_dir):
+    """The tiny corpus indexed with exact shards, or with IVF shards sharing one trained template."""
+    root = tmp_path_factory.mktemp("upd")
+    corpus = write_jsonl(root / "corpus.jsonl", CORPUS)
+    build_index(BuildConfig(corpus=corpus, out=root / "idx", model=tiny_bert_dir, block_tokens=16, shard_tokens=30,
+                            index_type=request.param, device="cpu", dtype="fp32"))
+    return root / "idx"
+
+
+@pytest.fixture()
+def index(built, fresh_copy):
+    return fresh_copy(built)
+
+
+def _update(root, tiny_bert_dir) -> IndexUpdate:
+    return IndexUpdate(root, model=tiny_bert_dir, device="cpu", dtype="fp32")
+
+
+def _live_docs(index: PhraseIndex) -> set[tuple[str, str]]:
+    """(id, text) of every document a block of which any search can return."""
+    out = set()
+    for shard, live in zip(index.shards, index.live):
+        dead = set() if live is None else set(live.dead_blocks.tolist())
+        for b in range(shard.blocks.shape[0]):
+            if b not in dead:
+                row = int(shard.blocks[b, 0])
+                out.add((shard.doc_id(row), shard.doc_text(row)))
+    return out
+
+
+def _every_hit(index: PhraseIndex) -> set[tuple[int, int]]:
+    """(shard, position) of every hit of a search with every stored token's own vector, k = all tokens."""
+    queries = np.concatenate([s.vectors[np.arange(len(s))] for s in index.shards])
+    found = index.search(queries, k=index.total_tokens)
+    return {(int(s), int(p)) for shard_no, pos in found for s, p in zip(shard_no, pos)}
+
+
+def _doc_of(index: PhraseIndex, shard: int, position: int) -> str:
+    s = index.shards[shard]
+    return s.doc_id(int(s.blocks[s.block_of(np.array([position]))[0], 0]))
+
+
+def test_an_added_document_is_searched_by_faiss_and_bm25(index, tiny_bert_dir):
+    summary = _update(index, tiny_bert_dir).add([NEW])
+    assert (summary.generation, summary.added, summary.replaced) == (1, 1, 0) and summary.tokens > 0
+    pi = PhraseIndex(index)
+    try:
+        new = pi.shards[-1]
+        assert pi.manifest.shards[-1].bm25 is not None and new.doc_id(0) == "n1"
+        q = new.vectors[np.arange(len(new))]  # each new token's own vector finds it first
+        top = pi.search(q, k=1)
+        assert [(int(s[0]), int(p[0])) for s, p in top] == [(len(pi.shards) - 1, i) for i in range(len(new))]
+        blocks, scores = pi.bm25.search_scored("Vexmoor quintessence", 5)
+        assert blocks.tolist() == [new.info.block_base] and scores[0] > 0
+        assert pi.manifest.counts.documents == len(CORPUS) + 1 and pi.manifest.format_version == 4
+    finally:
+        pi.close()
+
+
+def test_a_replaced_document_returns_only_its_new_text_also_after_a_reopen(index, tiny_bert_dir):
+    _update(index, tiny_bert_dir).add([Document(0, "d2", "Rome", "Rome is the capital of Italy.")])
+    for _ in range(2):  # the index as written, then opened again (a restart)
+        pi = PhraseIndex(index)
+        try:
+            docs = _live_docs(pi)
+            assert ("d2", "Rome is the capital of Italy.") in docs and not any("Seine" in t for _, t in docs)
+            hits = _every_hit(pi)
+            assert hits and {_doc_of(pi, s, p) for s, p in hits} == {"d1", "d2", "d3"}
+            assert not any("Seine" in pi.shards[s].doc_text(int(pi.shards[s].blocks[pi.shards[s].block_of(
+                np.array([p]))[0], 0])) for s, p in hits)
+            assert pi.bm25.search_scored("Seine flows", 10)[0].size == 0  # the old text is gone from BM25 too
+            assert pi.bm25.search_scored("Italy", 10)[0].size == 1
+        finally:
+            pi.close()
+
+
+def test_a_deleted_document_is_never_returned(index, tiny_bert_dir):
+    summary = run_delete(DeleteConfig(index=index, ids=["d3"]))
+    assert (summary.deleted, summary.generation) == (1, 1)
+    pi = PhraseIndex(index)
+    try:
+        assert "d3" not in {_doc_of(pi, s, p) for s, p in _every_hit(pi)}
+        assert pi.bm25.search_scored("Marie Curie Warsaw", 10)[0].size == 0
+        m = pi.manifest
+        assert (m.counts.documents, m.counts.deleted_documents) == (len(CORPUS) - 1, 1) and m.counts.deleted_tokens > 0
+    finally:
+        pi.close()
+
+
+def test_deleting_an_unknown_id_changes_nothing_and_names_it(index):
+    before = (index / "manifest.json").read_bytes()
+    with pytest.raises(AppError, match="'nope'") as err:
+        run_delete(DeleteConfig(index=index, ids=["d1", "nope"]))
+    assert err.value.kind == "not_found" and "nothing was deleted" in err.value.message
+    assert (index / "manifest.json").read_bytes() == before
+
+
+def test_ids_file_and_a_missing_one(index, tmp_path):
+    (tmp_path / "ids.txt").write_text("d1\n\nd2\n")
+    assert run_delete(DeleteConfig(index=index, ids_file=tmp_path / "ids.txt")).deleted == 2
+    with pytest.raises(AppError, match="ids file .*missing.txt"):
+        run_delete(DeleteConfig(index=index, ids_file=tmp_path / "missing.txt"))
+    with pytest.raises(AppError, match="no document id given"):
+        run_delete(DeleteConfig(index=index))
+
+
+def test_one_update_may_not_name_a_document_twice(index, tiny_bert_dir):
+    with pytest.raises(AppError, match="'n1' appears twice"):
+        _update(index, tiny_bert_dir).add([NEW, NEW])
+    assert Manifest.load(index).generation == 0
+
+
+def test_an_update_encodes_with_the_index_model_only(index, tiny_roberta_dir):
+    with pytest.raises(AppError, match="not the model the index"):
+        IndexUpdate(index, encoder=Encoder(tiny_roberta_dir, device="cpu", dtype="fp32")).add([NEW])
+
+
+def test_tombstones_and_delta_files_are_checked_at_open(index, tiny_bert_dir):
+    _update(index, tiny_bert_dir).add([NEW, Document(1, "d1", "Allan", "Allan Peiper rides again.")])
+    m = Manifest.load(index)
+    tomb = index / m.tombstones.name
+    data = json.loads(tomb.read_text())
+    data["shards"] = {name: [999] for name in data["shards"]}
+    tomb.write_text(json.dumps(data))
+    with pytest.raises(AppError, match="tombstones"):
+        PhraseIndex(index)
+    tomb.write_text(json.dumps({"shards": json.loads(json.dumps(data["shards"]))}))
+    vectors = index / m.shards[-1].name / "vectors.npy"
+    raw = bytearray(vectors.read_bytes())
+    raw[-1] ^= 0xFF  # same size: only the sha256 sees it
+    vectors.write_bytes(bytes(raw))
+    with pytest.raises(AppError, match="vectors.npy"):
+        PhraseIndex(index, verify=True)
+
+
+def test_a_second_writer_is_refused_with_the_holder_named(index):
+    with writer_lock(index, "indexer add"):
+        with pytest.raises(AppError, match="another writer \\(indexer add, pid") as err:
+            run_delete(DeleteConfig(index=index, ids=["d1"]))
+        assert err.value.kind == "conflict"
+    assert run_delete(DeleteConfig(index=index, ids=["d1"])).deleted == 1
+
+
+def test_a_build_does_not_resume_over_an_updated_index(index, tiny_bert_dir, tiny_corpus):
+    run_delete(DeleteConfig(index=index, ids=["d1"]))
+    cfg = BuildConfig(corpus=tiny_corpus, out=index, model=tiny_bert_dir, block_tokens=16, shard_tokens=30)
+    with pytest.raises(AppError, match="changed since its build .*indexer compact"):
+        build_index(cfg)
+    assert os.path.exists(index / Manifest.load(index).tombstones.name)
