@@ -41,7 +41,7 @@ from indexer.gc import collect_garbage
 from indexer.integrity import open_docs
 from indexer.lock import writer_lock
 from indexer.manifest import FileInfo, Manifest, ShardInfo
-from indexer.shard import Shard, delta_bm25_name, shard_name
+from indexer.shard import Shard, delta_bm25_name
 from indexer.shard_writer import ShardContent, ShardPlan, write_shard
 from indexer.templates import Templates, needs_training
 from indexer.tombstones import Tombstones

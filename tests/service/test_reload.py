@@ -96,3 +96,51 @@ def test_reload_under_load_fails_no_request(served):
         for t in threads:
             t.join(30)
     assert len(statuses) > 10 and set(statuses) == {200}, statuses
+
+
+def _flip_last_byte(path) -> None:
+    """Change one byte of a file in place, keeping its size: only a hash of every byte sees it."""
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0xFF
+    path.write_bytes(bytes(raw))
+
+
+def test_an_empty_reload_goes_back_to_the_configured_index(served):
+    client, state, other = served
+    assert client.post("/admin/reload", json={"index": str(other)}, headers=KEY).json()["index"] == "index-b"
+    r = client.post("/admin/reload", json={}, headers=KEY)  # as SIGHUP does: the configured --index
+    assert r.status_code == 200 and r.json()["index"] == state.configured.name != "index-b"
+    assert client.get("/info", headers=KEY).json()["index"] == state.configured.name
+
+
+def test_a_reload_checks_every_sha256_before_it_swaps(served):
+    client, state, other = served
+    _flip_last_byte(other / "shard_00000" / "vectors.npy")
+    before = state.serving
+    r = client.post("/admin/reload", json={"index": str(other)}, headers=KEY)
+    assert r.status_code == 422 and "vectors.npy does not match the manifest's sha256" in r.text, r.text
+    assert str(other.parent) not in r.text  # neither the error nor its detail shows a server path
+    assert state.serving is before and client.post("/fill", json={"text": "Paris is the <mask> ."},
+                                                   headers=KEY).status_code == 200
+
+
+@pytest.mark.parametrize("damaged_file", ["vectors.npy", "index.faiss", "token_ids.npy"])
+def test_a_file_changed_in_place_turns_the_server_not_ready_naming_it(tiny_index, tmp_path, damaged_file):
+    """Served at start without a check (verify off: ready at once), then found by the background sha256 check."""
+    root = tmp_path / "idx"
+    shutil.copytree(tiny_index, root)
+    _flip_last_byte(root / "shard_00001" / damaged_file)
+    settings = Settings(index=root, api_keys="admin-key", warm=True)
+    state = ServiceState(settings)
+    with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
+        for _ in range(300):
+            r = client.get("/readyz")
+            if r.status_code == 503 and "check failed" in r.text:
+                break
+            threading.Event().wait(0.05)
+        assert r.status_code == 503 and f"shard_00001/{damaged_file} does not match" in r.json()["error"], r.text
+        assert str(tmp_path) not in r.text
+        fill = client.post("/fill", json={"text": "Paris is the <mask> ."}, headers=KEY)
+        assert fill.status_code == 503 and damaged_file in fill.json()["error"]
+        assert "index_integrity_failures_total 1.0" in client.get("/metrics", headers=KEY).text
+    state.close()

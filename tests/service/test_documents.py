@@ -1,0 +1,168 @@
+"""POST /admin/documents and DELETE /admin/documents/{id}: the story of a corrected fact (with the bundled model),
+fills that never fail while documents change, a writer beside the server, and the bad inputs."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+import time
+
+import pytest
+from fastapi.testclient import TestClient
+
+from fill.engine import FillEngine
+from indexer.build import BuildConfig, build_index
+from indexer.compact import CompactConfig, run_compact
+from indexer.lock import writer_lock
+from indexer.update import AddConfig, run_add
+from service.api import create_app
+from service.config import Settings
+from service.state import ServiceState
+from tests.conftest import CORPUS, write_jsonl
+
+KEY = {"Authorization": "Bearer admin-key"}
+ADA = "Ada Quint was born in <mask> ."
+
+
+@pytest.fixture(scope="module")
+def default_index(tmp_path_factory):
+    """The test corpus indexed with the bundled default model (no --model)."""
+    root = tmp_path_factory.mktemp("documents")
+    build_index(BuildConfig(corpus=write_jsonl(root / "corpus.jsonl", CORPUS), out=root / "idx"))
+    return root / "idx"
+
+
+def _client(index, **options):
+    settings = Settings(index=index, api_keys="admin-key", warm=False, **options)
+    state = ServiceState(settings, engine=FillEngine.open(settings.engine_config()))
+    return TestClient(create_app(settings, state=state), raise_server_exceptions=False), state
+
+
+def _top(client, mode: str = "hybrid") -> tuple[str, dict]:
+    r = client.post("/fill", json={"text": ADA, "mode": mode, "evidence": 3}, headers=KEY)
+    assert r.status_code == 200, r.text
+    return r.json()["masks"][0]["candidates"][0]["phrase"], r.json()
+
+
+def test_a_corrected_fact_is_filled_within_seconds_and_stays_corrected(default_index, tmp_path):
+    index = tmp_path / "idx"
+    shutil.copytree(default_index, index)
+    client, state = _client(index)
+    with client:
+        r = client.post("/admin/documents", json=[{"id": "ada", "title": "Ada Quint",
+                                                   "text": "Ada Quint was born in Lisbon."}], headers=KEY)
+        assert r.status_code == 200 and r.json()["generation"] == 1, r.text
+        assert _top(client)[0] == "Lisbon"
+        t0 = time.perf_counter()
+        r = client.post("/admin/documents", content='{"id": "ada", "title": "Ada Quint", "text": "Ada Quint was born '
+                        'in Porto."}\n', headers={**KEY, "Content-Type": "application/x-ndjson"})
+        assert r.status_code == 200 and r.json()["replaced"] == 1, r.text
+        for mode in ("dense", "restricted", "hybrid"):
+            top, body = _top(client, mode)
+            assert top == "Porto" and "Lisbon" not in str(body), (mode, body)
+            assert body["masks"][0]["candidates"][0]["evidence"][0]["context"] == "Ada Quint was born in Porto."
+        assert time.perf_counter() - t0 < 10  # measured in docs/BENCHMARKS.md: well under 2 s
+        assert client.get("/info", headers=KEY).json()["generation"] == 2
+        assert "index_generation 2.0" in client.get("/metrics", headers=KEY).text
+    state.close()
+    client, state = _client(index)  # a restart
+    with client:
+        assert _top(client)[0] == "Porto" and "Lisbon" not in str(_top(client)[1])
+    state.close()
+    run_compact(CompactConfig(index=index))
+    client, state = _client(index)
+    with client:
+        top, body = _top(client)
+        assert top == "Porto" and "Lisbon" not in str(body)
+        assert client.get("/info", headers=KEY).json()["counts"]["deleted_documents"] == 0
+    state.close()
+
+
+def test_a_deleted_document_is_gone_from_every_mode(default_index, tmp_path):
+    index = tmp_path / "idx"
+    shutil.copytree(default_index, index)
+    client, state = _client(index)
+    with client:
+        r = client.delete("/admin/documents/d3", headers=KEY)
+        assert r.status_code == 200 and r.json()["deleted"] == 1, r.text
+        for mode in ("dense", "restricted", "hybrid"):
+            r = client.post("/fill", json={"text": "Marie Curie was born in <mask> .", "mode": mode, "top_k": 20,
+                                           "evidence": 5}, headers=KEY)
+            assert r.status_code == 200 and "Warsaw" not in r.text and '"d3"' not in r.text, (mode, r.text)
+        r = client.delete("/admin/documents/d3", headers=KEY)
+        assert r.status_code == 404 and "'d3'" in r.json()["error"], r.text
+    state.close()
+
+
+def test_fills_never_fail_while_documents_change(tiny_index, tmp_path):
+    index = tmp_path / "idx"
+    shutil.copytree(tiny_index, index)
+    client, state = _client(index)
+    statuses: list[int] = []
+    done = threading.Event()
+
+    def fill_loop():
+        while not done.is_set():
+            statuses.append(client.post("/fill", json={"text": "Paris is the <mask> of France ."},
+                                        headers=KEY).status_code)
+
+    with client:
+        loops = [threading.Thread(target=fill_loop) for _ in range(3)]
+        for t in loops:
+            t.start()
+        for i in range(6):
+            body = [{"id": f"n{i}", "text": f"Document {i} tells of the harbour town number {i}."}]
+            assert client.post("/admin/documents", json=body, headers=KEY).status_code == 200
+            assert client.delete(f"/admin/documents/n{i}", headers=KEY).status_code == 200
+        done.set()
+        for t in loops:
+            t.join()
+    state.close()
+    assert statuses and set(statuses) == {200}, sorted(set(statuses))
+
+
+def test_a_writer_beside_the_server(tiny_index, tiny_bert_dir, tmp_path):
+    """`indexer add` on the served directory: the server goes on with its generation, takes the new one on an
+    empty reload; while a writer holds the index, the admin routes answer 409 naming it."""
+    index = tmp_path / "idx"
+    shutil.copytree(tiny_index, index)
+    client, state = _client(index)
+    with client:
+        corpus = write_jsonl(tmp_path / "add.jsonl", [{"id": "n1", "text": "Vexmoor is a harbour town."}])
+        run_add(AddConfig(index=index, corpus=corpus, model=tiny_bert_dir, device="cpu", dtype="fp32"))
+        assert client.get("/info", headers=KEY).json()["generation"] == 0
+        assert client.post("/fill", json={"text": "<mask> is a harbour town ."}, headers=KEY).status_code == 200
+        assert client.post("/admin/reload", json={}, headers=KEY).json()["generation"] == 1
+        with writer_lock(index, "indexer compact"):
+            r = client.delete("/admin/documents/n1", headers=KEY)
+            assert r.status_code == 409 and "indexer compact" in r.json()["error"], r.text
+        assert client.delete("/admin/documents/n1", headers=KEY).status_code == 200
+    state.close()
+
+
+def test_bad_document_requests(tiny_index, tmp_path):
+    index = tmp_path / "idx"
+    shutil.copytree(tiny_index, index)
+    client, state = _client(index, max_documents_bytes=2048)
+    with client:
+        post = lambda body, **kw: client.post("/admin/documents", headers={**KEY, **kw.pop("headers", {})},
+                                              **({"json": body} if not isinstance(body, str) else {"content": body}),
+                                              **kw)
+        r = post([{"id": "a", "text": "fine"}, {"id": "b", "title": "no text"}])
+        assert r.status_code == 422 and "document 1 (id 'b'): text: Field required" in r.json()["error"], r.text
+        r = post('{"id": "a", "text": "x"}\nnot json\n', headers={"Content-Type": "application/x-ndjson"})
+        assert r.status_code == 422 and "JSON lines" in r.json()["error"]
+        assert post([]).status_code == 422
+        assert post([{"id": "a", "text": "x"}, {"id": "a", "text": "y"}]).status_code == 422
+        r = post([{"id": "big", "text": "x" * 4000}])
+        assert r.status_code == 413 and "2048" in r.json()["error"]
+        assert post("id,text", headers={"Content-Type": "text/csv"}).status_code == 415
+        assert client.post("/admin/documents", json=[{"id": "a", "text": "x"}]).status_code == 401
+        assert client.get("/info", headers=KEY).json()["generation"] == 0  # nothing was written
+    state.close()
+    settings = Settings(index=index, warm=False)  # no keys: the admin routes are off
+    state = ServiceState(settings, engine=FillEngine.open(settings.engine_config()))
+    with TestClient(create_app(settings, state=state), raise_server_exceptions=False) as client:
+        assert client.post("/admin/documents", json=[{"id": "a", "text": "x"}]).status_code == 403
+        assert client.delete("/admin/documents/d1").status_code == 403
+    state.close()
