@@ -11,6 +11,7 @@ import hashlib
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Callable
 
@@ -100,6 +101,11 @@ class QueryVectors:
 
 class Encoder:
     """A loaded encoder on its device. Thread-safe for inference."""
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """model_fingerprint of its directory, computed once (the files of a loaded model are not expected to change)."""
+        return model_fingerprint(self.model_dir)
 
     def __init__(
         self, model_dir: str | Path | None = None, device: str | torch.device = "auto", dtype: str = "auto"

@@ -33,10 +33,13 @@ def open_parts(config: EngineConfig, scoring: Scoring | None = None) -> tuple[En
                        "--model with that model's directory")
 
     def load_encoder() -> Encoder:
-        if model_fingerprint(model_dir) != manifest.model.fingerprint:
+        fingerprint = model_fingerprint(model_dir)
+        if fingerprint != manifest.model.fingerprint:
             raise AppError(f"model {model_dir} differs from the model the index {root} was built with "
                            f"(fingerprint {manifest.model.fingerprint[:12]}); pass the right --model or rebuild")
-        return Encoder(model_dir, device=config.device, dtype=config.dtype)
+        encoder = Encoder(model_dir, device=config.device, dtype=config.dtype)
+        encoder.fingerprint = fingerprint  # checked: an update made with this encoder need not hash it again
+        return encoder
 
     # the encoder loads (mostly Python imports) while the index opens (mostly file mapping, GIL released)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="load-encoder") as pool:

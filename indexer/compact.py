@@ -26,6 +26,7 @@ from pathlib import Path
 import numpy as np
 from pydantic import BaseModel, Field
 
+from common.errors import AppError
 from common.files import file_record
 from indexer.ann import resolve_factory
 from indexer.bm25 import build_bm25
@@ -146,6 +147,9 @@ def compact_index(root: Path) -> CompactSummary:
     live = [StoredBlock(s, b, (s.info.name, int(s.blocks[b, 0]))) for s in shards[first:]
             for b in np.flatnonzero(~np.isin(s.blocks[:, 0], tombstones.of(s.info.name))).tolist()]
     kept = list(m.shards[:first])
+    if not kept and not live:
+        raise AppError(f"every document of index {root.name} is deleted; compaction would leave no shard (add "
+                       "documents first, or build a new index)")
     number = 1 + max(int(s.name.split("_")[1]) for s in m.shards)
     total = sum(s.tokens for s in kept) + sum(len(b) for b in live)
     written: list[ShardInfo] = []

@@ -32,7 +32,7 @@ from common.errors import AppError
 from common.files import file_record
 from corpus.blocking import iter_blocks
 from corpus.readers import Document, read_corpus
-from encoder.model import Encoder, model_fingerprint
+from encoder.model import Encoder
 from indexer.ann import resolve_factory
 from indexer.bm25 import BaseStats, build_bm25
 from indexer.build import chunk_blocks
@@ -134,6 +134,9 @@ class IndexUpdate:
         self.manifest = Manifest.load(self.root)
         collect_garbage(self.root, self.manifest)  # what a killed writer left
         self.tombstones = Tombstones.load(self.root, self.manifest)
+        if self.manifest.bm25 is not None and not self._has_postings():
+            raise AppError(f"index {self.root.name} was built before BM25 postings; rebuild it (`indexer build "
+                           "--overwrite`) to update it")
         self._encoder, self._model, self._device, self._dtype = encoder, model, device, dtype
 
     @property
@@ -145,7 +148,7 @@ class IndexUpdate:
                 raise AppError(f"the index was built with the model at {model_dir}, which does not exist here; "
                                "pass --model with that model's directory")
             self._encoder = Encoder(model_dir, device=self._device, dtype=self._dtype)
-        if model_fingerprint(self._encoder.model_dir) != self.manifest.model.fingerprint:
+        if self._encoder.fingerprint != self.manifest.model.fingerprint:
             raise AppError(f"model {self._encoder.model_dir.name} is not the model the index {self.root.name} was "
                            "built with; an update must encode with the index's own model")
         return self._encoder
@@ -161,8 +164,6 @@ class IndexUpdate:
             seen.add(d.id)
         if not docs:
             raise AppError("an update holds no documents", kind="validation")
-        if self.manifest.bm25 is not None and not self._has_postings():
-            raise AppError(f"index {self.root.name} was built before BM25 postings; rebuild it to update it")
         old = document_rows(self.root, self.manifest, self.tombstones, [d.id for d in docs])
         encoder = self.encoder
         build = self.manifest.build

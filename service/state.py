@@ -7,12 +7,13 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterator, TypeVar
 
 from common.errors import AppError
 from fill.budget import Budget, Deadline
@@ -28,7 +29,31 @@ from service.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
+T = TypeVar("T")
 WARMUP = FillRequest(text="<mask>", top_k=1, k=1, max_span_tokens=1, evidence=0)
+
+
+def at_priority(nice: int, work: Callable[[], T]) -> T:
+    """`work()` on a new thread whose CPU priority is lowered to `nice` (Linux: per thread; the threads it starts,
+    e.g. its OpenMP team for the encoder, inherit it), so that the fills running meanwhile keep the cores."""
+    out: dict = {}
+
+    def run() -> None:
+        try:
+            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+        except (OSError, AttributeError):  # not Linux, or not allowed: the work runs at the usual priority
+            pass
+        try:
+            out["value"] = work()
+        except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
+            out["error"] = exc
+
+    thread = threading.Thread(target=contextvars.copy_context().run, args=(run,), name="update")
+    thread.start()
+    thread.join()
+    if "error" in out:
+        raise out["error"]
+    return out["value"]
 
 
 class Serving:
@@ -131,7 +156,8 @@ class ServiceState:
         with self.using() as serving:
             engine = serving.engine
             with writer_lock(engine.index.root, what):
-                summary = change(IndexUpdate(engine.index.root, encoder=engine.encoder))
+                summary = at_priority(self.settings.update_nice,
+                                      lambda: change(IndexUpdate(engine.index.root, encoder=engine.encoder)))
                 with self._swap:
                     current = self.engine
                     if current is None or current.index.root != engine.index.root:

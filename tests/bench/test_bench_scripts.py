@@ -302,3 +302,18 @@ def test_calibration_sets_shows_what_a_feature_separates(tmp_path):
         return [float(x) for x in re.findall(r"in sample ([\d.]+)", out)]
 
     assert max(in_sample()) < 8 < 25 < min(in_sample("--drop", "overlap"))
+
+
+def test_bench_updates_times_updates_deltas_and_compaction(built, tmp_path):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    _run("bench_updates.py", "--index", str(built / "idx"), "--corpus", str(SAMPLE), "--work", str(tmp_path / "w"),
+         "--sizes", "1,5", "--repeat", "2", "--clients", "2", "--steady", "2", "--single", "5", "--many", "12",
+         "--settle", "0",
+         "--port", str(port), "--json", str(tmp_path / "updates.json"))
+    fig = json.loads((tmp_path / "updates.json").read_text())
+    assert [u["documents"] for u in fig["updates"]] == [1, 5] and all(u["all_right"] for u in fig["updates"])
+    assert all(u["load_during_posts"]["failed"] == 0 for u in fig["updates"]) and fig["steady"]["failed"] == 0
+    assert sorted(fig["deltas"], key=int) == ["0", "4", "10", "12"] and fig["delete"]["fact_gone"]
+    assert "shards -> 1" in fig["compact"]["summary"] and fig["compact"]["after"]["p50_ms"] > 0
