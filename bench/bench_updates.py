@@ -7,10 +7,11 @@ running beside it, fill latency against the number of delta shards, and what `in
 The index is copied to --work (the updates change it) and served (`python -m service`, API keys on, the defaults
 otherwise), left --settle seconds (the background page warming and sha256 check), then:
   steady      --clients closed-loop clients send cloze probes of --corpus (bench/probes.py) for --steady seconds:
-              p50 / p99 ms
+              p50 / p99 ms; measured again before each size's updates (`steady_before`: the index with the delta
+              shards of the updates so far), the baseline of that size's p99
   updates     per size N (--repeat times when N < 1,000), under the same load: POST /admin/documents with N new
-              documents ("Ada Quint<tag>x<i> was born in <city>."), then fills of the first one's fact until the top
-              phrase is its city: the POST's seconds, the seconds from sending the POST to the first right fill,
+              documents (the first "Ada Quint<tag> was born in Porto.", the others of other people and cities),
+              then fills of the first one's fact until the top phrase is Porto: the POST's seconds, the seconds from sending the POST to the first right fill,
               and p50 / p99 / failures of the load's fills that overlapped a POST
   deltas      one client's p50 / p99 over --single requests with 0 delta shards, then after 1, 10 and --many
               one-document updates (the N-document ones included)
@@ -104,16 +105,19 @@ def top_phrase(client: httpx.Client, text: str) -> str | None:
 
 def update(url: str, load: Load, size: int, tag: str) -> dict:
     """POST `size` documents under load; seconds to the first fill of the first one's fact."""
-    docs = [{"id": f"{tag}-{i}", "title": f"Ada Quint{tag}x{i}",
-             "text": f"Ada Quint{tag}x{i} was born in {CITIES[i % len(CITIES)]}."} for i in range(size)]
-    query = f"Ada Quint{tag}x0 was born in <mask> ."
+    # the fact checked is the first document's, the only "Ada ..." born in Porto; the others are "Bea ..." born in
+    # other cities (near-identical made-up names would let a fill take another document's city)
+    docs = [{"id": f"{tag}-{i}", "title": f"Bea Quint{tag}x{i}",
+             "text": f"Bea Quint{tag}x{i} was born in {CITIES[1 + i % (len(CITIES) - 1)]}."} for i in range(size)]
+    docs[0] = {"id": f"{tag}-0", "title": f"Ada Quint{tag}", "text": f"Ada Quint{tag} was born in {CITIES[0]}."}
+    query = f"Ada Quint{tag} was born in <mask> ."
     with httpx.Client(base_url=url, timeout=600, headers=HEADERS) as client:
         t0 = time.perf_counter()
         r = client.post("/admin/documents", json=docs)
         t_post = time.perf_counter()
         assert r.status_code == 200, r.text
         tries, found = 0, None
-        while time.perf_counter() - t0 < 60:
+        while time.perf_counter() - t_post < 60:
             tries += 1
             found = top_phrase(client, query)
             if found == CITIES[0]:
@@ -146,7 +150,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench_updates"))
     ap.add_argument("--sizes", default="1,100,10000")
     ap.add_argument("--clients", type=int, default=4)
-    ap.add_argument("--repeat", type=int, default=10, help="updates of each size under 1,000 documents")
+    ap.add_argument("--repeat", type=int, default=20, help="updates of each size under 1,000 documents")
     ap.add_argument("--steady", type=float, default=30.0)
     ap.add_argument("--single", type=int, default=100)
     ap.add_argument("--many", type=int, default=30)
@@ -166,13 +170,17 @@ def main() -> None:
         load = Load(server.url, bodies, args.clients).start()
         time.sleep(args.steady)
         report["steady"] = load.window(time.perf_counter() - args.steady, time.perf_counter())
-        report["updates"] = [_updates(server.url, load, size, args.repeat if size < 1000 else 1)
-                             for size in map(int, args.sizes.split(","))]
+        report["updates"] = []
+        for size in map(int, args.sizes.split(",")):
+            time.sleep(args.steady)  # the steady state of the index as it is now (its delta shards so far)
+            steady = load.window(time.perf_counter() - args.steady, time.perf_counter())
+            report["updates"].append({**_updates(server.url, load, size, args.repeat if size < 1000 else 1),
+                                      "steady_before": steady})
         load.stop()
         have = sum(u["updates"] for u in report["updates"])
         report["deltas"][str(have)] = single(server.url, bodies, args.single)
         report["deltas"].update(_more_deltas(server.url, bodies, args, have))
-        report["delete"] = _delete(server.url)
+        report["delete"] = _delete(server.url, f"s{report['updates'][0]['documents']}r0")
         report["compact"] = _compact(server.url, bodies, args)
     finally:
         server.stop()
@@ -193,14 +201,15 @@ def _more_deltas(url: str, bodies: list[dict], args, have: int) -> dict:
     return out
 
 
-def _delete(url: str) -> dict:
+def _delete(url: str, tag: str) -> dict:
+    """Delete the first update's fact document; its id is in no evidence of the next fill."""
     with httpx.Client(base_url=url, timeout=600, headers=HEADERS) as client:
         t0 = time.perf_counter()
-        r = client.delete("/admin/documents/s1r0-0")
+        r = client.delete(f"/admin/documents/{tag}-0")
         seconds = time.perf_counter() - t0
         assert r.status_code == 200, r.text
-        fill = client.post("/fill", json={"text": "Ada Quints1r0x0 was born in <mask> .", "top_k": 20, "evidence": 5})
-        gone = fill.status_code == 200 and '"s1r0-0"' not in fill.text  # in no evidence
+        fill = client.post("/fill", json={"text": f"Ada Quint{tag} was born in <mask> .", "top_k": 20, "evidence": 5})
+        gone = fill.status_code == 200 and f'"{tag}-0"' not in fill.text
     return {"seconds": round(seconds, 3), "fact_gone": gone}
 
 

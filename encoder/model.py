@@ -198,13 +198,16 @@ class Encoder:
     def _forward_here(self, seqs: list[list[int]], types: list[list[int]], width: int, rows: int) -> torch.Tensor:
         return self.hidden_states(*pad_sequences(seqs, types, self.pad_id, width, rows)).float()
 
-    def encode_blocks(self, blocks: list[BlockInput]) -> list[np.ndarray]:
-        """One float32 vector per block token (special and prefix tokens excluded), per block."""
+    def encode_blocks(self, blocks: list[BlockInput], here: bool = False) -> list[np.ndarray]:
+        """One float32 vector per block token (special and prefix tokens excluded), per block. With `here` the
+        forward pass runs on the calling thread (its own OpenMP team) instead of the inference thread, so a long
+        document encoding beside a server (indexer.update) does not queue the queries' passes behind it."""
         layouts = [self.layout(b) for b in blocks]
         for (seq, _, _), b in zip(layouts, blocks):
             if len(seq) > self.max_length:
                 raise AppError(f"block of {len(seq)} tokens exceeds the model limit {self.max_length}; lower --block-tokens")
-        hidden = self._forward([s for s, _, _ in layouts], [t for _, t, _ in layouts]).cpu().numpy()
+        forward = self._forward_here if here else self._forward
+        hidden = forward([s for s, _, _ in layouts], [t for _, t, _ in layouts], 0, 0).cpu().numpy()
         return [hidden[i, first : first + len(b.ids)] for i, ((_, _, first), b) in enumerate(zip(layouts, blocks))]
 
     def query_layout(self, text: str) -> tuple[list[int], list[int]]:

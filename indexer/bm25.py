@@ -266,6 +266,7 @@ class BlockSearch:
         score[self.dead_blocks] = 0.0
         return top_blocks(score, n)
 
-    def close(self) -> None:
-        for bm25 in (self.base, *(d for _, d in self.deltas)):
+    def close(self, deltas: list[BM25] | None = None) -> None:
+        """Close the build's BM25 and `deltas` (default: every delta's; an index closes only those it still owns)."""
+        for bm25 in (self.base, *([d for _, d in self.deltas] if deltas is None else deltas)):
             bm25.close()

@@ -22,9 +22,11 @@ def prefix_len(block: Block) -> int:
     return 0 if block.title_ids is None else len(block.title_ids)
 
 
-def encode_shard(encoder: Encoder, blocks: list[Block], batch_tokens: int, bar: tqdm | None = None) -> np.ndarray:
+def encode_shard(encoder: Encoder, blocks: list[Block], batch_tokens: int, bar: tqdm | None = None,
+                 here: bool = False) -> np.ndarray:
     """fp16 vectors of every block token, in block order; batches of similar length, at most
-    `batch_tokens` padded tokens each (special and title tokens included)."""
+    `batch_tokens` padded tokens each (special and title tokens included); `here`: on the calling thread
+    (Encoder.encode_blocks)."""
     sizes = np.array([len(b) for b in blocks])
     starts = np.concatenate([[0], np.cumsum(sizes)])
     out = np.empty((int(starts[-1]), encoder.dim), dtype=np.float16)
@@ -35,7 +37,7 @@ def encode_shard(encoder: Encoder, blocks: list[Block], batch_tokens: int, bar: 
         n = max(1, batch_tokens // max(1, width))
         batch = order[i : i + n]
         inputs = [BlockInput(ids=blocks[j].tokens.ids, prefix_ids=blocks[j].title_ids) for j in batch]
-        for j, vecs in zip(batch, encoder.encode_blocks(inputs)):
+        for j, vecs in zip(batch, encoder.encode_blocks(inputs, here=here)):
             out[starts[j] : starts[j + 1]] = vecs
         if bar is not None:
             bar.update(int(sizes[batch].sum()))

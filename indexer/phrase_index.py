@@ -68,7 +68,7 @@ class PhraseIndex:
                      if self.tombstones.of(s.info.name).size else None for s in self.shards]
         self.scale = self.manifest.similarity_scale
         self._block_bases = np.array([s.info.block_base for s in self.shards], dtype=np.int64)
-        self.bm25 = self._open_bm25()
+        self.bm25 = self._open_bm25(reuse if same else None)
         self._quantizer, self._shared = shared_quantizer(self.shards)
         # the pool searches shards in parallel, so each FAISS call runs on one thread: FAISS's OpenMP keeps a
         # team of spinning threads per calling thread, and teams of 8 pool threads would fight over the cores
@@ -76,17 +76,26 @@ class PhraseIndex:
                                         initargs=(1,)) if len(self.shards) > 1 else None
         logger.info("opened index %s: %d shards, %d tokens", self.root, len(self.shards), self.manifest.counts.tokens)
 
-    def _open_bm25(self) -> BlockSearch | None:
-        """The BM25 of every live block (None for an index built without BM25)."""
+    def _open_bm25(self, reuse: "PhraseIndex | None") -> BlockSearch | None:
+        """The BM25 of every live block (None for an index built without BM25). The delta shards' BM25 files
+        that `reuse` has open (checked) are taken over from it: it no longer closes them."""
+        self._delta_bm25: dict[str, BM25] = {}
         if self.manifest.bm25 is None:
             return None
         check_bm25(self.root / self.manifest.bm25_name, self.manifest.bm25, self.manifest.counts.blocks - sum(
             s.info.blocks for s in self.shards if s.info.bm25 is not None))
+        lent = reuse._delta_bm25 if reuse is not None else {}
+        lent_shards = reuse.shards_by_name() if reuse is not None else {}
         deltas = []
         for shard in self.shards:
             if shard.info.bm25 is not None:
-                check_bm25(self.root / delta_bm25_name(shard.info.name), shard.info.bm25, shard.info.blocks)
-                deltas.append((shard.info.block_base, BM25(self.root / delta_bm25_name(shard.info.name))))
+                name = shard.info.name
+                if name in lent and lent_shards.get(name) is shard:  # the same files, checked
+                    self._delta_bm25[name] = lent.pop(name)
+                else:
+                    check_bm25(self.root / delta_bm25_name(name), shard.info.bm25, shard.info.blocks)
+                    self._delta_bm25[name] = BM25(self.root / delta_bm25_name(name))
+                deltas.append((shard.info.block_base, self._delta_bm25[name]))
         dead = [live.dead_blocks + s.info.block_base for s, live in zip(self.shards, self.live) if live is not None]
         return BlockSearch(BM25(self.root / self.manifest.bm25_name), deltas, np.concatenate(dead) if dead else
                            np.empty(0, dtype=np.int64), self.manifest.counts.blocks)
@@ -206,7 +215,7 @@ class PhraseIndex:
 
     def close(self) -> None:
         if self.bm25 is not None:
-            self.bm25.close()
+            self.bm25.close(list(self._delta_bm25.values()))  # not those a later generation took over
         if self._pool:
             self._pool.shutdown(wait=False)
 

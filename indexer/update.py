@@ -30,6 +30,7 @@ from pydantic import BaseModel, Field
 
 from common.errors import AppError
 from common.files import file_record
+from common.priority import at_priority
 from corpus.blocking import iter_blocks
 from corpus.readers import Document, read_corpus
 from encoder.model import Encoder
@@ -109,13 +110,18 @@ class UpdateSummary:
                 f"replacing), {self.deleted} deleted, {self.tokens} tokens encoded in {self.seconds:.2f} s")
 
 
-def document_rows(root: Path, manifest: Manifest, tombstones: Tombstones, ids: list[str]
-                  ) -> dict[str, list[tuple[str, int]]]:
-    """Per id that the index holds, its live places: [(shard name, row of its docs.arrow), ...]."""
+def document_rows(root: Path, manifest: Manifest, tombstones: Tombstones, ids: list[str],
+                  opened: dict[str, Shard] | None = None) -> dict[str, list[tuple[str, int]]]:
+    """Per id that the index holds, its live places: [(shard name, row of its docs.arrow), ...]. `opened`: shards
+    already open (a server's), whose checked documents table is used instead of opening the file again."""
     wanted = pa.array(sorted(set(ids)), type=pa.string())
     found: dict[str, list[tuple[str, int]]] = {}
+    opened = opened or {}
     for info in manifest.shards:
-        doc_ids = open_docs(root / info.name / "docs.arrow", info.documents).column("id")
+        shard = opened.get(info.name)
+        docs = shard.docs if shard is not None and shard.info == info else \
+            open_docs(root / info.name / "docs.arrow", info.documents)
+        doc_ids = docs.column("id")
         rows = np.flatnonzero(pc.is_in(doc_ids, value_set=wanted).to_numpy(zero_copy_only=False))
         rows = np.setdiff1d(rows, tombstones.of(info.name))
         for row in rows.tolist():
@@ -125,10 +131,12 @@ def document_rows(root: Path, manifest: Manifest, tombstones: Tombstones, ids: l
 
 class IndexUpdate:
     """One change to the index at `root`, made with `encoder` (default: the manifest's model, loaded here);
-    the caller holds the writer lock (indexer.lock)."""
+    the caller holds the writer lock (indexer.lock). A server passes the shards it has `opened` and the CPU
+    priority (`encode_nice`) at which the documents are encoded."""
 
     def __init__(self, root: Path, encoder: Encoder | None = None, model: Path | None = None,
-                 device: str = "auto", dtype: str = "auto") -> None:
+                 device: str = "auto", dtype: str = "auto", opened: dict[str, Shard] | None = None,
+                 encode_nice: int | None = None) -> None:
         self.root = Path(root)
         self.t0 = time.perf_counter()
         self.manifest = Manifest.load(self.root)
@@ -138,6 +146,8 @@ class IndexUpdate:
             raise AppError(f"index {self.root.name} was built before BM25 postings; rebuild it (`indexer build "
                            "--overwrite`) to update it")
         self._encoder, self._model, self._device, self._dtype = encoder, model, device, dtype
+        self.opened = opened or {}  # shards a server has open (document_rows)
+        self.encode_nice = encode_nice  # a server's: encode at this CPU priority (common.priority)
 
     @property
     def encoder(self) -> Encoder:
@@ -164,7 +174,7 @@ class IndexUpdate:
             seen.add(d.id)
         if not docs:
             raise AppError("an update holds no documents", kind="validation")
-        old = document_rows(self.root, self.manifest, self.tombstones, [d.id for d in docs])
+        old = document_rows(self.root, self.manifest, self.tombstones, [d.id for d in docs], self.opened)
         encoder = self.encoder
         build = self.manifest.build
         blocks = iter_blocks(docs, encoder.tokenizer, build.block_tokens, build.title_tokens)
@@ -181,7 +191,7 @@ class IndexUpdate:
         AppError listing them (nothing is deleted)."""
         if not ids:
             raise AppError("no document id to delete", kind="validation")
-        found = document_rows(self.root, self.manifest, self.tombstones, ids)
+        found = document_rows(self.root, self.manifest, self.tombstones, ids, self.opened)
         unknown = sorted(set(ids) - set(found))
         if unknown:
             shown = ", ".join(repr(i) for i in unknown[:20]) + (" ..." if len(unknown) > 20 else "")
@@ -208,7 +218,12 @@ class IndexUpdate:
         plan = ShardPlan(number, tokens, len(blocks), last.token_base + last.tokens, last.block_base + last.blocks,
                          factory)
         encoder = self.encoder
-        vectors = encode_shard(encoder, blocks, default_batch_tokens(encoder.device))
+        # not on the encoder's inference thread, which a server's queries use (Encoder.encode_blocks); beside a
+        # server, on a thread at low priority (the forward pass releases the GIL)
+        def encode():
+            return encode_shard(encoder, blocks, default_batch_tokens(encoder.device), here=True)
+
+        vectors = encode() if self.encode_nice is None else at_priority(self.encode_nice, encode)
         info = write_shard(self.root, plan, ShardContent.from_blocks(blocks, vectors), m.vector_dtype, trained=trained)
         if m.bm25 is not None:
             name = delta_bm25_name(info.name)

@@ -50,8 +50,8 @@ class Settings(EngineConfig, BaseSettings):
     max_documents_bytes: int = Field(64 * 2**20, ge=1024, description="largest body of POST /admin/documents (the "
                                      "documents to add); a larger one gets 413 before it is read")
     update_nice: int = Field(19, ge=0, le=19, description="CPU priority (nice, 19 the lowest) of the thread that "
-                             "encodes and writes the documents of POST /admin/documents, which its encoder threads "
-                             "inherit: the fills running meanwhile keep the cores")
+                             "encodes the documents of POST /admin/documents, which its encoder threads inherit: the "
+                             "fills running meanwhile keep the cores")
     check_hashes: bool = Field(True, description="after start, read every index file in the background (with the "
                                "warming) and compare its sha256 with the manifest's; on a mismatch the server turns "
                                "not ready (503 naming the file). Reloads check every file before they swap")

@@ -7,13 +7,12 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import logging
-import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, TypeVar
+from typing import Callable, Iterator
 
 from common.errors import AppError
 from fill.budget import Budget, Deadline
@@ -29,31 +28,7 @@ from service.metrics import Metrics
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
 WARMUP = FillRequest(text="<mask>", top_k=1, k=1, max_span_tokens=1, evidence=0)
-
-
-def at_priority(nice: int, work: Callable[[], T]) -> T:
-    """`work()` on a new thread whose CPU priority is lowered to `nice` (Linux: per thread; the threads it starts,
-    e.g. its OpenMP team for the encoder, inherit it), so that the fills running meanwhile keep the cores."""
-    out: dict = {}
-
-    def run() -> None:
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
-        except (OSError, AttributeError):  # not Linux, or not allowed: the work runs at the usual priority
-            pass
-        try:
-            out["value"] = work()
-        except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread
-            out["error"] = exc
-
-    thread = threading.Thread(target=contextvars.copy_context().run, args=(run,), name="update")
-    thread.start()
-    thread.join()
-    if "error" in out:
-        raise out["error"]
-    return out["value"]
 
 
 class Serving:
@@ -151,28 +126,32 @@ class ServiceState:
 
     def change_documents(self, change: Callable[[IndexUpdate], UpdateSummary], what: str) -> UpdateSummary:
         """Add or delete documents of the served index's directory (under its writer lock, with the served
-        encoder) and serve the new generation: its new files are checked (sha256) and opened beside the shards
-        it shares with the current one, then swapped in without failing a request."""
+        encoder, encoding at the update priority) and serve the new generation: its new files are checked (sha256) and
+        opened beside the shards it shares with the current one, then swapped in without failing a request."""
         with self.using() as serving:
             engine = serving.engine
             with writer_lock(engine.index.root, what):
-                summary = at_priority(self.settings.update_nice,
-                                      lambda: change(IndexUpdate(engine.index.root, encoder=engine.encoder)))
-                with self._swap:
-                    current = self.engine
-                    if current is None or current.index.root != engine.index.root:
-                        return summary  # another directory is served now: the change waits on disk for it
-                    c = self.settings
-                    index = PhraseIndex(current.index.root, nprobe=c.nprobe, ef_search=c.ef_search, refine=c.refine,
-                                        reuse=current.index)
-                    try:
-                        old = {p for p, _ in current.index.files()}
-                        index.verify([f for f in index.files() if f[0] not in old])  # the update's own files
-                        self._install(FillEngine(current.encoder, index, current.scoring, current.reader))
-                    except BaseException:
-                        index.close()
-                        raise
+                summary = self._apply(engine, change)
         self.metrics.updates.labels(what.split()[0]).inc()
+        return summary
+
+    def _apply(self, engine: FillEngine, change: Callable[[IndexUpdate], UpdateSummary]) -> UpdateSummary:
+        summary = change(IndexUpdate(engine.index.root, encoder=engine.encoder, opened=engine.index.shards_by_name(),
+                                     encode_nice=self.settings.update_nice))
+        with self._swap:
+            current = self.engine
+            if current is None or current.index.root != engine.index.root:
+                return summary  # another directory is served now: the change waits on disk for it
+            c = self.settings
+            index = PhraseIndex(current.index.root, nprobe=c.nprobe, ef_search=c.ef_search, refine=c.refine,
+                                reuse=current.index)
+            try:
+                old = {p for p, _ in current.index.files()}
+                index.verify([f for f in index.files() if f[0] not in old])  # the update's own files
+                self._install(FillEngine(current.encoder, index, current.scoring, current.reader), warmup=False)
+            except BaseException:
+                index.close()
+                raise
         return summary
 
     def reload_or_report(self, index: str | None = None) -> dict:
@@ -190,10 +169,12 @@ class ServiceState:
         self.metrics.reloads.labels("ok").inc()
         return done
 
-    def _install(self, engine: FillEngine) -> None:
-        """Warm `engine` up (a failure closes it) and make it the one served."""
+    def _install(self, engine: FillEngine, warmup: bool = True) -> None:
+        """Warm `engine` up (a failure closes it; `warmup` false: its encoder and reader are the served ones, warm
+        already) and make it the one served."""
         try:
-            engine.fill(WARMUP)
+            if warmup:
+                engine.fill(WARMUP)
         except BaseException:
             engine.close()
             raise

@@ -96,6 +96,15 @@ def test_encode_blocks_shapes_and_dtype(which, encoders):
         assert np.isfinite(vecs).all()
 
 
+def test_encode_blocks_here_runs_on_the_calling_thread_with_the_same_vectors(encoders, monkeypatch):
+    enc = encoders[MODELS[0]]
+    blocks = [BlockInput(_ids(enc, "Paris is the capital of France.")), BlockInput(_ids(enc, "Ada was born."))]
+    want = enc.encode_blocks(blocks)
+    monkeypatch.setattr(enc, "on_thread", lambda *a: pytest.fail("the inference thread was used"))
+    got = enc.encode_blocks(blocks, here=True)
+    assert all(np.array_equal(a, b) for a, b in zip(got, want))
+
+
 @pytest.mark.parametrize("which", MODELS)
 def test_encode_blocks_equals_model_by_hand(which, encoders):
     """No prefix: [CLS] ids [SEP]; with prefix: [CLS] title [SEP] ids [SEP] (with segment ids for BERT)."""

@@ -57,8 +57,8 @@ print(json.dumps(status))
 """
 
 
-def _run(cases: list[dict]) -> dict[str, int]:
-    proc = subprocess.run([sys.executable, "-c", CRASHER, json.dumps(cases)], cwd=ROOT, capture_output=True,
+def _run(cases: list[dict], crasher: str = CRASHER) -> dict[str, int]:
+    proc = subprocess.run([sys.executable, "-c", crasher, json.dumps(cases)], cwd=ROOT, capture_output=True,
                           text=True, timeout=900)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])

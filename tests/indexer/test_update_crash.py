@@ -4,17 +4,15 @@ exactly the old documents; run again, the writer removes what the killed one lef
 
 from __future__ import annotations
 
-import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from indexer.phrase_index import PhraseIndex
 from tests.conftest import write_jsonl
-from tests.indexer.test_crash_resume import CRASHER, ROOT
+from tests.indexer.test_crash_resume import CRASHER
+from tests.indexer.test_crash_resume import _run as run_crasher
 from tests.indexer.test_update import _live_docs
 
 ADD = [{"id": "d2", "title": "Rome", "text": "Rome is the capital of Italy."},
@@ -27,10 +25,7 @@ assert UPDATE_CRASHER != CRASHER
 
 
 def _run(cases: list[dict]) -> dict[str, int]:
-    proc = subprocess.run([sys.executable, "-c", UPDATE_CRASHER, json.dumps(cases)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900)
-    assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return run_crasher(cases, UPDATE_CRASHER)
 
 
 def _state(root: Path) -> tuple[int, frozenset]:
