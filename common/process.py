@@ -24,4 +24,3 @@ def passive_openmp() -> None:
     spin after each parallel region, and under concurrent load that spinning took ~8 ms of CPU per fill from
     the threads finishing other fills (docs/BENCHMARKS.md). Must run before torch or FAISS is imported."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-

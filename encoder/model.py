@@ -104,7 +104,7 @@ class Encoder:
 
     @cached_property
     def fingerprint(self) -> str:
-        """model_fingerprint of its directory, computed once (the files of a loaded model are not expected to change)."""
+        """model_fingerprint of its directory, computed once (a loaded model's files are not expected to change)."""
         return model_fingerprint(self.model_dir)
 
     def __init__(

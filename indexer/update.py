@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import sqlite3
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from corpus.blocking import iter_blocks
 from corpus.readers import Document, read_corpus
 from encoder.model import Encoder
 from indexer.ann import resolve_factory
-from indexer.bm25 import BaseStats, build_bm25
+from indexer.bm25 import BM25, BaseStats, build_bm25
 from indexer.build import chunk_blocks
 from indexer.encode import default_batch_tokens, encode_shard
 from indexer.gc import collect_garbage
@@ -202,11 +201,11 @@ class IndexUpdate:
                              time.perf_counter() - self.t0)
 
     def _has_postings(self) -> bool:
-        con = sqlite3.connect(f"file:{self.root / self.manifest.bm25_name}?mode=ro", uri=True)
+        bm25 = BM25(self.root / self.manifest.bm25_name)  # rows: None for an index built before the postings
         try:
-            return con.execute("SELECT 1 FROM sqlite_master WHERE name = 'postings_meta'").fetchone() is not None
+            return bm25.rows is not None
         finally:
-            con.close()
+            bm25.close()
 
     def _write_delta(self, blocks, written: list[ShardInfo]) -> ShardInfo:
         """One delta shard of `blocks` after the index's last shard (and those `written` by this update)."""

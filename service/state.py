@@ -126,8 +126,9 @@ class ServiceState:
 
     def change_documents(self, change: Callable[[IndexUpdate], UpdateSummary], what: str) -> UpdateSummary:
         """Add or delete documents of the served index's directory (under its writer lock, with the served
-        encoder, encoding at the update priority) and serve the new generation: its new files are checked (sha256) and
-        opened beside the shards it shares with the current one, then swapped in without failing a request."""
+        encoder, encoding at the update priority) and serve the new generation: its new files are checked
+        (sha256) and opened beside the shards it shares with the current one, then swapped in without failing
+        a request."""
         with self.using() as serving:
             engine = serving.engine
             with writer_lock(engine.index.root, what):
