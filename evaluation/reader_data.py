@@ -46,12 +46,12 @@ class ReaderDataConfig(EngineConfig):
     use_reader: bool = Field(False, description="(retrieval only: the windows do not depend on a reader)")
 
 
-def gold_spans(reading: MaskReading, shards: list, answers: list[str]) -> list[list[int]]:
+def gold_spans(reading: MaskReading, answers: list[str]) -> list[list[int]]:
     """[window, i, j] of every span of the reading's windows whose stripped text is one of `answers`."""
     zeros = np.zeros(sum(len(w) for w in reading.item.windows))
     gold = {normalize(a) for a in answers}
     out = []
-    for part in reader_parts(shards, reading.spans, zeros, zeros):
+    for part in reader_parts(reading.spans, zeros, zeros):
         for j in range(part.size):
             if normalize(part.keys.text(j)) not in gold:
                 continue
@@ -64,7 +64,7 @@ def gold_spans(reading: MaskReading, shards: list, answers: list[str]) -> list[l
 
 def examples(engine: FillEngine, probes: list[dict], spec: ReadingSpec, options: FillOptions) -> list[dict]:
     """The examples of the probes: one per probe whose answer is in its windows."""
-    shards = engine.index.shards
+    shards = engine.shards
     out = []
     for probe in probes:
         planned = engine.plan(FillRequest(text=probe["query"], **options.model_dump(exclude={"reader"}), reader=False))
@@ -72,11 +72,11 @@ def examples(engine: FillEngine, probes: list[dict], spec: ReadingSpec, options:
         reading = plan_reading(spec, shards, planned.ids, planned.mask_at[0], ranked[0], options.max_span_tokens)
         if reading is None:
             continue
-        gold = gold_spans(reading, shards, probe["answers"])
+        gold = gold_spans(reading, probe["answers"])
         if gold:
             out.append({"query_ids": planned.ids, "mask_at": planned.mask_at[0],
                         "windows": [w.tolist() for w in reading.item.windows],
-                        "flags": [np.asarray(shards[w.shard_no].flags[w.a:w.b]).tolist() for w in reading.windows],
+                        "flags": [np.asarray(shards.shard(w.shard_no).flags[w.a:w.b]).tolist() for w in reading.windows],
                         "gold": gold, "answers": probe["answers"]})
     return out
 

@@ -62,10 +62,37 @@ class ShardCandidates:
     char: np.ndarray  # per span: the char offset of its stripped phrase in the document
     keys: Ragged  # per span: its stripped phrase text (length 0: only white space / punctuation)
     tokens: np.ndarray | None  # per span: its tokens overlapping the stripped phrase (only when alpha != 0)
+    blocks: np.ndarray  # the spans' distinct global blocks, ascending, and each one's first and end token
+    bounds: np.ndarray  # [blocks, 2] (the reader's windows stay inside them, fill.reading)
 
     @property
     def size(self) -> int:
         return int(self.first.size)
+
+    def bounds_of(self, j: int) -> tuple[int, int]:
+        """The first and end token of span j's block."""
+        lo, hi = self.bounds[int(np.searchsorted(self.blocks, self.block[j]))]
+        return int(lo), int(hi)
+
+
+@dataclass(frozen=True)
+class CandidateTask:
+    """One mask's candidates in one shard (a fill.shard_group task): from its start and end hits there, plus
+    every token of `blocks` (the shard's local numbers of BM25's blocks, restricted / hybrid) on both sides."""
+
+    shard_no: int
+    start: np.ndarray  # positions of the start query's hits in the shard
+    end: np.ndarray  # of the end query's
+    blocks: np.ndarray
+    query: MaskQuery
+
+    def run(self, shard) -> "ShardCandidates | None":
+        start, end = self.start, self.end
+        if self.blocks.size:
+            rows = shard.blocks[self.blocks]
+            tokens = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in rows[:, 1:3].tolist()])
+            start, end = np.concatenate([start, tokens]), np.concatenate([end, tokens])
+        return shard_candidates(shard, self.shard_no, start, end, self.query)
 
 
 def shard_candidates(shard, shard_no: int, start_hits: np.ndarray, end_hits: np.ndarray, query: MaskQuery
@@ -95,9 +122,10 @@ def span_candidates(shard, shard_no: int, first: np.ndarray, last: np.ndarray, s
     keys = strip(raw)
     char = char_a + (keys.start - raw.start)
     tokens = _phrase_tokens(shard, first, last, char, char + keys.length) if count_tokens else None
+    distinct = unique(local_block)  # (ascending already: the spans are ordered by first token)
     return ShardCandidates(shard_no, first, last, start_logits, start_of, end_logits, end_of, start_max, end_max,
                            local_block + block_base, shard.blocks[local_block, 0].astype(np.int64), char, keys,
-                           tokens)
+                           tokens, distinct + block_base, np.asarray(shard.blocks[distinct, 1:3], dtype=np.int64))
 
 
 def _spans(shard, start_hits: np.ndarray, end_hits: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:

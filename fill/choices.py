@@ -25,10 +25,12 @@ from common.arrays import unique
 from common.errors import AppError
 from corpus.tokens import WORD_END, WORD_START
 from fill.candidates import exact_logits
-from fill.evidence import context_window
+from fill.evidence import Want, context_window, gather
 from fill.hits import MaskHits
-from fill.schemas import Choice, ChoiceScore, Evidence, MaskScore
+from fill.schemas import Choice, ChoiceScore, MaskScore
 from fill.spans import softmax
+
+_NONE = np.empty(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -79,42 +81,102 @@ def votes(shard, positions: np.ndarray, phrases: Phrases, forward: bool) -> np.n
     return out
 
 
-@dataclass
-class _Side:
-    """The distinct hits of one query (start or end) in one shard, and their votes."""
+@dataclass(frozen=True)
+class VotesTask:
+    """The distinct hits of one query (start or end) of one mask in one shard, with every token of `blocks`
+    (local numbers of BM25's blocks, restricted / hybrid), their exact logits and their votes (a
+    fill.shard_group task): (positions, logits, bool [positions, choices])."""
 
     shard_no: int
-    positions: np.ndarray
+    hits: np.ndarray
+    blocks: np.ndarray
+    q: np.ndarray
+    scale: float
+    phrases: Phrases
     forward: bool
-    votes: np.ndarray  # bool [positions, choices]
+
+    def run(self, shard) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        tokens = [np.arange(a, b, dtype=np.int64) for a, b in shard.blocks[self.blocks][:, 1:3].tolist()]
+        positions = unique(np.concatenate([self.hits] + tokens))
+        return (positions, exact_logits(shard, positions, self.q, self.scale, None)[0],
+                votes(shard, positions, self.phrases, self.forward))
 
 
-def score_mask(shards: list, m: int, hits: MaskHits, q_start: np.ndarray, q_end: np.ndarray, scale: float,
-               phrases: Phrases, temperature: float, both: bool, evidence: int) -> MaskScore:
-    """Mask m's choices scored from its hits (start hits; with `both`, end hits too), with up to `evidence`
-    occurrences per choice."""
-    sides, logits = [], []
-    for side_hits, q, forward in [(hits.start, q_start, True)] + ([(hits.end, q_end, False)] if both else []):
-        for s in side_hits.shard_nos():
-            positions = unique(side_hits.in_shard(s))
-            logits.append(exact_logits(shards[s], positions, q, scale, None)[0])
-            sides.append(_Side(s, positions, forward, votes(shards[s], positions, phrases, forward)))
-    n = len(phrases.labels)
+@dataclass(frozen=True)
+class VoteEvidenceTask:
+    """Where voting tokens of one shard sit (a fill.shard_group task): per (position, forward, the token ids of
+    its choice's phrases, longest first), the place of the longest phrase matched there (fill.evidence.Place)."""
+
+    shard_no: int
+    places: tuple[tuple[int, bool, tuple[tuple[int, ...], ...]], ...]
+
+    def run(self, shard) -> list[tuple[str, int, int, int, str]]:
+        out, texts = [], {}
+        for position, forward, phrase_ids in self.places:
+            first, last = _span(shard, np.array([position]), forward, phrase_ids)
+            block = shard.block_of(np.array([first]))
+            a, b = shard.offsets.span_chars(block, np.array([first]), np.array([last]))
+            row = int(shard.blocks[int(block[0]), 0])
+            if row not in texts:
+                texts[row] = shard.doc_text(row)
+            start, end = int(a[0]), int(b[0])
+            out.append((shard.doc_id(row), int(block[0]) + shard.info.block_base, start, end,
+                        context_window(texts[row], start, end)))
+        return out
+
+
+def score_masks(shards, hits: list[MaskHits], blocks: dict[int, np.ndarray], q_start: np.ndarray, q_end: np.ndarray,
+                scale: float, phrases: Phrases, temperature: float, both: bool, evidence: int) -> list[MaskScore]:
+    """Every mask's choices scored from its hits (start hits; with `both`, end hits too) plus the tokens of
+    `blocks` (per shard, restricted / hybrid), with up to `evidence` occurrences per choice: the votes of every
+    mask are one call to the shards (fill.shard_group), the evidence of every choice another."""
+    tasks = []
+    for m, h in enumerate(hits):
+        sides = [(h.start, q_start[m], True)] + ([(h.end, q_end[m], False)] if both else [])
+        tasks.append([VotesTask(s, side.in_shard(s), blocks.get(s, _NONE), q, scale, phrases, forward)
+                      for side, q, forward in sides for s in sorted(set(side.shard_nos()) | set(blocks))])
+    found = iter(shards.run([t for own in tasks for t in own]))
+    scored = [_score(m, own, [next(found) for _ in own], phrases, temperature) for m, own in enumerate(tasks)]
+    wants = [want for _, own_wants in scored for want in own_wants(evidence)] if evidence else []
+    places = iter(gather(shards, wants, task=VoteEvidenceTask)[0])
+    out = []
+    for score, own_wants in scored:
+        if evidence and not score.abstained:
+            score = score.model_copy(update={"choices": [c.model_copy(update={"evidence": next(places)})
+                                                         for c in score.choices]})
+        out.append(score)
+    return out
+
+
+def _score(m: int, tasks: list[VotesTask], sides: list[tuple], phrases: Phrases, temperature: float):
+    """Mask m's score from its sides' (positions, logits, votes), and a function giving its evidence wants."""
     if not sides:
-        return _abstained(m, phrases)
-    joined = np.concatenate(logits)
+        return _abstained(m, phrases), lambda limit: []
+    joined = np.concatenate([logits for _, logits, _ in sides])
     p = softmax((joined - joined.max()) / temperature)  # shifted first: a small temperature cannot overflow
-    voted = np.concatenate([side.votes for side in sides])
+    voted = np.concatenate([v for _, _, v in sides])
     mass = p @ voted
     total = float(mass.sum())
     if total <= 0.0:
-        return _abstained(m, phrases)
+        return _abstained(m, phrases), lambda limit: []
     probability = mass / total
     best = int(np.argmax(probability))
-    choices = [ChoiceScore(label=phrases.labels[c], probability=float(probability[c]), mass=float(mass[c]),
-                           evidence=_evidence(shards, sides, p, voted[:, c], phrases, c, evidence) if evidence else [])
-               for c in range(n)]
-    return MaskScore(index=m, choices=choices, predicted=phrases.labels[best], abstained=False)
+    choices = [ChoiceScore(label=phrases.labels[c], probability=float(probability[c]), mass=float(mass[c]))
+               for c in range(len(phrases.labels))]
+    where = [(t.shard_no, int(pos), t.forward) for t, (positions, _, _) in zip(tasks, sides) for pos in positions]
+
+    def wants(limit: int) -> list[Want]:
+        out = []
+        for c in range(len(phrases.labels)):
+            ids = tuple(tuple(x.tolist()) for x in sorted((ids for ids, owner in zip(phrases.ids, phrases.choice)
+                                                           if owner == c), key=len, reverse=True))
+            voting = np.flatnonzero(voted[:, c])
+            order = voting[np.argsort(-p[voting], kind="stable")].tolist()  # only the voters are sorted
+            out.append(Want([(where[i][0], (where[i][1], where[i][2], ids)) for i in order],
+                            [float(p[i]) for i in order], limit))
+        return out
+
+    return MaskScore(index=m, choices=choices, predicted=phrases.labels[best], abstained=False), wants
 
 
 def _abstained(m: int, phrases: Phrases) -> MaskScore:
@@ -123,36 +185,10 @@ def _abstained(m: int, phrases: Phrases) -> MaskScore:
                                        for label in phrases.labels], predicted=None, abstained=True)
 
 
-def _evidence(shards: list, sides: list[_Side], p: np.ndarray, voters: np.ndarray, phrases: Phrases, c: int,
-              limit: int) -> list[Evidence]:
-    """The occurrences of choice c's phrases whose tokens voted most for it, best first, each place once."""
-    bounds = np.cumsum([0] + [side.positions.size for side in sides])
-    out, seen = [], set()
-    voting = np.flatnonzero(voters)
-    for i in voting[np.argsort(-p[voting], kind="stable")]:  # only the voters are sorted
-        if len(out) >= limit:
-            break
-        k = int(np.searchsorted(bounds, i, side="right")) - 1
-        side = sides[k]
-        shard, position = shards[side.shard_no], side.positions[i - bounds[k] : i - bounds[k] + 1]
-        first, last = _span(shard, position, side.forward, phrases, c)
-        block = shard.block_of(np.array([first]))
-        a, b = shard.offsets.span_chars(block, np.array([first]), np.array([last]))
-        row = int(shard.blocks[int(block[0]), 0])
-        doc_id, start, end = shard.doc_id(row), int(a[0]), int(b[0])
-        if (doc_id, start, end) in seen:
-            continue
-        seen.add((doc_id, start, end))
-        out.append(Evidence(doc_id=doc_id, block=int(block[0]) + shard.info.block_base, start=start, end=end,
-                            context=context_window(shard.doc_text(row), start, end), score=float(p[i])))
-    return out
-
-
-def _span(shard, position: np.ndarray, forward: bool, phrases: Phrases, c: int) -> tuple[int, int]:
-    """The first and last token of the longest phrase of choice c at a voting position."""
-    for ids in sorted((ids for ids, owner in zip(phrases.ids, phrases.choice) if owner == c), key=len, reverse=True):
-        ok, first = match(shard, position, ids, forward)
+def _span(shard, position: np.ndarray, forward: bool, phrase_ids: tuple[tuple[int, ...], ...]) -> tuple[int, int]:
+    """The first and last token of the longest of the phrases (token ids, longest first) at a voting position."""
+    for ids in phrase_ids:
+        ok, first = match(shard, position, np.asarray(ids, dtype=np.int64), forward)
         if ok[0]:
-            return int(first[0]), int(first[0]) + int(ids.size) - 1
+            return int(first[0]), int(first[0]) + len(ids) - 1
     raise AssertionError("a voting position matches none of its choice's phrases")  # pragma: no cover
-

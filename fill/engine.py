@@ -27,45 +27,57 @@ from common.masks import MASK_PATTERN, blank_masks
 from encoder.model import Encoder
 from encoder.reader import Reader
 from fill.budget import Budget, Deadline, StageClock
-from fill.candidates import LexicalBonus, MaskQuery, shard_candidates
+from common.arrays import unique
+from fill.candidates import CandidateTask, LexicalBonus, MaskQuery
 from fill.config import EngineConfig
-from fill.evidence import EvidenceReader
+from fill.evidence import gather, pool_want
 from fill.hits import Hits, MaskHits
 from fill.loading import describe, open_parts, open_reader
 from fill.prepared import Planned, Prepared
 from fill.ranker import RankedMask, rank_mask
 from fill.reading import PRIOR_PHRASES, read_masks
-from fill.choices import Phrases, score_mask
+from fill.choices import Phrases, score_masks
 from fill.schemas import MODES, Candidate, FillRequest, FillResult, MaskFill, SCORE_STAGES, ScoreRequest, ScoreResult
 from fill.scoring import Scoring, mask_features, query_overlap
+from fill.shard_group import BlockTokensTask, ShardGroup, Shards
 from fill.spans import BlockPrior
 from indexer.phrase_index import PhraseIndex
 
 PRIOR_BLOCKS = 100  # blocks whose BM25 scores make the lexical prior (the others get 0)
+_NONE = np.empty(0, dtype=np.int64)
 
 
 class FillEngine:
+    """`index` gives the manifest and BM25; `shards` does every step that reads a shard's files (default: all of
+    the index's shards in this process; service.ray_backend.RayShards: shard groups on a Ray cluster)."""
+
     def __init__(self, encoder: Encoder, index: PhraseIndex, scoring: Scoring | None = None,
-                 reader: Reader | None = None) -> None:
+                 reader: Reader | None = None, shards: Shards | None = None) -> None:
         self.encoder = encoder
         self.index = index
+        self.shards: Shards = shards if shards is not None else ShardGroup(index)
         self.scoring = scoring if scoring is not None else Scoring()
         self.reader = reader  # fills read with it unless a request says `reader: false`
 
     @classmethod
-    def open(cls, config: EngineConfig, scoring: Scoring | None = None) -> "FillEngine":
+    def open(cls, config: EngineConfig, scoring: Scoring | None = None,
+             shards: Callable[[PhraseIndex], Shards] | None = None) -> "FillEngine":
         """Open the index and the encoder it was built with (refusing a model whose fingerprint differs),
         and the reader (fill.loading.open_reader); `scoring` replaces the fitted scoring named by the config /
-        found beside the model."""
-        encoder, index, scoring = open_parts(config, scoring)
+        found beside the model. `shards(index)` gives shards that live elsewhere (the index is then opened
+        without its shards: manifest and BM25 only); closing the engine closes them."""
+        encoder, index, scoring = open_parts(config, scoring, with_shards=shards is None)
         try:
-            return cls(encoder, index, scoring, open_reader(config, encoder))
+            return cls(encoder, index, scoring, open_reader(config, encoder),
+                       shards(index) if shards is not None else None)
         except BaseException:
             index.close()
             raise
 
     def close(self) -> None:
         self.index.close()
+        if self.shards is not None and hasattr(self.shards, "close"):
+            self.shards.close()
 
     def describe(self) -> dict:
         """What is being served: the index, the model and how it runs, the build settings."""
@@ -126,11 +138,11 @@ class FillEngine:
         for k in sorted({p.request.k for p in planned if p.mode != "restricted"}):
             members = [i for i, p in enumerate(planned) if p.mode != "restricted" and p.request.k == k]
             sizes = [2 * queries[i].q_start.shape[0] for i in members]  # each request's start and end queries
-            found = self.index.search(np.concatenate([np.concatenate([queries[i].q_start, queries[i].q_end])
+            found = self.shards.search(np.concatenate([np.concatenate([queries[i].q_start, queries[i].q_end])
                                                       for i in members]), k, groups=sizes)
             at = 0
             for i, n in zip(members, sizes):
-                own = [Hits(*found[at + j]) for j in range(n)]
+                own = [Hits(*found[at + j][1:]) for j in range(n)]
                 hits[i] = [MaskHits(own[m], own[n // 2 + m]) for m in range(n // 2)]
                 at += n
         search_ms = (time.perf_counter() - mark) * 1000
@@ -145,17 +157,13 @@ class FillEngine:
         read = self.reader is not None and request.reader is not False
         ranked, prior = self.retrieve(prepared, read, laps)
         if read:
-            ranked = read_masks(self.reader, self.encoder, self.index.shards, prepared.planned.ids,
+            ranked = read_masks(self.reader, self.encoder, self.shards, prepared.planned.ids,
                                 prepared.planned.mask_at, ranked, self.scoring.reader_weight_of(mode),
                                 request)
             laps.lap("read")
-        masks, features = [], []
-        terms = self.encoder.content_tokens(prepared.planned.ids)
-        for m, r in enumerate(ranked):
-            fill, feats = self._answer(m, r, request, mode, prior, read, terms)
-            masks.append(fill)
-            features.append(feats)
-            laps.lap("rank")
+        masks, features = self._answers(ranked, request, mode, prior, read, self.encoder.content_tokens(
+            prepared.planned.ids))
+        laps.lap("rank")
         tops = iter([mf.candidates[0].phrase if mf.candidates else None for mf in masks])
         filled = MASK_PATTERN.sub(lambda match: _or(next(tops), match.group(0)), request.text)
         return FillResult(filled=filled, masks=masks, took_ms=(time.perf_counter() - prepared.planned.t0) * 1000,
@@ -170,50 +178,47 @@ class FillEngine:
         planned = prepared.planned
         request, q = planned.request, prepared.queries
         laps = StageClock(prepared.encode_ms, prepared.search_ms, deadline, SCORE_STAGES)
-        hits = prepared.hits
+        blocks = {}
         if planned.mode != "dense":
-            blocks, _ = self.index.bm25.search_scored(blank_masks(request.text), request.blocks)
-            hits = [h.plus(Hits(*self.index.block_hits(blocks))) for h in hits]
+            blocks = self._by_shard(self.index.bm25.search_scored(blank_masks(request.text), request.blocks)[0])
             laps.lap("search")
-        masks = []
-        for m, h in enumerate(hits):
-            masks.append(score_mask(self.index.shards, m, h, q.q_start[m], q.q_end[m], self.index.scale,
-                                    planned.phrases, request.temperature, request.scorer == "npm", request.evidence))
-            laps.lap("score")
+        masks = score_masks(self.shards, prepared.hits, blocks, q.q_start, q.q_end, self.index.scale, planned.phrases,
+                            request.temperature, request.scorer == "npm", request.evidence)
+        laps.lap("score")
         return ScoreResult(masks=masks, took_ms=(time.perf_counter() - planned.t0) * 1000, timings_ms=laps.timings())
 
     def retrieve(self, prepared: Prepared, read: bool = False, laps: StageClock | None = None
                  ) -> tuple[list[RankedMask], BlockPrior | None]:
         """Per mask, its phrases ranked by retrieval (with `read`: as many as the reader's windows and prior
-        come from), and the BM25 block prior (None in dense mode)."""
+        come from), and the BM25 block prior (None in dense mode). A mask's candidates in every shard are one
+        call to the shards."""
         request, mode = prepared.planned.request, prepared.planned.mode
         laps = laps if laps is not None else StageClock(prepared.encode_ms, prepared.search_ms, None)
-        hits, prior, bonus = prepared.hits, None, None
+        prior, bonus, blocks = None, None, {}
         if mode != "dense":
             weight = self.scoring.weight(mode) if request.lexical_weight is None else request.lexical_weight
-            blocks, bm25 = self.index.bm25.search_scored(blank_masks(request.text), max(request.blocks, PRIOR_BLOCKS))
-            prior = BlockPrior.from_bm25(blocks, bm25)
+            found, bm25 = self.index.bm25.search_scored(blank_masks(request.text), max(request.blocks, PRIOR_BLOCKS))
+            prior = BlockPrior.from_bm25(found, bm25)
             bonus = LexicalBonus(prior, weight) if weight else None
-            block_tokens = Hits(*self.index.block_hits(blocks[: request.blocks]))
-            hits = [h.plus(block_tokens) for h in hits]
+            blocks = self._by_shard(found[: request.blocks])
         laps.lap("search")
-        return [self._rank_mask(m, h, prepared, bonus, read, laps) for m, h in enumerate(hits)], prior
-
-    def _rank_mask(self, m: int, hits: MaskHits, prepared: Prepared, bonus: LexicalBonus | None, read: bool,
-                   laps: StageClock) -> RankedMask:
-        """Mask m's candidates in every shard, ranked over all of them (with the reader to come: as many as
-        its windows and prior need)."""
-        request, q = prepared.planned.request, prepared.queries
-        query = MaskQuery(q.q_start[m], q.q_end[m], self.index.scale, request.max_span_tokens, bonus,
-                          bool(request.alpha))
-        parts = [shard_candidates(self.index.shards[s], s, hits.start.in_shard(s), hits.end.in_shard(s), query)
-                 for s in hits.shard_nos()]
-        laps.lap("spans")
         options = request.model_copy(update={"top_k": self._retrieved(request.top_k, prepared.planned.mode)}) \
             if read else request
-        ranked = rank_mask([p for p in parts if p is not None], options)
-        laps.lap("rank")
-        return ranked
+        q, ranked = prepared.queries, []
+        for m, hits in enumerate(prepared.hits):  # a call per mask: the deadline is checked between masks
+            query = MaskQuery(q.q_start[m], q.q_end[m], self.index.scale, request.max_span_tokens, bonus,
+                              bool(request.alpha))
+            parts = self.shards.run([CandidateTask(s, hits.start.in_shard(s), hits.end.in_shard(s), blocks.get(s, _NONE),
+                                                   query) for s in sorted(set(hits.shard_nos()) | set(blocks))])
+            laps.lap("spans")
+            ranked.append(rank_mask([p for p in parts if p is not None], options))
+            laps.lap("rank")
+        return ranked, prior
+
+    def _by_shard(self, blocks: np.ndarray) -> dict[int, np.ndarray]:
+        """The global blocks per shard holding them, as block numbers in that shard."""
+        shard_no, local = self.index.block_shards(blocks)
+        return {s: local[shard_no == s] for s in unique(shard_no).tolist()}
 
     def _retrieved(self, top_k: int, mode: str) -> int:
         """Phrases to rank by retrieval before reading: the reader's candidates, and the prior's phrases when
@@ -223,27 +228,29 @@ class FillEngine:
         prior = PRIOR_PHRASES if self.scoring.reader_weight_of(mode) else 0
         return max(top_k, self.reader.card.phrases, prior)
 
-    def _answer(self, m: int, ranked: RankedMask, request: FillRequest, mode: str, prior: BlockPrior | None,
-                read: bool, terms: frozenset[int]) -> tuple[MaskFill, np.ndarray]:
-        """Mask m's shown phrases with confidence and evidence (`terms`: the query's content tokens)."""
-        shown, pool = ranked.shown[: request.top_k], ranked.pool
-        lexical = overlap = 0.0  # the lexical prior and query overlap of the top phrase's best block
-        if shown:
-            block = np.array([pool.block(shown[0].occurrences[0])])
-            shard_nos, positions = self.index.block_hits(block)
-            if positions.size:
-                overlap = query_overlap(terms, np.asarray(self.index.shards[int(shard_nos[0])].token_ids[positions]))
-            if prior is not None:
-                lexical = float(prior(block)[0])
-        feats = mask_features(np.array([p.value for p in shown]), ranked.runner_up, lexical, pool.start_max,
-                              pool.end_max, overlap)
-        confidence = self.scoring.confidence_of(mode, feats, read).tolist()
-        reader = EvidenceReader(self.index.shards, pool)
-        candidates = [Candidate(phrase=p.text, score=p.value, confidence=min(1.0, max(0.0, conf)),
-                                evidence=reader.evidence(p.occurrences, request.evidence))
-                      for p, conf in zip(shown, confidence)]
-        abstained = not candidates or candidates[0].confidence < request.min_confidence
-        return MaskFill(index=m, candidates=[] if abstained else candidates, abstained=abstained), feats
+    def _answers(self, ranked: list[RankedMask], request: FillRequest, mode: str, prior: BlockPrior | None,
+                 read: bool, terms: frozenset[int]) -> tuple[list[MaskFill], list[np.ndarray]]:
+        """Each mask's shown phrases with confidence and evidence (`terms`: the query's content tokens); the
+        tokens of each top phrase's best block (the query overlap) come with the evidence's first call."""
+        blocks = [np.array([r.pool.block(r.shown[0].occurrences[0])]) if r.shown else None for r in ranked]
+        tops = [(m, int(self.index.block_shards(b)[0][0])) for m, b in enumerate(blocks) if b is not None]
+        extra = [BlockTokensTask(s, int(blocks[m][0])) for m, s in tops]
+        wants = [pool_want(r.pool, p.occurrences, request.evidence) for r in ranked for p in r.shown[: request.top_k]]
+        evidence, block_tokens = gather(self.shards, wants, extra)
+        overlaps = {m: query_overlap(terms, tokens) if tokens.size else 0.0 for (m, _), tokens in zip(tops, block_tokens)}
+        masks, features, found = [], [], iter(evidence)
+        for m, r in enumerate(ranked):
+            shown = r.shown[: request.top_k]
+            lexical = float(prior(blocks[m])[0]) if shown and prior is not None else 0.0
+            feats = mask_features(np.array([p.value for p in shown]), r.runner_up, lexical, r.pool.start_max,
+                                  r.pool.end_max, overlaps.get(m, 0.0))
+            confidence = self.scoring.confidence_of(mode, feats, read).tolist()
+            candidates = [Candidate(phrase=p.text, score=p.value, confidence=min(1.0, max(0.0, conf)),
+                                    evidence=next(found)) for p, conf in zip(shown, confidence)]
+            abstained = not candidates or candidates[0].confidence < request.min_confidence
+            masks.append(MaskFill(index=m, candidates=[] if abstained else candidates, abstained=abstained))
+            features.append(feats)
+        return masks, features
 
 
 def _or(top: str | None, mask: str) -> str:

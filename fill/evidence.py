@@ -1,12 +1,15 @@
 """Evidence: where the shown phrases occur. The only stage after the candidates that reads a shard again
-(document ids and texts), and only for the occurrences it returns."""
+(document ids and texts), and only for the occurrences it returns: each want's places are asked of the shards
+best first, as many as it may show, in one call for all of a request's wants (`gather`)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Callable
 
 from fill.ranker import CandidatePool
 from fill.schemas import Evidence
+from fill.shard_group import by_shard
 
 CONTEXT_CHARS = 80
 
@@ -24,42 +27,80 @@ def context_window(text: str, start: int, end: int, width: int = CONTEXT_CHARS) 
     return ("... " if a > 0 else "") + snippet + (" ..." if b < len(text) else "")
 
 
-@dataclass
-class Occurrence:
-    doc_id: str
-    block: int  # global block number
-    start: int  # the phrase's chars in the document text
-    end: int
-    text: str  # the document text
+Place = tuple[str, int, int, int, str]  # (document id, global block, start char, end char, context)
 
 
-class EvidenceReader:
-    """Locates the spans of one mask's pool in their documents (each document read once)."""
+@dataclass(frozen=True)
+class PlacesTask:
+    """Places in one shard's documents (a fill.shard_group task): per (document row, block, start char, end
+    char), the document's id and the context around the chars; each document read once."""
 
-    def __init__(self, shards: list, pool: CandidatePool) -> None:
-        self.shards = shards
-        self.pool = pool
-        self._texts: dict[tuple[int, int], str] = {}
+    shard_no: int
+    places: tuple[tuple[int, int, int, int], ...]
 
-    def locate(self, i: int) -> Occurrence:
-        part, j = self.pool.where(i)
-        shard, row = self.shards[part.shard_no], int(part.row[j])
-        text = self._texts.get((part.shard_no, row))
-        if text is None:
-            text = self._texts[(part.shard_no, row)] = shard.doc_text(row)
-        start = int(part.char[j])
-        return Occurrence(shard.doc_id(row), int(part.block[j]), start, start + int(part.keys.length[j]), text)
-
-    def evidence(self, occurrences: list[int], limit: int) -> list[Evidence]:
-        """Up to `limit` occurrences (pool spans, best first) as evidence, each place in a document once."""
-        out, seen = [], set()
-        for i in occurrences:
-            if len(out) >= limit:
-                break
-            o = self.locate(i)
-            if (o.doc_id, o.start, o.end) in seen:
-                continue
-            seen.add((o.doc_id, o.start, o.end))
-            out.append(Evidence(doc_id=o.doc_id, block=o.block, start=o.start, end=o.end,
-                                context=context_window(o.text, o.start, o.end), score=float(self.pool.score[i])))
+    def run(self, shard) -> list[Place]:
+        texts: dict[int, str] = {}
+        out = []
+        for row, block, start, end in self.places:
+            text = texts.get(row)
+            if text is None:
+                text = texts[row] = shard.doc_text(row)
+            out.append((shard.doc_id(row), block, start, end, context_window(text, start, end)))
         return out
+
+
+@dataclass
+class Want:
+    """One list of evidence to gather: places (shard number, a place of the task), best first; the first
+    `limit` distinct places (by document id and chars) with their scores."""
+
+    items: list[tuple[int, Any]]
+    scores: list[float]
+    limit: int
+
+
+def gather(shards, wants: list[Want], extra: list | None = None, task: Callable[[int, tuple], Any] = PlacesTask
+           ) -> tuple[list[list[Evidence]], list]:
+    """The evidence of every want, asked of the shards in as few calls as there are rounds: the first round
+    asks for each want's first `limit` places (with the `extra` tasks, whose results come back second), a
+    later round only for the wants that found a place twice and have places left. `task(shard_no, places)`
+    makes one shard's task, whose results are `Place`s."""
+    out: list[list[Evidence]] = [[] for _ in wants]
+    seen: list[set] = [set() for _ in wants]
+    taken = [0] * len(wants)
+    extra_results: list = []
+    first = True
+    while True:
+        asks = []  # (want, item index)
+        for w, want in enumerate(wants):
+            need = want.limit - len(out[w])
+            if need > 0 and taken[w] < len(want.items):
+                asks += [(w, i) for i in range(taken[w], min(len(want.items), taken[w] + need))]
+                taken[w] = min(len(want.items), taken[w] + need)
+        if not asks and not first:
+            break
+        per, where = by_shard([wants[w].items[i] for w, i in asks])
+        tasks = [task(s, tuple(items)) for s, items in per.items()]
+        results = shards.run(tasks + (list(extra or []) if first else []))
+        if first:
+            extra_results, first = results[len(tasks):], False
+        found = dict(zip(per, results[:len(tasks)]))
+        for (w, i), (s, j) in zip(asks, where):
+            doc_id, block, start, end, context = found[s][j]
+            if len(out[w]) < wants[w].limit and (doc_id, start, end) not in seen[w]:
+                seen[w].add((doc_id, start, end))
+                out[w].append(Evidence(doc_id=doc_id, block=block, start=start, end=end, context=context,
+                                       score=wants[w].scores[i]))
+        if not asks:
+            break
+    return out, extra_results
+
+
+def pool_want(pool: CandidatePool, occurrences: list[int], limit: int) -> Want:
+    """The want of up to `limit` of a ranked phrase's occurrences (pool spans, best first) as evidence."""
+    items = []
+    for i in occurrences:
+        part, j = pool.where(i)
+        start = int(part.char[j])
+        items.append((part.shard_no, (int(part.row[j]), int(part.block[j]), start, start + int(part.keys.length[j]))))
+    return Want(items, [float(pool.score[i]) for i in occurrences], limit)

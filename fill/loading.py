@@ -19,10 +19,11 @@ from indexer.phrase_index import PhraseIndex
 logger = logging.getLogger(__name__)
 
 
-def open_parts(config: EngineConfig, scoring: Scoring | None = None) -> tuple[Encoder, PhraseIndex, Scoring]:
-    """The encoder, the index and the scoring of an engine. The model defaults to the one the manifest
-    names and must have the fingerprint the index was built with; `scoring` replaces the fitted scoring
-    of `config.scoring` or of scoring.json beside the model."""
+def open_parts(config: EngineConfig, scoring: Scoring | None = None, with_shards: bool = True
+               ) -> tuple[Encoder, PhraseIndex, Scoring]:
+    """The encoder, the index (`with_shards` false: its manifest and BM25 only) and the scoring of an engine.
+    The model defaults to the one the manifest names and must have the fingerprint the index was built with;
+    `scoring` replaces the fitted scoring of `config.scoring` or of scoring.json beside the model."""
     root = config.index_dir()
     manifest = Manifest.load(root)
     model_dir = Path(config.model) if config.model else Path(manifest.model.path)
@@ -45,7 +46,7 @@ def open_parts(config: EngineConfig, scoring: Scoring | None = None) -> tuple[En
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="load-encoder") as pool:
         loading = pool.submit(load_encoder)
         index = PhraseIndex(root, verify=config.verify, nprobe=config.nprobe, ef_search=config.ef_search,
-                            refine=config.refine)
+                            refine=config.refine, shard_nos=None if with_shards else [])
         try:
             encoder = loading.result()
         except BaseException:

@@ -15,15 +15,17 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
+from common.arrays import unique
 from encoder.reader import Reader, ReaderInput, ReadingSpec
 from fill.candidates import ShardCandidates, span_candidates
 from fill.phrases import join, phrase_table
 from fill.ranker import CandidatePool, RankedMask
 from fill.schemas import FillOptions
+from fill.shard_group import Shards, by_shard
 from fill.spans import softmax, spans_from_hits, top_values
 
 PRIOR_PHRASES = 50  # retrieval phrases whose values are the prior of the re-ranking
@@ -38,15 +40,15 @@ class Window:
     b: int
 
 
-def mask_windows(ranked: RankedMask, shards: list, phrases: int, window: int, budget: int) -> list[Window]:
-    """The windows to read for one mask: around the best occurrence of each of its top `phrases` phrases,
-    merged where they overlap, `budget` tokens at most (the later phrases' windows left out)."""
+def mask_windows(ranked: RankedMask, phrases: int, window: int, budget: int) -> list[Window]:
+    """The windows to read for one mask: around the best occurrence of each of its top `phrases` phrases
+    (inside its block: ShardCandidates.bounds_of), merged where they overlap, `budget` tokens at most (the later
+    phrases' windows left out)."""
     out: list[Window] = []
     used = 0
     for phrase in ranked.shown[:phrases]:
         part, j = ranked.pool.where(phrase.occurrences[0])
-        shard = shards[part.shard_no]
-        lo, hi = (int(x) for x in shard.blocks[int(part.block[j]) - shard.info.block_base, 1:3])
+        lo, hi = part.bounds_of(j)
         w = Window(part.shard_no, max(lo, int(part.first[j]) - window), min(hi, int(part.last[j]) + 1 + window))
         overlapping = [o for o in out if o.shard_no == w.shard_no and o.a < w.b and w.a < o.b]
         merged = Window(w.shard_no, min([w.a] + [o.a for o in overlapping]), max([w.b] + [o.b for o in overlapping]))
@@ -67,6 +69,8 @@ class WindowSpans:
     last: list[np.ndarray]
     starts: np.ndarray  # window-token shard positions (all windows, in order) and their shard numbers
     shard_of: np.ndarray
+    tokens: list[np.ndarray]  # per window: its token ids
+    parts: list[ShardCandidates]  # per shard: its spans as candidates, their logits still to come (reader_parts)
 
     def at(self, shard_no: int, positions: np.ndarray) -> np.ndarray:
         """Index among the window tokens of positions of shard `shard_no`."""
@@ -74,38 +78,56 @@ class WindowSpans:
         return rows[np.searchsorted(self.starts[rows], positions)]
 
 
-def window_spans(shards: list, windows: list[Window], max_len: int) -> WindowSpans:
-    """The valid spans of the windows (sorted by shard, then position, as mask_windows returns them)."""
-    shard_nos, firsts, lasts = [], [], []
-    for s in sorted({w.shard_no for w in windows}):
-        shard, own = shards[s], [w for w in windows if w.shard_no == s]
+def _no_logits(positions: np.ndarray) -> tuple[np.ndarray, float]:
+    return np.zeros(positions.size), 0.0
+
+
+@dataclass(frozen=True)
+class WindowTask:
+    """One shard's windows of one mask (a fill.shard_group task): every valid span inside them as candidates
+    (ordered by (first, last); their logits are the reader's, filled in by `reader_parts`), or None when there
+    is none, and each window's token ids."""
+
+    shard_no: int
+    windows: tuple[tuple[int, int], ...]
+    max_len: int
+
+    def run(self, shard) -> tuple[ShardCandidates | None, list[np.ndarray]]:
         fs, ls = [], []
-        for w in own:
-            f, last = spans_from_hits(np.arange(w.a, w.b), True, max_len, shard.flags, shard.block_of)
-            keep = last < w.b
+        for a, b in self.windows:
+            f, last = spans_from_hits(np.arange(a, b), True, self.max_len, shard.flags, shard.block_of)
+            keep = last < b
             fs.append(f[keep])
             ls.append(last[keep])
         f, last = np.concatenate(fs), np.concatenate(ls)
         order = np.lexsort((last, f))
-        if f.size:
-            shard_nos.append(s)
-            firsts.append(f[order])
-            lasts.append(last[order])
+        tokens = [np.asarray(shard.token_ids[a:b]) for a, b in self.windows]
+        if not f.size:
+            return None, tokens
+        return span_candidates(shard, self.shard_no, f[order], last[order], _no_logits, _no_logits, False), tokens
+
+
+def window_spans(shards: Shards, windows: list[Window], max_len: int) -> WindowSpans:
+    """The valid spans of the windows (sorted by shard, then position, as mask_windows returns them), formed
+    and read by their shards in one call."""
+    per, _ = by_shard([(w.shard_no, (w.a, w.b)) for w in windows])
+    found = shards.run([WindowTask(s, tuple(own), max_len) for s, own in per.items()])
+    tokens = [t for _, own_tokens in found for t in own_tokens]
+    parts = [part for part, _ in found if part is not None]
     starts = np.concatenate([np.arange(w.a, w.b) for w in windows]) if windows else np.empty(0, dtype=np.int64)
     shard_of = np.concatenate([np.full(w.b - w.a, w.shard_no) for w in windows]) if windows else starts
-    return WindowSpans(shard_nos, firsts, lasts, starts, shard_of)
+    return WindowSpans([p.shard_no for p in parts], [p.first for p in parts], [p.last for p in parts], starts,
+                       shard_of, tokens, parts)
 
 
-def reader_parts(shards: list, spans: WindowSpans, start: np.ndarray, end: np.ndarray) -> list[ShardCandidates]:
+def reader_parts(spans: WindowSpans, start: np.ndarray, end: np.ndarray) -> list[ShardCandidates]:
     """The window spans as candidates whose logits are the reader's (`start`, `end`: per window token)."""
-    def logits_of(s: int, values: np.ndarray):
-        def read(positions: np.ndarray) -> tuple[np.ndarray, float]:
-            out = values[spans.at(s, positions)]
-            return out, float(out.max())
-        return read
-
-    return [span_candidates(shards[s], s, f, last, logits_of(s, start), logits_of(s, end), False)
-            for s, f, last in zip(spans.shard_nos, spans.first, spans.last)]
+    out = []
+    for part in spans.parts:
+        s = start[spans.at(part.shard_no, unique(part.first))]
+        e = end[spans.at(part.shard_no, unique(part.last))]
+        out.append(replace(part, start_logits=s, end_logits=e, start_max=float(s.max()), end_max=float(e.max())))
+    return out
 
 
 def joint_pool(parts: list[ShardCandidates]) -> CandidatePool:
@@ -142,22 +164,21 @@ class MaskReading:
     spans: WindowSpans
 
 
-def plan_reading(spec: ReadingSpec, shards: list, ids: list[int], mask_at: int, ranked: RankedMask,
+def plan_reading(spec: ReadingSpec, shards: Shards, ids: list[int], mask_at: int, ranked: RankedMask,
                  max_span_tokens: int) -> MaskReading | None:
     """The reader's input for one mask (None when there is nothing to read or no room beside the query)."""
     card = spec.card
     budget = min(card.max_tokens, spec.max_length - len(ids) - spec.sep * card.phrases)
     if budget <= 0 or not ranked.shown:
         return None
-    windows = mask_windows(ranked, shards, card.phrases, card.window, budget)
+    windows = mask_windows(ranked, card.phrases, card.window, budget)
     spans = window_spans(shards, windows, max_span_tokens)
     if not spans.shard_nos:
         return None
-    item = ReaderInput(ids, mask_at, [np.asarray(shards[w.shard_no].token_ids[w.a:w.b]) for w in windows])
-    return MaskReading(item, windows, spans)
+    return MaskReading(ReaderInput(ids, mask_at, spans.tokens), windows, spans)
 
 
-def read_masks(reader: Reader, encoder, shards: list, ids: list[int], mask_at: list[int], ranked: list[RankedMask],
+def read_masks(reader: Reader, encoder, shards: Shards, ids: list[int], mask_at: list[int], ranked: list[RankedMask],
                weight: float, options: FillOptions) -> list[RankedMask]:
     """Every mask's retrieval ranking re-ranked by the reader (a mask with nothing to read keeps its own),
     all masks read in one forward pass on the encoder's inference thread."""
@@ -170,5 +191,5 @@ def read_masks(reader: Reader, encoder, shards: list, ids: list[int], mask_at: l
             out.append(retrieval)
             continue
         start, end = next(logits)
-        out.append(rerank(joint_pool(reader_parts(shards, plan.spans, start, end)), retrieval, weight, options))
+        out.append(rerank(joint_pool(reader_parts(plan.spans, start, end)), retrieval, weight, options))
     return out

@@ -42,11 +42,16 @@ class PhraseIndex:
     An updated index (indexer.update) is served as it is: delta shards are shards, their BM25 files join the
     build's (BlockSearch), and the tombstoned documents' tokens and blocks are left out of every search.
     `reuse` (the index being replaced by a newer generation of the same directory) lends its opened shards
-    whose files are unchanged, so opening a new generation costs only its new files."""
+    whose files are unchanged, so opening a new generation costs only its new files.
+
+    `shard_nos` opens only those shards (a shard group of a distributed deployment, service.ray_backend):
+    `shards[i]` is shard `numbers[i]`, and hits name the shards by their numbers in the whole index. `bm25`
+    false leaves BM25 closed (a group's work needs none; the ingress holds it)."""
 
     def __init__(
         self, root: str | Path, verify: bool = False, nprobe: int | None = None, ef_search: int | None = None,
-        refine: int | None = None, reuse: "PhraseIndex | None" = None,
+        refine: int | None = None, reuse: "PhraseIndex | None" = None, shard_nos: list[int] | None = None,
+        bm25: bool = True,
     ) -> None:
         self.root = Path(root)
         self.refine = DEFAULT_REFINE if refine is None else int(refine)
@@ -56,19 +61,28 @@ class PhraseIndex:
         same = reuse is not None and reuse.root.resolve() == self.root.resolve()
         # files whose bytes were hashed and found right: path -> sha256, shared with the generations to come
         self.verified: dict[Path, str] = reuse.verified if same else {}
+        everything = list(range(len(self.manifest.shards)))
+        self.numbers = everything if shard_nos is None else sorted(set(shard_nos))
+        if not set(self.numbers) <= set(everything):
+            raise AppError(f"index {self.root} has shards 0-{len(everything) - 1}; shard numbers {self.numbers} "
+                           "name others", kind="validation")
+        self._with_bm25 = bm25
         if verify:
             self.verify()
         self.tombstones = Tombstones.load(self.root, self.manifest)
         lent = reuse.shards_by_name() if same else {}
+        infos = [self.manifest.shards[n] for n in self.numbers]
         self.shards = [lent[info.name] if info.name in lent and lent[info.name].info == info
-                       else Shard(self.root, info, self.manifest.dim) for info in self.manifest.shards]
+                       else Shard(self.root, info, self.manifest.dim) for info in infos]
         for shard in self.shards:
             set_search_params(shard.index, nprobe, ef_search)
         self.live = [Liveness(s.blocks, len(s), self.tombstones.of(s.info.name))
                      if self.tombstones.of(s.info.name).size else None for s in self.shards]
         self.scale = self.manifest.similarity_scale
-        self._block_bases = np.array([s.info.block_base for s in self.shards], dtype=np.int64)
-        self.bm25 = self._open_bm25(reuse if same else None)
+        self._block_bases = np.array([info.block_base for info in self.manifest.shards], dtype=np.int64)
+        self.bm25 = self._open_bm25(reuse if same else None) if bm25 else None
+        if not bm25:
+            self._delta_bm25 = {}
         self._quantizer, self._shared = shared_quantizer(self.shards)
         # the pool searches shards in parallel, so each FAISS call runs on one thread: FAISS's OpenMP keeps a
         # team of spinning threads per calling thread, and teams of 8 pool threads would fight over the cores
@@ -77,38 +91,54 @@ class PhraseIndex:
         logger.info("opened index %s: %d shards, %d tokens", self.root, len(self.shards), self.manifest.counts.tokens)
 
     def _open_bm25(self, reuse: "PhraseIndex | None") -> BlockSearch | None:
-        """The BM25 of every live block (None for an index built without BM25). The delta shards' BM25 files
-        that `reuse` has open (checked) are taken over from it: it no longer closes them."""
+        """The BM25 of every live block of the whole index, opened or not (None for an index built without
+        BM25). The delta shards' BM25 files that `reuse` has open (checked) are taken over from it: it no
+        longer closes them."""
         self._delta_bm25: dict[str, BM25] = {}
         if self.manifest.bm25 is None:
             return None
+        infos = self.manifest.shards
         check_bm25(self.root / self.manifest.bm25_name, self.manifest.bm25, self.manifest.counts.blocks - sum(
-            s.info.blocks for s in self.shards if s.info.bm25 is not None))
+            info.blocks for info in infos if info.bm25 is not None))
         lent = reuse._delta_bm25 if reuse is not None else {}
         lent_shards = reuse.shards_by_name() if reuse is not None else {}
         deltas = []
-        for shard in self.shards:
-            if shard.info.bm25 is not None:
-                name = shard.info.name
-                if name in lent and lent_shards.get(name) is shard:  # the same files, checked
+        for info in infos:
+            if info.bm25 is not None:
+                name = info.name
+                if name in lent and name in lent_shards and lent_shards[name].info == info:  # the same files, checked
                     self._delta_bm25[name] = lent.pop(name)
                 else:
-                    check_bm25(self.root / delta_bm25_name(name), shard.info.bm25, shard.info.blocks)
+                    check_bm25(self.root / delta_bm25_name(name), info.bm25, info.blocks)
                     self._delta_bm25[name] = BM25(self.root / delta_bm25_name(name))
-                deltas.append((shard.info.block_base, self._delta_bm25[name]))
-        dead = [live.dead_blocks + s.info.block_base for s, live in zip(self.shards, self.live) if live is not None]
-        return BlockSearch(BM25(self.root / self.manifest.bm25_name), deltas, np.concatenate(dead) if dead else
-                           np.empty(0, dtype=np.int64), self.manifest.counts.blocks)
+                deltas.append((info.block_base, self._delta_bm25[name]))
+        return BlockSearch(BM25(self.root / self.manifest.bm25_name), deltas, self._dead_blocks(),
+                           self.manifest.counts.blocks)
+
+    def _dead_blocks(self) -> np.ndarray:
+        """The global numbers of every tombstoned block (of shards not opened too: their blocks.npy is read)."""
+        opened = dict(zip(self.numbers, self.live))
+        dead = []
+        for number, info in enumerate(self.manifest.shards):
+            if not self.tombstones.of(info.name).size:
+                continue
+            live = opened.get(number) or Liveness(np.load(self.root / info.name / "blocks.npy"), info.tokens,
+                                                  self.tombstones.of(info.name))
+            dead.append(live.dead_blocks + info.block_base)
+        return np.concatenate(dead) if dead else np.empty(0, dtype=np.int64)
 
     def shards_by_name(self) -> dict[str, Shard]:
         return {s.info.name: s for s in self.shards}
 
     def files(self) -> list[tuple[Path, FileInfo]]:
-        """Every file the manifest lists, with its record (size, sha256)."""
-        files = [(self.root / info.name / fname, rec) for info in self.manifest.shards for fname, rec in info.files.items()]
-        files += [(self.root / delta_bm25_name(info.name), info.bm25) for info in self.manifest.shards if info.bm25]
-        if self.manifest.bm25 is not None:
-            files.append((self.root / self.manifest.bm25_name, self.manifest.bm25))
+        """Every file the manifest lists (of the opened shards, and BM25's when it is open), with its record
+        (size, sha256)."""
+        infos = [self.manifest.shards[n] for n in self.numbers]
+        files = [(self.root / info.name / fname, rec) for info in infos for fname, rec in info.files.items()]
+        if self._with_bm25:
+            files += [(self.root / delta_bm25_name(info.name), info.bm25) for info in self.manifest.shards if info.bm25]
+            if self.manifest.bm25 is not None:
+                files.append((self.root / self.manifest.bm25_name, self.manifest.bm25))
         if self.manifest.tombstones is not None:
             files.append((self.root / self.manifest.tombstones.name, self.manifest.tombstones))
         return files
@@ -143,12 +173,18 @@ class PhraseIndex:
         logger.info("warmed %d shards (pages mapped: %s, sha256 checked: %s) in %.1f s", len(self.shards), pages, hashes,
                     time.perf_counter() - t)
 
+    def block_shards(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(shard number, block number within that shard) of each global block, from the manifest alone."""
+        blocks = np.asarray(blocks, dtype=np.int64)
+        shard_no = np.searchsorted(self._block_bases, blocks, side="right") - 1
+        return shard_no, blocks - self._block_bases[shard_no]
+
     def block_hits(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Every token of the given global blocks, as (shard numbers, positions)."""
+        """Every token of the given global blocks (of opened shards), as (shard numbers, positions)."""
         shard_no, positions = [], []
-        for g in np.asarray(blocks, dtype=np.int64).tolist():
-            s = int(np.searchsorted(self._block_bases, g, side="right") - 1)
-            _, first, end = self.shards[s].blocks[g - self._block_bases[s]]
+        at = {n: i for i, n in enumerate(self.numbers)}
+        for s, local in zip(*(a.tolist() for a in self.block_shards(blocks))):
+            _, first, end = self.shards[at[s]].blocks[local]
             positions.append(np.arange(first, end, dtype=np.int64))
             shard_no.append(np.full(end - first, s, dtype=np.int64))
         if not positions:
@@ -161,7 +197,15 @@ class PhraseIndex:
 
     def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None
                ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Top-k tokens by inner product over all shards, per query: (shard numbers, positions).
+        """Top-k tokens by inner product over all shards, per query: (shard numbers, positions)
+        (`search_scored` without the scores)."""
+        return [(sh, pos) for _, sh, pos in self.search_scored(queries, k, groups)]
+
+    def search_scored(self, queries: np.ndarray, k: int, groups: list[int] | None = None
+                      ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Top-k tokens by inner product over the opened shards, per query: (scores, shard numbers, positions),
+        ties at the k-th score broken by (shard, position) (`top_hits`), so the top k of several groups' top k
+        are the top k of their shards searched together.
 
         Exact shards answer with exact scores; ANN shards' hits are re-scored from the stored vectors,
         per group of consecutive queries (`groups`: their sizes, e.g. each request's queries in a batch;
@@ -183,15 +227,12 @@ class PhraseIndex:
         results = list(self._pool.map(one, range(len(self.shards)))) if self._pool else [one(0)]
         scores = np.concatenate([r[0] for r in results], axis=1)
         ids = np.concatenate([r[1] for r in results], axis=1)
-        shard_no = np.concatenate([np.full(r[1].shape, s, dtype=np.int64) for s, r in enumerate(results)], axis=1)
+        shard_no = np.concatenate([np.full(r[1].shape, self.numbers[s], dtype=np.int64) for s, r in enumerate(results)],
+                                  axis=1)
         out = []
         for row in range(q.shape[0]):
             valid = ids[row] >= 0
-            sc, sh, pos = scores[row][valid], shard_no[row][valid], ids[row][valid].astype(np.int64)
-            if sc.size > k:
-                top = np.argpartition(-sc, k - 1)[:k]
-                sh, pos = sh[top], pos[top]
-            out.append((sh, pos))
+            out.append(top_hits(scores[row][valid], shard_no[row][valid], ids[row][valid].astype(np.int64), k))
         return out
 
     def assign(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
@@ -204,7 +245,7 @@ class PhraseIndex:
     def faiss_search(self, s: int, q: np.ndarray, k: int, assigned=None) -> tuple[np.ndarray, np.ndarray]:
         """Shard s's own FAISS search for the queries: k hits (exact shards) or refine * k (ANN shards, to be
         re-scored), with the lists from `assign` where the shard shares the quantizer."""
-        shard, live = self.shards[s], self.live[s]
+        shard, live = self.shards[s], self.live[s]  # s: the shard's place among the opened ones
         hits = min(k, len(shard)) if is_exact(shard.info.factory) else min(k * self.refine, len(shard))
         params = None if live is None else search_params(shard.index, live.selector)
         if assigned is not None and s in self._shared:
@@ -218,6 +259,20 @@ class PhraseIndex:
             self.bm25.close(list(self._delta_bm25.values()))  # not those a later generation took over
         if self._pool:
             self._pool.shutdown(wait=False)
+
+
+def top_hits(scores: np.ndarray, shard_no: np.ndarray, positions: np.ndarray, k: int
+             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The k best hits (all when there are at most k): every hit above the k-th best score, then those at it
+    by (shard, position), so the choice among equal scores does not depend on how the hits were gathered."""
+    if scores.size <= k:
+        return scores, shard_no, positions
+    kth = np.partition(scores, scores.size - k)[scores.size - k]
+    above = np.flatnonzero(scores > kth)
+    tied = np.flatnonzero(scores == kth)
+    tied = tied[np.lexsort((positions[tied], shard_no[tied]))[: k - above.size]]
+    top = np.concatenate([above, tied])
+    return scores[top], shard_no[top], positions[top]
 
 
 def shared_quantizer(shards: list[Shard]) -> tuple[tuple[faiss.Index, int] | None, set[int]]:

@@ -62,6 +62,19 @@ class Settings(EngineConfig, BaseSettings):
     api_keys_file: Path | None = Field(None, description="file of API keys, one per line (# comments and blank lines "
                                        "ignored); adds to api_keys")
     cors_origins: str = Field("", description="comma-separated origins allowed by CORS (`*` for any); empty: CORS off")
+    backend: Literal["local", "ray"] = Field(
+        "local", description="local: every shard in this process; ray: the shards in shard groups on a Ray cluster "
+        "(Ray Serve applications, service.ray_backend) and this server the ingress; needs `pip install .[ray]`")
+    ray_address: str | None = Field(None, description="Ray cluster to join (backend ray): `auto`, `host:6379` or "
+                                    "`ray://host:10001`; none: start a Ray on this machine")
+    ray_namespace: str = Field("npm", min_length=1, description="Ray namespace of the shard groups (backend ray)")
+    ray_app: str = Field("npm", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$", description="name prefix of the shard "
+                         "groups' Serve applications, <prefix>-group-<n> (backend ray; one prefix per index served)")
+    ray_groups: int = Field(1, ge=1, le=1024, description="shard groups (backend ray): the index's shards split into "
+                            "this many runs of consecutive shards (at most one group per shard)")
+    ray_replicas: int = Field(1, ge=1, le=1024, description="replicas of each shard group (backend ray)")
+    ray_timeout: float = Field(10.0, gt=0, description="seconds a shard group has to answer one call (backend ray); "
+                               "later the request gets 503 naming the group")
     log_level: str = Field("info", description="debug, info, warning or error")
     log_format: Literal["json", "text"] = Field("json", description="json: one JSON object per line (time, level, "
                                                 "logger, message, request_id, ...); text: plain lines")

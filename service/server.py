@@ -35,6 +35,8 @@ def serve(settings: Settings) -> None:
     configure_logging(settings.log_level, settings.log_format)
     single_thread_blas()
     Manifest.load(settings.index_dir())  # fail fast on a wrong path; the heavy load happens in the background
+    if settings.backend == "ray":
+        connect_ray(settings)
     fatal: list[str] = []
     server: uvicorn.Server | None = None
 
@@ -57,6 +59,16 @@ def serve(settings: Settings) -> None:
     server.run()
     if fatal:
         raise AppError(fatal[0])
+
+
+def connect_ray(settings: Settings) -> None:
+    """Join (or start) the Ray cluster from the main thread: a Ray started here lives as long as the thread that
+    started it (its processes get the parent-death signal when that thread ends), so not from the loading thread."""
+    try:
+        from service.ray_backend import connect
+    except ImportError as exc:
+        raise AppError(f"FILL_BACKEND=ray needs Ray Serve: pip install '.[ray]' ({exc})") from None
+    connect(settings)
 
 
 def _reload(state: ServiceState) -> None:

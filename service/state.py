@@ -31,6 +31,18 @@ logger = logging.getLogger(__name__)
 WARMUP = FillRequest(text="<mask>", top_k=1, k=1, max_span_tokens=1, evidence=0)
 
 
+def open_engine(settings: Settings) -> FillEngine:
+    """The engine of the settings' backend: every shard here (local), or shard groups on Ray (ray is imported
+    only then)."""
+    if settings.backend == "ray":
+        try:
+            from service import ray_backend
+        except ImportError as exc:
+            raise AppError(f"FILL_BACKEND=ray needs Ray Serve: pip install '.[ray]' ({exc})") from None
+        return ray_backend.open_engine(settings)
+    return FillEngine.open(settings.engine_config())
+
+
 class Serving:
     """One engine and its batcher, with the count of requests using them: once retired (replaced by
     a reload) it is closed when its last request is done."""
@@ -118,7 +130,7 @@ class ServiceState:
             if not first and settings.check_hashes:
                 settings = settings.model_copy(update={"verify": True})
             t0 = time.perf_counter()
-            engine = FillEngine.open(settings.engine_config())
+            engine = open_engine(settings)
             self._install(engine)
             self.settings = settings.model_copy(update={"verify": self.settings.verify})
             return {"index": engine.index.root.name, "seconds": round(time.perf_counter() - t0, 3),
@@ -128,7 +140,11 @@ class ServiceState:
         """Add or delete documents of the served index's directory (under its writer lock, with the served
         encoder, encoding at the update priority) and serve the new generation: its new files are checked
         (sha256) and opened beside the shards it shares with the current one, then swapped in without failing
-        a request."""
+        a request. Not with the ray backend (its groups hold the shards): 409 saying how to update instead."""
+        if self.settings.backend == "ray":
+            raise AppError("documents cannot be changed through a Ray ingress (FILL_BACKEND=ray): its shard groups "
+                           "hold the shards; run `indexer add` / `indexer delete` on the index, then reload",
+                           kind="conflict")
         with self.using() as serving:
             engine = serving.engine
             with writer_lock(engine.index.root, what):

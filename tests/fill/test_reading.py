@@ -37,29 +37,29 @@ def retrieved(engine: FillEngine, text: str = QUERY, **options) -> tuple[RankedM
 
 def test_windows_hold_the_top_phrases_inside_their_blocks_disjoint_and_within_budget(engine):
     ranked, _, _ = retrieved(engine)
-    shards = engine.index.shards
-    windows = mask_windows(ranked, shards, phrases=6, window=2, budget=40)
+    shards = engine.shards
+    windows = mask_windows(ranked, phrases=6, window=2, budget=40)
     assert windows and sum(w.b - w.a for w in windows) <= 40
     for w in windows:
-        block = shards[w.shard_no].block_of(np.array([w.a, w.b - 1]))
+        block = shards.shard(w.shard_no).block_of(np.array([w.a, w.b - 1]))
         assert block[0] == block[1]  # one block each
     for v, w in zip(windows, windows[1:]):
         assert (v.shard_no, v.b) <= (w.shard_no, w.a) or v.shard_no < w.shard_no  # sorted, disjoint
     best = ranked.pool.where(ranked.shown[0].occurrences[0])
     part, j = best
     assert any(w.shard_no == part.shard_no and w.a <= part.first[j] and part.last[j] < w.b for w in windows)
-    assert mask_windows(ranked, shards, phrases=6, window=2, budget=1) == []  # nothing fits
+    assert mask_windows(ranked, phrases=6, window=2, budget=1) == []  # nothing fits
 
 
 def test_window_spans_are_every_valid_span_inside_the_windows(engine):
     ranked, _, _ = retrieved(engine)
-    shards = engine.index.shards
-    windows = mask_windows(ranked, shards, phrases=4, window=3, budget=200)
+    shards = engine.shards
+    windows = mask_windows(ranked, phrases=4, window=3, budget=200)
     spans = window_spans(shards, windows, max_len=3)
     got = {(s, int(a), int(b)) for s, f, last in zip(spans.shard_nos, spans.first, spans.last) for a, b in zip(f, last)}
     want = set()
     for w in windows:
-        flags = np.asarray(shards[w.shard_no].flags)
+        flags = np.asarray(shards.shard(w.shard_no).flags)
         for a in range(w.a, w.b):
             for b in range(a, min(w.b, a + 3)):
                 if flags[a] & WORD_START and flags[b] & WORD_END:
@@ -70,8 +70,8 @@ def test_window_spans_are_every_valid_span_inside_the_windows(engine):
 def random_reading(engine: FillEngine, phrases: int, seed: int, spread: float = 1.0):
     """The retrieval ranking of QUERY, its window spans and random reader logits per window token."""
     ranked, _, _ = retrieved(engine)
-    shards = engine.index.shards
-    spans = window_spans(shards, mask_windows(ranked, shards, phrases=phrases, window=3, budget=200), max_len=4)
+    shards = engine.shards
+    spans = window_spans(shards, mask_windows(ranked, phrases=phrases, window=3, budget=200), max_len=4)
     rng = np.random.default_rng(seed)
     n = len(spans.starts)
     return ranked, spans, rng.standard_normal(n) * spread, rng.standard_normal(n) * spread
@@ -79,7 +79,7 @@ def random_reading(engine: FillEngine, phrases: int, seed: int, spread: float = 
 
 def test_joint_pool_is_the_softmax_of_start_plus_end_over_all_window_spans(engine):
     _, spans, start, end = random_reading(engine, phrases=4, seed=0)
-    pool = joint_pool(reader_parts(engine.index.shards, spans, start, end))
+    pool = joint_pool(reader_parts(spans, start, end))
     index = {(int(s), int(p)): i for i, (s, p) in enumerate(zip(spans.shard_of, spans.starts))}
     want = np.concatenate([[start[index[(s, a)]] + end[index[(s, b)]] for a, b in zip(f, last)]
                            for s, f, last in zip(spans.shard_nos, spans.first, spans.last)])
@@ -89,7 +89,7 @@ def test_joint_pool_is_the_softmax_of_start_plus_end_over_all_window_spans(engin
 
 def test_rerank_weight_moves_the_ranking_from_the_reader_to_the_retrieval(engine):
     ranked, spans, start, end = random_reading(engine, phrases=8, seed=1, spread=3.0)
-    pool = joint_pool(reader_parts(engine.index.shards, spans, start, end))
+    pool = joint_pool(reader_parts(spans, start, end))
     options = FillOptions(top_k=3)
     reader_only = rerank(pool, ranked, 0.0, options)
     assert 0.0 < sum(p.value for p in reader_only.shown) <= 1.0 + 1e-9  # values are shares of all phrases
@@ -155,8 +155,8 @@ def test_a_reader_of_another_vocabulary_is_refused(tmp_path, tiny_index, tiny_ro
 def test_no_room_beside_a_long_query_reads_nothing(engine):
     ranked, ids, mask_at = retrieved(engine)
     card = ReaderCard(vocab="x", max_tokens=64)
-    assert plan_reading(ReadingSpec(card, 1, len(ids) + 8), engine.index.shards, ids, mask_at, ranked, 10) is None
-    assert plan_reading(ReadingSpec(card, 1, 512), engine.index.shards, ids, mask_at, ranked, 10) is not None
+    assert plan_reading(ReadingSpec(card, 1, len(ids) + 8), engine.shards, ids, mask_at, ranked, 10) is None
+    assert plan_reading(ReadingSpec(card, 1, 512), engine.shards, ids, mask_at, ranked, 10) is not None
 
 
 def test_the_bundled_reader_is_the_default_and_can_be_switched_off(tiny_index, monkeypatch):

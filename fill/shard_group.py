@@ -1,0 +1,86 @@
+"""The shard-local stage behind one door: a `ShardGroup` searches the shards it has opened and runs tasks on
+them. It is everything the fill path does with a shard's files, so the engine never touches a shard itself:
+
+  search   the top k tokens of each query over the group's shards, with their scores (PhraseIndex.search_scored;
+           ties broken by shard and position, so the top k of several groups' top k is the top k of all)
+  run      a list of tasks, each a small dataclass naming one shard (`shard_no`, its number in the whole index)
+           with a `run(shard)` method: form and score a mask's candidate spans (fill.candidates.CandidateTask),
+           read documents for evidence (fill.evidence.PlacesTask), a block's token ids (`BlockTokensTask`),
+           the reader's windows: their spans and tokens (fill.reading.WindowTask), a closed-set score's votes
+           and their places (fill.choices). The results come back in the tasks' order.
+
+The engine hands each step's tasks to its shards in one call, so a distributed deployment (service.ray_backend:
+one group per set of shard directories, on other processes or machines) sends every group its share in one
+message and gets plain arrays back; in one process the group holds every shard and `run` is a loop."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from indexer.phrase_index import PhraseIndex
+from indexer.shard import Shard
+
+
+class ShardTask(Protocol):
+    shard_no: int
+
+    def run(self, shard: Shard) -> Any: ...
+
+
+class Shards(Protocol):
+    """What the engine needs of the shards: this module's ShardGroup, or service.ray_backend.RayShards."""
+
+    def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None
+               ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]: ...
+
+    def run(self, tasks: list) -> list: ...
+
+
+class ShardGroup:
+    """The opened shards of `index` (all of them, or a group's: PhraseIndex(shard_nos=...))."""
+
+    def __init__(self, index: PhraseIndex) -> None:
+        self.index = index
+        self._at = {n: i for i, n in enumerate(index.numbers)}
+
+    @property
+    def shard_nos(self) -> list[int]:
+        return list(self.index.numbers)
+
+    def shard(self, shard_no: int) -> Shard:
+        """The opened shard number `shard_no` of the whole index (KeyError when this group does not hold it)."""
+        return self.index.shards[self._at[shard_no]]
+
+    def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None
+               ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        return self.index.search_scored(queries, k, groups)
+
+    def run(self, tasks: list) -> list:
+        return [task.run(self.shard(task.shard_no)) for task in tasks]
+
+
+@dataclass(frozen=True)
+class BlockTokensTask:
+    """The token ids of one block of one shard (`block`: its global number)."""
+
+    shard_no: int
+    block: int
+
+    def run(self, shard: Shard) -> np.ndarray:
+        _, a, b = (int(x) for x in shard.blocks[self.block - shard.info.block_base])
+        return np.asarray(shard.token_ids[a:b])
+
+
+def by_shard(items: list[tuple[int, Any]]) -> tuple[dict[int, list[Any]], list[tuple[int, int]]]:
+    """Items (shard number, payload) gathered per shard (shards ascending, payloads in order), and where each
+    item lands: (its shard, its index in that shard's list)."""
+    per: dict[int, list[Any]] = {}
+    where = []
+    for shard_no, payload in items:
+        own = per.setdefault(shard_no, [])
+        where.append((shard_no, len(own)))
+        own.append(payload)
+    return dict(sorted(per.items())), where

@@ -1,0 +1,141 @@
+"""Serving beyond one machine on Ray Serve (FILL_BACKEND=ray): the index's shards split into shard groups,
+each a Serve application of one deployment (`ShardGroupReplica`, `FILL_RAY_REPLICAS` replicas that share
+nothing but the index files), and this server as the ingress. Imported only when the backend is ray, so the
+one-process server never imports ray (`pip install .[ray]` adds it).
+
+A fill over Ray, hop by hop (the engine's steps are those of fill.engine; only the shard-local stage moves):
+  ingress  plan, encode the queries, BM25 (restricted / hybrid: the ingress holds the BM25 files, ~2% of the
+           index), then `RayShards`:
+  search   every group searches its shards (FAISS, exact re-scoring) and returns its top k with scores; the
+           ingress keeps the top k of their union (indexer.phrase_index.top_hits: the same hits as one process)
+  run      each step's shard tasks (fill.shard_group: candidate spans, reader windows, evidence) go to the groups
+           owning their shards, one call per group, in parallel; the global ranking, the reader and the
+           confidence run at the ingress
+A group with no replica answering within FILL_RAY_TIMEOUT fails the request with 503 naming the group (never a
+silent partial answer); Serve restarts a dead replica, and a call that was on it is tried once more."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import ray
+from ray import serve
+from ray.exceptions import RayActorError
+from ray.serve.exceptions import DeploymentUnavailableError
+
+from common.errors import AppError
+from fill.engine import FillEngine
+from indexer.manifest import Manifest
+from indexer.phrase_index import top_hits
+from service.config import Settings
+from service.ray_group import ShardGroupReplica, app_name, group_plan
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class Group:
+    name: str
+    shard_nos: list[int]
+    handle: Any  # ray.serve.handle.DeploymentHandle
+
+    @property
+    def label(self) -> str:
+        a, b = self.shard_nos[0], self.shard_nos[-1]
+        return f"shard group {self.name} (shard{'s' if a != b else ''} {a}{f'-{b}' if a != b else ''})"
+
+
+class RayShards:
+    """fill.shard_group.Shards over shard groups on Ray Serve (see the module doc)."""
+
+    def __init__(self, groups: list[Group], timeout: float) -> None:
+        self.groups = groups
+        self.timeout = timeout
+        self.owner = {s: g for g, group in enumerate(groups) for s in group.shard_nos}
+
+    def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None
+               ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        found = self._call([(g, "search", (queries, k, groups)) for g in range(len(self.groups))])
+        out = []
+        for row in range(queries.shape[0]):
+            parts = [f[row] for f in found]
+            out.append(top_hits(*(np.concatenate([p[i] for p in parts]) for i in range(3)), k))
+        return out
+
+    def run(self, tasks: list) -> list:
+        per: dict[int, list[int]] = {}
+        for i, task in enumerate(tasks):
+            g = self.owner.get(task.shard_no)
+            if g is None:
+                raise AppError(f"shard {task.shard_no} belongs to no shard group", kind="internal")
+            per.setdefault(g, []).append(i)
+        out: list = [None] * len(tasks)
+        found = self._call([(g, "run", ([tasks[i] for i in own],)) for g, own in per.items()])
+        for own, results in zip(per.values(), found):
+            for i, result in zip(own, results):
+                out[i] = result
+        return out
+
+    def _call(self, calls: list[tuple[int, str, tuple]]) -> list:
+        """The results of the calls (group, method, args), sent together; one retry of a call whose replica
+        died; AppError (not_ready, 503) naming the group that did not answer in time."""
+        sent = [(g, method, args, getattr(self.groups[g].handle, method).remote(*args)) for g, method, args in calls]
+        out = []
+        for g, method, args, response in sent:
+            try:
+                out.append(self._result(g, response))
+            except RayActorError:
+                logger.warning("%s: a replica died during %s; trying again", self.groups[g].label, method)
+                out.append(self._result(g, getattr(self.groups[g].handle, method).remote(*args)))
+        return out
+
+    def _result(self, g: int, response) -> Any:
+        try:
+            return response.result(timeout_s=self.timeout)
+        except TimeoutError:
+            response.cancel()
+            raise AppError(f"{self.groups[g].label} did not answer in {self.timeout:g} s (FILL_RAY_TIMEOUT): it has "
+                           "no running replica (Ray Serve restarts failed replicas) or is overloaded; retry later",
+                           kind="not_ready") from None
+        except DeploymentUnavailableError:
+            raise AppError(f"{self.groups[g].label} is not deployed on the Ray cluster (deleted, or its application "
+                           "failed); redeploy it (reload the server, or `serve run deploy/ray/serve.yaml`)",
+                           kind="not_ready") from None
+
+
+def connect(settings: Settings) -> None:
+    """Join the Ray cluster at FILL_RAY_ADDRESS (none: start one on this machine) and start Serve without its
+    HTTP proxy (this server is the ingress)."""
+    if not ray.is_initialized():
+        ray.init(address=settings.ray_address, namespace=settings.ray_namespace, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+    serve.start(proxy_location="Disabled")
+
+
+def deploy_groups(settings: Settings, root: Path) -> list[Group]:
+    """Run (or update) the index's shard groups as Serve applications `<prefix>-group-<n>` and wait until
+    each has its replicas; their handles."""
+    manifest = Manifest.load(root)
+    out = []
+    for number, shard_nos in enumerate(group_plan(len(manifest.shards), settings.ray_groups)):
+        name = app_name(settings.ray_app, number)
+        t0 = time.perf_counter()
+        app = ShardGroupReplica.options(num_replicas=settings.ray_replicas).bind(
+            str(root.resolve()), shard_nos, settings.nprobe, settings.ef_search, settings.refine, settings.warm)
+        handle = serve.run(app, name=name, route_prefix=None)
+        logger.info("shard group %s (shards %s) running with %d replicas in %.1f s", name, shard_nos,
+                    settings.ray_replicas, time.perf_counter() - t0)
+        out.append(Group(name, shard_nos, handle))
+    return out
+
+
+def open_engine(settings: Settings) -> FillEngine:
+    """The engine of a Ray ingress: encoder, reader, manifest and BM25 here, the shards in their groups."""
+    connect(settings)
+    groups = deploy_groups(settings, settings.index_dir())
+    return FillEngine.open(settings.engine_config(), shards=lambda index: RayShards(groups, settings.ray_timeout))
