@@ -16,16 +16,23 @@ def _masks(n: int) -> str:
 
 
 class Budget:
-    """Bounds on the two things that make a fill expensive, each a product of request fields.
+    """Bounds on what makes a request expensive, each a product of request fields, checked before any work.
 
+    - search: masks x queries x k, the hits the FAISS searches return and re-score (queries: a fill's start and
+      end; a score's one or two; none in restricted mode): most of the time of a request with a large k;
     - candidates: masks x (k + blocks x block_tokens) x max_span_tokens, the candidate spans scored and
-      grouped into phrases (blocks count in restricted and hybrid modes only; k in dense and hybrid);
+      grouped into phrases (blocks count in restricted and hybrid modes only; k in dense and hybrid); a
+      closed-set score: masks x queries x (k + blocks x block_tokens), the tokens scored and matched;
     - evidence: masks x top_k x evidence, the occurrences looked up and cut into contexts.
-    """
 
-    def __init__(self, max_candidates: int, max_evidence: int) -> None:
+    `weight` is a request's cost in default fills (a one-mask hybrid fill with the default fields): the larger
+    of its search and its candidates over a default fill's; the service serves heavier requests in a lane of
+    their own (service.state)."""
+
+    def __init__(self, max_candidates: int, max_evidence: int, max_search: int = 16384) -> None:
         self.max_candidates = max_candidates
         self.max_evidence = max_evidence
+        self.max_search = max_search
 
     @staticmethod
     def retrieved(request: FillRequest | ScoreRequest, mode: str, block_tokens: int) -> int:
@@ -34,12 +41,40 @@ class Budget:
         return (request.k if mode != "restricted" else 0) + (request.blocks * block_tokens if mode != "dense" else 0)
 
     @staticmethod
-    def candidates(request: FillRequest, mode: str, block_tokens: int) -> int:
-        return count_masks(request.text) * Budget.retrieved(request, mode, block_tokens) * request.max_span_tokens
+    def queries(request: FillRequest | ScoreRequest) -> int:
+        """Searches per mask: a fill's start and end; a score's start (and end with the npm scorer)."""
+        return 2 if isinstance(request, FillRequest) or request.scorer == "npm" else 1
+
+    @staticmethod
+    def search(request: FillRequest | ScoreRequest, mode: str) -> int:
+        return 0 if mode == "restricted" else count_masks(request.text) * Budget.queries(request) * request.k
+
+    @staticmethod
+    def candidates(request: FillRequest | ScoreRequest, mode: str, block_tokens: int) -> int:
+        tokens = Budget.retrieved(request, mode, block_tokens)
+        if isinstance(request, ScoreRequest):
+            return count_masks(request.text) * Budget.queries(request) * tokens
+        return count_masks(request.text) * tokens * request.max_span_tokens
+
+    @staticmethod
+    def weight(request: FillRequest | ScoreRequest, mode: str, block_tokens: int) -> float:
+        """The request's cost in default fills (see the class doc)."""
+        return max(Budget.search(request, mode) / Budget.search(DEFAULT_FILL, "hybrid"),
+                   Budget.candidates(request, mode, block_tokens) / Budget.candidates(DEFAULT_FILL, "hybrid", block_tokens))
+
+    def describe(self) -> dict:
+        """The bounds and how a request's cost is counted (the OpenAPI schema's `x-cost-budget`)."""
+        return {"max_search": self.max_search, "max_candidates": self.max_candidates, "max_evidence": self.max_evidence,
+                "search": "masks x queries (fill: 2; score: 2 with the npm scorer, else 1) x k (0 in restricted mode)",
+                "candidates": "fill: masks x (k + blocks x block_tokens) x max_span_tokens; score: masks x queries x "
+                              "(k + blocks x block_tokens); k counts in dense and hybrid modes, blocks in restricted "
+                              "and hybrid", "evidence": "fill: masks x top_k x evidence; score: masks x choices x evidence",
+                "over_budget": 422}
 
     def check(self, request: FillRequest, mode: str, block_tokens: int) -> None:
         """AppError (validation, 422) naming the fields when the request is over a bound."""
         masks = count_masks(request.text)
+        self._check_search(request, mode)
         cost = self.candidates(request, mode, block_tokens)
         if cost > self.max_candidates:
             terms = []
@@ -59,11 +94,20 @@ class Budget:
                 f"{evidence:,} occurrences, over the server's budget of {self.max_evidence:,} "
                 "(FILL_MAX_EVIDENCE); lower top_k, evidence or the masks", kind="validation")
 
+    def _check_search(self, request: FillRequest | ScoreRequest, mode: str) -> None:
+        hits = self.search(request, mode)
+        if hits > self.max_search:
+            raise AppError(
+                f"request too expensive: {_masks(count_masks(request.text))} x {self.queries(request)} searches x k "
+                f"{request.k} = {hits:,} hits searched and re-scored, over the server's budget of {self.max_search:,} "
+                "(FILL_MAX_SEARCH); lower k or the masks", kind="validation")
+
     def check_score(self, request: ScoreRequest, mode: str, block_tokens: int) -> None:
-        """`check` for a closed-set score: masks x searches x (k + blocks x block tokens), the retrieved tokens
-        scored exactly and matched, against the candidate budget; masks x choices x evidence against the
-        evidence budget."""
-        masks, searches = count_masks(request.text), 2 if request.scorer == "npm" else 1
+        """`check` for a closed-set score: its search, then masks x queries x (k + blocks x block tokens), the
+        retrieved tokens scored exactly and matched, against the candidate budget; masks x choices x evidence
+        against the evidence budget."""
+        masks, searches = count_masks(request.text), self.queries(request)
+        self._check_search(request, mode)
         tokens = self.retrieved(request, mode, block_tokens)
         cost = masks * searches * tokens
         if cost > self.max_candidates:
@@ -77,6 +121,9 @@ class Budget:
                 f"request too expensive: {_masks(masks)} x {len(request.choices)} choices x evidence "
                 f"{request.evidence} = {evidence:,} occurrences, over the server's budget of {self.max_evidence:,} "
                 "(FILL_MAX_EVIDENCE); lower evidence, the choices or the masks", kind="validation")
+
+
+DEFAULT_FILL = FillRequest(text="<mask>")  # the unit of Budget.weight
 
 
 class Deadline:

@@ -45,7 +45,31 @@ def create_app(settings: Settings | None = None, state: ServiceState | None = No
     _middleware(app, settings, keys)
     for group in (probe_routes, fill_routes, score_routes, admin_routes, document_routes):
         app.include_router(group.router)
+    _document_budget(app, app.state.service.budget.describe() | {"heavy_lane_over": settings.heavy_weight})
     return app
+
+
+def _document_budget(app: FastAPI, budget: dict) -> None:
+    """The server's cost budget in the OpenAPI schema: `x-cost-budget` on FillRequest and ScoreRequest, and a
+    sentence in their descriptions."""
+    generate = app.openapi
+
+    def openapi() -> dict:
+        if app.openapi_schema is None:
+            schema = generate()
+            for name in ("FillRequest", "ScoreRequest"):
+                component = schema.get("components", {}).get("schemas", {}).get(name)
+                if component is not None:
+                    component["x-cost-budget"] = budget
+                    component["description"] = (component.get("description", "") + (
+                        f" Cost budget of this server (over it: 422): search {budget['max_search']:,} hits "
+                        f"({budget['search']}), candidates {budget['max_candidates']:,} ({budget['candidates']}), "
+                        f"evidence {budget['max_evidence']:,} ({budget['evidence']}); a request over "
+                        f"{budget['heavy_lane_over']:g} default fills is served in the heavy lane.")).strip()
+            app.openapi_schema = schema
+        return app.openapi_schema
+
+    app.openapi = openapi
 
 
 def _middleware(app: FastAPI, settings: Settings, keys: list[str]) -> None:

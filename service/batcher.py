@@ -47,7 +47,7 @@ class _Job:
 
 class Batcher:
     def __init__(self, engine: FillEngine, max_batch: int = 32, max_tokens: int = 4096, max_wait: float = 0.0,
-                 on_batch=None) -> None:
+                 on_batch=None, name: str = "batcher") -> None:
         self.engine = engine
         self.max_batch = max_batch
         self.max_tokens = max_tokens
@@ -56,7 +56,7 @@ class Batcher:
         self._queue: deque[_Job] = deque()
         self._cond = threading.Condition()
         self._closed = False
-        self._thread = threading.Thread(target=self._run, name="batcher", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     @property

@@ -45,6 +45,13 @@ class Settings(EngineConfig, BaseSettings):
         "default one-mask hybrid requests (1 x (1024 + 3 x 256) x 10 each); over it: 422")
     max_evidence: int = Field(600, ge=1, description="cost budget: masks x top_k x evidence, the occurrences a "
                               "request returns; over it: 422")
+    max_search: int = Field(16384, ge=1, description="cost budget: masks x queries x k, the hits a request's FAISS "
+                            "searches return and re-score (a fill has 2 queries per mask; 0 in restricted mode); the "
+                            "default is 8 default one-mask fills (2 x 1024 each); over it: 422")
+    heavy_weight: float = Field(2.0, gt=0, description="a request costing more than this many default fills (the "
+                                "larger of its search and candidates over a default fill's) is served in the heavy "
+                                "lane: its own batching thread and workers, so cheap requests never queue behind it")
+    heavy_workers: int = Field(1, ge=1, le=256, description="threads finishing the heavy lane's requests")
     max_body_bytes: int = Field(65536, ge=1024, description="largest request body; a larger one gets 413 before it is "
                                 "read (a fill request with every option is under 3 KB)")
     max_documents_bytes: int = Field(64 * 2**20, ge=1024, description="largest body of POST /admin/documents (the "
@@ -57,6 +64,8 @@ class Settings(EngineConfig, BaseSettings):
                                "not ready (503 naming the file). Reloads check every file before they swap")
     header_timeout: float = Field(10.0, gt=0, description="seconds a client has to send a request's headers; slower "
                                   "connections are closed")
+    body_timeout: float = Field(30.0, gt=0, description="seconds a client has to send a request's body after its "
+                                "headers; slower connections are closed (a body trickling in holds no connection)")
     api_keys: str | None = Field(None, description="comma-separated API keys; when set (or api_keys_file), every route "
                                  "but /healthz and /readyz needs `Authorization: Bearer <key>`, else 401")
     api_keys_file: Path | None = Field(None, description="file of API keys, one per line (# comments and blank lines "
@@ -73,6 +82,8 @@ class Settings(EngineConfig, BaseSettings):
     ray_groups: int = Field(1, ge=1, le=1024, description="shard groups (backend ray): the index's shards split into "
                             "this many runs of consecutive shards (at most one group per shard)")
     ray_replicas: int = Field(1, ge=1, le=1024, description="replicas of each shard group (backend ray)")
+    ray_deploy: bool = Field(True, description="deploy the shard groups from this server (backend ray); false: "
+                             "attach to the groups a Serve config deploys (deploy/ray/serve.yaml)")
     ray_timeout: float = Field(10.0, gt=0, description="seconds a shard group has to answer one call (backend ray); "
                                "later the request gets 503 naming the group")
     log_level: str = Field("info", description="debug, info, warning or error")

@@ -1,5 +1,5 @@
 """Limits at the door, before a route runs: the request body's size (413, checked before the body is read)
-and media type (415), and a deadline for a request's headers (slow clients are disconnected)."""
+and media type (415), and deadlines for a request's headers and its body (slow clients are disconnected)."""
 
 from __future__ import annotations
 
@@ -77,41 +77,52 @@ class RequestLimits:
         await self.app(scope, limited, send)
 
 
-def header_timeout_protocol(seconds: float) -> type[H11Protocol]:
-    """uvicorn's h11 protocol with a deadline for each request's headers: a connection that has not sent
-    a complete request head `seconds` after it opened, or after the first byte of its next request, is
-    closed (uvicorn by itself waits forever for a client sending its headers a byte at a time)."""
+def header_timeout_protocol(seconds: float, body_seconds: float | None = None) -> type[H11Protocol]:
+    """uvicorn's h11 protocol with deadlines: a connection that has not sent a complete request head `seconds`
+    after it opened, or after the first byte of its next request, is closed; so is one whose request body is
+    not complete `body_seconds` (default `seconds`) after its head (uvicorn by itself waits forever for a client
+    sending its headers, or its body, a byte at a time)."""
+    body_seconds = seconds if body_seconds is None else body_seconds
 
     class HeaderTimeout(H11Protocol):
-        _head_timer: asyncio.TimerHandle | None = None
+        _timer: asyncio.TimerHandle | None = None
+        _waiting_for: str | None = None  # "head" or "body"
 
         def connection_made(self, transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
-            self._arm()
+            self._arm("head")
 
         def data_received(self, data: bytes) -> None:
-            if self._head_timer is None and self.conn.their_state is h11.IDLE:
-                self._arm()
+            if self._timer is None and self.conn.their_state is h11.IDLE:
+                self._arm("head")
             super().data_received(data)
-            if self.conn.their_state is not h11.IDLE:
+            state = self.conn.their_state
+            if state is h11.SEND_BODY:
+                if self._waiting_for != "body":
+                    self._arm("body")
+            elif state is not h11.IDLE:
                 self._disarm()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()
             super().connection_lost(exc)
 
-        def _arm(self) -> None:
-            self._head_timer = self.loop.call_later(seconds, self._expired)
+        def _arm(self, what: str) -> None:
+            self._disarm()
+            self._waiting_for = what
+            self._timer = self.loop.call_later(seconds if what == "head" else body_seconds, self._expired)
 
         def _disarm(self) -> None:
-            if self._head_timer is not None:
-                self._head_timer.cancel()
-                self._head_timer = None
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = self._waiting_for = None
 
         def _expired(self) -> None:
-            self._head_timer = None
-            if self.conn.their_state is h11.IDLE and not self.transport.is_closing():
-                self.logger.info("closing a connection that sent no complete request head in %.1f s", seconds)
+            what, self._timer, self._waiting_for = self._waiting_for, None, None
+            waiting = self.conn.their_state is (h11.IDLE if what == "head" else h11.SEND_BODY)
+            if waiting and not self.transport.is_closing():
+                self.logger.info("closing a connection that sent no complete request %s in %.1f s", what,
+                                 seconds if what == "head" else body_seconds)
                 self.transport.close()
 
     return HeaderTimeout

@@ -23,6 +23,8 @@ class Metrics:
         self.latency = Histogram("fill_seconds", "fill latency", registry=r)
         self.stages = Histogram("fill_stage_seconds", "fill latency per engine stage", ["stage"], registry=r)
         self.in_flight = Gauge("fill_in_flight", "fill requests admitted and not yet answered", registry=r)
+        self.lanes = Counter("fill_lane_requests", "admitted fill and score requests by lane (heavy: over "
+                             "FILL_HEAVY_WEIGHT default fills)", ["lane"], registry=r)
         self.queue = Gauge("fill_queue_depth", "fill requests waiting for a batch", registry=r)
         self.batch_size = Histogram("fill_batch_size", "requests per encode+search batch", buckets=BATCH_SIZES,
                                     registry=r)

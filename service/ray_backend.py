@@ -26,7 +26,7 @@ import numpy as np
 import ray
 from ray import serve
 from ray.exceptions import RayActorError
-from ray.serve.exceptions import DeploymentUnavailableError
+from ray.serve.exceptions import DeploymentUnavailableError, RayServeException
 
 from common.errors import AppError
 from fill.engine import FillEngine
@@ -36,6 +36,8 @@ from service.config import Settings
 from service.ray_group import ShardGroupReplica, app_name, group_plan
 
 logger = logging.getLogger(__name__)
+
+ATTACH_WAIT = 300.0  # seconds an ingress waits for the groups a Serve config deploys beside it
 
 
 @dataclass
@@ -109,12 +111,13 @@ class RayShards:
 
 
 def connect(settings: Settings) -> None:
-    """Join the Ray cluster at FILL_RAY_ADDRESS (none: start one on this machine) and start Serve without its
-    HTTP proxy (this server is the ingress)."""
+    """Join the Ray cluster at FILL_RAY_ADDRESS (none: start one on this machine; inside a Serve replica: the
+    replica's) and, to deploy the groups, start Serve without its HTTP proxy (this server is the ingress)."""
     if not ray.is_initialized():
         ray.init(address=settings.ray_address, namespace=settings.ray_namespace, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
-    serve.start(proxy_location="Disabled")
+    if settings.ray_deploy:
+        serve.start(proxy_location="Disabled")
 
 
 def deploy_groups(settings: Settings, root: Path) -> list[Group]:
@@ -134,8 +137,33 @@ def deploy_groups(settings: Settings, root: Path) -> list[Group]:
     return out
 
 
+def attach_groups(settings: Settings, root: Path, wait: float = ATTACH_WAIT) -> list[Group]:
+    """The handles of shard groups deployed by a Serve config (FILL_RAY_DEPLOY=false), waiting up to `wait`
+    seconds for each to exist; each must hold the shards of this server's plan (FILL_RAY_GROUPS)."""
+    out = []
+    for number, shard_nos in enumerate(group_plan(len(Manifest.load(root).shards), settings.ray_groups)):
+        group = Group(app_name(settings.ray_app, number), shard_nos, None)
+        deadline = time.monotonic() + wait
+        while group.handle is None:
+            try:
+                group.handle = serve.get_app_handle(group.name)
+            except RayServeException:
+                if time.monotonic() > deadline:
+                    raise AppError(f"{group.label} is not deployed on the Ray cluster after {wait:g} s; deploy it "
+                                   "(deploy/ray/serve.yaml) or let this server deploy it (FILL_RAY_DEPLOY=true)",
+                                   kind="not_ready") from None
+                time.sleep(1.0)
+        held = RayShards([group], settings.ray_timeout)._call([(0, "shard_nos", ())])[0]
+        if held != shard_nos:
+            raise AppError(f"{group.label} holds shards {held}, not those of this server's plan; give the ingress "
+                           "and the groups the same index and the same number of groups (FILL_RAY_GROUPS)")
+        out.append(group)
+    return out
+
+
 def open_engine(settings: Settings) -> FillEngine:
     """The engine of a Ray ingress: encoder, reader, manifest and BM25 here, the shards in their groups."""
     connect(settings)
-    groups = deploy_groups(settings, settings.index_dir())
+    root = settings.index_dir()
+    groups = deploy_groups(settings, root) if settings.ray_deploy else attach_groups(settings, root)
     return FillEngine.open(settings.engine_config(), shards=lambda index: RayShards(groups, settings.ray_timeout))

@@ -4,8 +4,12 @@ no torch in the replica's process beyond what the tasks' modules bring)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
+from pydantic import BaseModel, Field
 from ray import serve
+from ray.serve import Application
 
 from common.process import single_thread_blas
 from fill.shard_group import ShardGroup
@@ -25,6 +29,10 @@ class ShardGroupReplica:
         if warm:
             self.group.index.warm(pages=True)
 
+    def shard_nos(self) -> list[int]:
+        """The shards this replica holds (an ingress attaching to the group checks them)."""
+        return self.group.shard_nos
+
     def search(self, queries: np.ndarray, k: int, groups: list[int] | None) -> list:
         return self.group.search(queries, k, groups)
 
@@ -42,3 +50,28 @@ def group_plan(shards: int, groups: int) -> list[list[int]]:
 def app_name(prefix: str, group: int) -> str:
     """The Serve application of group `group` (FILL_RAY_APP is the prefix)."""
     return f"{prefix}-group-{group}"
+
+
+class GroupArgs(BaseModel):
+    """A shard group application's `args` in a Serve config (deploy/ray/serve.yaml): group `group` of `groups` over
+    the index at `index` (the plan of `group_plan`, as the ingress's FILL_RAY_GROUPS makes it)."""
+
+    index: str = Field(description="index directory, the same path on every node (a shared volume)")
+    group: int = Field(ge=0)
+    groups: int = Field(ge=1)
+    nprobe: int | None = Field(None, ge=1)
+    ef_search: int | None = Field(None, ge=1)
+    refine: int | None = Field(None, ge=1)
+    warm: bool = True
+
+
+def app_builder(args: dict) -> Application:
+    """`import_path: service.ray_group:app_builder` of a shard group's application in a Serve config."""
+    from indexer.manifest import Manifest
+
+    a = GroupArgs.model_validate(args)
+    plan = group_plan(len(Manifest.load(Path(a.index)).shards), a.groups)
+    if a.group >= len(plan):
+        raise ValueError(f"group {a.group} of {a.groups}: the index {a.index} makes only {len(plan)} groups "
+                         f"(one shard each at most); use groups <= {len(plan)}")
+    return ShardGroupReplica.bind(a.index, plan[a.group], a.nprobe, a.ef_search, a.refine, a.warm)

@@ -48,7 +48,7 @@ def serve(settings: Settings) -> None:
     state = ServiceState(settings, on_fatal=on_fatal)
     config = uvicorn.Config(create_app(settings, state, load=True), host=settings.host, port=settings.port,
                             log_level=settings.log_level, log_config=None, access_log=False,
-                            http=header_timeout_protocol(settings.header_timeout),
+                            http=header_timeout_protocol(settings.header_timeout, settings.body_timeout),
                             timeout_graceful_shutdown=settings.request_timeout + 5)
     server = uvicorn.Server(config)
 

@@ -1,6 +1,8 @@
 """The service's state: the engine being served (loaded in the background, so the process answers
 /healthz at once; swapped by `reload` without failing a request), the admission slots (more requests
-in flight get 429), the per-request budget and deadline, and the metrics."""
+in flight get 429), the per-request budget and deadline, the two lanes (a request heavier than
+FILL_HEAVY_WEIGHT default fills is batched and finished by threads of its own, so cheap requests never queue
+behind it), and the metrics."""
 
 from __future__ import annotations
 
@@ -51,6 +53,7 @@ class Serving:
         self.engine = engine
         self.batcher = Batcher(engine, settings.max_batch, settings.batch_tokens, settings.batch_wait_ms / 1000,
                                on_batch=metrics.batch)
+        self.heavy = Batcher(engine, settings.max_batch, settings.batch_tokens, 0.0, name="batcher-heavy")
         self._users = 0
         self._retired = False
         self._lock = threading.Lock()
@@ -75,6 +78,7 @@ class Serving:
 
     def close(self) -> None:
         self.batcher.close()
+        self.heavy.close()
         self.engine.close()
         logger.info("index %s released", self.engine.index.root.name)
 
@@ -85,15 +89,17 @@ class ServiceState:
         self.settings = settings
         self.configured = settings.index  # SIGHUP and an empty reload go back to it, whatever was served since
         self.metrics = Metrics()
-        self.budget = Budget(settings.max_candidates, settings.max_evidence)
+        self.budget = Budget(settings.max_candidates, settings.max_evidence, settings.max_search)
         self.slots = threading.BoundedSemaphore(settings.max_concurrency)
         self.workers = ThreadPoolExecutor(settings.fill_workers, thread_name_prefix="fill")
+        self.heavy_workers = ThreadPoolExecutor(settings.heavy_workers, thread_name_prefix="fill-heavy")
         self.error: str | None = None
         self.on_fatal = on_fatal  # called with the message when the first load fails (the server exits)
         self.serving: Serving | None = None
         self._swap = threading.Lock()  # one load or reload at a time
         self._current = threading.Lock()  # guards `serving` between taking and entering it
-        self.metrics.queue.set_function(lambda: self.serving.batcher.depth if self.serving is not None else 0)
+        self.metrics.queue.set_function(lambda: self.serving.batcher.depth + self.serving.heavy.depth
+                                        if self.serving is not None else 0)
         if engine is not None:
             self._install(engine)
 
@@ -234,6 +240,7 @@ class ServiceState:
         if serving is not None:
             serving.retire()
         self.workers.shutdown(wait=False)
+        self.heavy_workers.shutdown(wait=False)
 
     # ------------------------------------------------------------------ serving
 
@@ -281,15 +288,19 @@ class ServiceState:
         try:
             with self.using() as serving:
                 planned = serving.engine.plan(request, self.budget)
-                future = serving.batcher.submit(planned)
+                heavy = self.budget.weight(request, planned.mode, serving.engine.index.manifest.build.block_tokens) \
+                    > self.settings.heavy_weight
+                self.metrics.lanes.labels("heavy" if heavy else "light").inc()
+                future = (serving.heavy if heavy else serving.batcher).submit(planned)
                 try:
                     prepared = await asyncio.wait_for(asyncio.wrap_future(future), max(deadline.left(), 0))
                 except asyncio.TimeoutError:
                     future.cancel()
                     raise deadline.error("queue") from None
                 loop = asyncio.get_running_loop()  # the worker runs in this request's context (its log id)
-                result = await loop.run_in_executor(self.workers, contextvars.copy_context().run,
-                                                    finish, serving.engine, prepared, deadline)
+                result = await loop.run_in_executor(self.heavy_workers if heavy else self.workers,
+                                                    contextvars.copy_context().run, finish, serving.engine, prepared,
+                                                    deadline)
         except AppError as exc:
             self.metrics.outcome("invalid" if exc.kind == "validation" else exc.kind)
             raise

@@ -43,12 +43,14 @@ def test_candidates_cost_counts_k_blocks_and_spans_by_mode():
 
 def test_default_budget_admits_default_requests_and_refuses_the_worst(engine):
     defaults = Settings(index=engine.index.root)
-    budget = Budget(defaults.max_candidates, defaults.max_evidence)
+    budget = Budget(defaults.max_candidates, defaults.max_evidence, defaults.max_search)
     for masks in (1, 2, 3, 4):  # a default hybrid request with up to 4 masks (block tokens 256)
         budget.check(FillRequest(text=" ".join(["<mask>"] * masks)), "hybrid", 256)
     worst = FillRequest(text=SIXTEEN, k=8192, max_span_tokens=32, top_k=100, evidence=20)
-    with pytest.raises(Exception, match="FILL_MAX_CANDIDATES"):
+    with pytest.raises(Exception, match="FILL_MAX_SEARCH"):
         budget.check(worst, "hybrid", 256)
+    with pytest.raises(Exception, match="FILL_MAX_CANDIDATES"):
+        budget.check(worst.model_copy(update={"k": 512}), "hybrid", 256)
 
 
 def test_over_budget_is_422_naming_the_fields_and_the_setting(engine):
@@ -115,3 +117,64 @@ def test_a_slow_request_gets_504_stops_computing_and_others_are_served(engine, m
         assert len(ranked) <= 5  # and nothing went on computing after the answer
         assert 'fill_requests_total{outcome="timeout"} 1.0' in client.get("/metrics").text
     assert_all_slots_free(state, state.settings)
+
+
+def test_search_cost_counts_masks_queries_and_k_and_refuses_the_heaviest_dense_request():
+    request = FillRequest(text="<mask> and <mask>", k=100)
+    assert Budget.search(request, "dense") == Budget.search(request, "hybrid") == 2 * 2 * 100
+    assert Budget.search(request, "restricted") == 0
+    budget = Budget(71680, 600)
+    heaviest = FillRequest(text=SIXTEEN, mode="dense", k=4480, max_span_tokens=1)  # at the candidate budget
+    budget.check(heaviest.model_copy(update={"text": "<mask>"}), "dense", 256)
+    with pytest.raises(Exception, match="16 masks x 2 searches x k 4480 = 143,360 hits .*FILL_MAX_SEARCH"):
+        budget.check(heaviest, "dense", 256)
+
+
+def test_weight_is_the_cost_in_default_fills():
+    assert Budget.weight(FillRequest(text="<mask>"), "hybrid", 256) == 1.0
+    assert Budget.weight(FillRequest(text="<mask> <mask>"), "hybrid", 256) == 2.0
+    assert Budget.weight(FillRequest(text="<mask>", k=4096, max_span_tokens=1), "dense", 256) == 4.0  # its search
+    assert Budget.weight(FillRequest(text="<mask>", max_span_tokens=1), "restricted", 256) < 1.0
+
+
+def test_heavy_requests_have_a_lane_of_their_own(engine, monkeypatch):
+    """While a heavy request is held inside the engine, light ones are answered; the lanes are counted."""
+    release = threading.Event()
+    real_finish = FillEngine.finish
+
+    def held_finish(self, prepared, deadline=None):
+        if prepared.planned.request.k == 4096:
+            release.wait(10)
+        return real_finish(self, prepared, deadline)
+
+    monkeypatch.setattr(FillEngine, "finish", held_finish)
+    client, state = client_for(engine, fill_workers=1, heavy_workers=1)
+    with client:
+        heavy = {}
+        threads = [threading.Thread(target=lambda i=i: heavy.update({i: client.post("/fill", json={
+            "text": "<mask> was born in <mask> .", "k": 4096, "max_span_tokens": 1, "mode": "dense"})}))
+            for i in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(0.3)
+        for _ in range(3):  # one light worker, both heavy requests held: light ones still pass
+            r = client.post("/fill", json={"text": "Marie Curie was born in <mask> ."}, timeout=5)
+            assert r.status_code == 200, r.text
+        assert not heavy  # the heavy ones are still held
+        release.set()
+        for t in threads:
+            t.join(10)
+        assert [heavy[i].status_code for i in range(2)] == [200, 200]
+        metrics = client.get("/metrics").text
+        assert 'fill_lane_requests_total{lane="heavy"} 2.0' in metrics
+        assert 'fill_lane_requests_total{lane="light"} 3.0' in metrics
+    assert_all_slots_free(state, state.settings)
+
+
+def test_the_budget_is_in_the_openapi_schema(engine):
+    client, _ = client_for(engine, max_search=5000, max_candidates=7000, heavy_weight=3.0)
+    schemas = client.get("/openapi.json").json()["components"]["schemas"]
+    for name in ("FillRequest", "ScoreRequest"):
+        budget = schemas[name]["x-cost-budget"]
+        assert (budget["max_search"], budget["max_candidates"], budget["heavy_lane_over"]) == (5000, 7000, 3.0)
+        assert "search 5,000 hits" in schemas[name]["description"]

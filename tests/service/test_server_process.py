@@ -236,6 +236,42 @@ def test_a_client_sending_its_headers_slowly_is_disconnected(start_server, tiny_
         assert client.get("/healthz").status_code == 200
 
 
+def trickle(port: int, head: bytes, body: bytes, gap: float = 0.2) -> bool:
+    """Send `head` at once, then `body` a byte every `gap` s; whether the server closed the connection first."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(head)
+        for byte in body:
+            try:
+                sock.sendall(bytes([byte]))
+                time.sleep(gap)
+                sock.setblocking(False)
+                try:
+                    if sock.recv(1) == b"":
+                        return True
+                except BlockingIOError:
+                    pass
+                finally:
+                    sock.setblocking(True)
+            except (BrokenPipeError, ConnectionResetError):
+                return True
+    return False
+
+
+def test_a_client_sending_its_body_slowly_is_disconnected(start_server, tiny_index):
+    port = free_port()
+    server = start_server([], clean_env(FILL_INDEX=str(tiny_index), FILL_PORT=str(port), FILL_BODY_TIMEOUT="1"), port)
+    server.wait_ready()
+    body = b'{"text": "Marie Curie was born in <mask> .", "top_k": 1}'
+    head = (b"POST /fill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+            + str(len(body)).encode() + b"\r\n\r\n")
+    t0 = time.monotonic()
+    assert trickle(port, head, body), "the server kept a connection whose body never ended"
+    assert time.monotonic() - t0 < 5
+    assert "no complete request body in 1.0 s" in server.output()
+    with httpx.Client(base_url=server.url, timeout=30) as client:  # a body sent at once is served
+        assert client.post("/fill", content=body, headers={"content-type": "application/json"}).status_code == 200
+
+
 @pytest.mark.parametrize("given, want", [(None, "PASSIVE"), ("active", "active")])
 def test_openmp_threads_wait_passively_unless_told_otherwise(given, want):
     """`python -m service` sets OMP_WAIT_POLICY (unless the environment does) in its main(), before torch

@@ -1,0 +1,41 @@
+"""The whole service on Ray Serve from one Serve config (deploy/ray/serve.yaml, `serve run`): this project's
+FastAPI app (service.api) as the ingress deployment behind Serve's HTTP proxy, attached to the shard groups the
+same config deploys (service.ray_group.app_builder). The ingress encodes, holds BM25 and ranks; the groups hold
+the shards (service.ray_backend)."""
+
+from __future__ import annotations
+
+from fastapi import FastAPI
+from ray import serve
+from ray.serve import Application
+
+from common.process import single_thread_blas
+from service.api import create_app
+from service.config import Settings
+
+
+def ingress_settings(args: dict) -> Settings:
+    """The ingress's Settings: the config's `args` (Settings fields by name, e.g. index, ray_groups, api_keys) over
+    the FILL_* variables, always the ray backend attached to the config's groups."""
+    return Settings.model_validate({**Settings().model_dump(exclude_unset=True), **args, "backend": "ray",
+                                    "ray_deploy": False})
+
+
+@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256, graceful_shutdown_timeout_s=15)
+@serve.ingress()
+class FillIngress:
+    """One ingress replica: the FastAPI app over its own ServiceState (the engine loads at start-up)."""
+
+    def __init__(self, args: dict) -> None:
+        single_thread_blas()
+        self.settings = ingress_settings(args)
+
+    def __serve_build_asgi_app__(self) -> FastAPI:
+        return create_app(self.settings, load=True)
+
+
+def app_builder(args: dict) -> Application:
+    """`import_path: service.ray_app:app_builder` of the ingress application; `args` are checked here, so a wrong
+    field fails the deployment with the field's name."""
+    ingress_settings(args)
+    return FillIngress.bind(args)
