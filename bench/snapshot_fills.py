@@ -7,6 +7,9 @@ change a fill):
     python bench/snapshot_fills.py take ... --out data-local/bench/snap_after.jsonl
     python bench/snapshot_fills.py compare data-local/bench/snap_before.jsonl data-local/bench/snap_after.jsonl
 
+With `--backend ray [--groups N]` the snapshot is taken through shard groups on a Ray started in the process
+(FILL_BACKEND=ray): compared with a local snapshot, every result must be equal field for field.
+
 `take` runs every probe in each of --modes with the API defaults, and the first --variants probes also with
 a second option set (top_k 20, alpha 0.5, sum aggregation, case-insensitive, evidence 5, k 2048,
 max_span_tokens 16), in process (FillEngine, no HTTP). Each line is a FillResult without its timings.
@@ -35,16 +38,18 @@ def take(args: argparse.Namespace) -> None:
     from probes import make_probes
 
     from common.process import single_thread_blas
-    from fill.engine import FillEngine
     from fill.schemas import FillRequest
     from service.config import Settings
+    from service.state import open_engine
 
     if args.probes is not None:
         texts = [json.loads(line)["query"] for line in args.probes.read_text(encoding="utf-8").splitlines()][: args.n]
     else:
         texts = make_probes(args.corpus, args.n)
     single_thread_blas()
-    engine = FillEngine.open(Settings(index=args.index).engine_config())  # FILL_* variables apply, as in the server
+    # FILL_* variables apply, as in the server; --backend ray: the shard groups on a Ray started here
+    engine = open_engine(Settings(index=args.index, backend=args.backend, ray_groups=args.groups,
+                                  ray_replicas=args.replicas))
     cases = [(mode, "default", {}) for mode in args.modes]
     cases += [(mode, "variant", VARIANT) for mode in args.modes]
     tmp = args.out.with_suffix(".tmp")
@@ -116,6 +121,10 @@ def main() -> None:
     t.add_argument("--variants", type=int, default=100, help="probes also run with the variant options")
     t.add_argument("--modes", nargs="+", default=["dense", "restricted", "hybrid"])
     t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--backend", choices=["local", "ray"], default="local",
+                   help="ray: the same fills through shard groups on Ray Serve (FILL_BACKEND=ray)")
+    t.add_argument("--groups", type=int, default=2, help="shard groups (--backend ray)")
+    t.add_argument("--replicas", type=int, default=1, help="replicas per group (--backend ray)")
     c = sub.add_parser("compare")
     c.add_argument("a", type=Path)
     c.add_argument("b", type=Path)

@@ -1,20 +1,22 @@
-"""`indexer build --corpus PATH --out DIR`, `indexer add | delete | compact --index DIR`: the command lines of
-the indexing jobs.
+"""`indexer build --corpus PATH --out DIR`, `indexer add | delete | compact --index DIR`, `indexer merge --out DIR
+IN1 IN2 ...`: the command lines of the indexing jobs.
 
 The flags (and INDEXER_* variables) of each are generated from its one config object (`BuildConfig`,
-`AddConfig`, `DeleteConfig`, `CompactConfig`).
+`AddConfig`, `DeleteConfig`, `CompactConfig`, `MergeConfig`; merge's indexes are its arguments).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+from pathlib import Path
 
 import typer
 
 from common.cli import model_command
 from indexer.build import BuildConfig, build_index
 from indexer.compact import CompactConfig, run_compact
+from indexer.merge import MergeConfig, merge_indexes
 from indexer.update import AddConfig, DeleteConfig, run_add, run_delete
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Build phrase indexes for mask filling.")
@@ -60,6 +62,16 @@ for _name, _config, _run in (("add", AddConfig, _add), ("delete", DeleteConfig, 
                              ("compact", CompactConfig, _compact)):
     model_command(app, _config, _run, name=_name, env_prefix="INDEXER_",
                   extra={"verbose": (bool, typer.Option(False, "--verbose", "-v", help="debug logging"))})
+
+
+def _merge(cfg: MergeConfig, inputs: list[Path] | None = None, verbose: bool = False) -> None:
+    _logging(verbose)
+    typer.echo(merge_indexes(cfg.model_copy(update={"inputs": list(inputs or [])})).line())
+
+
+model_command(app, MergeConfig, _merge, name="merge", env_prefix="INDEXER_", exclude=("inputs",),
+              extra={"inputs": (list[Path], typer.Argument(..., help="the indexes to merge, in order", show_default=False)),
+                     "verbose": (bool, typer.Option(False, "--verbose", "-v", help="debug logging"))})
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ from fill.engine import FillEngine
 from indexer.manifest import Manifest
 from indexer.phrase_index import top_hits
 from service.config import Settings
-from service.ray_group import ShardGroupReplica, app_name, group_plan
+from service.ray_group import ShardGroupReplica, app_name, generation_of, group_plan
 
 logger = logging.getLogger(__name__)
 
@@ -129,7 +129,8 @@ def deploy_groups(settings: Settings, root: Path) -> list[Group]:
         name = app_name(settings.ray_app, number)
         t0 = time.perf_counter()
         app = ShardGroupReplica.options(num_replicas=settings.ray_replicas).bind(
-            str(root.resolve()), shard_nos, settings.nprobe, settings.ef_search, settings.refine, settings.warm)
+            str(root.resolve()), shard_nos, settings.nprobe, settings.ef_search, settings.refine, settings.warm, 0.0,
+            generation_of(manifest))
         handle = serve.run(app, name=name, route_prefix=None)
         logger.info("shard group %s (shards %s) running with %d replicas in %.1f s", name, shard_nos,
                     settings.ray_replicas, time.perf_counter() - t0)
@@ -140,8 +141,8 @@ def deploy_groups(settings: Settings, root: Path) -> list[Group]:
 def attach_groups(settings: Settings, root: Path, wait: float = ATTACH_WAIT) -> list[Group]:
     """The handles of shard groups deployed by a Serve config (FILL_RAY_DEPLOY=false), waiting up to `wait`
     seconds for each to exist; each must hold the shards of this server's plan (FILL_RAY_GROUPS)."""
-    out = []
-    for number, shard_nos in enumerate(group_plan(len(Manifest.load(root).shards), settings.ray_groups)):
+    out, manifest = [], Manifest.load(root)
+    for number, shard_nos in enumerate(group_plan(len(manifest.shards), settings.ray_groups)):
         group = Group(app_name(settings.ray_app, number), shard_nos, None)
         deadline = time.monotonic() + wait
         while group.handle is None:
@@ -153,10 +154,13 @@ def attach_groups(settings: Settings, root: Path, wait: float = ATTACH_WAIT) -> 
                                    "(deploy/ray/serve.yaml) or let this server deploy it (FILL_RAY_DEPLOY=true)",
                                    kind="not_ready") from None
                 time.sleep(1.0)
-        held = RayShards([group], settings.ray_timeout)._call([(0, "shard_nos", ())])[0]
-        if held != shard_nos:
-            raise AppError(f"{group.label} holds shards {held}, not those of this server's plan; give the ingress "
-                           "and the groups the same index and the same number of groups (FILL_RAY_GROUPS)")
+        held = RayShards([group], settings.ray_timeout)._call([(0, "held", ())])[0]
+        if held["shard_nos"] != shard_nos:
+            raise AppError(f"{group.label} holds shards {held['shard_nos']}, not those of this server's plan; give the "
+                           "ingress and the groups the same index and the same number of groups (FILL_RAY_GROUPS)")
+        if held["generation"] != generation_of(manifest):
+            raise AppError(f"{group.label} serves another generation of {root} ({held['generation']}, here "
+                           f"{generation_of(manifest)}); redeploy the groups (serve deploy) after changing the index")
         out.append(group)
     return out
 

@@ -4,6 +4,7 @@ no torch in the replica's process beyond what the tasks' modules bring)."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import numpy as np
@@ -22,22 +23,33 @@ class ShardGroupReplica:
     """One replica of a shard group: its shards opened (and their pages warmed), answering `search` and `run`."""
 
     def __init__(self, index: str, shard_nos: list[int], nprobe: int | None = None, ef_search: int | None = None,
-                 refine: int | None = None, warm: bool = True) -> None:
+                 refine: int | None = None, warm: bool = True, delay_ms: float = 0.0, generation: str = "") -> None:
         single_thread_blas()
         self.group = ShardGroup(PhraseIndex(index, nprobe=nprobe, ef_search=ef_search, refine=refine,
                                             shard_nos=shard_nos, bm25=False))
+        self.delay = delay_ms / 1000  # a simulated network hop each way (bench/bench_ray.py); 0 when served
+        # `generation` (generation_of the index deployed) only tells Serve that a changed index is a new deployment
         if warm:
             self.group.index.warm(pages=True)
 
-    def shard_nos(self) -> list[int]:
-        """The shards this replica holds (an ingress attaching to the group checks them)."""
-        return self.group.shard_nos
+    def held(self) -> dict:
+        """What this replica serves: its shards and the index generation (an ingress attaching checks them)."""
+        m = self.group.index.manifest
+        return {"shard_nos": self.group.shard_nos, "generation": generation_of(m)}
 
     def search(self, queries: np.ndarray, k: int, groups: list[int] | None) -> list:
-        return self.group.search(queries, k, groups)
+        return self._hop(self.group.search, queries, k, groups)
 
     def run(self, tasks: list) -> list:
-        return self.group.run(tasks)
+        return self._hop(self.group.run, tasks)
+
+    def _hop(self, work, *args):
+        if self.delay:
+            time.sleep(self.delay)
+        out = work(*args)
+        if self.delay:
+            time.sleep(self.delay)
+        return out
 
 
 def group_plan(shards: int, groups: int) -> list[list[int]]:
@@ -45,6 +57,11 @@ def group_plan(shards: int, groups: int) -> list[list[int]]:
     groups = max(1, min(groups, shards))
     bounds = np.linspace(0, shards, groups + 1).round().astype(int).tolist()
     return [list(range(a, b)) for a, b in zip(bounds, bounds[1:])]
+
+
+def generation_of(manifest) -> str:
+    """An index's build and generation, as one string: a group deployed with another one is redeployed."""
+    return f"{manifest.created_at}#{manifest.generation}"
 
 
 def app_name(prefix: str, group: int) -> str:
@@ -70,8 +87,10 @@ def app_builder(args: dict) -> Application:
     from indexer.manifest import Manifest
 
     a = GroupArgs.model_validate(args)
-    plan = group_plan(len(Manifest.load(Path(a.index)).shards), a.groups)
+    manifest = Manifest.load(Path(a.index))
+    plan = group_plan(len(manifest.shards), a.groups)
     if a.group >= len(plan):
         raise ValueError(f"group {a.group} of {a.groups}: the index {a.index} makes only {len(plan)} groups "
                          f"(one shard each at most); use groups <= {len(plan)}")
-    return ShardGroupReplica.bind(a.index, plan[a.group], a.nprobe, a.ef_search, a.refine, a.warm)
+    return ShardGroupReplica.bind(a.index, plan[a.group], a.nprobe, a.ef_search, a.refine, a.warm, 0.0,
+                                  generation_of(manifest))

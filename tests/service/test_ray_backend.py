@@ -151,3 +151,40 @@ def test_the_server_process_serves_through_its_own_ray(start_server, tiny_index)
     exercise(server)
     log = server.output()
     assert "shard group proc-group-0 (shards [0, 1])" in log and "shard group proc-group-1 (shards [2])" in log
+
+
+def test_a_changed_index_is_redeployed_by_a_reload_and_refused_by_an_attaching_ingress(local_ray, tiny_index,
+                                                                                      fresh_copy):
+    from indexer.update import AddConfig, run_add
+    from tests.conftest import write_jsonl
+
+    index = fresh_copy(tiny_index)
+    first = open_engine(ray_settings(index, ray_app="gen"))
+    first.close()
+    story = write_jsonl(index.parent / "add.jsonl", [{"id": "ada", "text": "Ada Quint was born in Lisbon."}])
+    run_add(AddConfig(index=index, corpus=story))
+    with pytest.raises(AppError, match="serves another generation .* redeploy the groups"):
+        open_engine(ray_settings(index, ray_app="gen", ray_deploy=False))
+    remote = open_engine(ray_settings(index, ray_app="gen"))  # what a reload does: the groups are redeployed
+    local = FillEngine.open(Settings(index=index).engine_config())
+    try:
+        request = FillRequest(text="Ada Quint was born in <mask> .", mode="restricted", evidence=3)
+        got = remote.fill(request).model_dump(exclude=VOLATILE)
+        assert got == local.fill(request).model_dump(exclude=VOLATILE)
+        assert "ada" in {e["doc_id"] for c in got["masks"][0]["candidates"] for e in c["evidence"]}
+        attached = open_engine(ray_settings(index, ray_app="gen", ray_deploy=False))
+        assert attached.fill(request).model_dump(exclude=VOLATILE) == got
+        attached.close()
+    finally:
+        remote.close()
+        local.close()
+
+
+def test_documents_cannot_change_through_a_ray_ingress(tiny_index):
+    from service.state import ServiceState
+
+    state = ServiceState(Settings(index=tiny_index, backend="ray"))
+    with pytest.raises(AppError) as caught:
+        state.change_documents(lambda update: None, "add 1 document")
+    assert caught.value.kind == "conflict" and caught.value.status == 409 and "indexer add" in caught.value.message
+    state.close()

@@ -1,0 +1,133 @@
+"""The Ray path's cost per fill, and a simulated multi-node deployment (issue 26):
+
+    python bench/bench_ray.py --index data-local/bench/idx_10m16 --corpus data-local/debian/corpus_10m.jsonl \
+        --groups 1,4,8,16 --delays 0,1,5 --n 200 [--clients 1] [--mode hybrid] [--json OUT]
+
+In this process: first the local engine (every shard here), then for each number of shard groups G and each
+delay D, the index's shards split into G groups deployed on a Ray started here (one replica each, Ray Serve)
+whose every call sleeps D ms before and D ms after its work (a network hop each way), and the ingress's engine
+over them (FILL_BACKEND=ray's path, service.ray_backend.RayShards). Each configuration gets 20 warm-up fills,
+then --n fills of cloze probes drawn from --corpus (bench/probes.py), with the API defaults but --mode, from
+--clients closed-loop threads. Printed per configuration: p50 / p99 ms and fills/s; the overhead is the p50
+against the local engine's. Every process runs on this machine's cores: the groups do not get machines of
+their own, so the figures hold the fan-out, the serialisation and the hops, not more CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from probes import make_probes  # noqa: E402
+
+
+def measure(engine, bodies: list[dict], n: int, clients: int) -> dict:
+    """p50 / p99 ms and fills/s of n fills from `clients` closed-loop threads (after 20 warm-up fills)."""
+    from fill.schemas import FillRequest
+
+    for body in bodies[:20]:
+        engine.fill(FillRequest(**body))
+    latencies: list[float] = []
+    lock, at = threading.Lock(), [0]
+
+    def client() -> None:
+        while True:
+            with lock:
+                i = at[0]
+                at[0] += 1
+            if i >= n:
+                return
+            t0 = time.perf_counter()
+            engine.fill(FillRequest(**bodies[i % len(bodies)]))
+            with lock:
+                latencies.append((time.perf_counter() - t0) * 1000)
+
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.perf_counter() - t0
+    cuts = statistics.quantiles(latencies, n=100)
+    return {"p50_ms": round(statistics.median(latencies), 1), "p99_ms": round(cuts[98], 1),
+            "fills_per_s": round(n / wall, 1)}
+
+
+def ray_engine(index: Path, groups: int, delay_ms: float, app: str):
+    from ray import serve
+
+    from fill.engine import FillEngine
+    from indexer.manifest import Manifest
+    from service.config import Settings
+    from service.ray_backend import Group, RayShards
+    from service.ray_group import ShardGroupReplica, app_name, group_plan
+
+    handles = []
+    for number, shard_nos in enumerate(group_plan(len(Manifest.load(index).shards), groups)):
+        name = app_name(app, number)
+        bound = ShardGroupReplica.bind(str(index.resolve()), shard_nos, None, None, None, True, delay_ms, "bench")
+        handles.append(Group(name, shard_nos, serve.run(bound, name=name, route_prefix=None)))
+    time.sleep(5)  # the replicas warm their pages after they answer
+    engine = FillEngine.open(Settings(index=index).engine_config(), shards=lambda i: RayShards(handles, 30.0))
+    return engine, [h.name for h in handles]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--index", type=Path, required=True)
+    ap.add_argument("--corpus", type=Path, required=True)
+    ap.add_argument("--groups", default="1,4,8,16")
+    ap.add_argument("--delays", default="0,1,5", help="ms slept by a group before and after each call")
+    ap.add_argument("--n", type=int, default=200)
+    ap.add_argument("--clients", type=int, default=1)
+    ap.add_argument("--mode", default="hybrid")
+    ap.add_argument("--json", type=Path, default=None)
+    args = ap.parse_args()
+    import ray
+    from ray import serve
+
+    from common.process import single_thread_blas
+    from fill.engine import FillEngine
+    from service.config import Settings
+
+    single_thread_blas()
+    bodies = [{"text": t, "mode": args.mode} for t in make_probes(args.corpus, max(args.n, 100), seed=11)]
+    local = FillEngine.open(Settings(index=args.index).engine_config())
+    runs = [{"config": "local", "groups": 0, "delay_ms": 0, **measure(local, bodies, args.n, args.clients)}]
+    local.close()
+    print(json.dumps(runs[-1]), flush=True)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    serve.start(proxy_location="Disabled")
+    for g in [int(x) for x in args.groups.split(",")]:
+        for d in [float(x) for x in args.delays.split(",")]:
+            engine, names = ray_engine(args.index, g, d, f"b{g}d{int(d)}")
+            runs.append({"config": "ray", "groups": len(names), "delay_ms": d,
+                         **measure(engine, bodies, args.n, args.clients)})
+            print(json.dumps(runs[-1]), flush=True)
+            engine.close()
+            for name in names:
+                serve.delete(name)
+    base = runs[0]["p50_ms"]
+    print(f"\n{'config':6} {'groups':>6} {'delay ms':>8} {'p50 ms':>7} {'p99 ms':>7} {'fills/s':>7} {'p50 - local':>11}")
+    for r in runs:
+        print(f"{r['config']:6} {r['groups']:>6} {r['delay_ms']:>8g} {r['p50_ms']:>7} {r['p99_ms']:>7} "
+              f"{r['fills_per_s']:>7} {r['p50_ms'] - base:>11.1f}")
+    if args.json:
+        args.json.write_text(json.dumps({"index": args.index.name, "mode": args.mode, "clients": args.clients,
+                                         "runs": runs}, indent=1))
+    serve.shutdown()
+    ray.shutdown()
+
+
+if __name__ == "__main__":
+    main()
