@@ -12,6 +12,7 @@ from fill.schemas import Evidence
 from fill.shard_group import by_shard
 
 CONTEXT_CHARS = 80
+AHEAD = 2  # places asked per evidence still wanted: one round answers most wants (a round is a call per group)
 
 
 def context_window(text: str, start: int, end: int, width: int = CONTEXT_CHARS) -> str:
@@ -62,8 +63,8 @@ class Want:
 def gather(shards, wants: list[Want], extra: list | None = None, task: Callable[[int, tuple], Any] = PlacesTask
            ) -> tuple[list[list[Evidence]], list]:
     """The evidence of every want, asked of the shards in as few calls as there are rounds: the first round
-    asks for each want's first `limit` places (with the `extra` tasks, whose results come back second), a
-    later round only for the wants that found a place twice and have places left. `task(shard_no, places)`
+    asks for each want's first AHEAD x `limit` places (with the `extra` tasks, whose results come back second),
+    a later round only for the wants still short (places found twice) that have places left. `task(shard_no, places)`
     makes one shard's task, whose results are `Place`s."""
     out: list[list[Evidence]] = [[] for _ in wants]
     seen: list[set] = [set() for _ in wants]
@@ -75,8 +76,9 @@ def gather(shards, wants: list[Want], extra: list | None = None, task: Callable[
         for w, want in enumerate(wants):
             need = want.limit - len(out[w])
             if need > 0 and taken[w] < len(want.items):
-                asks += [(w, i) for i in range(taken[w], min(len(want.items), taken[w] + need))]
-                taken[w] = min(len(want.items), taken[w] + need)
+                more = min(len(want.items), taken[w] + AHEAD * need)  # a place is often found twice: ask ahead
+                asks += [(w, i) for i in range(taken[w], more)]
+                taken[w] = more
         if not asks and not first:
             break
         per, where = by_shard([wants[w].items[i] for w, i in asks])

@@ -318,3 +318,14 @@ def test_bench_updates_times_updates_deltas_and_compaction(built, tmp_path):
     assert fig["steady"]["failed"] == 0
     assert sorted(fig["deltas"], key=int) == ["0", "4", "10", "12"] and fig["delete"]["fact_gone"]
     assert "shards -> 1" in fig["compact"]["summary"] and fig["compact"]["after"]["p50_ms"] > 0
+
+
+def test_bench_ray_times_the_local_engine_and_shard_groups_with_hops(built, tmp_path):
+    pytest.importorskip("ray")
+    out = _run("bench_ray.py", "--index", str(built / "idx"), "--corpus", str(SAMPLE), "--groups", "1,2",
+               "--delays", "0,2", "--n", "12", "--json", str(tmp_path / "ray.json"))
+    runs = json.loads((tmp_path / "ray.json").read_text())["runs"]
+    assert [(r["config"], r["delay_ms"]) for r in runs] == [("local", 0), ("ray", 0), ("ray", 2), ("ray", 0), ("ray", 2)]
+    assert all(r["p50_ms"] > 0 and r["fills_per_s"] > 0 for r in runs) and "p50 - local" in out
+    by = {(r["groups"], r["delay_ms"]): r["p50_ms"] for r in runs if r["config"] == "ray"}
+    assert by[(1, 2.0)] > by[(1, 0.0)]  # the hops cost: 2 ms each way, several calls per fill
