@@ -9,7 +9,8 @@ whose every call sleeps D ms before and D ms after its work (a network hop each 
 over them (FILL_BACKEND=ray's path, service.ray_backend.RayShards). Each configuration gets 20 warm-up fills,
 then --n fills of cloze probes drawn from --corpus (bench/probes.py), with the API defaults but --mode, from
 --clients closed-loop threads. Printed per configuration: p50 / p99 ms and fills/s; the overhead is the p50
-against the local engine's. Every process runs on this machine's cores: the groups do not get machines of
+against the local engine's; the JSON also holds the ingress's calls per fill by kind (search, CandidateTask,
+WindowTask, PlacesTask) with their median ms (and, with --sizes, the median size of their answers). Every process runs on this machine's cores: the groups do not get machines of
 their own, so the figures hold the fan-out, the serialisation and the hops, not more CPU.
 """
 
@@ -63,6 +64,40 @@ def measure(engine, bodies: list[dict], n: int, clients: int) -> dict:
             "fills_per_s": round(n / wall, 1)}
 
 
+class CallLog:
+    """The ingress's calls to the groups (service.ray_backend.RayShards._call), timed per kind: `search` or the
+    first task's type; with `sizes`, the pickled size of the results too."""
+
+    def __init__(self, sizes: bool) -> None:
+        import pickle
+
+        from service import ray_backend
+
+        self.calls: list[tuple[str, float, int]] = []
+        original = ray_backend.RayShards._call
+
+        def timed(shards, calls):
+            t0 = time.perf_counter()
+            out = original(shards, calls)
+            ms = (time.perf_counter() - t0) * 1000
+            first = calls[0][2][0] if calls[0][1] == "run" and calls[0][2][0] else None
+            kind = calls[0][1] if first is None else type(first[0]).__name__
+            size = sum(len(pickle.dumps(x, protocol=5)) for x in out) if sizes else 0
+            self.calls.append((kind, ms, size))
+            return out
+
+        ray_backend.RayShards._call = timed
+
+    def summary(self, fills: int) -> dict:
+        out = {}
+        for kind in dict.fromkeys(k for k, _, _ in self.calls):
+            own = [(ms, size) for k, ms, size in self.calls if k == kind]
+            out[kind] = {"per_fill": round(len(own) / fills, 2), "median_ms": round(statistics.median(m for m, _ in own), 2),
+                         "median_kb": round(statistics.median(b for _, b in own) / 1024, 1)}
+        self.calls.clear()
+        return out
+
+
 def ray_engine(index: Path, groups: int, delay_ms: float, app: str):
     from ray import serve
 
@@ -92,6 +127,7 @@ def main() -> None:
     ap.add_argument("--clients", type=int, default=1)
     ap.add_argument("--mode", default="hybrid")
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--sizes", action="store_true", help="also the pickled size of the groups' answers")
     args = ap.parse_args()
     import ray
     from ray import serve
@@ -108,11 +144,13 @@ def main() -> None:
     print(json.dumps(runs[-1]), flush=True)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     serve.start(proxy_location="Disabled")
+    log = CallLog(args.sizes)
     for g in [int(x) for x in args.groups.split(",")]:
         for d in [float(x) for x in args.delays.split(",")]:
             engine, names = ray_engine(args.index, g, d, f"b{g}d{int(d)}")
-            runs.append({"config": "ray", "groups": len(names), "delay_ms": d,
-                         **measure(engine, bodies, args.n, args.clients)})
+            figures = measure(engine, bodies, args.n, args.clients)
+            runs.append({"config": "ray", "groups": len(names), "delay_ms": d, **figures,
+                         "calls": log.summary(args.n + 20)})
             print(json.dumps(runs[-1]), flush=True)
             engine.close()
             for name in names:
