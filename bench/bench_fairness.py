@@ -8,7 +8,8 @@ For each config a server is started (`python -m service`, the config's FILL_* va
 --settle seconds; then (1) one client sends --light default fills (hybrid, cloze probes from --corpus) alone,
 (2) the same while --heavy-clients clients loop the heavy request until the light client is done. Printed: the
 light client's p50 / p99 alone and beside the heavy load, the heavy requests answered (and their p50) and
-their statuses. Configs: `lanes` (the defaults: the search budget and the heavy lane), `one_lane` (no heavy
+their statuses. Configs: `lanes` (the defaults: the search budget and the heavy lane at nice 10), `lanes_nice0` (the heavy
+lane at the usual priority), `one_lane` (no heavy
 lane: FILL_HEAVY_WEIGHT=1e9), `before` (no search budget and no lane, as before this issue: the heavy request
 is the outside test's 16 masks, dense, k 4480, max_span_tokens 1, refused by the default budget). The heavy
 request of `lanes` and `one_lane` is the most expensive the default budget accepts: 8 masks, dense, k 1024,
@@ -32,6 +33,7 @@ ACCEPTED = {"text": " and ".join(["<mask>"] * 8) + " .", "mode": "dense", "k": 1
 OUTSIDE = {"text": " and ".join(["<mask>"] * 16) + " .", "mode": "dense", "k": 4480, "max_span_tokens": 1}
 CONFIGS = {
     "lanes": ({}, ACCEPTED),
+    "lanes_nice0": ({"FILL_HEAVY_NICE": "0"}, ACCEPTED),
     "one_lane": ({"FILL_HEAVY_WEIGHT": "1000000000"}, ACCEPTED),
     "before": ({"FILL_HEAVY_WEIGHT": "1000000000", "FILL_MAX_SEARCH": "1000000000", "FILL_REQUEST_TIMEOUT": "60"},
                OUTSIDE),

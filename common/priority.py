@@ -10,6 +10,15 @@ from typing import Callable, TypeVar
 T = TypeVar("T")
 
 
+def lower_this_thread(nice: int) -> None:
+    """Lower the calling thread's CPU priority to `nice` (Linux: per thread, inherited by the threads it starts);
+    nothing where that is not possible (not Linux, or not allowed)."""
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
+    except (OSError, AttributeError):
+        pass
+
+
 def at_priority(nice: int, work: Callable[[], T]) -> T:
     """`work()` on a new thread whose CPU priority is lowered to `nice` (Linux: per thread; the threads it starts,
     e.g. its OpenMP team for the encoder, inherit it), so that the requests served meanwhile keep the cores. Meant
@@ -17,10 +26,7 @@ def at_priority(nice: int, work: Callable[[], T]) -> T:
     out: dict = {}
 
     def run() -> None:
-        try:
-            os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), nice)
-        except (OSError, AttributeError):  # not Linux, or not allowed: the work runs at the usual priority
-            pass
+        lower_this_thread(nice)  # not Linux, or not allowed: the work runs at the usual priority
         try:
             out["value"] = work()
         except BaseException as exc:  # noqa: BLE001 - raised again on the caller's thread

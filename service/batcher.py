@@ -21,6 +21,7 @@ import time
 from collections import deque
 from concurrent.futures import Future
 
+from common.priority import lower_this_thread
 from fill.engine import FillEngine
 from fill.prepared import Planned, Prepared
 
@@ -47,7 +48,7 @@ class _Job:
 
 class Batcher:
     def __init__(self, engine: FillEngine, max_batch: int = 32, max_tokens: int = 4096, max_wait: float = 0.0,
-                 on_batch=None, name: str = "batcher") -> None:
+                 on_batch=None, name: str = "batcher", nice: int = 0) -> None:
         self.engine = engine
         self.max_batch = max_batch
         self.max_tokens = max_tokens
@@ -56,6 +57,7 @@ class Batcher:
         self._queue: deque[_Job] = deque()
         self._cond = threading.Condition()
         self._closed = False
+        self.nice = nice  # the batching thread's CPU priority (its encoder and FAISS threads inherit it)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
@@ -112,6 +114,8 @@ class Batcher:
             return batch
 
     def _run(self) -> None:
+        if self.nice:
+            lower_this_thread(self.nice)
         while True:
             batch = self._take()
             if batch is None:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from common.errors import AppError
+from common.priority import lower_this_thread
 from fill.budget import Budget, Deadline
 from fill.engine import FillEngine
 from fill.prepared import Prepared
@@ -53,7 +54,8 @@ class Serving:
         self.engine = engine
         self.batcher = Batcher(engine, settings.max_batch, settings.batch_tokens, settings.batch_wait_ms / 1000,
                                on_batch=metrics.batch)
-        self.heavy = Batcher(engine, settings.max_batch, settings.batch_tokens, 0.0, name="batcher-heavy")
+        self.heavy = Batcher(engine, settings.max_batch, settings.batch_tokens, 0.0, name="batcher-heavy",
+                             nice=settings.heavy_nice)
         self._users = 0
         self._retired = False
         self._lock = threading.Lock()
@@ -92,7 +94,8 @@ class ServiceState:
         self.budget = Budget(settings.max_candidates, settings.max_evidence, settings.max_search)
         self.slots = threading.BoundedSemaphore(settings.max_concurrency)
         self.workers = ThreadPoolExecutor(settings.fill_workers, thread_name_prefix="fill")
-        self.heavy_workers = ThreadPoolExecutor(settings.heavy_workers, thread_name_prefix="fill-heavy")
+        self.heavy_workers = ThreadPoolExecutor(settings.heavy_workers, thread_name_prefix="fill-heavy",
+                                                initializer=lower_this_thread, initargs=(settings.heavy_nice,))
         self.error: str | None = None
         self.on_fatal = on_fatal  # called with the message when the first load fails (the server exits)
         self.serving: Serving | None = None

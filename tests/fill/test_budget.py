@@ -178,3 +178,19 @@ def test_the_budget_is_in_the_openapi_schema(engine):
         budget = schemas[name]["x-cost-budget"]
         assert (budget["max_search"], budget["max_candidates"], budget["heavy_lane_over"]) == (5000, 7000, 3.0)
         assert "search 5,000 hits" in schemas[name]["description"]
+
+
+def test_the_heavy_lane_runs_at_a_lower_cpu_priority(engine):
+    import os
+
+    _, state = client_for(engine, heavy_nice=9)
+    thread = state.serving.heavy._thread
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and os.getpriority(os.PRIO_PROCESS, thread.native_id) < 9:
+        time.sleep(0.05)
+    base = os.getpriority(os.PRIO_PROCESS, 0)
+    assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == max(base, 9)
+    assert os.getpriority(os.PRIO_PROCESS, state.serving.batcher._thread.native_id) == base  # the light lane's
+    worker = state.heavy_workers.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result()
+    assert worker == max(base, 9)
+    state.close()
