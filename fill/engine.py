@@ -182,9 +182,12 @@ class FillEngine:
         if planned.mode != "dense":
             blocks = self._by_shard(self.index.bm25.search_scored(blank_masks(request.text), request.blocks)[0])
             laps.lap("search")
-        masks = score_masks(self.shards, prepared.hits, blocks, q.q_start, q.q_end, self.index.scale, planned.phrases,
-                            request.temperature, request.scorer == "npm", request.evidence)
-        laps.lap("score")
+        masks = []
+        for m, hits in enumerate(prepared.hits):  # a mask at a time: the deadline is checked between masks
+            scored = score_masks(self.shards, [hits], blocks, q.q_start[m:m + 1], q.q_end[m:m + 1], self.index.scale,
+                                 planned.phrases, request.temperature, request.scorer == "npm", request.evidence)[0]
+            masks.append(scored.model_copy(update={"index": m}))
+            laps.lap("score")
         return ScoreResult(masks=masks, took_ms=(time.perf_counter() - planned.t0) * 1000, timings_ms=laps.timings())
 
     def retrieve(self, prepared: Prepared, read: bool = False, laps: StageClock | None = None
