@@ -21,7 +21,6 @@ from fill.phrases import Ragged, shard_span_texts, strip
 from fill.spans import BlockPrior, spans_from_hits
 
 Logits = Callable[[np.ndarray], tuple[np.ndarray, float]]
-_NARROW = ("first", "last", "start_of", "end_of", "block", "row", "char", "tokens", "blocks", "bounds")
 _LEN_BITS = 8  # span length - 1 < 256 (max_span_tokens <= 32)
 
 
@@ -70,31 +69,6 @@ class ShardCandidates:
     def size(self) -> int:
         return int(self.first.size)
 
-    def __getstate__(self) -> dict:
-        """Pickled (sent from a shard group to the ingress, service.ray_backend) with every integer array in the
-        narrowest of int32 / uint8 / uint16 that holds its values; `__setstate__` restores the dtypes exactly."""
-        state = dict(self.__dict__)
-        state["keys"] = (self.keys.codes, self.keys.start, self.keys.length)
-        state["_dtypes"] = {}
-        for name in _NARROW:
-            value = state[name]
-            narrow = _narrowed(value) if isinstance(value, np.ndarray) else None
-            if narrow is not None:
-                state["_dtypes"][name] = value.dtype.str
-                state[name] = narrow
-        codes, start, length = state["keys"]
-        state["_dtypes"]["keys"] = (codes.dtype.str, start.dtype.str, length.dtype.str)
-        state["keys"] = tuple(_narrowed(a) if _narrowed(a) is not None else a for a in (codes, start, length))
-        return state
-
-    def __setstate__(self, state: dict) -> None:
-        dtypes = state.pop("_dtypes")
-        for name, dtype in dtypes.items():
-            if name != "keys":
-                state[name] = state[name].astype(dtype)
-        state["keys"] = Ragged(*(a.astype(d) for a, d in zip(state["keys"], dtypes["keys"])))
-        self.__dict__.update(state)
-
     def bounds_of(self, j: int) -> tuple[int, int]:
         """The first and end token of span j's block."""
         lo, hi = self.bounds[int(np.searchsorted(self.blocks, self.block[j]))]
@@ -119,18 +93,6 @@ class CandidateTask:
             tokens = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in rows[:, 1:3].tolist()])
             start, end = np.concatenate([start, tokens]), np.concatenate([end, tokens])
         return shard_candidates(shard, self.shard_no, start, end, self.query)
-
-
-def _narrowed(a: np.ndarray) -> np.ndarray | None:
-    """An integer array in the narrowest of uint8 / uint16 / int32 holding its values (None: no narrower one)."""
-    if a.dtype.kind not in "iu" or a.itemsize <= 1:
-        return None
-    lo, hi = (int(a.min()), int(a.max())) if a.size else (0, 0)
-    for dtype in (np.uint8, np.uint16, np.int32):
-        info = np.iinfo(dtype)
-        if info.min <= lo and hi <= info.max and np.dtype(dtype).itemsize < a.itemsize:
-            return a.astype(dtype)
-    return None
 
 
 def shard_candidates(shard, shard_no: int, start_hits: np.ndarray, end_hits: np.ndarray, query: MaskQuery

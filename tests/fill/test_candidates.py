@@ -42,34 +42,3 @@ def test_spans_are_distinct_ordered_and_stay_in_their_block():
     assert all(b - a < 3 for a, b in spans)
     empty = _spans(shard, np.empty(0, np.int64), np.empty(0, np.int64), 3)
     assert empty[0].size == 0
-
-
-def test_candidates_pickle_narrow_and_come_back_identical():
-    import pickle
-
-    from fill.candidates import ShardCandidates
-    from fill.phrases import Ragged
-
-    n = 1000
-    rng = np.random.default_rng(0)
-    first = np.sort(rng.integers(0, 900_000, n)).astype(np.int64)
-    part = ShardCandidates(3, first, first + 2, rng.standard_normal(n), np.arange(n), rng.standard_normal(n),
-                           np.arange(n), 1.5, 2.5, first // 100 + 7_000_000_000, first // 300, first * 5,
-                           Ragged(rng.integers(32, 127, 5000).astype(np.uint32), np.arange(n, dtype=np.int64) * 5,
-                                  np.full(n, 5, dtype=np.int64)), None, np.array([7], dtype=np.int64),
-                           np.array([[0, 100]], dtype=np.int64))
-    wire = pickle.dumps(part, protocol=5)
-    back = pickle.loads(wire)
-    for name, value in vars(part).items():
-        got = getattr(back, name)
-        if isinstance(value, np.ndarray):
-            assert got.dtype == value.dtype and np.array_equal(got, value), name
-        elif name == "keys":
-            for a, b in ((got.codes, value.codes), (got.start, value.start), (got.length, value.length)):
-                assert a.dtype == b.dtype and np.array_equal(a, b)
-        else:
-            assert got == value, name
-    assert back.block.dtype == np.int64 and back.block.max() > 2**32  # a value past int32 keeps its int64
-    arrays = [v for v in vars(part).values() if isinstance(v, np.ndarray)] + [part.keys.codes, part.keys.start,
-                                                                             part.keys.length]
-    assert len(wire) < 0.6 * sum(a.nbytes for a in arrays)  # ~half: positions in int32, ASCII codes in uint8
