@@ -25,7 +25,7 @@ from common.arrays import unique
 from common.errors import AppError
 from corpus.tokens import WORD_END, WORD_START
 from fill.candidates import exact_logits
-from fill.evidence import Want, context_window, gather
+from fill.evidence import Lazy, Want, context_window, gather
 from fill.hits import MaskHits
 from fill.schemas import Choice, ChoiceScore, MaskScore
 from fill.spans import softmax
@@ -163,7 +163,11 @@ def _score(m: int, tasks: list[VotesTask], sides: list[tuple], phrases: Phrases,
     best = int(np.argmax(probability))
     choices = [ChoiceScore(label=phrases.labels[c], probability=float(probability[c]), mass=float(mass[c]))
                for c in range(len(phrases.labels))]
-    where = [(t.shard_no, int(pos), t.forward) for t, (positions, _, _) in zip(tasks, sides) for pos in positions]
+    bounds = np.cumsum([0] + [positions.size for positions, _, _ in sides])
+
+    def place(i: int, ids: tuple) -> tuple[int, tuple]:
+        k = int(np.searchsorted(bounds, i, side="right")) - 1
+        return tasks[k].shard_no, (int(sides[k][0][i - bounds[k]]), tasks[k].forward, ids)
 
     def wants(limit: int) -> list[Want]:
         out = []
@@ -171,9 +175,9 @@ def _score(m: int, tasks: list[VotesTask], sides: list[tuple], phrases: Phrases,
             ids = tuple(tuple(x.tolist()) for x in sorted((ids for ids, owner in zip(phrases.ids, phrases.choice)
                                                            if owner == c), key=len, reverse=True))
             voting = np.flatnonzero(voted[:, c])
-            order = voting[np.argsort(-p[voting], kind="stable")].tolist()  # only the voters are sorted
-            out.append(Want([(where[i][0], (where[i][1], where[i][2], ids)) for i in order],
-                            [float(p[i]) for i in order], limit))
+            order = voting[np.argsort(-p[voting], kind="stable")]  # only the voters are sorted
+            out.append(Want(Lazy(order.size, lambda j, order=order, ids=ids: place(int(order[j]), ids)),
+                            p[order], limit))
         return out
 
     return MaskScore(index=m, choices=choices, predicted=phrases.labels[best], abstained=False), wants

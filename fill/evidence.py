@@ -5,6 +5,7 @@ best first, as many as it may show, in one call for all of a request's wants (`g
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any, Callable
 
 from fill.ranker import CandidatePool
@@ -50,13 +51,27 @@ class PlacesTask:
         return out
 
 
+class Lazy(Sequence):
+    """A sequence whose item i is `make(i)`, computed when asked: a want is asked a few places at a time, and a
+    frequent phrase has thousands of occurrences."""
+
+    def __init__(self, n: int, make: Callable[[int], Any]) -> None:
+        self.n, self.make = n, make
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self.make(i)
+
+
 @dataclass
 class Want:
     """One list of evidence to gather: places (shard number, a place of the task), best first; the first
     `limit` distinct places (by document id and chars) with their scores."""
 
-    items: list[tuple[int, Any]]
-    scores: list[float]
+    items: Sequence[tuple[int, Any]]
+    scores: Sequence[float]
     limit: int
 
 
@@ -100,9 +115,10 @@ def gather(shards, wants: list[Want], extra: list | None = None, task: Callable[
 
 def pool_want(pool: CandidatePool, occurrences: list[int], limit: int) -> Want:
     """The want of up to `limit` of a ranked phrase's occurrences (pool spans, best first) as evidence."""
-    items = []
-    for i in occurrences:
-        part, j = pool.where(i)
-        start = int(part.char[j])
-        items.append((part.shard_no, (int(part.row[j]), int(part.block[j]), start, start + int(part.keys.length[j]))))
-    return Want(items, [float(pool.score[i]) for i in occurrences], limit)
+    def place(j: int) -> tuple[int, tuple[int, int, int, int]]:
+        part, k = pool.where(occurrences[j])
+        start = int(part.char[k])
+        return part.shard_no, (int(part.row[k]), int(part.block[k]), start, start + int(part.keys.length[k]))
+
+    return Want(Lazy(len(occurrences), place), Lazy(len(occurrences), lambda j: float(pool.score[occurrences[j]])),
+                limit)
