@@ -186,12 +186,18 @@ class BuildJob:
         return info
 
     def trained(self, plan: ShardPlan, vectors: np.ndarray):
-        """The shared trained (empty) FAISS index of the shard's factory, trained here by its first shard."""
+        """The shared trained (empty) FAISS index of the shard's factory, trained here by its first shard unless
+        the output directory already holds it (a resumed build, or another build's trained/ put there so that
+        the two can be merged: indexer.merge)."""
         if not needs_training(plan.factory, self.encoder.dim):
             return None
         first = self.factories.index(plan.factory)  # the shard whose vectors train this factory's template
         if first == plan.number:
-            return self.templates.train(vectors, plan.factory, seed=plan.number)
+            existing = self.templates.load(plan.factory, wait=False)
+            if existing is not None and existing.d != self.encoder.dim:
+                raise AppError(f"{self.templates.path(plan.factory)} is a template of {existing.d}-dimensional "
+                               f"vectors, not {self.encoder.dim} (another model's): remove it, or put this model's there")
+            return existing if existing is not None else self.templates.train(vectors, plan.factory, seed=plan.number)
         # wait for the first shard's process unless that shard is already on disk without a template
         trained = self.templates.load(plan.factory, wait=read_shard_info(self.cfg.out, first) is None)
         return trained if trained is not None else self.templates.train(vectors, plan.factory, seed=plan.number)

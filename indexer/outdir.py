@@ -48,9 +48,10 @@ def prepare_out(out: Path, ident: dict[str, Any], overwrite: bool) -> None:
     state_path = out / BUILD_STATE
     ours = _ours(out)
     others = [p for p in out.iterdir() if p not in ours and p.name != LOCK_NAME]  # the lock: a writer's, kept
-    if {p.name.removesuffix(TMP_SUFFIX) for p in ours} <= {BUILD_STATE}:  # nothing written yet: start afresh
-        for p in ours:
-            p.unlink()
+    if {p.name.removesuffix(TMP_SUFFIX) for p in ours} <= {BUILD_STATE, TEMPLATE_DIR}:  # nothing written yet
+        for p in ours:  # start afresh, with a trained/ put there (another build's templates: indexer merge) kept
+            if p.name != TEMPLATE_DIR:
+                p.unlink()
         ours = []
     if overwrite:
         for p in ours:

@@ -123,3 +123,24 @@ def test_an_interrupted_merge_leaves_no_index_and_a_new_run_finishes(halves, tmp
     monkeypatch.undo()
     merge_indexes(MergeConfig(out=out, inputs=[halves["a"], halves["b"]]))
     assert Manifest.load(out).counts.shards == 2 and not (tmp_path / "m.partial").exists()
+
+
+def test_builds_seeded_with_one_template_merge_into_one_ivf_index(tmp_path, tiny_bert_dir):
+    """The README's recipe: the second build's output directory gets the first's trained/ before it starts, so
+    both use one template (not retrained) and the merge accepts them."""
+    import shutil
+
+    first, second = tmp_path / "one", tmp_path / "two"
+    settings = dict(model=tiny_bert_dir, block_tokens=16, shard_tokens=30, index_type="IVF2,Flat")
+    build_index(BuildConfig(corpus=write_jsonl(tmp_path / "1.jsonl", CORPUS[:2]), out=first, **settings))
+    second.mkdir()
+    shutil.copytree(first / "trained", second / "trained")
+    seeded = (second / "trained" / "IVF2_Flat.faiss").read_bytes()
+    build_index(BuildConfig(corpus=write_jsonl(tmp_path / "2.jsonl", CORPUS[2:]), out=second, **settings))
+    assert (second / "trained" / "IVF2_Flat.faiss").read_bytes() == seeded  # used, not trained again
+    merged = tmp_path / "merged"
+    merge_indexes(MergeConfig(out=merged, inputs=[first, second]))
+    index = PhraseIndex(merged, verify=True)
+    assert len(index.shards) == Manifest.load(first).counts.shards + Manifest.load(second).counts.shards
+    assert index._quantizer is not None  # one set of IVF lists: every shard shares the query's assignment
+    index.close()
