@@ -10,8 +10,10 @@ over them (FILL_BACKEND=ray's path, service.ray_backend.RayShards). Each configu
 then --n fills of cloze probes drawn from --corpus (bench/probes.py), with the API defaults but --mode, from
 --clients closed-loop threads. Printed per configuration: p50 / p99 ms and fills/s; the overhead is the p50
 against the local engine's; the JSON also holds the ingress's calls per fill by kind (search, CandidateTask,
-WindowTask, PlacesTask) with their median ms (and, with --sizes, the median size of their answers). Every process runs on this machine's cores: the groups do not get machines of
-their own, so the figures hold the fan-out, the serialisation and the hops, not more CPU.
+WindowTask, PlacesTask) with their median ms (and, with --sizes, the median size of their answers), and the
+median of 100 bare calls to the first group (`run` of no task: Serve's own cost of a call). Every process
+runs on this machine's cores: the groups do not get machines of their own, so the figures hold the fan-out,
+the serialisation and the hops, not more CPU.
 """
 
 from __future__ import annotations
@@ -32,12 +34,14 @@ from probes import make_probes  # noqa: E402
 
 
 def measure(engine, bodies: list[dict], n: int, clients: int) -> dict:
-    """p50 / p99 ms and fills/s of n fills from `clients` closed-loop threads (after 20 warm-up fills)."""
+    """p50 / p99 ms, fills/s and the p50 of each engine stage (`timings_ms`) of n fills from `clients`
+    closed-loop threads (after 20 warm-up fills)."""
     from fill.schemas import FillRequest
 
     for body in bodies[:20]:
         engine.fill(FillRequest(**body))
     latencies: list[float] = []
+    stages: dict[str, list[float]] = {}
     lock, at = threading.Lock(), [0]
 
     def client() -> None:
@@ -48,9 +52,11 @@ def measure(engine, bodies: list[dict], n: int, clients: int) -> dict:
             if i >= n:
                 return
             t0 = time.perf_counter()
-            engine.fill(FillRequest(**bodies[i % len(bodies)]))
+            result = engine.fill(FillRequest(**bodies[i % len(bodies)]))
             with lock:
                 latencies.append((time.perf_counter() - t0) * 1000)
+                for stage, ms in result.timings_ms.items():
+                    stages.setdefault(stage, []).append(ms)
 
     t0 = time.perf_counter()
     threads = [threading.Thread(target=client) for _ in range(clients)]
@@ -61,7 +67,8 @@ def measure(engine, bodies: list[dict], n: int, clients: int) -> dict:
     wall = time.perf_counter() - t0
     cuts = statistics.quantiles(latencies, n=100)
     return {"p50_ms": round(statistics.median(latencies), 1), "p99_ms": round(cuts[98], 1),
-            "fills_per_s": round(n / wall, 1)}
+            "fills_per_s": round(n / wall, 1),
+            "stage_p50_ms": {stage: round(statistics.median(v), 1) for stage, v in stages.items()}}
 
 
 class CallLog:
@@ -92,10 +99,21 @@ class CallLog:
         out = {}
         for kind in dict.fromkeys(k for k, _, _ in self.calls):
             own = [(ms, size) for k, ms, size in self.calls if k == kind]
-            out[kind] = {"per_fill": round(len(own) / fills, 2), "median_ms": round(statistics.median(m for m, _ in own), 2),
+            out[kind] = {"per_fill": round(len(own) / fills, 2),
+                         "median_ms": round(statistics.median(m for m, _ in own), 2),
                          "median_kb": round(statistics.median(b for _, b in own) / 1024, 1)}
         self.calls.clear()
         return out
+
+
+def bare_call_ms(handle, calls: int = 100) -> float:
+    """The median ms of a call to a group that runs no task."""
+    times = []
+    for _ in range(calls):
+        t0 = time.perf_counter()
+        handle.run.remote([]).result()
+        times.append((time.perf_counter() - t0) * 1000)
+    return round(statistics.median(times), 2)
 
 
 def ray_engine(index: Path, groups: int, delay_ms: float, app: str):
@@ -112,7 +130,7 @@ def ray_engine(index: Path, groups: int, delay_ms: float, app: str):
         name = app_name(app, number)
         bound = ShardGroupReplica.bind(str(index.resolve()), shard_nos, None, None, None, True, delay_ms, "bench")
         handles.append(Group(name, shard_nos, serve.run(bound, name=name, route_prefix=None)))
-    time.sleep(5)  # the replicas warm their pages after they answer
+    time.sleep(5)  # a pause after the deployments (the replicas warmed their pages before answering)
     engine = FillEngine.open(Settings(index=index).engine_config(), shards=lambda i: RayShards(handles, 30.0))
     return engine, [h.name for h in handles]
 
@@ -149,14 +167,16 @@ def main() -> None:
         for d in [float(x) for x in args.delays.split(",")]:
             engine, names = ray_engine(args.index, g, d, f"b{g}d{int(d)}")
             figures = measure(engine, bodies, args.n, args.clients)
-            runs.append({"config": "ray", "groups": len(names), "delay_ms": d, **figures,
-                         "calls": log.summary(args.n + 20)})
+            calls = log.summary(args.n + 20)
+            runs.append({"config": "ray", "groups": len(names), "delay_ms": d, **figures, "calls": calls,
+                         "bare_call_ms": bare_call_ms(engine.shards.groups[0].handle)})
             print(json.dumps(runs[-1]), flush=True)
             engine.close()
             for name in names:
                 serve.delete(name)
     base = runs[0]["p50_ms"]
-    print(f"\n{'config':6} {'groups':>6} {'delay ms':>8} {'p50 ms':>7} {'p99 ms':>7} {'fills/s':>7} {'p50 - local':>11}")
+    print(f"\n{'config':6} {'groups':>6} {'delay ms':>8} {'p50 ms':>7} {'p99 ms':>7} {'fills/s':>7} "
+          f"{'p50 - local':>11}")
     for r in runs:
         print(f"{r['config']:6} {r['groups']:>6} {r['delay_ms']:>8g} {r['p50_ms']:>7} {r['p99_ms']:>7} "
               f"{r['fills_per_s']:>7} {r['p50_ms'] - base:>11.1f}")

@@ -65,7 +65,7 @@ class FillEngine:
         """Open the index and the encoder it was built with (refusing a model whose fingerprint differs),
         and the reader (fill.loading.open_reader); `scoring` replaces the fitted scoring named by the config /
         found beside the model. `shards(index)` gives shards that live elsewhere (the index is then opened
-        without its shards: manifest and BM25 only); closing the engine closes them."""
+        without its shards: manifest and BM25 only)."""
         encoder, index, scoring = open_parts(config, scoring, with_shards=shards is None)
         try:
             return cls(encoder, index, scoring, open_reader(config, encoder),
@@ -76,8 +76,6 @@ class FillEngine:
 
     def close(self) -> None:
         self.index.close()
-        if self.shards is not None and hasattr(self.shards, "close"):
-            self.shards.close()
 
     def describe(self) -> dict:
         """What is being served: the index, the model and how it runs, the build settings."""

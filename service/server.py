@@ -25,7 +25,7 @@ from service.api import create_app
 from service.config import ENV_PREFIX, Settings
 from service.limits import header_timeout_protocol
 from service.observe import configure_logging
-from service.state import ServiceState
+from service.state import ServiceState, ray_backend
 
 app = typer.Typer(add_completion=False)
 logger = logging.getLogger("service")
@@ -64,11 +64,7 @@ def serve(settings: Settings) -> None:
 def connect_ray(settings: Settings) -> None:
     """Join (or start) the Ray cluster from the main thread: a Ray started here lives as long as the thread that
     started it (its processes get the parent-death signal when that thread ends), so not from the loading thread."""
-    try:
-        from service.ray_backend import connect
-    except ImportError as exc:
-        raise AppError(f"FILL_BACKEND=ray needs Ray Serve: pip install '.[ray]' ({exc})") from None
-    connect(settings)
+    ray_backend().connect(settings)
 
 
 def _reload(state: ServiceState) -> None:

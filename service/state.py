@@ -34,15 +34,20 @@ logger = logging.getLogger(__name__)
 WARMUP = FillRequest(text="<mask>", top_k=1, k=1, max_span_tokens=1, evidence=0)
 
 
+def ray_backend():
+    """service.ray_backend, imported only for FILL_BACKEND=ray; an AppError saying how to install Ray without it."""
+    try:
+        from service import ray_backend as module
+    except ImportError as exc:
+        raise AppError(f"FILL_BACKEND=ray needs Ray Serve: pip install '.[ray]' ({exc})") from None
+    return module
+
+
 def open_engine(settings: Settings) -> FillEngine:
     """The engine of the settings' backend: every shard here (local), or shard groups on Ray (ray is imported
     only then)."""
     if settings.backend == "ray":
-        try:
-            from service import ray_backend
-        except ImportError as exc:
-            raise AppError(f"FILL_BACKEND=ray needs Ray Serve: pip install '.[ray]' ({exc})") from None
-        return ray_backend.open_engine(settings)
+        return ray_backend().open_engine(settings)
     return FillEngine.open(settings.engine_config())
 
 

@@ -327,7 +327,8 @@ def test_bench_ray_times_the_local_engine_and_shard_groups_with_hops(built, tmp_
     runs = json.loads((tmp_path / "ray.json").read_text())["runs"]
     assert [(r["config"], r["delay_ms"]) for r in runs] == [("local", 0), ("ray", 0), ("ray", 2), ("ray", 0), ("ray", 2)]
     assert all(r["p50_ms"] > 0 and r["fills_per_s"] > 0 for r in runs) and "p50 - local" in out
+    assert all(r["stage_p50_ms"]["encode"] > 0 and r["stage_p50_ms"]["spans"] > 0 for r in runs)
     for r in runs[1:]:  # every fill calls the groups: a search, then its candidates (and evidence)
         assert r["calls"]["search"]["per_fill"] == 1.0 and r["calls"]["CandidateTask"]["per_fill"] >= 1.0
-        if r["delay_ms"]:  # each call sleeps 2 ms before and after its work
-            assert all(c["median_ms"] >= 4.0 for c in r["calls"].values())
+        if r["delay_ms"]:  # each call sleeps 2 ms before and after its work, a bare one too
+            assert all(c["median_ms"] >= 4.0 for c in r["calls"].values()) and r["bare_call_ms"] >= 4.0
