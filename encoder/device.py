@@ -82,6 +82,18 @@ def grad_scaler(device: torch.device, dtype: torch.dtype) -> torch.amp.GradScale
     return torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
 
 
+def lower_linear_weights(model: torch.nn.Module, dtype: torch.dtype) -> None:
+    """Cast every Linear layer's weight and bias to the autocast dtype once, for inference. Autocast casts
+    them at every pass (a 6-layer 384-dim encoder's 42 MB of fp32 weights read and 21 MB written per query)
+    and rounds them the same way, so the passes' outputs are unchanged, bit for bit (tested). Never for a
+    model being trained: its master weights must stay fp32. A no-op for fp32."""
+    if dtype == torch.float32:
+        return
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            module.to(dtype)
+
+
 def autocast(device: torch.device, dtype: torch.dtype) -> ContextManager:
     """An autocast context for `dtype`, or a no-op for fp32."""
     if dtype == torch.float32:

@@ -32,7 +32,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from common.errors import AppError
 from common.files import write_json_atomic
-from encoder.device import autocast, choose_device, choose_dtype
+from encoder.device import autocast, choose_device, choose_dtype, lower_linear_weights
 from encoder.model import pad_sequences
 from encoder.template import Template, derive_template
 
@@ -202,6 +202,7 @@ class Reader:
         self.device = device if isinstance(device, torch.device) else choose_device(device)
         self.dtype = choose_dtype(self.device, dtype)
         self.model = model.to(self.device).eval()
+        lower_linear_weights(self.model, self.dtype)  # for inference only: the same logits, less memory traffic
         self.template = derive_template(tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.max_length = int(getattr(model.transformer.config, "max_position_embeddings", 512))

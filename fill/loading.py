@@ -38,7 +38,7 @@ def open_parts(config: EngineConfig, scoring: Scoring | None = None, with_shards
         if fingerprint != manifest.model.fingerprint:
             raise AppError(f"model {model_dir} differs from the model the index {root} was built with "
                            f"(fingerprint {manifest.model.fingerprint[:12]}); pass the right --model or rebuild")
-        encoder = Encoder(model_dir, device=config.device, dtype=config.dtype)
+        encoder = Encoder(model_dir, device=config.device, dtype=config.dtype).for_inference()
         encoder.fingerprint = fingerprint  # checked: an update made with this encoder need not hash it again
         return encoder
 
@@ -71,7 +71,10 @@ def open_reader(config: EngineConfig, encoder: Encoder) -> Reader | None:
         return None
     if not path.is_dir():
         raise AppError(f"reader directory {path} (--reader-dir) does not exist")
-    reader = Reader(path, device=encoder.device, dtype=config.dtype)
+    # Built on the encoder's inference thread, where all its passes run: torch ops run from another thread (the
+    # heads' initialisation) start a second OpenMP team, and two teams on two cores slowed the encoder's pass
+    # ~2x in a process whose threads spin-wait (docs/BENCHMARKS.md, "One OpenMP team").
+    reader = encoder.on_thread(Reader, path, encoder.device, config.dtype)
     if reader.card.vocab != vocab_fingerprint(encoder.tokenizer):
         raise AppError(f"reader {path} was trained on another vocabulary than the encoder {encoder.model_dir.name} "
                        "(it reads the index's token ids); pass a reader made for this encoder with --reader-dir, "

@@ -89,7 +89,8 @@ class BuildJob:
     def __init__(self, cfg: BuildConfig) -> None:
         self.format = detect_format(cfg.corpus)
         self.place: Place = join("gloo", timeout=dt.timedelta(hours=24))  # gloo: barriers only, GPU or not
-        self.encoder = Encoder(cfg.model, device=choose_device(cfg.device, self.place.local_rank), dtype=cfg.dtype)
+        device = choose_device(cfg.device, self.place.local_rank)
+        self.encoder = Encoder(cfg.model, device=device, dtype=cfg.dtype).for_inference()
         overhead = self.encoder.pair_overhead + cfg.title_tokens if cfg.title_tokens else self.encoder.block_overhead
         if cfg.block_tokens + overhead > self.encoder.max_length:
             raise AppError(

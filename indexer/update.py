@@ -156,7 +156,7 @@ class IndexUpdate:
             if not model_dir.is_dir():
                 raise AppError(f"the index was built with the model at {model_dir}, which does not exist here; "
                                "pass --model with that model's directory")
-            self._encoder = Encoder(model_dir, device=self._device, dtype=self._dtype)
+            self._encoder = Encoder(model_dir, device=self._device, dtype=self._dtype).for_inference()
         if self._encoder.fingerprint != self.manifest.model.fingerprint:
             raise AppError(f"model {self._encoder.model_dir.name} is not the model the index {self.root.name} was "
                            "built with; an update must encode with the index's own model")

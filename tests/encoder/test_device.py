@@ -75,3 +75,27 @@ def test_training_gpu_path_scales_fp16_loss_and_resumes(gpu_present, tiny_bert_d
     assert state["scaler"]["scale"] > 0  # the loss scale is part of the checkpoint
     resumed = Trainer(cfg.model_copy(update={"resume": True, "steps": 3}))
     assert resumed.step == 2 and resumed.scaler.get_scale() == pytest.approx(state["scaler"]["scale"])
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_lowered_linear_weights_encode_the_same_vectors_bit_for_bit(tiny_bert_dir, dtype):
+    """Autocast casts a Linear layer's weights at every pass; casting them once for inference gives the same
+    numbers (fp16 stands for the GPU path's dtype; on the CPU autocast runs it too)."""
+    encoder = Encoder(tiny_bert_dir, device="cpu", dtype=dtype)
+    texts = ["The river <mask> flows through the old town .", "<mask> was born in <mask> ."]
+    blocks = [BlockInput(np.asarray(encoder.tokenizer(t, add_special_tokens=False)["input_ids"])) for t in texts]
+    before_q, before_b = encoder.encode_queries(texts), encoder.encode_blocks(blocks)
+    assert encoder.for_inference() is encoder
+    linears = [m for m in encoder.model.modules() if isinstance(m, torch.nn.Linear)]
+    norms = [m for m in encoder.model.modules() if isinstance(m, torch.nn.LayerNorm)]
+    assert linears and all(m.weight.dtype == encoder.dtype for m in linears)
+    assert norms and all(m.weight.dtype == torch.float32 for m in norms)  # autocast keeps these in fp32
+    for a, b in zip(before_q, encoder.encode_queries(texts)):
+        assert np.array_equal(a.q_start, b.q_start) and np.array_equal(a.q_end, b.q_end)
+    for a, b in zip(before_b, encoder.encode_blocks(blocks)):
+        assert np.array_equal(a, b)
+
+
+def test_fp32_weights_are_left_alone(tiny_bert_dir):
+    encoder = Encoder(tiny_bert_dir, device="cpu", dtype="fp32").for_inference()
+    assert all(p.dtype == torch.float32 for p in encoder.model.parameters())

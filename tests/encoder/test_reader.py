@@ -116,3 +116,20 @@ def test_missing_or_invalid_card_is_a_clear_error(tmp_path):
     (tmp_path / CARD_NAME).write_text('{"vocab": "x", "window": -1}')
     with pytest.raises(AppError, match="invalid"):
         read_card(tmp_path)
+
+
+def test_a_lowered_reader_reads_as_autocast_does(reader_dir, tiny_bert_dir):
+    """Reader keeps its Linear weights in the autocast dtype (encoder.device.lower_linear_weights): the logits
+    are those of the fp32 weights cast by autocast at every pass, bit for bit."""
+    encoder = Encoder(tiny_bert_dir, device="cpu", dtype="fp32")
+    reader = Reader(reader_dir, device="cpu", dtype="bf16")
+    assert reader.model.start.weight.dtype == torch.bfloat16
+    assert reader.model.transformer.embeddings.LayerNorm.weight.dtype == torch.float32
+    x = item(encoder, "Curie was born in <mask> .", ["born in Warsaw in 1867", "Paris"])
+    got = reader.logits([x])[0]
+    model, _ = load_model(reader_dir)  # fp32, as autocast used to see it
+    tensors, positions = batch_tensors([x], reader.template, reader.pad_id)
+    with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
+        start, end = model.eval()(*tensors)
+    assert np.array_equal(got[0], start.float().numpy()[0, positions[0]].astype(np.float64))
+    assert np.array_equal(got[1], end.float().numpy()[0, positions[0]].astype(np.float64))

@@ -174,3 +174,25 @@ def test_the_bundled_reader_is_the_default_and_can_be_switched_off(tiny_index, m
         assert open_reader(EngineConfig(index=tiny_index, use_reader=False), engine.encoder) is None
     finally:
         engine.close()
+
+
+def test_the_reader_is_built_on_the_encoders_inference_thread(tiny_index, trained_reader, monkeypatch):
+    """A torch op run from another thread starts a second OpenMP team beside the encoder's (see open_reader)."""
+    import threading
+
+    from fill import loading
+
+    built_on = []
+
+    def recording(*args, **kwargs):
+        built_on.append(threading.current_thread())
+        return Reader(*args, **kwargs)
+
+    monkeypatch.setattr(loading, "Reader", recording)
+    engine = FillEngine.open(EngineConfig(index=tiny_index, reader_dir=trained_reader))
+    try:
+        assert engine.reader is not None and len(built_on) == 1
+        assert built_on[0] is not threading.current_thread()
+        assert engine.encoder.on_thread(threading.current_thread) is built_on[0]
+    finally:
+        engine.close()
