@@ -1,4 +1,4 @@
-"""Median engine time per stage (encode, search, spans, rank) of one source tree, in process, so that two
+"""Median engine time per stage (encode, search, spans, rank; read with the reader) of one source tree, in process, so that two
 commits can be compared on the same index (run each from its own tree, alternating, on a quiet machine):
 
     git worktree add /tmp/old COMMIT
@@ -8,7 +8,8 @@ commits can be compared on the same index (run each from its own tree, alternati
     done
 
 Trees from before the fill/ package (2026-11-24) are opened through their service.engine. Prints, per
-option set (hybrid, dense, dense with alpha 0.5), the median ms of each stage over --n cloze probes.
+option set (hybrid, dense, dense with alpha 0.5), the median ms of each stage over --n cloze probes and the
+median of their sum.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 import numpy as np
 
 OPTIONS = {"hybrid": {}, "dense": {"mode": "dense"}, "dense_alpha": {"mode": "dense", "alpha": 0.5}}
-STAGES = ("encode", "search", "spans", "rank")
+STAGES = ("encode", "search", "spans", "rank", "read")  # read: with the reader (trees since issue 24)
 
 
 def open_engine(tree: Path, index: Path):
@@ -57,8 +58,10 @@ def main() -> None:
         engine.fill(request(text=text))
     out = {}
     for name, options in OPTIONS.items():
-        ms = [[engine.fill(request(text=t, **options)).timings_ms[s] for s in STAGES] for t in texts]
-        out[name] = dict(zip(STAGES, np.round(np.median(np.array(ms), axis=0), 2).tolist()))
+        timings = [engine.fill(request(text=t, **options)).timings_ms for t in texts]
+        stages = [s for s in STAGES if s in timings[0]]
+        ms = [[t[s] for s in stages] + [sum(t[s] for s in stages)] for t in timings]
+        out[name] = dict(zip(stages + ["sum"], np.round(np.median(np.array(ms), axis=0), 2).tolist()))
     print(args.tree, json.dumps(out))
 
 

@@ -26,7 +26,8 @@ from encoder.reader import ReaderCard, ReadingSpec, vocab_fingerprint
 from evaluation.evaluate import load_probes, normalize
 from fill.config import EngineConfig
 from fill.engine import FillEngine
-from fill.reading import MaskReading, plan_reading, reader_parts
+from fill.reading import MaskReading, plan_reading
+from fill.windows import reader_parts
 from fill.schemas import FillOptions, FillRequest, Mode
 
 logger = logging.getLogger(__name__)

@@ -63,7 +63,7 @@ class ShardCandidates:
     keys: Ragged  # per span: its stripped phrase text (length 0: only white space / punctuation)
     tokens: np.ndarray | None  # per span: its tokens overlapping the stripped phrase (only when alpha != 0)
     blocks: np.ndarray  # the spans' distinct global blocks, ascending, and each one's first and end token
-    bounds: np.ndarray  # [blocks, 2] (the reader's windows stay inside them, fill.reading)
+    bounds: np.ndarray  # [blocks, 2] (the reader's windows stay inside them, fill.windows)
 
     @property
     def size(self) -> int:

@@ -3,7 +3,8 @@
 
   windows  for each of the mask's top `card.phrases` phrases in the retrieval ranking, its best occurrence
            with `card.window` tokens either side, inside its block; overlapping windows merged; at most
-           `card.max_tokens` tokens per mask (fewer when the query is long)
+           `card.max_tokens` tokens per mask (fewer when the query is long); their spans and tokens come from
+           the shards owning them (fill.windows)
   read     one reader forward pass for all masks of a request, on the encoder's inference thread
   spans    every valid span inside a window (a word start to a word end, at most max_span_tokens long),
            P(span) = softmax over all the mask's window spans of start(first) + end(last)
@@ -15,119 +16,20 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import numpy as np
 
-from common.arrays import unique
 from encoder.reader import Reader, ReaderInput, ReadingSpec
-from fill.candidates import ShardCandidates, span_candidates
+from fill.candidates import ShardCandidates
 from fill.phrases import join, phrase_table
 from fill.ranker import CandidatePool, RankedMask
 from fill.schemas import FillOptions
-from fill.shard_group import Shards, by_shard
-from fill.spans import softmax, spans_from_hits, top_values
+from fill.shard_group import Shards
+from fill.spans import softmax, top_values
+from fill.windows import Window, WindowSpans, mask_windows, reader_parts, window_spans
 
 PRIOR_PHRASES = 50  # retrieval phrases whose values are the prior of the re-ranking
-
-
-@dataclass(frozen=True)
-class Window:
-    """Token positions [a, b) of one shard, inside one block."""
-
-    shard_no: int
-    a: int
-    b: int
-
-
-def mask_windows(ranked: RankedMask, phrases: int, window: int, budget: int) -> list[Window]:
-    """The windows to read for one mask: around the best occurrence of each of its top `phrases` phrases
-    (inside its block: ShardCandidates.bounds_of), merged where they overlap, `budget` tokens at most (the later
-    phrases' windows left out)."""
-    out: list[Window] = []
-    used = 0
-    for phrase in ranked.shown[:phrases]:
-        part, j = ranked.pool.where(phrase.occurrences[0])
-        lo, hi = part.bounds_of(j)
-        w = Window(part.shard_no, max(lo, int(part.first[j]) - window), min(hi, int(part.last[j]) + 1 + window))
-        overlapping = [o for o in out if o.shard_no == w.shard_no and o.a < w.b and w.a < o.b]
-        merged = Window(w.shard_no, min([w.a] + [o.a for o in overlapping]), max([w.b] + [o.b for o in overlapping]))
-        grown = (merged.b - merged.a) - sum(o.b - o.a for o in overlapping)
-        if used + grown > budget:
-            break
-        out = [o for o in out if o not in overlapping] + [merged]
-        used += grown
-    return sorted(out, key=lambda o: (o.shard_no, o.a))
-
-
-@dataclass
-class WindowSpans:
-    """Every valid span inside one mask's windows, per shard, and where its ends are among the window tokens."""
-
-    shard_nos: list[int]
-    first: list[np.ndarray]  # per shard: spans' first tokens (shard positions), ordered by (first, last)
-    last: list[np.ndarray]
-    starts: np.ndarray  # window-token shard positions (all windows, in order) and their shard numbers
-    shard_of: np.ndarray
-    tokens: list[np.ndarray]  # per window: its token ids
-    parts: list[ShardCandidates]  # per shard: its spans as candidates, their logits still to come (reader_parts)
-
-    def at(self, shard_no: int, positions: np.ndarray) -> np.ndarray:
-        """Index among the window tokens of positions of shard `shard_no`."""
-        rows = np.flatnonzero(self.shard_of == shard_no)
-        return rows[np.searchsorted(self.starts[rows], positions)]
-
-
-def _no_logits(positions: np.ndarray) -> tuple[np.ndarray, float]:
-    return np.zeros(positions.size), 0.0
-
-
-@dataclass(frozen=True)
-class WindowTask:
-    """One shard's windows of one mask (a fill.shard_group task): every valid span inside them as candidates
-    (ordered by (first, last); their logits are the reader's, filled in by `reader_parts`), or None when there
-    is none, and each window's token ids."""
-
-    shard_no: int
-    windows: tuple[tuple[int, int], ...]
-    max_len: int
-
-    def run(self, shard) -> tuple[ShardCandidates | None, list[np.ndarray]]:
-        fs, ls = [], []
-        for a, b in self.windows:
-            f, last = spans_from_hits(np.arange(a, b), True, self.max_len, shard.flags, shard.block_of)
-            keep = last < b
-            fs.append(f[keep])
-            ls.append(last[keep])
-        f, last = np.concatenate(fs), np.concatenate(ls)
-        order = np.lexsort((last, f))
-        tokens = [np.asarray(shard.token_ids[a:b]) for a, b in self.windows]
-        if not f.size:
-            return None, tokens
-        return span_candidates(shard, self.shard_no, f[order], last[order], _no_logits, _no_logits, False), tokens
-
-
-def window_spans(shards: Shards, windows: list[Window], max_len: int) -> WindowSpans:
-    """The valid spans of the windows (sorted by shard, then position, as mask_windows returns them), formed
-    and read by their shards in one call."""
-    per, _ = by_shard([(w.shard_no, (w.a, w.b)) for w in windows])
-    found = shards.run([WindowTask(s, tuple(own), max_len) for s, own in per.items()])
-    tokens = [t for _, own_tokens in found for t in own_tokens]
-    parts = [part for part, _ in found if part is not None]
-    starts = np.concatenate([np.arange(w.a, w.b) for w in windows]) if windows else np.empty(0, dtype=np.int64)
-    shard_of = np.concatenate([np.full(w.b - w.a, w.shard_no) for w in windows]) if windows else starts
-    return WindowSpans([p.shard_no for p in parts], [p.first for p in parts], [p.last for p in parts], starts,
-                       shard_of, tokens, parts)
-
-
-def reader_parts(spans: WindowSpans, start: np.ndarray, end: np.ndarray) -> list[ShardCandidates]:
-    """The window spans as candidates whose logits are the reader's (`start`, `end`: per window token)."""
-    out = []
-    for part in spans.parts:
-        s = start[spans.at(part.shard_no, unique(part.first))]
-        e = end[spans.at(part.shard_no, unique(part.last))]
-        out.append(replace(part, start_logits=s, end_logits=e, start_max=float(s.max()), end_max=float(e.max())))
-    return out
 
 
 def joint_pool(parts: list[ShardCandidates]) -> CandidatePool:

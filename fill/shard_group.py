@@ -6,7 +6,7 @@ them. It is everything the fill path does with a shard's files, so the engine ne
   run      a list of tasks, each a small dataclass naming one shard (`shard_no`, its number in the whole index)
            with a `run(shard)` method: form and score a mask's candidate spans (fill.candidates.CandidateTask),
            read documents for evidence (fill.evidence.PlacesTask), a block's token ids (`BlockTokensTask`),
-           the reader's windows: their spans and tokens (fill.reading.WindowTask), a closed-set score's votes
+           the reader's windows: their spans and tokens (fill.windows.WindowTask), a closed-set score's votes
            and their places (fill.choices). The results come back in the tasks' order.
 
 The engine hands each step's tasks to its shards in one call, so a distributed deployment (service.ray_backend:

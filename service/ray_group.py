@@ -1,6 +1,7 @@
 """A shard group on Ray Serve: the deployment whose replicas hold some of an index's shards and run the
-shard-local stage for the ingress (service.ray_backend). Its imports are the shard side's only (no encoder,
-no torch in the replica's process beyond what the tasks' modules bring)."""
+shard-local stage for the ingress (service.ray_backend). Its imports, and those of the tasks it unpickles
+(fill.candidates, fill.windows, fill.evidence, fill.choices), are the shard side's only: a replica loads no
+encoder and no torch (tested)."""
 
 from __future__ import annotations
 

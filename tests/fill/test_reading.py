@@ -1,4 +1,4 @@
-"""fill.reading and the engine with a reader: windows, window spans, the joint span softmax, the re-ranking,
+"""fill.reading and the engine with a reader: the joint span softmax over the window spans, the re-ranking,
 a trained reader in the fill path, switched off per request, and readers the engine refuses."""
 
 from __future__ import annotations
@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 
 from common.errors import AppError
-from corpus.tokens import WORD_END, WORD_START
 from encoder.reader import Reader, ReaderCard, ReadingSpec, load_model, save_reader, vocab_fingerprint
 from encoder.reader_train import ReaderTrainConfig, train_reader
 from evaluation.reader_data import examples
 from fill.config import EngineConfig
 from fill.engine import FillEngine
 from fill.ranker import RankedMask
-from fill.reading import (joint_pool, mask_windows, plan_reading, reader_parts, rerank, window_spans)
+from fill.reading import joint_pool, plan_reading, rerank
+from fill.windows import mask_windows, reader_parts, window_spans
 from fill.schemas import FillOptions, FillRequest
 
 QUERY = "Marie Curie was born in <mask> ."
@@ -33,38 +33,6 @@ def retrieved(engine: FillEngine, text: str = QUERY, **options) -> tuple[RankedM
     planned = engine.plan(FillRequest(text=text, **options))
     ranked, _ = engine.retrieve(engine.prepare([planned])[0], read=True)
     return ranked[0], planned.ids, planned.mask_at[0]
-
-
-def test_windows_hold_the_top_phrases_inside_their_blocks_disjoint_and_within_budget(engine):
-    ranked, _, _ = retrieved(engine)
-    shards = engine.shards
-    windows = mask_windows(ranked, phrases=6, window=2, budget=40)
-    assert windows and sum(w.b - w.a for w in windows) <= 40
-    for w in windows:
-        block = shards.shard(w.shard_no).block_of(np.array([w.a, w.b - 1]))
-        assert block[0] == block[1]  # one block each
-    for v, w in zip(windows, windows[1:]):
-        assert (v.shard_no, v.b) <= (w.shard_no, w.a) or v.shard_no < w.shard_no  # sorted, disjoint
-    best = ranked.pool.where(ranked.shown[0].occurrences[0])
-    part, j = best
-    assert any(w.shard_no == part.shard_no and w.a <= part.first[j] and part.last[j] < w.b for w in windows)
-    assert mask_windows(ranked, phrases=6, window=2, budget=1) == []  # nothing fits
-
-
-def test_window_spans_are_every_valid_span_inside_the_windows(engine):
-    ranked, _, _ = retrieved(engine)
-    shards = engine.shards
-    windows = mask_windows(ranked, phrases=4, window=3, budget=200)
-    spans = window_spans(shards, windows, max_len=3)
-    got = {(s, int(a), int(b)) for s, f, last in zip(spans.shard_nos, spans.first, spans.last) for a, b in zip(f, last)}
-    want = set()
-    for w in windows:
-        flags = np.asarray(shards.shard(w.shard_no).flags)
-        for a in range(w.a, w.b):
-            for b in range(a, min(w.b, a + 3)):
-                if flags[a] & WORD_START and flags[b] & WORD_END:
-                    want.add((w.shard_no, a, b))
-    assert got == want
 
 
 def random_reading(engine: FillEngine, phrases: int, seed: int, spread: float = 1.0):
