@@ -13,7 +13,7 @@ against the local engine's; the JSON also holds the ingress's calls per fill by 
 WindowTask, PlacesTask) with their median ms (and, with --sizes, the median size of their answers), and the
 median of 100 bare calls to the first group (`run` of no task: Serve's own cost of a call). Every process
 runs on this machine's cores: the groups do not get machines of their own, so the figures hold the fan-out,
-the serialisation and the hops, not more CPU.
+the serialisation and the hops, not more CPU. OpenMP's threads wait passively, as in the server.
 """
 
 from __future__ import annotations
@@ -147,6 +147,9 @@ def main() -> None:
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--sizes", action="store_true", help="also the pickled size of the groups' answers")
     args = ap.parse_args()
+    from common.process import passive_openmp
+
+    passive_openmp()  # as `python -m service` does, before torch and FAISS load (here and in the Ray it starts)
     import ray
     from ray import serve
 

@@ -137,6 +137,23 @@ def test_a_replica_killed_under_load_costs_no_request(local_ray, tiny_index):
     assert done[0] >= at_kill + 20 and failures == []
 
 
+def test_one_replica_answers_several_calls_at_once(local_ray, tiny_index):
+    """Four calls that each take 0.8 s (a simulated hop of 0.4 s each way) on one replica finish together, not one
+    after another (3.2 s): a replica's calls are coroutines whose work runs on threads (service.ray_group)."""
+    from service.ray_group import ShardGroupReplica
+
+    app = ShardGroupReplica.bind(str(tiny_index), [0], None, None, None, False, 400.0, "t")
+    handle = serve.run(app, name="slow", route_prefix=None)
+    try:
+        handle.run.remote([]).result(timeout_s=30)  # the replica is up
+        t0 = time.perf_counter()
+        responses = [handle.run.remote([]) for _ in range(4)]
+        assert [r.result(timeout_s=30) for r in responses] == [[]] * 4
+        assert time.perf_counter() - t0 < 2.0
+    finally:
+        serve.delete("slow")
+
+
 def test_the_local_server_never_imports_ray():
     code = ("import sys, service.server, service.state, service.api, service.__main__; "
             "assert 'ray' not in sys.modules, 'ray imported'")
