@@ -1,5 +1,6 @@
-"""Median engine time per stage (encode, search, spans, rank; read with the reader) of one source tree, in process, so that two
-commits can be compared on the same index (run each from its own tree, alternating, on a quiet machine):
+"""Median engine time per stage (encode, search, spans, rank; read with the reader) of one source tree, in
+process, so that two commits can be compared on the same index (run each from its own tree, alternating, on a
+quiet machine):
 
     git worktree add /tmp/old COMMIT
     for tree in /tmp/old . /tmp/old .; do

@@ -27,8 +27,8 @@ from evaluation.evaluate import load_probes, normalize
 from fill.config import EngineConfig
 from fill.engine import FillEngine
 from fill.reading import MaskReading, plan_reading
-from fill.windows import reader_parts
 from fill.schemas import FillOptions, FillRequest, Mode
+from fill.windows import reader_parts
 
 logger = logging.getLogger(__name__)
 
