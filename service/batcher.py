@@ -57,7 +57,8 @@ class Batcher:
         self._queue: deque[_Job] = deque()
         self._cond = threading.Condition()
         self._closed = False
-        self.nice = nice  # the batching thread's CPU priority (its encoder and FAISS threads inherit it)
+        self.nice = nice  # this batching thread's CPU priority (the encoder's and the index's search threads are
+        # shared, started at load and warm-up: they keep the usual priority)
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 

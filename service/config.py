@@ -53,7 +53,8 @@ class Settings(EngineConfig, BaseSettings):
                                 "lane: its own batching thread and workers, so cheap requests never queue behind it")
     heavy_workers: int = Field(1, ge=1, le=256, description="threads finishing the heavy lane's requests")
     heavy_nice: int = Field(10, ge=0, le=19, description="CPU priority (nice, 19 the lowest) of the heavy lane's "
-                            "threads (and the encoder and FAISS threads they start): cheap requests keep the cores")
+                            "batching and worker threads (the encoder's and the index's search threads are shared "
+                            "and keep theirs): cheap requests keep the cores")
     max_body_bytes: int = Field(65536, ge=1024, description="largest request body; a larger one gets 413 before it is "
                                 "read (a fill request with every option is under 3 KB)")
     max_documents_bytes: int = Field(64 * 2**20, ge=1024, description="largest body of POST /admin/documents (the "

@@ -139,7 +139,7 @@ def test_a_replica_killed_under_load_costs_no_request(local_ray, tiny_index):
 
 def test_one_replica_answers_several_calls_at_once(local_ray, tiny_index):
     """Four calls that each take 0.8 s (a simulated hop of 0.4 s each way) on one replica finish together, not one
-    after another (3.2 s): a replica's calls are coroutines whose work runs on threads (service.ray_group)."""
+    after another (3.2 s): a replica serves several calls at once (service.ray_group)."""
     from service.ray_group import ShardGroupReplica
 
     app = ShardGroupReplica.bind(str(tiny_index), [0], None, None, None, False, 400.0, "t")
