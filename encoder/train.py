@@ -17,7 +17,7 @@ from typing import Literal
 import numpy as np
 import torch
 import torch.distributed as dist
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_validator
 
 from common.distributed import join
 from common.errors import AppError
@@ -52,10 +52,11 @@ class TrainConfig(BaseModel):
     clip: float = 2.0
     group_size: int = Field(16, ge=2, description="blocks per group (views included)")
     views: int = Field(1, ge=1, description="copies of each block in its group, masked independently")
-    positives: Literal["group", "document", "self"] = Field(
+    positives: Literal["group", "document", "self", "mixed"] = Field(
         "group",
         description="a span's positives: its occurrences in the other blocks of the group (NPM), only in the "
-        "same document, or in the same document including its own position in the unmasked block",
+        "same document, in the same document including its own position in the unmasked block (self), or "
+        "self and NPM's by turns (mixed: odd query views get NPM's; needs --query-views >= 2)",
     )
     query_window: int = Field(0, ge=0, description="crop each masked query to a window of at most this many tokens (0: whole block)")
     query_views: int = Field(1, ge=1, description="masked queries drawn per block")
@@ -87,6 +88,12 @@ class TrainConfig(BaseModel):
     save_every: int = 100
     keep_checkpoints: int = 3
     resume: bool = False
+
+    @model_validator(mode="after")
+    def _mixed_needs_two_views(self) -> TrainConfig:
+        if self.positives == "mixed" and self.query_views < 2:
+            raise ValueError("--positives mixed alternates objectives between query views: set --query-views >= 2")
+        return self
 
 
 def _group_order(n_groups: int, epoch: int, cfg: TrainConfig, lengths: np.ndarray) -> np.ndarray:
@@ -147,7 +154,8 @@ class Trainer:
         )
         self.batching = BatchConfig(
             masking=masking, query_title_dropout=cfg.query_title_dropout, single=cfg.single,
-            by_document=cfg.positives != "group", include_self=cfg.positives == "self", query_window=cfg.query_window,
+            by_document=cfg.positives != "group", include_self=cfg.positives in ("self", "mixed"),
+            alternate=cfg.positives == "mixed", query_window=cfg.query_window,
             query_views=cfg.query_views, inline_title=cfg.inline_title, untitled_rate=cfg.untitled_rate,
         )
         decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
@@ -190,10 +198,10 @@ class Trainer:
         q_start = hq.reshape(-1, d)[batch.start_at.to(dev)]
         q_end = hq.reshape(-1, d)[batch.end_at.to(dev)]
         cands = hc.reshape(-1, d)[batch.cand_at.to(dev)]
-        if batch.own_allowed:
-            allowed = torch.ones((batch.q_seq.numel(), batch.cand_seq.numel()), dtype=torch.bool, device=dev)
-        else:
-            allowed = (batch.cand_seq[None, :] != batch.q_seq[:, None]).to(dev)
+        allowed = batch.cand_seq[None, :] != batch.q_seq[:, None]
+        if batch.own_allowed is not None:
+            allowed |= batch.own_allowed[:, None]
+        allowed = allowed.to(dev)
         pos_s, pos_e = batch.pos_start.to(dev), batch.pos_end.to(dev)
         fresh, fresh_doc = cands.detach(), batch.cand_doc
         if self.world > 1:

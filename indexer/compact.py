@@ -32,7 +32,7 @@ from indexer.ann import resolve_factory
 from indexer.bm25 import build_bm25
 from indexer.build import chunk_blocks
 from indexer.gc import collect_garbage
-from indexer.lock import writer_lock
+from indexer.lock import require_index, writer_lock
 from indexer.manifest import FileInfo, Manifest, ShardInfo
 from indexer.phrase_index import is_exact
 from indexer.shard import Shard
@@ -50,6 +50,7 @@ class CompactConfig(BaseModel):
 
 
 def run_compact(cfg: CompactConfig) -> "CompactSummary":
+    require_index(cfg.index)
     with writer_lock(cfg.index, "indexer compact"):
         return compact_index(cfg.index)
 

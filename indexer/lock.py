@@ -18,6 +18,18 @@ from common.errors import AppError
 LOCK_NAME = "writer.lock"
 
 
+def require_index(root: Path, option: str = "--index") -> None:
+    """A validation AppError naming `root` unless it is a finished index: a change (add, delete, compact) must not
+    create a lock file in, or write to, a directory that is not one."""
+    root = Path(root)
+    if not root.is_dir():
+        raise AppError(f"{root} ({option}) does not exist or is not a directory: pass the directory `indexer build` "
+                       "wrote", kind="validation")
+    if not (root / "manifest.json").is_file():
+        raise AppError(f"{root} ({option}) is not a finished index (no manifest.json): pass the directory "
+                       "`indexer build` wrote", kind="validation")
+
+
 @contextmanager
 def writer_lock(root: Path, what: str) -> Iterator[None]:
     """Hold the index's writer lock while `what` (e.g. "indexer add") runs, or raise a conflict AppError."""

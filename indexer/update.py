@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import re
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -39,7 +40,7 @@ from indexer.build import chunk_blocks
 from indexer.encode import default_batch_tokens, encode_shard
 from indexer.gc import collect_garbage
 from indexer.integrity import open_docs
-from indexer.lock import writer_lock
+from indexer.lock import require_index, writer_lock
 from indexer.manifest import FileInfo, Manifest, ShardInfo
 from indexer.shard import Shard, delta_bm25_name
 from indexer.shard_writer import ShardContent, ShardPlan, write_shard
@@ -83,6 +84,7 @@ class DeleteConfig(BaseModel):
 
 
 def run_add(cfg: AddConfig) -> UpdateSummary:
+    require_index(cfg.index)
     with writer_lock(cfg.index, "indexer add"):
         update = IndexUpdate(cfg.index, model=cfg.model, device=cfg.device, dtype=cfg.dtype)
         return update.add(read_corpus(cfg.corpus, require_ids=True))
@@ -90,8 +92,43 @@ def run_add(cfg: AddConfig) -> UpdateSummary:
 
 def run_delete(cfg: DeleteConfig) -> UpdateSummary:
     ids = cfg.all_ids()
+    require_index(cfg.index)
     with writer_lock(cfg.index, "indexer delete"):
         return IndexUpdate(cfg.index).delete(ids)
+
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def id_problem(doc_id: str) -> str | None:
+    """Why `doc_id` cannot name a document of an update (None when it can): ids are printable text, so that
+    every id added can be deleted again (by URL path, by an --ids-file line) and logged as it is."""
+    if not doc_id:
+        return "the id is empty"
+    if CONTROL.search(doc_id):
+        return "the id holds a control character (newline, tab, NUL...); ids must be printable"
+    return None
+
+
+def check_documents(documents: Iterable[Document]) -> list[Document]:
+    """The documents of an update, or a validation AppError naming the first bad one (by number and id): the
+    same rules for `indexer add` and POST /admin/documents. An empty text is refused (it would give a document
+    without rows, which could be neither replaced nor deleted; delete a document to remove its text)."""
+    docs = list(documents)
+    if not docs:
+        raise AppError("an update holds no documents", kind="validation")
+    seen: set[str] = set()
+    for i, d in enumerate(docs):
+        if problem := id_problem(d.id):
+            raise AppError(f"document {i} (id {d.id!r}): {problem}", kind="validation", field=f"documents[{i}].id")
+        if not d.text.strip():
+            raise AppError(f"document {i} (id {d.id!r}): the text is empty; give it text, or delete the document "
+                           "to remove it", kind="validation", field=f"documents[{i}].text")
+        if d.id in seen:
+            raise AppError(f"document id {d.id!r} appears twice in one update; give each document once",
+                           kind="validation", field=f"documents[{i}].id")
+        seen.add(d.id)
+    return docs
 
 
 @dataclass
@@ -164,15 +201,7 @@ class IndexUpdate:
 
     def add(self, documents: Iterable[Document]) -> UpdateSummary:
         """Write `documents` as delta shards; those whose id is in the index replace it."""
-        docs = list(documents)
-        seen: set[str] = set()
-        for d in docs:
-            if d.id in seen:
-                raise AppError(f"document id {d.id!r} appears twice in one update; give each document once",
-                               kind="validation")
-            seen.add(d.id)
-        if not docs:
-            raise AppError("an update holds no documents", kind="validation")
+        docs = check_documents(documents)
         old = document_rows(self.root, self.manifest, self.tombstones, [d.id for d in docs], self.opened)
         encoder = self.encoder
         build = self.manifest.build
@@ -181,7 +210,7 @@ class IndexUpdate:
         for chunk in chunk_blocks(blocks, build.shard_tokens):
             shards.append(self._write_delta(chunk, shards))
             tokens += shards[-1].tokens
-        self._commit(shards, old, len(docs), sum(len(d.text.strip()) == 0 for d in docs))
+        self._commit(shards, old, len(docs))
         return UpdateSummary(self.root.name, self.manifest.generation, len(docs), len(old), 0, tokens,
                              time.perf_counter() - self.t0)
 
@@ -190,13 +219,16 @@ class IndexUpdate:
         AppError listing them (nothing is deleted)."""
         if not ids:
             raise AppError("no document id to delete", kind="validation")
+        for i, doc_id in enumerate(ids):
+            if problem := id_problem(doc_id):
+                raise AppError(f"document id {i} ({doc_id!r}): {problem}", kind="validation")
         found = document_rows(self.root, self.manifest, self.tombstones, ids, self.opened)
         unknown = sorted(set(ids) - set(found))
         if unknown:
             shown = ", ".join(repr(i) for i in unknown[:20]) + (" ..." if len(unknown) > 20 else "")
             raise AppError(f"{len(unknown)} document id(s) are not in index {self.root.name}: {shown}; nothing was "
                            "deleted", kind="not_found")
-        self._commit([], found, 0, 0)
+        self._commit([], found, 0)
         return UpdateSummary(self.root.name, self.manifest.generation, 0, 0, len(found), 0,
                              time.perf_counter() - self.t0)
 
@@ -243,8 +275,7 @@ class IndexUpdate:
                 return shard.factory, templates.load(shard.factory, wait=False)
         return factory, None
 
-    def _commit(self, shards: list[ShardInfo], dead: dict[str, list[tuple[str, int]]], added: int,
-                empty: int) -> None:
+    def _commit(self, shards: list[ShardInfo], dead: dict[str, list[tuple[str, int]]], added: int) -> None:
         """Tombstone the `dead` rows, add `shards`, and replace the manifest (the commit point)."""
         old, m = self.manifest, self.manifest
         tombstones = self.tombstones
@@ -261,7 +292,6 @@ class IndexUpdate:
         generation = m.generation + 1
         counts = m.counts.model_copy(update={
             "documents": m.counts.documents + added - len(dead),  # a document may have rows in several shards
-            "empty_documents": m.counts.empty_documents + empty,
             "blocks": m.counts.blocks + sum(s.blocks for s in shards),
             "tokens": m.counts.tokens + sum(s.tokens for s in shards),
             "shards": m.counts.shards + len(shards),

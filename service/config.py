@@ -59,6 +59,9 @@ class Settings(EngineConfig, BaseSettings):
                                 "read (a fill request with every option is under 3 KB)")
     max_documents_bytes: int = Field(64 * 2**20, ge=1024, description="largest body of POST /admin/documents (the "
                                      "documents to add); a larger one gets 413 before it is read")
+    max_delta_shards: int = Field(64, ge=1, description="POST /admin/documents is refused (503 saying how to compact) "
+                                  "once the served index holds this many delta shards: each keeps ~7 files open and "
+                                  "is searched apart; `indexer compact` folds them into regular shards")
     update_nice: int = Field(19, ge=0, le=19, description="CPU priority (nice, 19 the lowest) of the thread that "
                              "encodes the documents of POST /admin/documents, which its encoder threads inherit: the "
                              "fills running meanwhile keep the cores")

@@ -23,8 +23,9 @@ KIND_HEADERS: dict[str, dict[str, str]] = {
     "unauthorized": {"WWW-Authenticate": "Bearer"},
 }
 
-# an absolute path of the server machine ("/home/x/index/shard-00000/vectors.npy"): its last two parts stay
-_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])/(?:[^\s/'\"():,]+/)*?((?:[^\s/'\"():,]+/)?[^\s/'\"():,]+)(?![^\s'\"():,])")
+# an absolute path of the server machine ("/home/x/index/shard-00000/vectors.npy"): its last two parts stay;
+# not a route after its HTTP method ("POST /admin/documents")
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])(?<!GET )(?<!PUT )(?<!POST )(?<!DELETE )/(?:[^\s/'\"():,]+/)*?((?:[^\s/'\"():,]+/)?[^\s/'\"():,]+)(?![^\s'\"():,])")
 
 
 def redact(message: str) -> str:

@@ -33,6 +33,8 @@ class Metrics:
         self.batch_seconds = Histogram("fill_batch_seconds", "encode+search time per batch", registry=r)
         self.index_tokens = Gauge("index_tokens", "tokens of the index served", registry=r)
         self.index_shards = Gauge("index_shards", "shards of the index served", registry=r)
+        self.delta_shards = Gauge("index_delta_shards", "delta shards of the index served (live updates not yet "
+                                  "compacted; POST /admin/documents is refused at FILL_MAX_DELTA_SHARDS)", registry=r)
         self.reloads = Counter("index_reloads", "index loads and reloads by outcome", ["outcome"], registry=r)
         self.model = Info("model", "the encoder served", registry=r)
         self.generation = Gauge("index_generation", "changes (add, delete, compact) of the served index since its "
@@ -62,6 +64,7 @@ class Metrics:
         self.index_tokens.set(described["counts"]["tokens"])
         self.index_shards.set(described["counts"]["shards"])
         self.generation.set(described["generation"])
+        self.delta_shards.set(sum(info.bm25 is not None for info in engine.index.manifest.shards))
         model = described["model"]
         self.model.info({"name": model["name"], "fingerprint": model["fingerprint"], "device": model["device"],
                          "dtype": model["dtype"], "index": described["index"]})

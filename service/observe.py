@@ -43,11 +43,26 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+
+
+class TextFormatter(logging.Formatter):
+    """`time LEVEL logger: message`, one line per record: control characters of the message (a request path,
+    an id, a client's text) are escaped (`\\x0a`), so that no request can write a line of its own into the log.
+    A traceback still follows on its own lines."""
+
+    def __init__(self) -> None:
+        super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+    def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
+        record.message = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", record.message)
+        return super().formatMessage(record)
+
+
 def configure_logging(level: str, fmt: str) -> None:
     """The root logger (and uvicorn's, which propagate to it) writes JSON lines, or plain text."""
     handler = logging.StreamHandler()
-    handler.setFormatter(JsonFormatter() if fmt == "json" else
-                         logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())

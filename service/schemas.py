@@ -17,8 +17,10 @@ class ReloadRequest(BaseModel):
 class DocumentRecord(BaseModel):
     """One document of POST /admin/documents: added to the served index, or replacing the document with its id."""
 
-    id: str = Field(min_length=1, max_length=1024, description="the document's id; an id in the index is replaced")
-    text: str = Field(max_length=10_000_000, description="the document's text (empty: the document has no text)")
+    id: str = Field(min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f\x7f]+$",
+                    description="the document's id (printable: no control characters); an id in the index is replaced")
+    text: str = Field(min_length=1, max_length=10_000_000,
+                      description="the document's text (not empty: delete a document to remove it)")
     title: str = Field("", max_length=10_000, description="its title (indexed as each block's context)")
 
 

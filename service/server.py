@@ -19,7 +19,7 @@ import uvicorn
 
 from common.cli import model_command
 from common.errors import AppError
-from common.process import single_thread_blas
+from common.process import raise_open_files_limit, single_thread_blas
 from indexer.manifest import Manifest
 from service.api import create_app
 from service.config import ENV_PREFIX, Settings
@@ -34,6 +34,9 @@ logger = logging.getLogger("service")
 def serve(settings: Settings) -> None:
     configure_logging(settings.log_level, settings.log_format)
     single_thread_blas()
+    before, after = raise_open_files_limit()
+    if after != before:
+        logger.info("open files limit raised from %d to %d (the hard limit)", before, after)
     Manifest.load(settings.index_dir())  # fail fast on a wrong path; the heavy load happens in the background
     if settings.backend == "ray":
         connect_ray(settings)

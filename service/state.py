@@ -161,6 +161,12 @@ class ServiceState:
                            kind="conflict")
         with self.using() as serving:
             engine = serving.engine
+            deltas = sum(info.bm25 is not None for info in engine.index.manifest.shards)
+            if what.startswith("add") and deltas >= self.settings.max_delta_shards:
+                raise AppError(f"index {engine.index.root.name} holds {deltas} delta shards (FILL_MAX_DELTA_SHARDS "
+                               f"{self.settings.max_delta_shards}): compact it first with `indexer compact --index "
+                               f"{engine.index.root.name}` (fills go on meanwhile), then POST /admin/reload",
+                               kind="not_ready")
             with writer_lock(engine.index.root, what):
                 summary = self._apply(engine, change)
         self.metrics.updates.labels(what.split()[0]).inc()

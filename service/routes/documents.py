@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 from common.errors import AppError
 from corpus.readers import Document
-from indexer.update import UpdateSummary
+from indexer.update import UpdateSummary, check_documents
 from service.dependencies import ERRORS, ready_state, require_admin
 from service.limits import JSON_LINES
 from service.schemas import DocumentRecord, ErrorResponse
@@ -22,24 +22,38 @@ router = APIRouter(prefix="/admin")
 
 RESPONSES = {**ERRORS, 403: {"model": ErrorResponse}, 409: {"model": ErrorResponse}}
 BODY = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": {"type": "array", "minItems": 1, "items": DocumentRecord.model_json_schema()}},
+    "application/json": {"schema": {"oneOf": [
+        {"type": "array", "minItems": 1, "items": DocumentRecord.model_json_schema()},
+        DocumentRecord.model_json_schema(),
+    ]}},
     "application/x-ndjson": {"schema": {"type": "string", "description": "one JSON document per line"}},
 }}}
 
 
 def parse_documents(body: bytes, content_type: str) -> list[Document]:
-    """The documents of a body: a JSON array of records, or JSON lines (one record per line); a validation
-    AppError naming the record (its number and id) and the field otherwise."""
+    """The documents of a body: a JSON array of records, one record (a JSON object, pretty-printed or not), or JSON
+    lines (one record per line); a validation AppError naming the record (its number and id) and the field
+    otherwise."""
     try:
         text = body.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise AppError(f"body is not UTF-8 ({exc})", kind="validation", field="documents") from None
-    lines = content_type.split(";", 1)[0].strip().lower() in JSON_LINES or not text.lstrip().startswith("[")
+    lines = content_type.split(";", 1)[0].strip().lower() in JSON_LINES or not text.lstrip().startswith(("[", "{"))
     try:
-        records = [json.loads(line) for line in text.splitlines() if line.strip()] if lines else json.loads(text)
+        records = None
+        if not lines and text.lstrip().startswith("{"):  # one record (also pretty-printed), else JSON lines
+            try:
+                records = [json.loads(text)]
+            except ValueError:
+                lines = True
+        if records is None:
+            records = [json.loads(line) for line in text.splitlines() if line.strip()] if lines else json.loads(text)
     except ValueError as exc:
         form = "JSON lines (one JSON object per line)" if lines else "a JSON array"
         raise AppError(f"body is not {form}: {exc}", kind="validation", field="documents") from None
+    except RecursionError:  # json's parser recurses once per nesting level
+        raise AppError("body is nested too deeply: send a JSON array or JSON lines of flat {id, text, title?} "
+                       "records", kind="validation", field="documents") from None
     if not records:
         raise AppError("no document given: send a JSON array or JSON lines of {id, text, title?}",
                        kind="validation", field="documents")
@@ -52,14 +66,14 @@ def parse_documents(body: bytes, content_type: str) -> list[Document]:
             problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}" for e in exc.errors())
             raise AppError(f"document {i}{given}: {problems}", kind="validation", field=f"documents[{i}]") from None
         out.append(Document(row=i, id=doc.id, title=doc.title, text=doc.text))
-    return out
+    return check_documents(out)  # the rules `indexer add` applies too (printable ids, some text, each id once)
 
 
 @router.post("/documents", response_model=UpdateSummary, responses=RESPONSES, openapi_extra=BODY)
 async def add_documents(http: Request, state: ServiceState = Depends(ready_state)) -> UpdateSummary:
     """Add documents to the served index (a document whose id is in it replaces it): encoded with the served
-    model into a new delta shard, searchable once this returns. Body: a JSON array of {id, text, title?}, or JSON
-    lines (Content-Type application/x-ndjson). 409 while another writer changes the index."""
+    model into a new delta shard, searchable once this returns. Body: a JSON array of {id, text, title?}, one such
+    object, or JSON lines (Content-Type application/x-ndjson). 409 while another writer changes the index."""
     require_admin(http)
     documents = parse_documents(await http.body(), http.headers.get("content-type", ""))
     return await run_in_threadpool(state.change_documents, lambda update: update.add(documents),

@@ -41,3 +41,16 @@ def test_passive_openmp_keeps_a_given_policy():
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
     assert out.stdout.strip() == "PASSIVE"
+
+
+def test_raise_open_files_limit_lifts_the_soft_limit_to_the_hard_one():
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    low = min(256, soft)
+    code = ("import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (%d, %d)); "
+            "from common.process import raise_open_files_limit; before, after = raise_open_files_limit(); "
+            "print(before, after, resource.getrlimit(resource.RLIMIT_NOFILE)[0])" % (low, hard))
+    before, after, now = map(int, _run(code).split())
+    want = hard if hard != resource.RLIM_INFINITY else max(low, 1 << 20)
+    assert (before, after, now) == (low, want, want)

@@ -297,7 +297,7 @@ def test_self_positives_and_query_windows(bert, recorder):
             MaskingConfig(budget=0.3), query_title_dropout=1.0, by_document=True, include_self=True, query_window=8,
             query_views=2,
         ))
-        assert batch.own_allowed and batch.masks > 0
+        assert batch.own_allowed.all() and batch.masks > 0
         assert batch.q_ids.shape[0] == 2 * len(blocks) and batch.c_ids.shape[0] == len(blocks)
         assert len(recorder) == 2 * len(groups)  # one masking per group and query view
         q_flat, c_flat = batch.q_ids.reshape(-1), batch.c_ids.reshape(-1)
@@ -320,3 +320,31 @@ def test_self_positives_and_query_windows(bert, recorder):
             assert [(int(c_flat[batch.cand_at[c]])) for c in cols] == [int(ids[span.start])] * len(cols)
             assert int(ids[span.end]) in {int(c_flat[batch.cand_at[c]]) for c in end_cols}
             assert len(cols) == len(span.positives)
+
+
+def test_alternate_views_mix_self_and_npm_positives(bert):
+    """`alternate`: even query views have self positives (own block allowed), odd views NPM's (other blocks only)."""
+    groups = [
+        [TrainBlock(b.ids, b.flags, b.title_ids, doc=10 * g + i) for i, b in enumerate(group)]
+        for g, group in enumerate(make_groups(bert))
+    ]
+    n_blocks = sum(len(g) for g in groups)
+    cfg = BatchConfig(MaskingConfig(budget=0.3), query_title_dropout=1.0, by_document=True, include_self=True,
+                      query_views=2, alternate=True)
+    seen_npm = seen_self = 0
+    for seed in range(8):
+        batch = make_batch(groups, bert, np.random.default_rng(seed), cfg)
+        assert batch.q_ids.shape[0] == 2 * n_blocks
+        own = batch.own_allowed
+        rows, cols = torch.nonzero(batch.pos_start | batch.pos_end, as_tuple=True)
+        same_block = batch.q_seq[rows] == batch.cand_seq[cols]
+        # a query row whose own block is not allowed never has a positive there; self rows always do
+        assert not (same_block & ~own[rows]).any()
+        for r in torch.nonzero(own).flatten().tolist():
+            assert (same_block & (rows == r)).any()
+        seen_npm += int((~own).sum())
+        seen_self += int(own.sum())
+        # rows come group by group, view by view: within a group the second view's rows are NPM rows
+        q_row_seq = batch.q_seq.tolist()
+        assert len(q_row_seq) == own.numel()
+    assert seen_npm > 0 and seen_self > 0

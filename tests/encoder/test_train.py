@@ -244,6 +244,19 @@ def test_views_repeat_each_block_and_train_by_document(city_corpus, tiny_bert_di
     assert np.isfinite(float(sum(trainer.loss(batch)).detach()))
 
 
+def test_mixed_positives_alternate_objectives_and_need_two_views(city_corpus, tiny_bert_dir, tmp_path):
+    with pytest.raises(ValueError, match="query-views"):
+        config(city_corpus, tmp_path / "bad", tiny_bert_dir, positives="mixed", query_views=1)
+    trainer = Trainer(config(city_corpus, tmp_path / "mixed", tiny_bert_dir, positives="mixed", query_views=2, steps=1))
+    batch = trainer.batch_at(0)
+    own = batch.own_allowed
+    assert own.any() and (~own).any()  # both objectives in one batch
+    rows, cols = torch.nonzero(batch.pos_start, as_tuple=True)
+    assert (batch.q_seq[rows] != batch.cand_seq[cols])[~own[rows]].all()  # NPM rows: positives in other blocks
+    l_start, l_end = trainer.loss(batch)
+    assert np.isfinite(float((l_start + l_end).detach()))
+
+
 def test_too_small_corpus_is_refused(tiny_bert_dir, tmp_path):
     path = write_jsonl(tmp_path / "one.jsonl", [{"id": "a", "text": "Just one short block."}])
     with pytest.raises(AppError, match="groups"):

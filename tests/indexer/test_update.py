@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 
 import numpy as np
 import pytest
@@ -17,7 +18,8 @@ from indexer.build import BuildConfig, build_index
 from indexer.lock import writer_lock
 from indexer.manifest import Manifest
 from indexer.phrase_index import PhraseIndex
-from indexer.update import DeleteConfig, IndexUpdate, run_delete
+from indexer.compact import CompactConfig, run_compact
+from indexer.update import AddConfig, DeleteConfig, IndexUpdate, run_add, run_delete
 from tests.conftest import CORPUS, write_jsonl
 
 NEW = Document(0, "n1", "Zorblax", "Zorblax quintessence glimmers over Vexmoor harbour.")
@@ -134,6 +136,34 @@ def test_one_update_may_not_name_a_document_twice(index, tiny_bert_dir):
     with pytest.raises(AppError, match="'n1' appears twice"):
         _update(index, tiny_bert_dir).add([NEW, NEW])
     assert Manifest.load(index).generation == 0
+
+
+def test_an_update_refuses_empty_texts_and_unprintable_ids(index, tiny_bert_dir):
+    """An empty document would have no rows (never replaced nor deleted); an id with a newline could not be
+    deleted by URL or --ids-file: both refused before anything is written, by `indexer add` and HTTP alike."""
+    for doc, what in ((Document(row=0, id="e1", title="", text="  "), "text is empty"),
+                      (Document(row=0, id="a\nb", title="", text="some text"), "control character"),
+                      (Document(row=0, id="", title="", text="some text"), "id is empty")):
+        with pytest.raises(AppError, match=what) as err:
+            _update(index, tiny_bert_dir).add([NEW, doc])
+        assert err.value.kind == "validation" and "document 1" in err.value.message
+    with pytest.raises(AppError, match="control character"):
+        run_delete(DeleteConfig(index=index, ids=["d1", "x\x00y"]))
+    assert Manifest.load(index).generation == 0
+
+
+@pytest.mark.parametrize("kind", ["missing", "not_an_index"])
+def test_changes_to_a_path_that_is_not_an_index_are_refused_without_a_trace(kind, tmp_path):
+    """`indexer add|delete|compact --index X`: exit 2 naming X (an AppError), no lock file left in a stray directory."""
+    root = tmp_path / "nowhere" if kind == "missing" else tmp_path
+    corpus = write_jsonl(tmp_path / "new.jsonl", [{"id": "n1", "text": "New text."}])
+    for run in (lambda: run_add(AddConfig(index=root, corpus=corpus)),
+                lambda: run_delete(DeleteConfig(index=root, ids=["d1"])),
+                lambda: run_compact(CompactConfig(index=root))):
+        with pytest.raises(AppError, match=re.escape(str(root))) as err:
+            run()
+        assert err.value.kind == "validation" and "--index" in err.value.message
+    assert not (root / "writer.lock").exists()
 
 
 def test_an_update_encodes_with_the_index_model_only(index, tiny_roberta_dir):

@@ -10,6 +10,7 @@ import time
 import pytest
 from fastapi.testclient import TestClient
 
+from common.errors import AppError
 from fill.engine import FillEngine
 from indexer.build import BuildConfig, build_index
 from indexer.compact import CompactConfig, run_compact
@@ -17,6 +18,7 @@ from indexer.lock import writer_lock
 from indexer.update import AddConfig, run_add
 from service.api import create_app
 from service.config import Settings
+from service.routes.documents import parse_documents
 from service.state import ServiceState
 from tests.conftest import CORPUS, write_jsonl
 
@@ -158,11 +160,54 @@ def test_bad_document_requests(tiny_index, tmp_path):
         assert r.status_code == 413 and "2048" in r.json()["error"]
         assert post("id,text", headers={"Content-Type": "text/csv"}).status_code == 415
         assert client.post("/admin/documents", json=[{"id": "a", "text": "x"}]).status_code == 401
-        assert client.get("/info", headers=KEY).json()["generation"] == 0  # nothing was written
+        r = post("[" * 1000 + "]" * 1000, headers={"Content-Type": "application/json"})  # json's parser recurses per level: a RecursionError was a 500
+        assert r.status_code == 422 and "nested too deeply" in r.json()["error"], r.text
+        for bad, what in (({"id": "e", "text": ""}, "text"), ({"id": "e", "text": " \n "}, "text is empty"),
+                          ({"id": "line\nbreak", "text": "x"}, "id"), ({"id": "tab\tid", "text": "x"}, "id")):
+            r = post([{"id": "ok", "text": "fine"}, bad])
+            assert r.status_code == 422 and "document 1" in r.json()["error"] and what in r.json()["error"], r.text
+        r = client.delete("/admin/documents/bell%07id", headers=KEY)
+        assert r.status_code == 422 and "control character" in r.json()["error"], r.text
+        info = client.get("/info", headers=KEY).json()
+        assert info["generation"] == 0  # nothing was written
     state.close()
     settings = Settings(index=index, warm=False)  # no keys: the admin routes are off
     state = ServiceState(settings, engine=FillEngine.open(settings.engine_config()))
     with TestClient(create_app(settings, state=state), raise_server_exceptions=False) as client:
         assert client.post("/admin/documents", json=[{"id": "a", "text": "x"}]).status_code == 403
         assert client.delete("/admin/documents/d1").status_code == 403
+    state.close()
+
+
+def test_parse_documents_accepts_one_record_pretty_printed_and_json_lines_under_json():
+    """One object (one line or pretty-printed) is one document; JSON lines sent as application/json still parse;
+    anything else is a 422 naming the form expected."""
+    pretty = '{\n  "id": "p1",\n  "title": "T",\n  "text": "Some text."\n}\n'
+    for body, ctype in ((pretty, "application/json"), ('{"id": "p1", "title": "T", "text": "Some text."}', "")):
+        (doc,) = parse_documents(body.encode(), ctype)
+        assert (doc.id, doc.title, doc.text) == ("p1", "T", "Some text.")
+    docs = parse_documents(b'{"id": "a", "text": "x"}\n{"id": "b", "text": "y"}\n', "application/json")
+    assert [d.id for d in docs] == ["a", "b"]
+    with pytest.raises(AppError, match="document 0: record: Input should be a valid dictionary"):
+        parse_documents(b'"just a string"', "application/json")
+    with pytest.raises(AppError, match="nested too deeply"):
+        parse_documents(b'{"id": ' + b"[" * 5000 + b"]" * 5000 + b"}", "application/json")
+
+
+def test_adds_are_refused_past_the_delta_shard_cap_until_compacted(tiny_index, tmp_path):
+    """Each delta shard keeps files open: past FILL_MAX_DELTA_SHARDS an add is a 503 naming `indexer compact`;
+    deletes still work, and after a compaction and a reload adds are taken again."""
+    index = tmp_path / "idx"
+    shutil.copytree(tiny_index, index)
+    client, state = _client(index, max_delta_shards=2)
+    with client:
+        add = lambda i: client.post("/admin/documents", json=[{"id": f"n{i}", "text": f"New text {i}."}], headers=KEY)
+        assert add(1).status_code == 200 and add(2).status_code == 200
+        r = add(3)
+        assert r.status_code == 503 and "indexer compact" in r.json()["error"] and r.headers["Retry-After"], r.text
+        assert "index_delta_shards 2.0" in client.get("/metrics", headers=KEY).text
+        assert client.delete("/admin/documents/n1", headers=KEY).status_code == 200
+        run_compact(CompactConfig(index=index))
+        assert client.post("/admin/reload", json={}, headers=KEY).status_code == 200
+        assert add(3).status_code == 200
     state.close()

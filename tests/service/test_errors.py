@@ -10,6 +10,9 @@ from service.errors import KIND_HEADERS, error_response, redact
     ("top_k: Input should be a valid integer", "top_k: Input should be a valid integer"),
     ("see http://example.org/a/b/c", "see http://example.org/a/b/c"),
     ("ratio 1/2/3 and a/b/c", "ratio 1/2/3 and a/b/c"),
+    ("changed by another writer (add documents (POST /admin/documents), pid 7)",
+     "changed by another writer (add documents (POST /admin/documents), pid 7)"),
+    ("DELETE /admin/documents/x of /srv/a/b/c", "DELETE /admin/documents/x of b/c"),
 ])
 def test_redact_keeps_the_last_two_parts_of_absolute_paths_only(message, want):
     assert redact(message) == want

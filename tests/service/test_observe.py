@@ -11,7 +11,7 @@ from fastapi.testclient import TestClient
 from service.api import create_app
 from service.config import Settings
 from fill.engine import FillEngine
-from service.observe import REQUEST_ID, JsonFormatter
+from service.observe import REQUEST_ID, JsonFormatter, TextFormatter
 from service.state import ServiceState
 
 
@@ -61,6 +61,14 @@ def test_json_formatter_writes_one_object_with_the_request_id():
     assert data["message"] == "a formatted message" and data["level"] == "warning"
     assert data["logger"] == "service.x" and data["request_id"] == "rid-7" and data["status"] == 503
     assert "\n" not in line and "T" in data["time"]
+
+
+def test_text_formatter_escapes_control_characters_so_no_line_can_be_forged():
+    forged = "/x\n2026-11-25 00:00:00,000 ERROR service: forged\r\x1b[31m"
+    record = logging.LogRecord("service.access", logging.INFO, __file__, 1, "%s %s %d", ("GET", forged, 404), None)
+    line = TextFormatter().format(record)
+    assert "\n" not in line and "\r" not in line and "\x1b" not in line
+    assert line.endswith("GET /x\\x0a2026-11-25 00:00:00,000 ERROR service: forged\\x0d\\x1b[31m 404")
 
 
 def test_metrics_by_route_status_batches_and_what_is_served(client):

@@ -84,11 +84,23 @@ def test_ray_scores_equal_the_local_engine(engines, scorer):
         assert remote.score(request).model_dump(exclude=VOLATILE) == want
 
 
+def _first_answer(engine, request, tries: int = 60):
+    """The first fill that a healthy deployment answers within the test's short FILL_RAY_TIMEOUT: on a loaded
+    machine a first call (a replica warming up) may take longer, which says nothing about what the test checks."""
+    for _ in range(tries - 1):
+        try:
+            return engine.fill(request)
+        except AppError as exc:
+            assert exc.kind == "not_ready", exc.message
+            time.sleep(0.5)
+    return engine.fill(request)
+
+
 def test_a_group_with_no_replica_answering_gets_503_naming_it(local_ray, tiny_index):
     engine = open_engine(ray_settings(tiny_index, ray_app="gone", ray_timeout=0.5))
     try:
         request = FillRequest(text=QUERIES[0], mode="dense")
-        assert engine.fill(request).masks[0].candidates
+        assert _first_answer(engine, request).masks[0].candidates  # the healthy group, however busy the machine
         ray.kill(ray.get_actor(replica_names(app_name("gone", 0))[0], namespace="serve"), no_restart=True)
         with pytest.raises(AppError) as caught:  # until Serve has started another replica
             engine.fill(request)
