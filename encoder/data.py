@@ -263,6 +263,5 @@ class _BatchRows:
             cand_seq=torch.tensor(self.cand_seq, dtype=torch.long),
             q_seq=torch.tensor(self.q_seq, dtype=torch.long),
             cand_doc=torch.tensor(self.cand_doc, dtype=torch.long), q_doc=torch.tensor(self.q_doc, dtype=torch.long),
-            pos_start=pos_start, pos_end=pos_end, 
-            own_allowed=torch.tensor(self.q_own, dtype=torch.bool),
+            pos_start=pos_start, pos_end=pos_end, own_allowed=torch.tensor(self.q_own, dtype=torch.bool),
         )

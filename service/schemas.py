@@ -22,8 +22,8 @@ class DocumentRecord(BaseModel):
 
     id: str = Field(min_length=1, max_length=1024, pattern=PRINTABLE_ID,
                     description="the document's id (printable: no control characters); an id in the index is replaced")
-    text: str = Field(min_length=1, max_length=10_000_000,
-                      description="the document's text (not empty: delete a document to remove it)")
+    text: str = Field(min_length=1, max_length=10_000_000, pattern=r"\S",
+                      description="the document's text (not empty nor blank: delete a document to remove it)")
     title: str = Field("", max_length=10_000, description="its title (indexed as each block's context)")
 
 
