@@ -7,7 +7,7 @@
 # HELD (report only): Google-RE held side, Wikipedia-leads held cloze, Debian cloze, closed-set RT.
 # Fills: flat indexes (the encoder's quality, not the ANN's), dense mode without the reader (the encoder
 # alone), and the default (hybrid + the bundled reader) for the no-regression check; SCORING (default: the
-# bundled scoring.json as of before this issue, copied to $WORK/scoring_bundled.json) for every model; with
+# bundled model's scoring.json) for every model; with
 # TAG=x the reports go to $WORK/eval/NAMEx (e.g. SCORING=MODEL/scoring.json TAG=-fitted), the indexes are shared.
 # Closed-set: NPM's verbalizer (great / terrible), NPM's template, default `/score` settings, over the
 # first IMDB_DOCS reviews of the IMDB HELD half (bench/prepare_classify.py's imdb_held.jsonl).
@@ -21,8 +21,7 @@ IMDB_DOCS="${IMDB_DOCS:-5000}"
 PARTS="${PARTS:-dense default classify}"
 SETS="${SETS:-gre_train_b wiki_dev gre_held wiki_held debian}"
 CLASSIFY_SETS="${CLASSIFY_SETS:-uci_amazon uci_yelp uci_imdb rt}"
-[ -f "$WORK/scoring_bundled.json" ] || git show 06d44c7:encoder/default_model/scoring.json > "$WORK/scoring_bundled.json"
-SCORING="${SCORING:-$WORK/scoring_bundled.json}"
+SCORING="${SCORING:-encoder/default_model/scoring.json}"
 export INDEXER_INDEX_TYPE=flat
 W="$WORK/wiki_leads"
 [ -f "$W/train/round0/dev_corpus.jsonl" ] || "$VENV/bin/python" - "$W" <<'EOF'

@@ -29,6 +29,9 @@ _ARROW_ERRORS = (pa.ArrowException, OSError)
 Raw = tuple[Any, Any, Any]  # (id, title, text) before normalisation; row numbers are added later
 
 
+PRINTABLE_ID = r"^[^\x00-\x1f\x7f]+$"  # an id a live update accepts: no control characters (indexer.update)
+
+
 @dataclass(frozen=True)
 class Document:
     row: int  # 0-based row number across the whole corpus, in reading order

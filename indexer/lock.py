@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from common.errors import AppError
+from indexer.manifest import MANIFEST_NAME
 
 LOCK_NAME = "writer.lock"
 
@@ -25,8 +26,8 @@ def require_index(root: Path, option: str = "--index") -> None:
     if not root.is_dir():
         raise AppError(f"{root} ({option}) does not exist or is not a directory: pass the directory `indexer build` "
                        "wrote", kind="validation")
-    if not (root / "manifest.json").is_file():
-        raise AppError(f"{root} ({option}) is not a finished index (no manifest.json): pass the directory "
+    if not (root / MANIFEST_NAME).is_file():
+        raise AppError(f"{root} ({option}) is not a finished index (no {MANIFEST_NAME}): pass the directory "
                        "`indexer build` wrote", kind="validation")
 
 

@@ -119,6 +119,11 @@ class Manifest(BaseModel):
         version = UPDATED_FORMAT_VERSION if self.generation else FORMAT_VERSION
         write_json_atomic(root / MANIFEST_NAME, self.model_copy(update={"format_version": version}).model_dump(mode="json"))
 
+    @property
+    def delta_shards(self) -> int:
+        """Shards added by live updates and not yet compacted (each has a BM25 file of its own)."""
+        return sum(info.bm25 is not None for info in self.shards)
+
     @classmethod
     def load(cls, root: str | Path) -> "Manifest":
         path = Path(root) / MANIFEST_NAME

@@ -32,7 +32,7 @@ from common.errors import AppError
 from common.files import file_record
 from common.priority import at_priority
 from corpus.blocking import iter_blocks
-from corpus.readers import Document, read_corpus
+from corpus.readers import PRINTABLE_ID, Document, read_corpus
 from encoder.model import Encoder
 from indexer.ann import resolve_factory
 from indexer.bm25 import BM25, BaseStats, build_bm25
@@ -97,15 +97,12 @@ def run_delete(cfg: DeleteConfig) -> UpdateSummary:
         return IndexUpdate(cfg.index).delete(ids)
 
 
-CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
 def id_problem(doc_id: str) -> str | None:
     """Why `doc_id` cannot name a document of an update (None when it can): ids are printable text, so that
     every id added can be deleted again (by URL path, by an --ids-file line) and logged as it is."""
     if not doc_id:
         return "the id is empty"
-    if CONTROL.search(doc_id):
+    if not re.fullmatch(PRINTABLE_ID, doc_id):
         return "the id holds a control character (newline, tab, NUL...); ids must be printable"
     return None
 

@@ -64,7 +64,7 @@ class Metrics:
         self.index_tokens.set(described["counts"]["tokens"])
         self.index_shards.set(described["counts"]["shards"])
         self.generation.set(described["generation"])
-        self.delta_shards.set(sum(info.bm25 is not None for info in engine.index.manifest.shards))
+        self.delta_shards.set(engine.index.manifest.delta_shards)
         model = described["model"]
         self.model.info({"name": model["name"], "fingerprint": model["fingerprint"], "device": model["device"],
                          "dtype": model["dtype"], "index": described["index"]})

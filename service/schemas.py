@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from corpus.readers import PRINTABLE_ID
+
 
 class ReloadRequest(BaseModel):
     """POST /admin/reload: the index directory to serve next (on the server), or none for the configured
@@ -12,9 +14,6 @@ class ReloadRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     index: str | None = Field(None, min_length=1, max_length=4096, description="index directory on the server")
-
-
-PRINTABLE_ID = r"^[^\x00-\x1f\x7f]+$"  # a document id: no control characters (indexer.update.id_problem)
 
 
 class DocumentRecord(BaseModel):

@@ -150,19 +150,21 @@ class ServiceState:
             return {"index": engine.index.root.name, "seconds": round(time.perf_counter() - t0, 3),
                     "tokens": engine.index.total_tokens, "generation": engine.index.manifest.generation}
 
-    def change_documents(self, change: Callable[[IndexUpdate], UpdateSummary], what: str) -> UpdateSummary:
+    def change_documents(self, change: Callable[[IndexUpdate], UpdateSummary], what: str,
+                         adds: bool = False) -> UpdateSummary:
         """Add or delete documents of the served index's directory (under its writer lock, with the served
         encoder, encoding at the update priority) and serve the new generation: its new files are checked
         (sha256) and opened beside the shards it shares with the current one, then swapped in without failing
-        a request. Not with the ray backend (its groups hold the shards): 409 saying how to update instead."""
+        a request. Not with the ray backend (its groups hold the shards): 409 saying how to update instead. A change
+        that `adds` shards is refused (503) once the index holds FILL_MAX_DELTA_SHARDS delta shards."""
         if self.settings.backend == "ray":
             raise AppError("documents cannot be changed through a Ray ingress (FILL_BACKEND=ray): its shard groups "
                            "hold the shards; run `indexer add` / `indexer delete` on the index, then reload",
                            kind="conflict")
         with self.using() as serving:
             engine = serving.engine
-            deltas = sum(info.bm25 is not None for info in engine.index.manifest.shards)
-            if what.startswith("add") and deltas >= self.settings.max_delta_shards:
+            deltas = engine.index.manifest.delta_shards
+            if adds and deltas >= self.settings.max_delta_shards:
                 raise AppError(f"index {engine.index.root.name} holds {deltas} delta shards (FILL_MAX_DELTA_SHARDS "
                                f"{self.settings.max_delta_shards}): compact it first with `indexer compact --index "
                                f"{engine.index.root.name}` (fills go on meanwhile), then POST /admin/reload",

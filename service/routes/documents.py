@@ -12,11 +12,11 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
 from common.errors import AppError
-from corpus.readers import Document
+from corpus.readers import PRINTABLE_ID, Document
 from indexer.update import UpdateSummary, check_documents
 from service.dependencies import ERRORS, ready_state, require_admin
 from service.limits import JSON_LINES
-from service.schemas import PRINTABLE_ID, DocumentRecord, ErrorResponse
+from service.schemas import DocumentRecord, ErrorResponse
 from service.state import ServiceState
 
 router = APIRouter(prefix="/admin")
@@ -78,7 +78,7 @@ async def add_documents(http: Request, state: ServiceState = Depends(ready_state
     require_admin(http)
     documents = parse_documents(await http.body(), http.headers.get("content-type", ""))
     return await run_in_threadpool(state.change_documents, lambda update: update.add(documents),
-                                   "add documents (POST /admin/documents)")
+                                   "add documents (POST /admin/documents)", True)
 
 
 @router.delete("/documents/{doc_id:path}", response_model=UpdateSummary,

@@ -143,6 +143,7 @@ def test_an_update_refuses_empty_texts_and_unprintable_ids(index, tiny_bert_dir)
     deleted by URL or --ids-file: both refused before anything is written, by `indexer add` and HTTP alike."""
     for doc, what in ((Document(row=0, id="e1", title="", text="  "), "text is empty"),
                       (Document(row=0, id="a\nb", title="", text="some text"), "control character"),
+                      (Document(row=0, id="trailing\n", title="", text="some text"), "control character"),
                       (Document(row=0, id="", title="", text="some text"), "id is empty")):
         with pytest.raises(AppError, match=what) as err:
             _update(index, tiny_bert_dir).add([NEW, doc])
