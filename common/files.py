@@ -92,9 +92,18 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_bytes_atomic(path, (json.dumps(data, indent=2, sort_keys=False) + "\n").encode("utf-8"))
 
 
+IN_MEMORY_BELOW = 1 << 20  # .npy files smaller than this are read into memory by load_mapped, not mapped
+
+
 def load_mapped(path: Path) -> np.ndarray:
     """A .npy file memory-mapped read-only, as a plain ndarray over the mapping (it keeps the mapping alive):
-    an np.memmap adds Python overhead to every indexing, and a fill indexes the shards' arrays about a hundred times."""
+    an np.memmap adds Python overhead to every indexing, and a fill indexes the shards' arrays about a hundred times.
+    A file under IN_MEMORY_BELOW bytes is read instead: each mapping keeps a file descriptor open (Python's mmap
+    holds a duplicate), and a server with many small delta shards (live updates) ran out of them (6 per shard)."""
+    if path.stat().st_size < IN_MEMORY_BELOW:
+        array = np.load(path)
+        array.flags.writeable = False  # read-only like a mapping
+        return array
     return np.load(path, mmap_mode="r").view(np.ndarray)
 
 

@@ -28,8 +28,9 @@ def passive_openmp() -> None:
 
 def raise_open_files_limit() -> tuple[int, int]:
     """Raise the soft limit of open files to the hard limit (returns (before, after) soft limits). A served index
-    keeps ~7 descriptors per delta shard open (vectors, offsets, FAISS, BM25, ...): under a 1,024 soft limit a
-    server failed updates after ~140 of them, although the hard limit allowed far more."""
+    keeps a descriptor per memory-mapped file and per BM25 file: before small arrays were read into memory
+    (common.files.load_mapped) a server kept ~7 per delta shard and, under a 1,024 soft limit, failed updates after
+    ~140 of them although the hard limit allowed far more."""
     import resource
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -14,6 +14,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
 
+from pydantic import BaseModel, Field, ValidationError, field_validator
+
 from common.errors import AppError
 
 logger = logging.getLogger(__name__)
@@ -30,6 +32,27 @@ Raw = tuple[Any, Any, Any]  # (id, title, text) before normalisation; row number
 
 
 PRINTABLE_ID = r"^[^\x00-\x1f\x7f]+$"  # an id a live update accepts: no control characters (indexer.update)
+
+
+class DocumentRecord(BaseModel):
+    """One document of a live update, as POST /admin/documents and `indexer add` take it (the one validation of
+    both): added to the index, or replacing the document with its id."""
+
+    id: str = Field(min_length=1, max_length=1024, pattern=PRINTABLE_ID,
+                    description="the document's id (printable: no control characters); an id in the index is replaced")
+    text: str = Field(min_length=1, max_length=10_000_000, pattern=r"\S",
+                      description="the document's text (not empty nor blank: delete a document to remove it)")
+    title: str = Field("", max_length=10_000, description="its title (indexed as each block's context; null: none)")
+
+    @field_validator("title", mode="before")
+    @classmethod
+    def _no_title(cls, value):
+        return "" if value is None else value
+
+    @staticmethod
+    def problems(exc: ValidationError) -> str:
+        """A ValidationError of a record as one line naming each field and what is wrong."""
+        return "; ".join(f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}" for e in exc.errors())
 
 
 @dataclass(frozen=True)
@@ -65,12 +88,13 @@ def detect_format(path: Path) -> str:
     return fmt
 
 
-def read_corpus(path: str | Path, batch_rows: int = 1024, require_ids: bool = False) -> Iterator[Document]:
+def read_corpus(path: str | Path, batch_rows: int = 1024, records: bool = False) -> Iterator[Document]:
     """Stream the documents of the corpus at ``path``.
 
     The path and format are checked immediately; columns are checked before the first document is
     yielded; an AppError is raised at the end of iteration if the corpus held no documents, and with
-    `require_ids` at the first document without an `id` (an update names the documents it replaces).
+    `records` (an update's documents) at the first document that is not a valid DocumentRecord (an update
+    names the documents it replaces by their string ids).
     """
     path = Path(path)
     if batch_rows < 1:
@@ -81,7 +105,7 @@ def read_corpus(path: str | Path, batch_rows: int = 1024, require_ids: bool = Fa
         raw = {"hf_dataset": _read_hf, "arrow": _read_arrow, "parquet": _read_parquet}[fmt](path, batch_rows)
     else:
         raw = {"jsonl": _read_jsonl, "text": _read_text, "text_dir": _read_text_dir}[fmt](path)
-    return _numbered(path, raw, require_ids)
+    return _numbered(path, raw, records)
 
 
 def count_documents(path: str | Path) -> int | None:
@@ -103,18 +127,31 @@ def count_documents(path: str | Path) -> int | None:
     return None
 
 
-def _numbered(path: Path, raw: Iterator[Raw], require_ids: bool = False) -> Iterator[Document]:
+def _numbered(path: Path, raw: Iterator[Raw], records: bool = False) -> Iterator[Document]:
     row = 0
     for id_, title, text in raw:
-        if require_ids and (id_ is None or str(id_) == ""):
-            raise AppError(f"{path}: document {row + 1} has no `id`; an update needs an id for every document "
-                           "(a document whose id is in the index replaces it)")
-        yield Document(row=row, id=str(row) if id_ is None else str(id_),
-                       title="" if title is None else str(title), text="" if text is None else str(text))
+        if records:
+            yield _record(path, row, id_, title, text)
+        else:
+            yield Document(row=row, id=str(row) if id_ is None else str(id_),
+                           title="" if title is None else str(title), text="" if text is None else str(text))
         row += 1
     if row == 0:
         raise AppError(f"corpus {path} holds no documents; point to a non-empty corpus")
     logger.info("read %d documents from %s", row, path)
+
+
+def _record(path: Path, row: int, id_: Any, title: Any, text: Any) -> Document:
+    """Document `row` of an update's corpus, validated as a DocumentRecord (else an AppError naming it)."""
+    if id_ is None or id_ == "":
+        raise AppError(f"{path}: document {row + 1} has no `id`; an update needs an id for every document "
+                       "(a document whose id is in the index replaces it)", kind="validation")
+    try:
+        doc = DocumentRecord.model_validate({"id": id_, "title": title, "text": text})
+    except ValidationError as exc:
+        raise AppError(f"{path}: document {row + 1} (id {id_!r}): {DocumentRecord.problems(exc)}",
+                       kind="validation") from None
+    return Document(row=row, id=doc.id, title=doc.title, text=doc.text)
 
 
 def _unreadable(path: Path, kind: str, exc: BaseException) -> AppError:

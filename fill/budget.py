@@ -23,16 +23,21 @@ class Budget:
     - candidates: masks x (k + blocks x block_tokens) x max_span_tokens, the candidate spans scored and
       grouped into phrases (blocks count in restricted and hybrid modes only; k in dense and hybrid); a
       closed-set score: masks x queries x (k + blocks x block_tokens), the tokens scored and matched;
-    - evidence: masks x top_k x evidence, the occurrences looked up and cut into contexts.
+    - evidence: masks x top_k x evidence, the occurrences looked up and cut into contexts;
+    - matches (a closed-set score): masks x queries x retrieved tokens x distinct phrases, each phrase matched
+      at every retrieved token (6-12 ns each measured, bench/bench_score_cost.py: 64 choices x 32 phrases made
+      a default score ~5 default fills).
 
     `weight` is a request's cost in default fills (a one-mask hybrid fill with the default fields): the larger
-    of its search and its candidates over a default fill's; the service serves heavier requests in a lane of
-    their own (service.state)."""
+    of its search and its candidates over a default fill's, plus a score's matches over MATCHES_PER_FILL; the
+    service serves heavier requests in a lane of their own (service.state)."""
 
-    def __init__(self, max_candidates: int, max_evidence: int, max_search: int = 16384) -> None:
+    def __init__(self, max_candidates: int, max_evidence: int, max_search: int = 16384,
+                 max_matches: int = 2**26) -> None:
         self.max_candidates = max_candidates
         self.max_evidence = max_evidence
         self.max_search = max_search
+        self.max_matches = max_matches
 
     @staticmethod
     def retrieved(request: FillRequest | ScoreRequest, mode: str, block_tokens: int) -> int:
@@ -57,18 +62,34 @@ class Budget:
         return count_masks(request.text) * tokens * request.max_span_tokens
 
     @staticmethod
+    def phrases(request: FillRequest | ScoreRequest) -> int:
+        """A score's distinct phrases over its choices (each matched against every retrieved token); 0 for a fill."""
+        if not isinstance(request, ScoreRequest):
+            return 0
+        return sum(len(dict.fromkeys(c.phrases)) for c in request.choice_list())
+
+    @staticmethod
+    def matches(request: FillRequest | ScoreRequest, mode: str, block_tokens: int) -> int:
+        """A score's phrase matches: masks x queries x retrieved tokens x distinct phrases (0 for a fill)."""
+        return count_masks(request.text) * Budget.queries(request) * Budget.retrieved(request, mode, block_tokens) \
+            * Budget.phrases(request)
+
+    @staticmethod
     def weight(request: FillRequest | ScoreRequest, mode: str, block_tokens: int) -> float:
         """The request's cost in default fills (see the class doc)."""
         return max(Budget.search(request, mode) / Budget.search(DEFAULT_FILL, "hybrid"),
-                   Budget.candidates(request, mode, block_tokens) / Budget.candidates(DEFAULT_FILL, "hybrid", block_tokens))
+                   Budget.candidates(request, mode, block_tokens) / Budget.candidates(DEFAULT_FILL, "hybrid", block_tokens)
+                   ) + Budget.matches(request, mode, block_tokens) / MATCHES_PER_FILL
 
     def describe(self) -> dict:
         """The bounds and how a request's cost is counted (the OpenAPI schema's `x-cost-budget`)."""
         return {"max_search": self.max_search, "max_candidates": self.max_candidates, "max_evidence": self.max_evidence,
+                "max_matches": self.max_matches,
                 "search": "masks x queries (fill: 2; score: 2 with the npm scorer, else 1) x k (0 in restricted mode)",
                 "candidates": "fill: masks x (k + blocks x block_tokens) x max_span_tokens; score: masks x queries x "
                               "(k + blocks x block_tokens); k counts in dense and hybrid modes, blocks in restricted "
                               "and hybrid", "evidence": "fill: masks x top_k x evidence; score: masks x choices x evidence",
+                "matches": "score: masks x queries x (k + blocks x block_tokens) x distinct phrases of the choices",
                 "over_budget": 422}
 
     def check(self, request: FillRequest, mode: str, block_tokens: int) -> None:
@@ -115,6 +136,12 @@ class Budget:
                 f"request too expensive: {_masks(masks)} x {searches} queries x {tokens:,} retrieved tokens = "
                 f"{cost:,}, over the server's budget of {self.max_candidates:,} (FILL_MAX_CANDIDATES); lower k, "
                 "blocks or the masks, or use the npm_single scorer", kind="validation")
+        matches = cost * self.phrases(request)
+        if matches > self.max_matches:
+            raise AppError(
+                f"request too expensive: {cost:,} retrieved tokens (masks x queries) x {self.phrases(request)} "
+                f"distinct phrases = {matches:,} phrase matches, over the server's budget of {self.max_matches:,} "
+                "(FILL_MAX_MATCHES); lower k, blocks, the masks or the phrases", kind="validation")
         evidence = masks * len(request.choices) * request.evidence
         if evidence > self.max_evidence:
             raise AppError(
@@ -124,6 +151,7 @@ class Budget:
 
 
 DEFAULT_FILL = FillRequest(text="<mask>")  # the unit of Budget.weight
+MATCHES_PER_FILL = 2**23  # phrase matches that cost about one default fill (~12 ns each at worst, measured)
 
 
 class Deadline:

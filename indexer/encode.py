@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import torch
 from tqdm import tqdm
@@ -23,16 +25,18 @@ def prefix_len(block: Block) -> int:
 
 
 def encode_shard(encoder: Encoder, blocks: list[Block], batch_tokens: int, bar: tqdm | None = None,
-                 here: bool = False) -> np.ndarray:
+                 here: bool = False, check: Callable[[], None] | None = None) -> np.ndarray:
     """fp16 vectors of every block token, in block order; batches of similar length, at most
     `batch_tokens` padded tokens each (special and title tokens included); `here`: on the calling thread
-    (Encoder.encode_blocks)."""
+    (Encoder.encode_blocks); `check` is called before each batch (it raises to stop the encoding)."""
     sizes = np.array([len(b) for b in blocks])
     starts = np.concatenate([[0], np.cumsum(sizes)])
     out = np.empty((int(starts[-1]), encoder.dim), dtype=np.float16)
     order = np.argsort(-sizes, kind="stable")
     i = 0
     while i < len(order):
+        if check is not None:
+            check()
         width = sizes[order[i]] + encoder.pair_overhead + prefix_len(blocks[order[i]])
         n = max(1, batch_tokens // max(1, width))
         batch = order[i : i + n]

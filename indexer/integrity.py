@@ -38,7 +38,12 @@ from corpus.tokens import WORD_END, WORD_START
 from indexer.manifest import FileInfo, ShardInfo
 from indexer.vectors import VECTOR_DTYPES
 
-FIX = "rebuild the index with `indexer build` (--overwrite replaces it); `--verify` checks every file's sha256"
+# the recovery: a damaged delta shard or tombstones file holds live changes that a rebuild from the build's corpus
+# would lose, and `indexer compact` reads the damaged file too
+FIX = ("restore the file (or the index directory) from a backup; without one, rebuild with `indexer build --overwrite` "
+       "from a corpus that holds the documents added live since the build, then delete again those deleted since (a "
+       "rebuild knows only its corpus; `indexer compact` cannot repair a damaged file); `--verify` checks every "
+       "file's sha256")
 
 # the columns the writer (indexer.shard_writer.write_shard) gives docs.arrow
 DOCS_SCHEMA = pa.schema([("id", pa.string()), ("title", pa.string()), ("text", pa.large_string())])

@@ -4,6 +4,7 @@ write side is `indexer.build` / `indexer.shard_writer`)."""
 from __future__ import annotations
 
 import logging
+import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -25,6 +26,16 @@ logger = logging.getLogger(__name__)
 
 
 DEFAULT_REFINE = 2
+
+
+def fingerprint(path: Path) -> tuple[int, int, int] | None:
+    """(inode, size, mtime in ns) of a file, None when it is not there: writing the file (also through a shared
+    memory map) or replacing it changes one of them."""
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
 
 
 def is_exact(factory: str) -> bool:
@@ -61,6 +72,8 @@ class PhraseIndex:
         same = reuse is not None and reuse.root.resolve() == self.root.resolve()
         # files whose bytes were hashed and found right: path -> sha256, shared with the generations to come
         self.verified: dict[Path, str] = reuse.verified if same else {}
+        # each file's (inode, size, mtime) when it was hashed or first seen: a file written since differs (`changed`)
+        self.fingerprints: dict[Path, tuple[int, int, int]] = reuse.fingerprints if same else {}
         everything = list(range(len(self.manifest.shards)))
         self.numbers = everything if shard_nos is None else sorted(set(shard_nos))
         if not set(self.numbers) <= set(everything):
@@ -148,11 +161,27 @@ class PhraseIndex:
         opening checks every file's structure only (indexer.integrity), which cannot see bytes changed inside
         a payload."""
         for path, rec in self.files() if files is None else files:
-            if not path.is_file():
+            seen = fingerprint(path)  # before reading: a write during the hash shows at the next `changed`
+            if seen is None:
                 raise damaged(path, "is missing")
             if sha256_file(path) != rec.sha256:
+                self.verified.pop(path, None)
                 raise damaged(path, "does not match the manifest's sha256 (corrupted)")
-            self.verified[path] = rec.sha256
+            self.verified[path], self.fingerprints[path] = rec.sha256, seen
+
+    def changed(self) -> list[tuple[Path, FileInfo]]:
+        """The files written, replaced or removed since they were hashed (or first seen here: a file not hashed
+        yet gets its baseline now), by their inode, size and modification time: a few microseconds per file, so
+        a served index can be watched every few seconds (service.state). A change that keeps all three (the clock
+        set back on purpose, or bytes rotting under the page cache) is found only by hashing (`verify`)."""
+        out = []
+        for path, rec in self.files():
+            now, then = fingerprint(path), self.fingerprints.get(path)
+            if then is None and now is not None:
+                self.fingerprints[path] = now
+            elif now != then:
+                out.append((path, rec))
+        return out
 
     def unverified(self, files: list[tuple[Path, FileInfo]] | None = None) -> list[tuple[Path, FileInfo]]:
         """The files (default: all) not yet hashed and found right, in this generation or an earlier one."""

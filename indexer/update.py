@@ -19,7 +19,7 @@ import datetime as dt
 import logging
 import re
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -87,7 +87,7 @@ def run_add(cfg: AddConfig) -> UpdateSummary:
     require_index(cfg.index)
     with writer_lock(cfg.index, "indexer add"):
         update = IndexUpdate(cfg.index, model=cfg.model, device=cfg.device, dtype=cfg.dtype)
-        return update.add(read_corpus(cfg.corpus, require_ids=True))
+        return update.add(read_corpus(cfg.corpus, records=True))
 
 
 def run_delete(cfg: DeleteConfig) -> UpdateSummary:
@@ -164,12 +164,13 @@ def document_rows(root: Path, manifest: Manifest, tombstones: Tombstones, ids: l
 
 class IndexUpdate:
     """One change to the index at `root`, made with `encoder` (default: the manifest's model, loaded here);
-    the caller holds the writer lock (indexer.lock). A server passes the shards it has `opened` and the CPU
-    priority (`encode_nice`) at which the documents are encoded."""
+    the caller holds the writer lock (indexer.lock). A server passes the shards it has `opened`, the CPU
+    priority (`encode_nice`) at which the documents are encoded, and a `check` called between encoding batches
+    that raises to stop the change (a time limit, a shutdown): nothing is committed and its files are removed."""
 
     def __init__(self, root: Path, encoder: Encoder | None = None, model: Path | None = None,
                  device: str = "auto", dtype: str = "auto", opened: dict[str, Shard] | None = None,
-                 encode_nice: int | None = None) -> None:
+                 encode_nice: int | None = None, check: Callable[[], None] | None = None) -> None:
         self.root = Path(root)
         self.t0 = time.perf_counter()
         self.manifest = Manifest.load(self.root)
@@ -181,6 +182,7 @@ class IndexUpdate:
         self._encoder, self._model, self._device, self._dtype = encoder, model, device, dtype
         self.opened = opened or {}  # shards a server has open (document_rows)
         self.encode_nice = encode_nice  # a server's: encode at this CPU priority (common.priority)
+        self.check = check
 
     @property
     def encoder(self) -> Encoder:
@@ -204,9 +206,13 @@ class IndexUpdate:
         build = self.manifest.build
         blocks = iter_blocks(docs, encoder.tokenizer, build.block_tokens, build.title_tokens)
         shards, tokens = [], 0
-        for chunk in chunk_blocks(blocks, build.shard_tokens):
-            shards.append(self._write_delta(chunk, shards))
-            tokens += shards[-1].tokens
+        try:
+            for chunk in chunk_blocks(blocks, build.shard_tokens):
+                shards.append(self._write_delta(chunk, shards))
+                tokens += shards[-1].tokens
+        except BaseException:
+            collect_garbage(self.root, self.manifest)  # the delta shards written before the stop
+            raise
         self._commit(shards, old, len(docs))
         return UpdateSummary(self.root.name, self.manifest.generation, len(docs), len(old), 0, tokens,
                              time.perf_counter() - self.t0)
@@ -249,7 +255,7 @@ class IndexUpdate:
         # not on the encoder's inference thread, which a server's queries use (Encoder.encode_blocks); beside a
         # server, on a thread at low priority (the forward pass releases the GIL)
         def encode():
-            return encode_shard(encoder, blocks, default_batch_tokens(encoder.device), here=True)
+            return encode_shard(encoder, blocks, default_batch_tokens(encoder.device), here=True, check=self.check)
 
         vectors = encode() if self.encode_nice is None else at_priority(self.encode_nice, encode)
         info = write_shard(self.root, plan, ShardContent.from_blocks(blocks, vectors), m.vector_dtype, trained=trained)

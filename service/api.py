@@ -64,7 +64,8 @@ def _document_budget(app: FastAPI, budget: dict) -> None:
                     component["description"] = (component.get("description", "") + (
                         f" Cost budget of this server (over it: 422): search {budget['max_search']:,} hits "
                         f"({budget['search']}), candidates {budget['max_candidates']:,} ({budget['candidates']}), "
-                        f"evidence {budget['max_evidence']:,} ({budget['evidence']}); a request over "
+                        f"evidence {budget['max_evidence']:,} ({budget['evidence']}), phrase matches "
+                        f"{budget['max_matches']:,} ({budget['matches']}); a request over "
                         f"{budget['heavy_lane_over']:g} default fills is served in the heavy lane.")).strip()
             app.openapi_schema = schema
         return app.openapi_schema

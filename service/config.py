@@ -48,6 +48,10 @@ class Settings(EngineConfig, BaseSettings):
     max_search: int = Field(16384, ge=1, description="cost budget: masks x queries x k, the hits a request's FAISS "
                             "searches return and re-score (a fill has 2 queries per mask; 0 in restricted mode); the "
                             "default is 8 default one-mask fills (2 x 1024 each); over it: 422")
+    max_matches: int = Field(2**26, ge=1, description="cost budget of POST /score: masks x queries x retrieved tokens "
+                             "x distinct phrases of the choices, each phrase matched at each retrieved token; the "
+                             "default is ~8 default fills (e.g. 64 choices x 16 phrases at the default k and blocks); "
+                             "over it: 422")
     heavy_weight: float = Field(2.0, gt=0, description="a request costing more than this many default fills (the "
                                 "larger of its search and candidates over a default fill's) is served in the heavy "
                                 "lane: its own batching thread and workers, so cheap requests never queue behind it")
@@ -60,14 +64,29 @@ class Settings(EngineConfig, BaseSettings):
     max_documents_bytes: int = Field(64 * 2**20, ge=1024, description="largest body of POST /admin/documents (the "
                                      "documents to add); a larger one gets 413 before it is read")
     max_delta_shards: int = Field(64, ge=1, description="POST /admin/documents is refused (503 saying how to compact) "
-                                  "once the served index holds this many delta shards: each keeps ~7 files open and "
-                                  "is searched apart; `indexer compact` folds them into regular shards")
+                                  "once the served index holds this many delta shards: each is searched apart (fills "
+                                  "slow down) and keeps its BM25 file open; `indexer compact` folds them into regular "
+                                  "shards")
+    admin_timeout: float = Field(300.0, gt=0, description="seconds POST /admin/documents may encode its documents; "
+                                 "past them the change stops before it is committed (nothing changes, the writer lock "
+                                 "is released) and gets 504: send fewer documents per request, or run `indexer add` on "
+                                 "the index and POST /admin/reload")
     update_nice: int = Field(19, ge=0, le=19, description="CPU priority (nice, 19 the lowest) of the thread that "
                              "encodes the documents of POST /admin/documents, which its encoder threads inherit: the "
                              "fills running meanwhile keep the cores")
-    check_hashes: bool = Field(True, description="after start, read every index file in the background (with the "
-                               "warming) and compare its sha256 with the manifest's; on a mismatch the server turns "
-                               "not ready (503 naming the file). Reloads check every file before they swap")
+    check_hashes: bool = Field(True, description="read every index file and compare its sha256 with the manifest's: "
+                               "at start (before ready with check_before_ready, else in the background with the "
+                               "warming: a mismatch turns the server not ready, 503 naming the file), and before a "
+                               "reload swaps (a reload of the served directory that finds a file damaged re-checks the "
+                               "served files too)")
+    check_before_ready: bool = Field(True, description="with check_hashes, stay not ready at start until every file's "
+                                     "sha256 is checked (costs the hashing time, ~1 s per GB read; a damaged index "
+                                     "then serves no fill and the server exits naming the file); false: ready at once, "
+                                     "checked in the background")
+    recheck_seconds: float = Field(10.0, ge=0, description="every this many seconds, look for served index files "
+                                   "written, replaced or removed since they were checked (inode, size, modification "
+                                   "time: microseconds per file) and hash those again; a mismatch turns the server not "
+                                   "ready (503 naming the file) until a reload serves a sound index. 0: off")
     header_timeout: float = Field(10.0, gt=0, description="seconds a client has to send a request's headers; slower "
                                   "connections are closed")
     body_timeout: float = Field(30.0, gt=0, description="seconds a client has to send a request's body after its "

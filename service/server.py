@@ -5,8 +5,9 @@ Start-up failures have one behaviour: the process prints `error: <message>` and 
 whether the failure is found before the server starts (a wrong path, a bad manifest, an unreadable keys
 file) or while the model and index load in the background (a damaged file, a wrong model). SIGTERM
 drains: the listener closes, requests in flight finish (up to FILL_REQUEST_TIMEOUT + 5 s more), then
-the process ends by the signal (uvicorn re-raises it: exit status 143). SIGHUP reloads the index
-directory without failing a request."""
+the process ends by the signal (uvicorn re-raises it: exit status 143); a document change in flight (POST
+/admin/documents) stops before its commit at once and gets a JSON 503 with Retry-After (nothing changed).
+SIGHUP reloads the index directory without failing a request."""
 
 from __future__ import annotations
 
@@ -53,7 +54,7 @@ def serve(settings: Settings) -> None:
                             log_level=settings.log_level, log_config=None, access_log=False,
                             http=header_timeout_protocol(settings.header_timeout, settings.body_timeout),
                             timeout_graceful_shutdown=settings.request_timeout + 5)
-    server = uvicorn.Server(config)
+    server = DrainingServer(config, state)
 
     def on_hangup(*_) -> None:  # reload off the signal handler, which must return at once
         threading.Thread(target=_reload, args=(state,), name="reload", daemon=True).start()
@@ -62,6 +63,18 @@ def serve(settings: Settings) -> None:
     server.run()
     if fatal:
         raise AppError(fatal[0])
+
+
+class DrainingServer(uvicorn.Server):
+    """uvicorn's server that tells the service state when a signal starts the drain (ServiceState.drain)."""
+
+    def __init__(self, config: uvicorn.Config, state: ServiceState) -> None:
+        super().__init__(config)
+        self.state = state
+
+    def handle_exit(self, sig: int, frame) -> None:
+        self.state.drain()
+        super().handle_exit(sig, frame)
 
 
 def connect_ray(settings: Settings) -> None:

@@ -25,9 +25,9 @@ from fill.schemas import FillRequest, FillResult, ScoreRequest, ScoreResult
 from indexer.lock import writer_lock
 from indexer.phrase_index import PhraseIndex
 from indexer.update import IndexUpdate, UpdateSummary
-from service.batcher import Batcher
 from service.config import Settings
 from service.metrics import Metrics
+from service.serving import Serving
 
 logger = logging.getLogger(__name__)
 
@@ -51,52 +51,14 @@ def open_engine(settings: Settings) -> FillEngine:
     return FillEngine.open(settings.engine_config())
 
 
-class Serving:
-    """One engine and its batcher, with the count of requests using them: once retired (replaced by
-    a reload) it is closed when its last request is done."""
-
-    def __init__(self, engine: FillEngine, settings: Settings, metrics: Metrics) -> None:
-        self.engine = engine
-        self.batcher = Batcher(engine, settings.max_batch, settings.batch_tokens, settings.batch_wait_ms / 1000,
-                               on_batch=metrics.batch)
-        self.heavy = Batcher(engine, settings.max_batch, settings.batch_tokens, 0.0, name="batcher-heavy",
-                             nice=settings.heavy_nice)
-        self._users = 0
-        self._retired = False
-        self._lock = threading.Lock()
-
-    def enter(self) -> None:
-        with self._lock:
-            self._users += 1
-
-    def leave(self) -> None:
-        with self._lock:
-            self._users -= 1
-            done = self._retired and self._users == 0
-        if done:
-            self.close()
-
-    def retire(self) -> None:
-        with self._lock:
-            self._retired = True
-            done = self._users == 0
-        if done:
-            self.close()
-
-    def close(self) -> None:
-        self.batcher.close()
-        self.heavy.close()
-        self.engine.close()
-        logger.info("index %s released", self.engine.index.root.name)
-
-
 class ServiceState:
     def __init__(self, settings: Settings, engine: FillEngine | None = None,
                  on_fatal: Callable[[str], None] | None = None) -> None:
         self.settings = settings
         self.configured = settings.index  # SIGHUP and an empty reload go back to it, whatever was served since
         self.metrics = Metrics()
-        self.budget = Budget(settings.max_candidates, settings.max_evidence, settings.max_search)
+        self.budget = Budget(settings.max_candidates, settings.max_evidence, settings.max_search,
+                             settings.max_matches)
         self.slots = threading.BoundedSemaphore(settings.max_concurrency)
         self.workers = ThreadPoolExecutor(settings.fill_workers, thread_name_prefix="fill")
         self.heavy_workers = ThreadPoolExecutor(settings.heavy_workers, thread_name_prefix="fill-heavy",
@@ -106,6 +68,8 @@ class ServiceState:
         self.serving: Serving | None = None
         self._swap = threading.Lock()  # one load or reload at a time
         self._current = threading.Lock()  # guards `serving` between taking and entering it
+        self._closed = threading.Event()  # set by `close`: ends the watching thread
+        self._draining = threading.Event()  # set by `drain` (SIGTERM): changes in flight stop uncommitted
         self.metrics.queue.set_function(lambda: self.serving.batcher.depth + self.serving.heavy.depth
                                         if self.serving is not None else 0)
         if engine is not None:
@@ -145,10 +109,25 @@ class ServiceState:
                 settings = settings.model_copy(update={"verify": True})
             t0 = time.perf_counter()
             engine = open_engine(settings)
+            if first and settings.check_hashes and settings.check_before_ready:
+                self._check_before_ready(engine)
             self._install(engine)
             self.settings = settings.model_copy(update={"verify": self.settings.verify})
             return {"index": engine.index.root.name, "seconds": round(time.perf_counter() - t0, 3),
                     "tokens": engine.index.total_tokens, "generation": engine.index.manifest.generation}
+
+    @staticmethod
+    def _check_before_ready(engine: FillEngine) -> None:
+        """Hash every file of `engine`'s index before it is first served (Settings.check_before_ready); a file
+        that differs closes it and raises the AppError naming the file."""
+        t = time.perf_counter()
+        try:
+            engine.index.warm(pages=False, hashes=True)
+        except BaseException:
+            engine.close()
+            raise
+        logger.info("index %s: every file's sha256 checked before ready in %.1f s", engine.index.root.name,
+                    time.perf_counter() - t)
 
     def change_documents(self, change: Callable[[IndexUpdate], UpdateSummary], what: str,
                          adds: bool = False) -> UpdateSummary:
@@ -170,13 +149,34 @@ class ServiceState:
                                f"{engine.index.root.name}` (fills go on meanwhile), then POST /admin/reload",
                                kind="not_ready")
             with writer_lock(engine.index.root, what):
-                summary = self._apply(engine, change)
+                summary = self._apply(engine, change, self._change_check(time.perf_counter()))
         self.metrics.updates.labels(what.split()[0]).inc()
         return summary
 
-    def _apply(self, engine: FillEngine, change: Callable[[IndexUpdate], UpdateSummary]) -> UpdateSummary:
+    def drain(self) -> None:
+        """The server is stopping (SIGTERM): document changes in flight stop before their commit (503, nothing
+        changed), so the drain does not wait on them."""
+        self._draining.set()
+
+    def _change_check(self, t0: float) -> Callable[[], None]:
+        """What a document change calls between its encoding batches: it raises once the server drains, or once
+        FILL_ADMIN_TIMEOUT has passed since `t0`."""
+        limit = self.settings.admin_timeout
+
+        def check() -> None:
+            if self._draining.is_set():
+                raise AppError("the server is shutting down: this change was stopped before it was committed and "
+                               "nothing changed; send it again once the server is back", kind="not_ready")
+            if time.perf_counter() - t0 > limit:
+                raise AppError(f"the change took longer than {limit:g} s (FILL_ADMIN_TIMEOUT) and was stopped before "
+                               "it was committed: nothing changed; send fewer documents per request, or run `indexer "
+                               "add` on the index and then POST /admin/reload", kind="timeout")
+        return check
+
+    def _apply(self, engine: FillEngine, change: Callable[[IndexUpdate], UpdateSummary],
+               check: Callable[[], None]) -> UpdateSummary:
         summary = change(IndexUpdate(engine.index.root, encoder=engine.encoder, opened=engine.index.shards_by_name(),
-                                     encode_nice=self.settings.update_nice))
+                                     encode_nice=self.settings.update_nice, check=check))
         with self._swap:
             current = self.engine
             if current is None or current.index.root != engine.index.root:
@@ -196,11 +196,16 @@ class ServiceState:
     def reload_or_report(self, index: str | None = None) -> dict:
         """`reload`, counted in the metrics; an index that cannot be served is a validation error naming
         why (the old index keeps serving)."""
+        target = Path(index) if index is not None else self.configured
         try:
-            done = self.reload(Path(index) if index is not None else None)
+            done = self.reload(target)
         except Exception as exc:  # noqa: BLE001 - any failure to open is the index's, reported as such
             self.metrics.reloads.labels("failed").inc()
             message = exc.message if isinstance(exc, AppError) else f"{type(exc).__name__}: {exc}"
+            engine = self.engine
+            if engine is not None and engine.index.root.resolve() == target.resolve() and self.recheck(full=True):
+                raise AppError(f"reload failed and the served index is damaged too, no longer served: {message}",
+                               kind="not_ready") from None
             logger.error("reload failed, still serving the previous index: %s", message)
             kind = exc.kind if isinstance(exc, AppError) and exc.kind != "input" else "validation"
             raise AppError(f"reload failed, still serving the previous index: {message}", kind=kind,
@@ -234,23 +239,61 @@ class ServiceState:
         try:
             engine.index.warm(pages=self.settings.warm, hashes=self.settings.check_hashes)
         except AppError as exc:
-            with self._current:
-                serving = self.serving if self.serving is not None and self.serving.engine is engine else None
-                if serving is not None:
-                    self.serving, self.error = None, f"index check failed: {exc.message}"
-            if serving is not None:
-                self.metrics.integrity_failures.inc()
-                logger.error("index %s fails its check, no longer served: %s", engine.index.root.name, exc.message)
-                serving.retire()
+            self._unserve(engine, exc.message)
         except Exception:  # noqa: BLE001 - a warm-up that fails (e.g. a closed index) changes nothing served
             logger.exception("warming index %s failed", engine.index.root.name)
 
+    def _unserve(self, engine: FillEngine, message: str) -> bool:
+        """Stop serving `engine` (if it still is) because a file failed its check: not ready, naming the file."""
+        with self._current:
+            serving = self.serving if self.serving is not None and self.serving.engine is engine else None
+            if serving is not None:
+                self.serving, self.error = None, f"index check failed: {message}"
+        if serving is not None:
+            self.metrics.integrity_failures.inc()
+            logger.error("index %s fails its check, no longer served: %s", engine.index.root.name, message)
+            serving.retire()
+        return serving is not None
+
+    def recheck(self, full: bool = False) -> bool:
+        """Hash again the served index's files written since they were checked (PhraseIndex.changed), or every
+        file (`full`); a file that differs from the manifest turns the service not ready. True when it did."""
+        with self._current:
+            serving = self.serving
+            if serving is None:
+                return False
+            serving.enter()  # a reload meanwhile cannot close the files being read
+        try:
+            index = serving.engine.index
+            files = index.files() if full else index.changed()
+            if files:
+                logger.warning("index %s: re-checking %d files (%s)", index.root.name, len(files),
+                               "every file" if full else "written since their check")
+                index.verify(files)
+        except AppError as exc:
+            return self._unserve(serving.engine, exc.message)
+        finally:
+            serving.leave()
+        return False
+
+    def _watch(self) -> None:
+        """Every Settings.recheck_seconds, `recheck` what was written since its check (until `close`)."""
+        while not self._closed.wait(self.settings.recheck_seconds):
+            try:
+                self.recheck()
+            except Exception:  # noqa: BLE001 - a check that cannot run (e.g. a closed index) is tried again later
+                logger.exception("re-checking the served index failed")
+
     def start_loading(self) -> threading.Thread:
+        """Load in the background, and watch the served files from then on (Settings.recheck_seconds)."""
         thread = threading.Thread(target=self.load, name="load-engine", daemon=True)
         thread.start()
+        if self.settings.recheck_seconds > 0:
+            threading.Thread(target=self._watch, name="recheck-files", daemon=True).start()
         return thread
 
     def close(self) -> None:
+        self._closed.set()
         with self._current:
             serving, self.serving = self.serving, None
         if serving is not None:

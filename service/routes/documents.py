@@ -12,11 +12,11 @@ from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
 
 from common.errors import AppError
-from corpus.readers import PRINTABLE_ID, Document
+from corpus.readers import PRINTABLE_ID, Document, DocumentRecord
 from indexer.update import UpdateSummary, check_documents
 from service.dependencies import ERRORS, ready_state, require_admin
 from service.limits import JSON_LINES
-from service.schemas import DocumentRecord, ErrorResponse
+from service.schemas import ErrorResponse
 from service.state import ServiceState
 
 router = APIRouter(prefix="/admin")
@@ -64,8 +64,8 @@ def parse_documents(body: bytes, content_type: str) -> list[Document]:
             doc = DocumentRecord.model_validate(record)
         except ValidationError as exc:
             given = f" (id {record.get('id')!r})" if isinstance(record, dict) and "id" in record else ""
-            problems = "; ".join(f"{'.'.join(map(str, e['loc'])) or 'record'}: {e['msg']}" for e in exc.errors())
-            raise AppError(f"document {i}{given}: {problems}", kind="validation", field=f"documents[{i}]") from None
+            raise AppError(f"document {i}{given}: {DocumentRecord.problems(exc)}", kind="validation",
+                           field=f"documents[{i}]") from None
         out.append(Document(row=i, id=doc.id, title=doc.title, text=doc.text))
     return check_documents(out)  # the rules `indexer add` applies too (printable ids, some text, each id once)
 

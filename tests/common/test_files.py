@@ -61,3 +61,19 @@ def test_directory_replaces_directory_and_fsyncs(tmp_path, monkeypatch):
     assert (out / "sub" / "x").read_text() == "x"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["model"]
     assert len(synced) >= 5  # two files, two directories, the parent
+
+
+def _open_fds_to(path) -> int:
+    import os
+
+    return sum(1 for fd in os.listdir("/proc/self/fd") if os.path.realpath(f"/proc/self/fd/{fd}") == str(path.resolve()))
+
+
+def test_small_arrays_are_read_and_large_ones_mapped_so_small_files_hold_no_descriptor(tmp_path):
+    small, large = tmp_path / "small.npy", tmp_path / "large.npy"
+    np.save(small, np.arange(1000, dtype=np.int32))
+    np.save(large, np.arange(files_mod.IN_MEMORY_BELOW // 4 + 10, dtype=np.int32))
+    a, b = files_mod.load_mapped(small), files_mod.load_mapped(large)
+    assert a.base is None or not isinstance(a.base, np.memmap)
+    assert _open_fds_to(small) == 0 and _open_fds_to(large) == 1  # the mapping's descriptor
+    assert int(a[999]) == 999 and int(b[-1]) == b.size - 1 and not a.flags.writeable and not b.flags.writeable

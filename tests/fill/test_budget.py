@@ -12,11 +12,11 @@ from fastapi.testclient import TestClient
 import fill.engine
 
 from service.api import create_app
-from fill.budget import Budget, Deadline
+from fill.budget import MATCHES_PER_FILL, Budget, Deadline
 from service.config import Settings
 from fill.config import EngineConfig
 from fill.engine import FillEngine
-from fill.schemas import FillRequest
+from fill.schemas import FillRequest, ScoreRequest
 from service.state import ServiceState
 from tests.service.test_api import assert_all_slots_free
 
@@ -51,6 +51,30 @@ def test_default_budget_admits_default_requests_and_refuses_the_worst(engine):
         budget.check(worst, "hybrid", 256)
     with pytest.raises(Exception, match="FILL_MAX_CANDIDATES"):
         budget.check(worst.model_copy(update={"k": 512}), "hybrid", 256)
+
+
+def _choices(labels: int, phrases: int) -> list[dict]:
+    return [{"label": f"c{c}", "phrases": [f"w{c}x{p}" for p in range(phrases)]} for c in range(labels)]
+
+
+def test_a_scores_phrase_matches_count_in_its_budget_and_its_weight():
+    """Every distinct phrase is matched at every retrieved token: 64 choices x 32 phrases at the default k and
+    blocks is 105M matches (~5 default fills measured), refused by the default bound; 64 x 16 is accepted."""
+    defaults = Settings(index="unused")
+    budget = Budget(defaults.max_candidates, defaults.max_evidence, defaults.max_search, defaults.max_matches)
+    two = ScoreRequest(text="It was <mask> .", choices=["great", "terrible"])
+    many = ScoreRequest(text="It was <mask> .", choices=_choices(64, 32))
+    assert Budget.phrases(two) == 2 and Budget.phrases(many) == 2048
+    assert Budget.matches(many, "restricted", 256) == 1 * 2 * 100 * 256 * 2048
+    budget.check_score(two, "restricted", 256)
+    budget.check_score(ScoreRequest(text="It was <mask> .", choices=_choices(64, 16)), "restricted", 256)
+    with pytest.raises(Exception, match="2048 distinct phrases = 104,857,600 phrase matches.*FILL_MAX_MATCHES"):
+        budget.check_score(many, "restricted", 256)
+    duplicated = ScoreRequest(text="It was <mask> .", choices=[{"label": "a", "phrases": ["x", "x", "y"]}, "b"])
+    assert Budget.phrases(duplicated) == 3  # a phrase repeated within a choice is matched once
+    assert Budget.weight(many, "restricted", 256) == pytest.approx(
+        Budget.weight(two, "restricted", 256) + 2046 * 2 * 100 * 256 / MATCHES_PER_FILL)
+    assert Budget.weight(many, "restricted", 256) > 12  # the heavy lane's, whatever its search
 
 
 def test_over_budget_is_422_naming_the_fields_and_the_setting(engine):

@@ -48,6 +48,7 @@ def refused(root: Path, path: Path, problem: str = "") -> str:
     assert f"index file {path} " in message, message
     assert re.search(problem, message), message
     assert "indexer build" in message and "--verify" in message
+    assert "from a backup" in message and "deleted since" in message  # a rebuild alone would lose live changes
     return message
 
 

@@ -1,11 +1,14 @@
 """PhraseIndex.search over a batch of requests' queries (`groups`): the same hits as each request alone,
-re-scored group by group."""
+re-scored group by group; `changed` finds the files written since their check."""
 
 from __future__ import annotations
+
+import os
 
 import numpy as np
 import pytest
 
+from common.errors import AppError
 import indexer.phrase_index as phrase_index_mod
 from indexer.phrase_index import PhraseIndex
 from tests.indexer.test_ann import DIM, _clustered, _index
@@ -59,4 +62,33 @@ def test_groups_must_add_up_to_the_queries(tmp_path, groups):
     index = PhraseIndex(tmp_path)
     with pytest.raises(ValueError, match="do not add up"):
         index.search(rng.standard_normal((8, DIM)).astype(np.float32), 5, groups=groups)
+    index.close()
+
+
+def test_changed_names_the_files_written_or_removed_since_their_hash(tiny_index, fresh_copy):
+    root = fresh_copy(tiny_index)
+    index = PhraseIndex(root, verify=True)
+    assert index.changed() == []
+    vectors = root / "shard_00001" / "vectors.npy"
+    mapped = np.load(vectors, mmap_mode="r+")  # written in place through a shared map: size and inode kept
+    mapped[:] = 0
+    mapped.flush()
+    del mapped
+    (root / "shard_00002" / "flags.npy").unlink()
+    assert sorted(p.relative_to(root).as_posix() for p, _ in index.changed()) == [
+        "shard_00001/vectors.npy", "shard_00002/flags.npy"]
+    with pytest.raises(AppError, match="vectors.npy does not match the manifest's sha256"):
+        index.verify([f for f in index.changed() if f[0] == vectors])
+    index.close()
+
+
+def test_a_file_touched_but_unchanged_is_checked_once_then_quiet(tiny_index, fresh_copy):
+    root = fresh_copy(tiny_index)
+    index = PhraseIndex(root)  # not hashed at open: changed() takes each file's baseline at first sight
+    assert index.changed() == []
+    tokens = root / "shard_00000" / "token_ids.npy"
+    os.utime(tokens, ns=(1, 1))
+    assert [p for p, _ in index.changed()] == [tokens]
+    index.verify(index.changed())  # the same bytes: found right, the new time recorded
+    assert index.changed() == []
     index.close()

@@ -153,6 +153,24 @@ def test_an_update_refuses_empty_texts_and_unprintable_ids(index, tiny_bert_dir)
     assert Manifest.load(index).generation == 0
 
 
+@pytest.mark.parametrize("record, problem", [
+    ({"id": 7, "text": "An integer id."}, "id: Input should be a valid string"),
+    ({"id": "n7", "text": None}, "text: Input should be a valid string"),
+    ({"id": "n7", "text": "Text.", "title": 3}, "title: Input should be a valid string"),
+    ({"id": "n\x01", "text": "Text."}, "id: String should match pattern"),
+])
+def test_indexer_add_validates_each_record_as_http_does(index, tiny_bert_dir, tmp_path, record, problem):
+    """`indexer add` reads its corpus as corpus.readers.DocumentRecord, POST /admin/documents's record: an integer
+    id or a null text is refused naming the file and the document, and nothing changes."""
+    corpus = write_jsonl(tmp_path / "new.jsonl", [{"id": "ok", "text": "Fine text."}, record])
+    with pytest.raises(AppError, match=re.escape(problem)) as err:
+        run_add(AddConfig(index=index, corpus=corpus, model=tiny_bert_dir, device="cpu", dtype="fp32"))
+    assert err.value.kind == "validation" and "new.jsonl: document 2" in err.value.message
+    assert Manifest.load(index).generation == 0
+    untitled = write_jsonl(tmp_path / "untitled.jsonl", [{"id": "ok", "text": "Fine text.", "title": None}])
+    assert run_add(AddConfig(index=index, corpus=untitled, model=tiny_bert_dir, device="cpu", dtype="fp32")).added == 1
+
+
 @pytest.mark.parametrize("kind", ["missing", "not_an_index"])
 def test_changes_to_a_path_that_is_not_an_index_are_refused_without_a_trace(kind, tmp_path):
     """`indexer add|delete|compact --index X`: exit 2 naming X (an AppError), no lock file left in a stray directory."""
@@ -204,3 +222,24 @@ def test_a_build_does_not_resume_over_an_updated_index(index, tiny_bert_dir, tin
     with pytest.raises(AppError, match="changed since its build .*indexer compact"):
         build_index(cfg)
     assert os.path.exists(index / Manifest.load(index).tombstones.name)
+
+
+def test_a_change_stopped_by_its_check_commits_nothing_and_leaves_no_file(index, tiny_bert_dir):
+    """`check` (a server's time limit or drain) raises between encoding batches: the manifest is unchanged and the
+    delta shards written before the stop are removed; the next change works."""
+    before, entries = Manifest.load(index), sorted(p.name for p in index.iterdir())
+    calls = []
+
+    def check() -> None:
+        calls.append(1)
+        if len(calls) > 2:  # past the first delta shard's batches: files of this change exist by now
+            raise AppError("stopped", kind="timeout")
+
+    docs = [Document(i, f"s{i}", "", f"Stopped document number {i} about Vexmoor harbour and its glimmers. " * 4)
+            for i in range(12)]
+    update = IndexUpdate(index, model=tiny_bert_dir, device="cpu", dtype="fp32", check=check)
+    with pytest.raises(AppError, match="stopped"):
+        update.add(docs)
+    assert len(calls) == 3
+    assert Manifest.load(index) == before and sorted(p.name for p in index.iterdir()) == entries
+    assert _update(index, tiny_bert_dir).add([NEW]).added == 1

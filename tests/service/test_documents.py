@@ -211,3 +211,40 @@ def test_adds_are_refused_past_the_delta_shard_cap_until_compacted(tiny_index, t
         assert client.post("/admin/reload", json={}, headers=KEY).status_code == 200
         assert add(3).status_code == 200
     state.close()
+
+
+def test_a_change_in_flight_stops_uncommitted_when_the_server_drains_or_its_time_is_up(tiny_index, tmp_path):
+    """SIGTERM (ServiceState.drain) and FILL_ADMIN_TIMEOUT stop an add between its encoding batches: a JSON 503
+    with Retry-After or a 504 naming the setting, and the index unchanged."""
+    index = tmp_path / "idx"
+    shutil.copytree(tiny_index, index)
+    body = [{"id": "late", "text": "A document that arrives too late."}]
+    client, state = _client(index, admin_timeout=1e-9)
+    with client:
+        documents = client.get("/info", headers=KEY).json()["counts"]["documents"]
+        r = client.post("/admin/documents", json=body, headers=KEY)
+        assert r.status_code == 504 and "FILL_ADMIN_TIMEOUT" in r.json()["error"], r.text
+        assert "nothing changed" in r.json()["error"]
+    client, state = _client(index)
+    with client:
+        state.drain()
+        r = client.post("/admin/documents", json=body, headers=KEY)
+        assert r.status_code == 503 and r.headers["Retry-After"] and "shutting down" in r.json()["error"], r.text
+        info = client.get("/info", headers=KEY).json()
+        assert info["counts"]["documents"] == documents and info["generation"] == 0
+        assert client.delete("/admin/documents/late", headers=KEY).status_code == 404
+    state.close()
+
+
+def test_the_servers_signal_handler_starts_the_drain(tiny_index):
+    import signal
+
+    import uvicorn
+
+    from service.server import DrainingServer
+
+    settings = Settings(index=tiny_index)
+    state = ServiceState(settings)
+    server = DrainingServer(uvicorn.Config(create_app(settings, state=state)), state)
+    server.handle_exit(signal.SIGTERM, None)
+    assert server.should_exit and state._draining.is_set()

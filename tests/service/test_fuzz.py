@@ -92,3 +92,30 @@ def test_no_5xx_and_one_error_shape(operations, mode):
             assert mode is schemathesis.GenerationMode.NEGATIVE, op.label
     assert len(calls) >= (len(operations) if mode is schemathesis.GenerationMode.POSITIVE else EXAMPLES)
     assert 200 in calls if mode is schemathesis.GenerationMode.POSITIVE else 422 in calls
+
+
+HOSTILE = {
+    "deep array": "[" * 100_000 + "]" * 100_000,
+    "deep object": '{"a":' * 50_000 + "1" + "}" * 50_000,
+    "deep in a field": '{"text": "<mask>", "choices": ' + "[" * 20_000 + "]" * 20_000 + "}",
+    "huge integer": '{"text": "<mask>", "k": 1' + "0" * 5000 + "}",
+    "NaN": '{"text": "<mask>", "temperature": NaN}',
+    "not UTF-8": b'{"text": "\xff\xfe"}',
+    "empty": "",
+}
+
+
+@pytest.mark.parametrize("route", ["/fill", "/score", "/admin/reload", "/admin/documents"])
+def test_hostile_bodies_get_a_4xx_in_the_one_shape(operations, route):
+    """Bodies no schema generator makes (deep nesting, digits past any bound, NaN, bad bytes) to every POST
+    route: a 4xx naming the problem, and the connection keeps working (bench/bench_fuzz.py runs this file)."""
+    from starlette.testclient import TestClient
+
+    app = operations[0].schema.app
+    with TestClient(app, raise_server_exceptions=False) as client:
+        for name, body in HOSTILE.items():
+            r = client.post(route, content=body, headers={**AUTH, "Content-Type": "application/json"})
+            _record(type("Case", (), {"method": "POST", "path": route})(), r.status_code)
+            assert 400 <= r.status_code < 500, (route, name, r.status_code, r.text[:300])
+            assert set(r.json()) <= {"error", "error_type", "detail"} and r.json()["error"], (route, name, r.text[:300])
+        assert client.get("/readyz").status_code == 200

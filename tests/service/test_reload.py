@@ -6,6 +6,7 @@ from __future__ import annotations
 import shutil
 import threading
 
+import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
@@ -126,11 +127,12 @@ def test_a_reload_checks_every_sha256_before_it_swaps(served):
 
 @pytest.mark.parametrize("damaged_file", ["vectors.npy", "index.faiss", "token_ids.npy"])
 def test_a_file_changed_in_place_turns_the_server_not_ready_naming_it(tiny_index, tmp_path, damaged_file):
-    """Served at start without a check (verify off: ready at once), then found by the background sha256 check."""
+    """Served at start without a check (check_before_ready off: ready at once), then found by the background
+    sha256 check."""
     root = tmp_path / "idx"
     shutil.copytree(tiny_index, root)
     _flip_last_byte(root / "shard_00001" / damaged_file)
-    settings = Settings(index=root, api_keys="admin-key", warm=True)
+    settings = Settings(index=root, api_keys="admin-key", warm=True, check_before_ready=False, recheck_seconds=0)
     state = ServiceState(settings)
     with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
         for _ in range(300):
@@ -143,4 +145,75 @@ def test_a_file_changed_in_place_turns_the_server_not_ready_naming_it(tiny_index
         fill = client.post("/fill", json={"text": "Paris is the <mask> ."}, headers=KEY)
         assert fill.status_code == 503 and damaged_file in fill.json()["error"]
         assert "index_integrity_failures_total 1.0" in client.get("/metrics", headers=KEY).text
+    state.close()
+
+
+def _wait_for(client, path: str, status: int, words: str):
+    for _ in range(300):
+        r = client.get(path)
+        if r.status_code == status and words in r.text:
+            return r
+        threading.Event().wait(0.05)
+    raise AssertionError(f"{path} never answered {status} with {words!r}: {r.status_code} {r.text}")
+
+
+def test_a_damaged_index_is_never_served_when_checked_before_ready(tiny_index, tmp_path):
+    root = tmp_path / "idx"
+    shutil.copytree(tiny_index, root)
+    _flip_last_byte(root / "shard_00002" / "vectors.npy")
+    settings = Settings(index=root, api_keys="admin-key", recheck_seconds=0)  # check_before_ready is the default
+    fatal: list[str] = []
+    state = ServiceState(settings, on_fatal=fatal.append)
+    with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
+        answers = []
+        for _ in range(300):
+            answers.append(client.post("/fill", json={"text": "Paris is the <mask> ."}, headers=KEY).status_code)
+            if fatal:
+                break
+            threading.Event().wait(0.02)
+        assert set(answers) == {503}, answers  # not one fill from the damaged index
+        r = _wait_for(client, "/readyz", 503, "failed to load")
+        assert "shard_00002/vectors.npy does not match" in r.json()["error"]
+    assert fatal and "vectors.npy" in fatal[0]  # the server exits naming the file
+    state.close()
+
+
+def _zero_in_place(path) -> None:
+    """Zero a .npy payload through a shared map, as a stray process might: size and inode kept."""
+    mapped = np.load(path, mmap_mode="r+")
+    mapped[:] = 0
+    mapped.flush()
+    del mapped
+
+
+def test_a_file_written_in_place_while_served_turns_the_server_not_ready(tiny_index, tmp_path):
+    root = tmp_path / "idx"
+    shutil.copytree(tiny_index, root)
+    settings = Settings(index=root, api_keys="admin-key", recheck_seconds=0.05)
+    state = ServiceState(settings)
+    with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
+        _wait_for(client, "/readyz", 200, "")
+        assert client.post("/fill", json={"text": "Paris is the <mask> ."}, headers=KEY).status_code == 200
+        _zero_in_place(root / "shard_00001" / "vectors.npy")
+        r = _wait_for(client, "/readyz", 503, "check failed")
+        assert "shard_00001/vectors.npy does not match" in r.json()["error"], r.text
+        assert client.post("/fill", json={"text": "Paris is the <mask> ."}, headers=KEY).status_code == 503
+    state.close()
+
+
+def test_a_reload_that_finds_the_served_files_damaged_stops_serving_them(tiny_index, tmp_path):
+    root = tmp_path / "idx"
+    shutil.copytree(tiny_index, root)
+    settings = Settings(index=root, api_keys="admin-key", recheck_seconds=0)  # no watching: the reload finds it
+    state = ServiceState(settings)
+    with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
+        _wait_for(client, "/readyz", 200, "")
+        good = (root / "shard_00000" / "token_ids.npy").read_bytes()
+        _flip_last_byte(root / "shard_00000" / "token_ids.npy")
+        r = client.post("/admin/reload", json={}, headers=KEY)
+        assert r.status_code == 503 and "served index is damaged too" in r.json()["error"], r.text
+        assert "token_ids.npy does not match" in client.get("/readyz").json()["error"]
+        (root / "shard_00000" / "token_ids.npy").write_bytes(good)  # restored: a reload serves it again
+        assert client.post("/admin/reload", json={}, headers=KEY).status_code == 200
+        assert client.get("/readyz").status_code == 200
     state.close()
