@@ -170,14 +170,18 @@ class PhraseIndex:
             self.verified[path], self.fingerprints[path] = rec.sha256, seen
 
     def changed(self) -> list[tuple[Path, FileInfo]]:
-        """The files written, replaced or removed since they were hashed (or first seen here: a file not hashed
-        yet gets its baseline now), by their inode, size and modification time: a few microseconds per file, so
-        a served index can be watched every few seconds (service.state). A change that keeps all three (the clock
-        set back on purpose, or bytes rotting under the page cache) is found only by hashing (`verify`)."""
+        """The files written or replaced since they were hashed (or first seen here: a file not hashed yet gets its
+        baseline now), by their inode, size and modification time: a few microseconds per file, so a served index
+        can be watched every few seconds (service.state). A file that is gone is not listed: the writers never
+        rewrite a file under its name, but remove a superseded generation's (indexer.gc) while a server may still
+        serve it from memory. A change that keeps all three (the clock set back on purpose, or bytes rotting
+        under the page cache) is found only by hashing (`verify`)."""
         out = []
         for path, rec in self.files():
             now, then = fingerprint(path), self.fingerprints.get(path)
-            if then is None and now is not None:
+            if now is None:
+                continue
+            if then is None:
                 self.fingerprints[path] = now
             elif now != then:
                 out.append((path, rec))

@@ -84,8 +84,9 @@ class Settings(EngineConfig, BaseSettings):
                                      "then serves no fill and the server exits naming the file); false: ready at once, "
                                      "checked in the background")
     recheck_seconds: float = Field(10.0, ge=0, description="every this many seconds, look for served index files "
-                                   "written, replaced or removed since they were checked (inode, size, modification "
-                                   "time: microseconds per file) and hash those again; a mismatch turns the server not "
+                                   "written or replaced since they were checked (inode, size, modification time: "
+                                   "microseconds per file; not removed ones: writers beside the server collect a "
+                                   "superseded generation's) and hash those again; a mismatch turns the server not "
                                    "ready (503 naming the file) until a reload serves a sound index. 0: off")
     header_timeout: float = Field(10.0, gt=0, description="seconds a client has to send a request's headers; slower "
                                   "connections are closed")

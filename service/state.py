@@ -265,7 +265,7 @@ class ServiceState:
             serving.enter()  # a reload meanwhile cannot close the files being read
         try:
             index = serving.engine.index
-            files = index.files() if full else index.changed()
+            files = [(p, rec) for p, rec in index.files() if p.is_file()] if full else index.changed()  # gone: gc'd
             if files:
                 logger.warning("index %s: re-checking %d files (%s)", index.root.name, len(files),
                                "every file" if full else "written since their check")

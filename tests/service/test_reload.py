@@ -217,3 +217,30 @@ def test_a_reload_that_finds_the_served_files_damaged_stops_serving_them(tiny_in
         assert client.post("/admin/reload", json={}, headers=KEY).status_code == 200
         assert client.get("/readyz").status_code == 200
     state.close()
+
+
+def test_writers_beside_the_server_are_not_damage_to_the_watch(tiny_index, tiny_bert_dir, tmp_path):
+    """Changes made beside a watched server (`indexer add`, `delete`, `compact` without a reload) write new files
+    and collect a superseded generation's, here the served generation's tombstones: the served generation stays
+    ready and answers (its data is in memory or still mapped)."""
+    from indexer.compact import CompactConfig, run_compact
+    from indexer.update import AddConfig, DeleteConfig, run_add, run_delete
+    from tests.conftest import write_jsonl
+
+    root = tmp_path / "idx"
+    shutil.copytree(tiny_index, root)
+    run_delete(DeleteConfig(index=root, ids=["d1"]))  # the served generation (1) has a tombstones file
+    settings = Settings(index=root, api_keys="admin-key", recheck_seconds=0.02)
+    state = ServiceState(settings)
+    with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
+        _wait_for(client, "/readyz", 200, "")
+        served = [p for p, _ in state.engine.index.files()]
+        corpus = write_jsonl(tmp_path / "add.jsonl", [{"id": "n1", "text": "Vexmoor is a harbour town."}])
+        run_add(AddConfig(index=root, corpus=corpus, model=tiny_bert_dir, device="cpu", dtype="fp32"))
+        run_delete(DeleteConfig(index=root, ids=["d2"]))
+        run_compact(CompactConfig(index=root))
+        assert any(not p.exists() for p in served)  # collected
+        threading.Event().wait(0.5)  # many watch periods
+        assert client.get("/readyz").status_code == 200, client.get("/readyz").text
+        assert client.post("/fill", json={"text": "Paris is the <mask> ."}, headers=KEY).status_code == 200
+    state.close()
