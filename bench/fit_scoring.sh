@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The bundled model's fitted scoring (encoder/default_model/scoring.json: the lexical weight of the
-# restricted and hybrid modes, the confidence calibration of every mode), one command:
+# restricted and hybrid modes, the confidence calibration of every mode; the reader's weights and confidence
+# kept from the scoring it replaces, READER_FROM), one command:
 #   bash bench/fit_scoring.sh [GOOGLE_RE_DIR]
 # Fitted on scores of text the model never saw, never on the held side:
 # 1. the default recipe (bench/train_default_model.sh) trained on the train_a fold of the train side
@@ -24,5 +25,17 @@ if [ ! -f "$FOLD_MODEL/config.json" ]; then
 fi
 INDEXER_INDEX_TYPE=flat "$VENV/bin/indexer" build --corpus "$WORK/google_re/train_b/corpus.jsonl" \
     --out "$WORK/idx_train_b_fold_a" --model "$FOLD_MODEL" --overwrite 2>/dev/null | tail -1
-"$VENV/bin/fill-fit" --index "$WORK/idx_train_b_fold_a" --google-re "$GRE" --side train_b \
+READER_FROM="${READER_FROM:-$OUT}"  # the reader's weights and confidence are kept from the scoring this replaces
+cp "$READER_FROM" "$WORK/previous_scoring.json"
+"$VENV/bin/fill-fit" --index "$WORK/idx_train_b_fold_a" --model "$FOLD_MODEL" --google-re "$GRE" --side train_b \
     --per-relation "${PER_RELATION:-200}" --out "$OUT"
+"$VENV/bin/python" - "$OUT" "$WORK/previous_scoring.json" <<'EOF'
+import json, sys
+new, old = (json.load(open(p)) for p in sys.argv[1:])
+for key in ("reader_weight", "reader_confidence"):
+    new[key] = old.get(key, {})
+if "reader" in old.get("fitted", {}):
+    new["fitted"]["reader"] = dict(old["fitted"]["reader"], note="kept from the previous scoring (fitted with the "
+                                   "r11 encoder); not refitted for this encoder")
+json.dump(new, open(sys.argv[1], "w"), indent=2)
+EOF

@@ -146,6 +146,9 @@ def main() -> int:
     ap.add_argument("--pack", type=int, default=100, help="pack documents shorter than this many tokens together")
     ap.add_argument("--pack-sources", default="gcide,wordnet", help="the sources whose short documents are packed")
     ap.add_argument("--sources", default="wiki,factbook,gcide,linux,python,wordnet,imdb,google_re,sample")
+    ap.add_argument("--join", action=argparse.BooleanOptionalAction, default=True,
+                    help="also write the sources joined as train.jsonl (--no-join: the per-source files only, e.g. the "
+                         "default model's recipe taking wiki.jsonl alone)")
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
@@ -177,6 +180,8 @@ def main() -> int:
         print(f"{s:10s} documents {stats[s]['documents']:>8,d}  tokens {stats[s]['tokens']:>11,d}", flush=True)
     total = sum(v["tokens"] for v in stats.values())
     print(f"{'total':10s} documents {sum(v['documents'] for v in stats.values()):>8,d}  tokens {total:>11,d}")
+    if not args.join:
+        return 0
     tmp = out_dir / "train.jsonl.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         for s in sources:

