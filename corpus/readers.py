@@ -13,7 +13,6 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
-
 from pydantic import BaseModel, Field, ValidationError, field_validator
 
 from common.errors import AppError
