@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import shutil
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -148,13 +149,15 @@ def test_a_file_changed_in_place_turns_the_server_not_ready_naming_it(tiny_index
     state.close()
 
 
-def _wait_for(client, path: str, status: int, words: str):
-    for _ in range(300):
+def _wait_for(client, path: str, status: int, words: str, seconds: float = 60.0):
+    deadline = time.monotonic() + seconds  # generous: the loading thread may share busy cores
+    while True:
         r = client.get(path)
         if r.status_code == status and words in r.text:
             return r
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{path} never answered {status} with {words!r}: {r.status_code} {r.text}")
         threading.Event().wait(0.05)
-    raise AssertionError(f"{path} never answered {status} with {words!r}: {r.status_code} {r.text}")
 
 
 def test_a_damaged_index_is_never_served_when_checked_before_ready(tiny_index, tmp_path):
@@ -165,13 +168,12 @@ def test_a_damaged_index_is_never_served_when_checked_before_ready(tiny_index, t
     fatal: list[str] = []
     state = ServiceState(settings, on_fatal=fatal.append)
     with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
-        answers = []
-        for _ in range(300):
+        answers, deadline = [], time.monotonic() + 60
+        while not fatal and time.monotonic() < deadline:
             answers.append(client.post("/fill", json={"text": "Paris is the <mask> ."}, headers=KEY).status_code)
-            if fatal:
-                break
             threading.Event().wait(0.02)
-        assert set(answers) == {503}, answers  # not one fill from the damaged index
+        answers.append(client.post("/fill", json={"text": "Paris is the <mask> ."}, headers=KEY).status_code)
+        assert set(answers) == {503}, answers  # not one fill from the damaged index, before or after the check
         r = _wait_for(client, "/readyz", 503, "failed to load")
         assert "shard_00002/vectors.npy does not match" in r.json()["error"]
     assert fatal and "vectors.npy" in fatal[0]  # the server exits naming the file
