@@ -9,6 +9,10 @@ The index is copied to --work (the updates change it), then:
                /admin/documents (FILL_MAX_DELTA_SHARDS, 64 by default, refuses adds past the cap with 503: counted)
   corruption   a shard's vectors.npy zeroed in place through a shared map while served: seconds until /readyz
                answers 503 naming it (FILL_RECHECK_SECONDS, 10 by default), and the fills answered meanwhile
+  sigterm      on a fresh copy, a --sigterm-mb MB document POSTed and the server sent SIGTERM --sigterm-after
+               seconds later: the client's status, content type and Retry-After, whether the generation changed, the
+               process's exit status and the seconds from the signal to the exit
+--checks picks some of them (default: all).
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -69,31 +75,66 @@ def corruption(server: Server, index: Path) -> dict:
     return {"seconds": None, "fills_meanwhile": fills}
 
 
+def sigterm(index: Path, port: int, megabytes: float, after: float) -> dict:
+    server = Server(index, port, ENV)
+    server.wait_ready()
+    sentence = "Sentence {} of a very long document about harbours and ships. "
+    text = "".join(sentence.format(i) for i in range(int(megabytes * 2**20 / len(sentence))))
+    out: dict = {}
+
+    def post() -> None:
+        r = httpx.post(server.url + "/admin/documents", json=[{"id": "big", "text": text}], headers=KEY, timeout=300)
+        out.update(status=r.status_code, content_type=r.headers.get("content-type"),
+                   retry_after=r.headers.get("retry-after"), error=r.text[:160])
+
+    thread = threading.Thread(target=post)
+    thread.start()
+    time.sleep(after)
+    t0 = time.perf_counter()
+    server.proc.send_signal(signal.SIGTERM)
+    thread.join(300)
+    out["exit_status"] = server.proc.wait(300)
+    out["seconds_to_exit"] = round(time.perf_counter() - t0, 2)
+    out["generation"] = json.loads((index / "manifest.json").read_text())["generation"]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--index", type=Path, required=True)
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench_integrity"))
     ap.add_argument("--updates", type=int, default=200)
     ap.add_argument("--port", type=int, default=8791)
+    ap.add_argument("--sigterm-mb", type=float, default=2.4)
+    ap.add_argument("--sigterm-after", type=float, default=4.0)
+    ap.add_argument("--checks", default="ready,descriptors,corruption,sigterm")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    checks = set(args.checks.split(","))
     index = args.work / "idx"
     shutil.rmtree(args.work, ignore_errors=True)
     shutil.copytree(args.index, index)
-    size = sum(p.stat().st_size for p in index.rglob("*") if p.is_file())
-    result = {"index_bytes": size, "ready_s": {
-        "check_before_ready": round(ready_seconds(index, args.port, True), 2),
-        "checked_in_background": round(ready_seconds(index, args.port, False), 2)}}
-    print(json.dumps(result), flush=True)
-    server = Server(index, args.port, ENV)
-    try:
-        server.wait_ready()
-        result["descriptors"] = descriptors(server, args.updates)
-        print(json.dumps(result["descriptors"]), flush=True)
-        result["corruption"] = corruption(server, index)
-        print(json.dumps(result["corruption"]), flush=True)
-    finally:
-        server.stop()
+    result: dict = {"index_bytes": sum(p.stat().st_size for p in index.rglob("*") if p.is_file())}
+    if "ready" in checks:
+        result["ready_s"] = {"check_before_ready": round(ready_seconds(index, args.port, True), 2),
+                             "checked_in_background": round(ready_seconds(index, args.port, False), 2)}
+        print(json.dumps(result), flush=True)
+    if checks & {"descriptors", "corruption"}:
+        server = Server(index, args.port, ENV)
+        try:
+            server.wait_ready()
+            for name, run in (("descriptors", lambda: descriptors(server, args.updates)),
+                              ("corruption", lambda: corruption(server, index))):
+                if name in checks:
+                    result[name] = run()
+                    print(json.dumps(result[name]), flush=True)
+        finally:
+            server.stop()
+    if "sigterm" in checks:
+        fresh = args.work / "idx_sigterm"
+        shutil.copytree(args.index, fresh)
+        result["sigterm"] = sigterm(fresh, args.port, args.sigterm_mb, args.sigterm_after)
+        print(json.dumps(result["sigterm"]), flush=True)
     if args.json:
         args.json.write_text(json.dumps(result, indent=1))
 

@@ -125,8 +125,8 @@ class Budget:
 
     def check_score(self, request: ScoreRequest, mode: str, block_tokens: int) -> None:
         """`check` for a closed-set score: its search, then masks x queries x (k + blocks x block tokens), the
-        retrieved tokens scored exactly and matched, against the candidate budget; masks x choices x evidence
-        against the evidence budget."""
+        retrieved tokens scored exactly and matched, against the candidate budget; its phrase matches (`matches`)
+        against the matches budget; masks x choices x evidence against the evidence budget."""
         masks, searches = count_masks(request.text), self.queries(request)
         self._check_search(request, mode)
         tokens = self.retrieved(request, mode, block_tokens)
@@ -136,7 +136,7 @@ class Budget:
                 f"request too expensive: {_masks(masks)} x {searches} queries x {tokens:,} retrieved tokens = "
                 f"{cost:,}, over the server's budget of {self.max_candidates:,} (FILL_MAX_CANDIDATES); lower k, "
                 "blocks or the masks, or use the npm_single scorer", kind="validation")
-        matches = cost * self.phrases(request)
+        matches = self.matches(request, mode, block_tokens)
         if matches > self.max_matches:
             raise AppError(
                 f"request too expensive: {cost:,} retrieved tokens (masks x queries) x {self.phrases(request)} "

@@ -202,8 +202,7 @@ class ServiceState:
         except Exception as exc:  # noqa: BLE001 - any failure to open is the index's, reported as such
             self.metrics.reloads.labels("failed").inc()
             message = exc.message if isinstance(exc, AppError) else f"{type(exc).__name__}: {exc}"
-            engine = self.engine
-            if engine is not None and engine.index.root.resolve() == target.resolve() and self.recheck(full=True):
+            if isinstance(exc, AppError) and exc.kind == "input" and self._serves(target) and self.recheck(full=True):
                 raise AppError(f"reload failed and the served index is damaged too, no longer served: {message}",
                                kind="not_ready") from None
             logger.error("reload failed, still serving the previous index: %s", message)
@@ -212,6 +211,14 @@ class ServiceState:
                            field="index") from None
         self.metrics.reloads.labels("ok").inc()
         return done
+
+    def _serves(self, root: Path) -> bool:
+        """Whether the served index is the directory `root` (False for a path that cannot be resolved)."""
+        engine = self.engine
+        try:
+            return engine is not None and engine.index.root.resolve() == root.resolve()
+        except (OSError, ValueError):  # e.g. a NUL byte in a requested path
+            return False
 
     def _install(self, engine: FillEngine, warmup: bool = True) -> None:
         """Warm `engine` up (a failure closes it; `warmup` false: its encoder and reader are the served ones, warm

@@ -65,6 +65,14 @@ def test_a_failed_reload_keeps_the_old_index_serving(served, tmp_path):
     assert 'index_reloads_total{outcome="failed"} 1.0' in client.get("/metrics", headers=KEY).text
 
 
+def test_a_reload_of_an_unresolvable_path_is_a_422(served):
+    client, state, _ = served
+    before = state.serving
+    r = client.post("/admin/reload", json={"index": "a\u0000b"}, headers=KEY)
+    assert r.status_code == 422 and "still serving the previous index" in r.json()["error"], r.text
+    assert state.serving is before
+
+
 def test_reload_needs_the_key_and_keys_configured(served, tiny_index):
     client, _, other = served
     assert client.post("/admin/reload", json={"index": str(other)}).status_code == 401
