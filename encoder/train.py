@@ -82,6 +82,8 @@ class TrainConfig(BaseModel):
     single: bool = False  # NPM-single: one mask token per masked token
     content_spans_only: bool = True  # never mask spans made only of stopwords / punctuation
     group_by_length: bool = True  # order groups of a window by length (less padding)
+    freeze_embeddings: bool = Field(
+        False, description="keep the word embeddings fixed (a fine-tuning stage then changes the layers only)")
     seed: int = 0
     dtype: str = "auto"
     device: str = "auto"
@@ -94,6 +96,17 @@ class TrainConfig(BaseModel):
         if self.positives == "mixed" and self.query_views < 2:
             raise ValueError("--positives mixed alternates objectives between query views: set --query-views >= 2")
         return self
+
+
+def _param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
+    """AdamW groups: matrices decay, vectors do not; with `freeze_embeddings` the word embeddings stay fixed."""
+    if cfg.freeze_embeddings:
+        model.get_input_embeddings().weight.requires_grad_(False)
+    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    return [
+        {"params": [p for _, p in trained if p.ndim >= 2], "weight_decay": cfg.weight_decay},
+        {"params": [p for _, p in trained if p.ndim < 2], "weight_decay": 0.0},
+    ]
 
 
 def _group_order(n_groups: int, epoch: int, cfg: TrainConfig, lengths: np.ndarray) -> np.ndarray:
@@ -158,11 +171,7 @@ class Trainer:
             alternate=cfg.positives == "mixed", query_window=cfg.query_window,
             query_views=cfg.query_views, inline_title=cfg.inline_title, untitled_rate=cfg.untitled_rate,
         )
-        decay = [p for n, p in self.model.named_parameters() if p.ndim >= 2]
-        no_decay = [p for n, p in self.model.named_parameters() if p.ndim < 2]
-        self.opt = torch.optim.AdamW(
-            [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": no_decay, "weight_decay": 0.0}], lr=cfg.lr
-        )
+        self.opt = torch.optim.AdamW(_param_groups(self.model, cfg), lr=cfg.lr)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg))
         self.scaler = grad_scaler(self.encoder.device, self.encoder.dtype)  # enabled for fp16 only
         self.step = 0

@@ -257,6 +257,17 @@ def test_mixed_positives_alternate_objectives_and_need_two_views(city_corpus, ti
     assert np.isfinite(float((l_start + l_end).detach()))
 
 
+def test_freeze_embeddings_trains_the_layers_only(city_corpus, tiny_bert_dir, tmp_path):
+    out = tmp_path / "frozen"
+    last = train(config(city_corpus, out, tiny_bert_dir, steps=2, save_every=2, freeze_embeddings=True))
+    before = Encoder(tiny_bert_dir, device="cpu", dtype="fp32").model.state_dict()
+    after = Encoder(last, device="cpu", dtype="fp32").model.state_dict()
+    word = "embeddings.word_embeddings.weight"
+    assert torch.equal(before[word], after[word])
+    changed = [k for k in before if k != word and not torch.equal(before[k], after[k])]
+    assert any(".attention." in k for k in changed) and any("position_embeddings" in k for k in changed)
+
+
 def test_too_small_corpus_is_refused(tiny_bert_dir, tmp_path):
     path = write_jsonl(tmp_path / "one.jsonl", [{"id": "a", "text": "Just one short block."}])
     with pytest.raises(AppError, match="groups"):
