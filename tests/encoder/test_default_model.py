@@ -33,7 +33,8 @@ def test_model_card_gives_recipe_data_license_and_quality():
     for needed in ("all-MiniLM-L6-v2", "Apache-2.0", "CC-BY-NC", "bench/train_default_model.sh", "EM@1", "restricted"):
         assert needed in card, needed
     cfg = json.loads((BUNDLED_MODEL / "train_config.json").read_text(encoding="utf-8"))
-    assert cfg["grouping"] == "similar" and cfg["positives"] == "self"
+    # the subject binding: similar groups and the title (the subject) in every query
+    assert cfg["grouping"] == "similar" and cfg["positives"] in ("self", "mixed") and cfg["query_title_dropout"] == 0
 
 
 def test_the_bundled_scoring_is_fitted_for_every_mode_away_from_the_held_side():
