@@ -57,6 +57,7 @@ class ReaderTrainConfig(BaseModel):
     resume: bool = False
     seed: int = 0
     device: str = "auto"
+    freeze_embeddings: bool = Field(False, description="keep the word embeddings fixed (those of the init encoder)")
     window: int = Field(10, description="the windows' settings the examples were made with (recorded in the card)")
     phrases: int = 8
     max_tokens: int = 160
@@ -117,11 +118,14 @@ class ReaderTrainer:
             layers = self.model.transformer.encoder.layer
             self.model.transformer.encoder.layer = layers[: cfg.layers]
             self.model.transformer.config.num_hidden_layers = min(cfg.layers, len(layers))
+        if cfg.freeze_embeddings:
+            self.model.transformer.get_input_embeddings().weight.requires_grad_(False)
         self.model.to(self.device).train()
         self.template = derive_template(self.tokenizer)
         self.pad_id = self.tokenizer.pad_token_id or 0
         self.steps = max(1, math.ceil(len(self.examples) * cfg.epochs / cfg.batch_size))
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
+        trained = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay)
         warm = max(1, int(cfg.warmup * self.steps))
         self.schedule = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda s: min((s + 1) / warm, max(0.0, (self.steps - s) / max(1, self.steps - warm))))

@@ -78,7 +78,7 @@ def examples(engine: FillEngine, probes: list[dict], spec: ReadingSpec, options:
             out.append({"query_ids": planned.ids, "mask_at": planned.mask_at[0],
                         "windows": [w.tolist() for w in reading.item.windows],
                         "flags": [np.asarray(shards.shard(w.shard_no).flags[w.a:w.b]).tolist() for w in reading.windows],
-                        "gold": gold, "answers": probe["answers"]})
+                        "gold": gold, "answers": probe["answers"], "query": probe["query"]})
     return out
 
 

