@@ -8,7 +8,9 @@
 # Fills: flat indexes (the encoder's quality, not the ANN's), dense mode without the reader (the encoder
 # alone), and the default (hybrid + the bundled reader) for the no-regression check; SCORING (default: the
 # bundled model's scoring.json) for every model; with
-# TAG=x the reports go to $WORK/eval/NAMEx (e.g. SCORING=MODEL/scoring.json TAG=-fitted), the indexes are shared.
+# TAG=x the reports go to $WORK/eval/NAMEx (e.g. SCORING=MODEL/scoring.json TAG=-fitted), the indexes are shared;
+# READER=DIR reads with that reader instead of the bundled one. Every fill part also writes its fills per probe
+# (NAME/SET.PART.predictions.jsonl; bench/reading_accuracy.py reads them).
 # Closed-set: NPM's verbalizer (great / terrible), NPM's template, default `/score` settings, over the
 # first IMDB_DOCS reviews of the IMDB HELD half (bench/prepare_classify.py's imdb_held.jsonl).
 # Needs: bench/train_encoder_v2.sh's data (it prepares Google-RE, the classify sets, the Debian cloze
@@ -58,7 +60,8 @@ for model in "$@"; do
                 *) continue ;;
             esac
             [ -f "$out/$set.$part.json" ] || "$VENV/bin/fill-eval" --index "$idx/idx_$set" --model "$model" \
-                --scoring "$SCORING" ${PROBES[$set]} "${flags[@]}" --report "$out/$set.$part.json" | tail -3
+                --scoring "$SCORING" ${PROBES[$set]} "${flags[@]}" ${READER:+--reader-dir "$READER"} \
+                --report "$out/$set.$part.json" --out "$out/$set.$part.predictions.jsonl" | tail -3
         done
     done
     if [[ " $PARTS " == *" classify "* ]]; then

@@ -148,3 +148,45 @@ def test_demo_scores_are_right_from_the_bundled_reviews(tmp_path):
         assert mask.predicted == label, (request["text"], mask.choices)
         assert max(c.probability for c in mask.choices) > 0.55
     engine.close()
+
+
+SAME_TYPE = [  # made-up people: two places (or years) of the same type in one sentence, asked about each
+    {"id": "fic-1", "title": "Quillon Varda",
+     "text": "Quillon Varda is a fictional chemist. She was born in Marbleton, and studied in Fenwick."},
+    {"id": "fic-2", "title": "Tobin Aschel",
+     "text": "Tobin Aschel is a fictional sculptor. He grew up in Harrowgate, and later worked in Lindqvist Bay."},
+]
+
+
+# Open (issue 38): retrieval ranks the sentence's first place first for both questions and the bundled reader
+# does not read the second (hybrid, "studied in": "Marbleton, and studied in Fenwick" 0.45, "Marbleton" 0.36,
+# "Fenwick" 0.18); strict, so that a fix shows.
+SECOND_PLACE = pytest.mark.xfail(strict=True, reason="issue 38: the second same-type place of a sentence is not read")
+
+
+@pytest.fixture(scope="module")
+def same_type_engine(tmp_path_factory):
+    from fill.config import EngineConfig
+    from fill.engine import FillEngine
+    from indexer.build import BuildConfig, build_index
+
+    root = tmp_path_factory.mktemp("same_type")
+    build_index(BuildConfig(corpus=write_jsonl(root / "corpus.jsonl", CORPUS + SAME_TYPE), out=root / "idx"))
+    engine = FillEngine.open(EngineConfig(index=root / "idx", reader_dir=BUNDLED_READER))  # the defaults
+    yield engine
+    engine.close()
+
+
+@pytest.mark.parametrize("mode", ["dense", "restricted", "hybrid"])
+@pytest.mark.parametrize("query,answer", [
+    ("Quillon Varda was born in <mask> .", "Marbleton"),
+    pytest.param("Quillon Varda studied in <mask> .", "Fenwick", marks=SECOND_PLACE),
+    ("Tobin Aschel grew up in <mask> .", "Harrowgate"),
+    pytest.param("Tobin Aschel worked in <mask> .", "Lindqvist Bay", marks=SECOND_PLACE),
+])
+def test_the_reader_does_not_overrule_a_right_fill_with_a_same_type_distractor(same_type_engine, mode, query, answer):
+    """The case of issue 38: "born in A, and studied in B" must not be read as B for "born in", in any mode."""
+    from fill.schemas import FillRequest
+
+    result = same_type_engine.fill(FillRequest(text=query, mode=mode, top_k=3))
+    assert result.masks[0].candidates[0].phrase == answer
