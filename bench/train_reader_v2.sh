@@ -4,7 +4,8 @@
 #   FOLD_MODEL=data-local/models/gpu1_small bash bench/train_reader_v2.sh   (git checkout encoder/ undoes it)
 # It writes the reader to encoder/default_reader and its fit into encoder/default_model/scoring.json, as
 # bench/train_reader.sh does (the fit's grid of 7 weights x 3 modes over ~2,300 probes takes ~2 h on 2 cores;
-# the numbers in QUALITY used 577 dev-fold queries and the grid 0.5-8).
+# the numbers in QUALITY used 577 dev-fold queries and the grid 0.5-8). INDEXED=1 adds the examples it lacks
+# (Google-RE train_a probes over the train_a snippets, cloze windows left in the index): the next candidate.
 # It wins the Wikipedia-leads dev fold by ~10 points and loses Google-RE train_b by 7-13 (GRE-style queries,
 # whose answer sits in the indexed snippet itself, are not in its examples): not shipped.
 # Data ~45 min on 2 CPU cores (4 indexes, ~37k fills), training a few minutes on a GPU (train-reader uses
@@ -60,6 +61,27 @@ for ((r = 0; r < ROUNDS; r++)); do
     if (( r % 2 == 1 )); then wait; fi  # two at a time (2 cores)
 done
 wait
+if [ "${INDEXED:-0}" = 1 ]; then  # the next candidate (v2b): examples whose answer is in the indexed passage
+    GRE="${GOOGLE_RE:-../shared/data/google_re}"
+    "$VENV/bin/python" bench/prepare_google_re.py --data "$GRE" --out "$WORK/google_re"
+    [ -f "$R/idx_gre_train_a/manifest.json" ] || "$VENV/bin/indexer" build \
+        --corpus "$WORK/google_re/train_a/corpus.jsonl" --out "$R/idx_gre_train_a" --overwrite 2>/dev/null | tail -1
+    [ -f "$WORK/encoder_text/wiki.jsonl" ] || "$VENV/bin/python" bench/prepare_encoder_text.py --work "$WORK" \
+        --sources wiki --no-join --exclude /dev/null   # the train-side leads without the dev fold
+    [ -f "$R/idx_wiki_train/manifest.json" ] || "$VENV/bin/indexer" build \
+        --corpus "$WORK/encoder_text/wiki.jsonl" --out "$R/idx_wiki_train" --overwrite 2>/dev/null | tail -1
+    "$VENV/bin/python" bench/probes.py --corpus "$WORK/encoder_text/wiki.jsonl" --n 6000 --seed 1 \
+        --out "$R/inindex_cloze.jsonl"   # cloze windows left in the index
+    for spec in "idx_gre_train_a:$WORK/google_re/train_a/probes.jsonl:gre_train_a" \
+                "idx_wiki_train:$R/inindex_cloze.jsonl:inindex"; do
+        IFS=: read -r idx probes name <<< "$spec"
+        [ -f "$R/examples_$name.jsonl" ] || OMP_NUM_THREADS=1 "$VENV/bin/fill-reader-data" --index "$R/$idx" \
+            --probes "$probes" --out "$R/examples_$name.jsonl" --window "$WINDOW" --phrases "$PHRASES" \
+            --max-tokens "$MAX_TOKENS" &
+        examples+=(--examples "$R/examples_$name.jsonl")
+    done
+    wait
+fi
 "$VENV/bin/encoder" train-reader "${examples[@]}" --out "$RUN" --layers "$LAYERS" --epochs "$EPOCHS" \
     --batch-size "${BATCH:-32}" --lr "${LR:-1e-4}" --freeze-embeddings --save-every 200 --resume \
     --window "$WINDOW" --phrases "$PHRASES" --max-tokens "$MAX_TOKENS"
