@@ -83,9 +83,9 @@ def make_round(articles: list[tuple[str, str]], r: int, rounds: int, per_sentenc
     corpus, queries = [], []
     for title, text in articles:
         parts = sentences(text)
-        asked = [s for i, s in enumerate(parts) if i % rounds == r and len(s.split()) >= 6]
-        kept = [s for i, s in enumerate(parts) if not (i % rounds == r and len(s.split()) >= 6)]
-        rest = " ".join(kept)
+        out = [i % rounds == r and len(s.split()) >= 6 for i, s in enumerate(parts)]
+        asked = [s for s, o in zip(parts, out) if o]
+        rest = " ".join(s for s, o in zip(parts, out) if not o)
         corpus.append({"id": title, "title": title, "text": rest})
         for sentence in asked:
             for kind, phrase, paired in chosen_phrases(sentence, rest, per_sentence, rng):

@@ -88,47 +88,6 @@ fi
 rm -rf "$OUT.tmp" && cp -r "$RUN/reader" "$OUT.tmp"
 [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
 rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"
-SCORING="${SCORING:-encoder/default_model/scoring.json}"
-FOLD_MODEL="${FOLD_MODEL:-$WORK/models/fold_a}"
-GRE="${GOOGLE_RE:-../shared/data/google_re}"
-fit() { OMP_NUM_THREADS=1 "$VENV/bin/fill-fit" --part reader --reader-dir "$OUT" --per-relation 1000 "$@"; }
-# 5a. the reader's retrieval weight per mode: a grid on two train-side sets (round 0's dev fold and
-# Google-RE train_b over the fold model's index), the best mean macro EM@1 of the two (ties: the smaller)
-fit --index "$R/idx_round0" --probes "$R/queries/round0/dev.jsonl" --out "$R/grid_wikidev.json"
-if [ ! -f "$FOLD_MODEL/config.json" ]; then
-    WORK="$WORK/fold_a" TRAIN_SIDE=train_a EXPORT_TO="$FOLD_MODEL" bash bench/train_default_model.sh "$GRE"
-fi
-"$VENV/bin/indexer" build --model "$FOLD_MODEL" --corpus "$WORK/google_re/train_b/corpus.jsonl" \
-    --out "$WORK/idx_train_b_fold_a" --overwrite 2>/dev/null | tail -1  # (always: the fold model may be new)
-cp "$SCORING" "$FOLD_MODEL/scoring.json"  # the fold model's fills with the same lexical weights
-fit --index "$WORK/idx_train_b_fold_a" --model "$FOLD_MODEL" --google-re "$GRE" --side train_b --per-relation 200 \
-    --out "$R/grid_gre_trainb.json"
-"$VENV/bin/python" - "$SCORING" "$R/grid_wikidev.json" "$R/grid_gre_trainb.json" <<'PY'
-import json, os, sys
-scoring, grids = json.load(open(sys.argv[1])), [json.load(open(p))["fitted"]["reader"]["grid_macro_em@1"] for p in sys.argv[2:]]
-for mode in grids[0]:
-    mean = {w: sum(g[mode][w] for g in grids) / len(grids) for w in grids[0][mode]}
-    scoring.setdefault("reader_weight", {})[mode] = max(map(float, mean), key=lambda w: (mean[str(w)], -w))
-    print(mode, {w: round(v, 2) for w, v in mean.items()}, "->", scoring["reader_weight"][mode])
-with open(sys.argv[1] + ".tmp", "w") as f:  # atomically: a temporary name, fsync, rename
-    json.dump(scoring, f, indent=2)
-    f.flush()
-    os.fsync(f.fileno())
-os.replace(sys.argv[1] + ".tmp", sys.argv[1])
-PY
-cp "$SCORING" "$FOLD_MODEL/scoring.json"
-# 5b. the confidence of re-ranked fills, on three kinds of train-side fills at those weights
-fit --keep-weights --index "$WORK/idx_train_b_fold_a" --model "$FOLD_MODEL" --google-re "$GRE" --side train_b \
-    --per-relation 200 --save-fills "$R/fills_gre_trainb.npz" --out "$R/gre_trainb.json"
-"$VENV/bin/python" - "$R" <<'PY'  # the dev fold's articles (round 0's text of them), for cloze windows
-import hashlib, json, sys
-r = sys.argv[1]
-rows = [line for line in open(f"{r}/queries/round0/corpus.jsonl", encoding="utf-8")
-        if hashlib.sha256(json.loads(line)["title"].encode("utf-8")).hexdigest()[0] == "7"]
-open(f"{r}/dev_articles.jsonl", "w", encoding="utf-8").write("".join(rows))
-PY
-"$VENV/bin/python" bench/probes.py --corpus "$R/dev_articles.jsonl" --n 300 --out "$R/dev_cloze.jsonl"
-fit --keep-weights --index "$R/idx_round0" --probes "$R/dev_cloze.jsonl" \
-    --save-fills "$R/fills_devcloze.npz" --out "$R/devcloze.json"
-fit --keep-weights --index "$R/idx_round0" --probes "$R/queries/round0/dev.jsonl" \
-    --with-fills "$R/fills_devcloze.npz" --with-fills "$R/fills_gre_trainb.npz" --out "$SCORING"
+# 5. the weight and the confidence (bench/fit_reader.sh; SCORING, FOLD_MODEL, GOOGLE_RE pass through)
+READER="$OUT" DEV_INDEX="$R/idx_round0" DEV_PROBES="$R/queries/round0/dev.jsonl" \
+    DEV_CORPUS="$R/queries/round0/corpus.jsonl" FIT_DIR="$R" bash bench/fit_reader.sh
