@@ -1,5 +1,5 @@
-"""`encoder train`, `encoder adapt`, `encoder train-reader` and `encoder export`: the command lines of the
-training jobs.
+"""`encoder train`, `encoder adapt`, `encoder train-reader`, `encoder export` and `encoder export-onnx`: the
+command lines of the training jobs and of the model exports.
 
 Their flags (and ENCODER_* / ENCODER_ADAPT_* / ENCODER_READER_* variables) are generated from `TrainConfig`,
 `AdaptConfig` and `ReaderTrainConfig`.
@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Optional
 
 import typer
 
 from common.cli import model_command
-from common.errors import cli_errors
+from common.errors import AppError, cli_errors
 from encoder.adapt import AdaptConfig, adapt
 from encoder.export import export_model
 from encoder.reader_train import ReaderTrainConfig, train_reader
@@ -66,6 +66,27 @@ def export(
     with cli_errors():
         export_model(checkpoint, out)
     typer.echo(f"exported {checkpoint} -> {out}")
+
+
+@app.command(name="export-onnx")
+def export_onnx(
+    engine: Annotated[str, typer.Option(help="openvino, onnx (both read the fp32 export) or onnx-int8")] = "openvino",
+    model: Annotated[Optional[Path], typer.Option(help="encoder directory (default: the bundled one)")] = None,
+    reader: Annotated[Optional[Path], typer.Option(help="reader directory (default: the bundled one, when there)")] = None,
+) -> None:
+    """Export the encoder and the reader for an ONNX engine now (at install or image build), so that the
+    first server or build that uses it does not: the files are cached beside each model by fingerprint."""
+    from encoder.model import Encoder
+    from encoder.reader import BUNDLED_READER, CARD_NAME, Reader
+
+    with cli_errors():
+        if engine not in ("openvino", "onnx", "onnx-int8"):
+            raise AppError(f"--engine must be openvino, onnx or onnx-int8, got {engine!r}", kind="validation")
+        encoder = Encoder(model, device="cpu", engine=engine).for_inference()
+        typer.echo(f"encoder {encoder.model_dir}: {encoder.onnx_path}")
+        reader_dir = reader or (BUNDLED_READER if (BUNDLED_READER / CARD_NAME).is_file() else None)
+        if reader_dir is not None:
+            typer.echo(f"reader {reader_dir}: {Reader(reader_dir, device='cpu', engine=engine).onnx_path}")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -22,6 +22,7 @@ from common.errors import AppError
 from common.files import hash_file
 from common.masks import split_on_masks
 from encoder.device import autocast, choose_device, choose_dtype, describe, lower_linear_weights
+from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass, resolve_engine
 from encoder.template import Template, derive_template
 
 logger = logging.getLogger(__name__)
@@ -99,6 +100,20 @@ class QueryVectors:
     q_end: np.ndarray  # float32 [masks, d]: the output at its MASK_e (its end query)
 
 
+class HiddenStates(torch.nn.Module):
+    """A transformer's last hidden states as a module of plain tensors (what encoder.onnx_engine exports)."""
+
+    def __init__(self, transformer: torch.nn.Module) -> None:
+        super().__init__()
+        self.transformer = transformer
+
+    def forward(self, ids: torch.Tensor, attention: torch.Tensor, types: torch.Tensor | None = None) -> torch.Tensor:
+        kwargs = {"input_ids": ids, "attention_mask": attention}
+        if types is not None:
+            kwargs["token_type_ids"] = types
+        return self.transformer(**kwargs).last_hidden_state
+
+
 class Encoder:
     """A loaded encoder on its device. Thread-safe for inference."""
 
@@ -108,7 +123,8 @@ class Encoder:
         return model_fingerprint(self.model_dir)
 
     def __init__(
-        self, model_dir: str | Path | None = None, device: str | torch.device = "auto", dtype: str = "auto"
+        self, model_dir: str | Path | None = None, device: str | torch.device = "auto", dtype: str = "auto",
+        engine: str = "torch",
     ) -> None:
         from transformers import AutoModel, AutoTokenizer
         from transformers.utils import logging as hf_logging
@@ -129,6 +145,8 @@ class Encoder:
             raise AppError(f"{self.model_dir}: a fast tokenizer (tokenizer.json) is needed for char offsets")
         self.device = device if isinstance(device, torch.device) else choose_device(device)
         self.dtype = choose_dtype(self.device, dtype)
+        self.engine = resolve_engine(engine, self.device)
+        self._onnx: OnnxPass | OpenVinoPass | None = None  # the ONNX Runtime session, made by for_inference
         self.model.to(self.device).eval()
         self.dim = int(self.model.config.hidden_size)
         try:
@@ -141,9 +159,14 @@ class Encoder:
         self._special_ids = frozenset(self.tokenizer.all_special_ids)
         self._runner: ThreadPoolExecutor | None = None
         logger.info(
-            "encoder %s on %s (%s), dim %d, max length %d",
-            self.model_dir, describe(self.device), str(self.dtype).replace("torch.", ""), self.dim, self.max_length,
+            "encoder %s on %s (%s, %s), dim %d, max length %d", self.model_dir, describe(self.device),
+            self.engine, str(self.dtype).replace("torch.", ""), self.dim, self.max_length,
         )
+
+    @property
+    def onnx_path(self) -> Path | None:
+        """The ONNX file its passes run from (None on the torch path)."""
+        return self._onnx.path if self._onnx is not None else None
 
     def _max_length(self) -> int:
         cfg = self.model.config
@@ -182,17 +205,31 @@ class Encoder:
         with autocast(self.device, self.dtype):
             return self.model(**kwargs).last_hidden_state
 
-    def _forward(self, seqs: list[list[int]], types: list[list[int]], width: int = 0, rows: int = 0) -> torch.Tensor:
+    def _forward(self, seqs: list[list[int]], types: list[list[int]], width: int = 0, rows: int = 0) -> np.ndarray:
         """Last hidden states (float32), computed on this encoder's one inference thread: torch's OpenMP
         keeps a team of spinning worker threads per calling thread, so a server calling it from many request
         threads ran two or more teams on two cores (the encode stage took 10 ms instead of 5-6)."""
         return self.on_thread(self._forward_here, seqs, types, width, rows)
 
     def for_inference(self) -> "Encoder":
-        """This encoder with its Linear weights in the autocast dtype (encoder.device.lower_linear_weights: the
-        same vectors, less memory traffic per pass), cast on its inference thread; never for one being trained."""
-        self.on_thread(lower_linear_weights, self.model, self.dtype)
+        """This encoder ready to serve, never to be trained: with an ONNX engine, its session (exported once,
+        encoder.onnx_engine); with torch, its Linear weights in the autocast dtype (lower_linear_weights: the
+        same vectors, less memory traffic per pass), cast on its inference thread."""
+        if self.engine != "torch":
+            self._onnx = engine_pass(self.model_dir, self.fingerprint, "encoder", self.engine, self.dtype,
+                                     self._export_spec)
+        else:
+            self.on_thread(lower_linear_weights, self.model, self.dtype)
         return self
+
+    def _export_spec(self) -> tuple[torch.nn.Module, dict[str, torch.Tensor], list[str]]:
+        """What encoder.onnx_engine exports: the transformer's last hidden states of a padded batch."""
+        ids, attention, types = pad_sequences([[self.pad_id + 1] * 5, [self.pad_id + 1] * 3], [[0] * 5, [0] * 3],
+                                              self.pad_id)
+        example = {"ids": ids, "attention": attention}
+        if self.uses_token_types:
+            example["types"] = types
+        return HiddenStates(self.model).eval(), example, ["hidden"]
 
     def on_thread(self, fn, *args):
         """fn(*args) run on this encoder's inference thread (see _forward)."""
@@ -201,8 +238,11 @@ class Encoder:
         return self._runner.submit(fn, *args).result()
 
     @torch.inference_mode()
-    def _forward_here(self, seqs: list[list[int]], types: list[list[int]], width: int, rows: int) -> torch.Tensor:
-        return self.hidden_states(*pad_sequences(seqs, types, self.pad_id, width, rows)).float()
+    def _forward_here(self, seqs: list[list[int]], types: list[list[int]], width: int, rows: int) -> np.ndarray:
+        ids, attention, token_types = pad_sequences(seqs, types, self.pad_id, width, rows)
+        if self._onnx is not None:
+            return self._onnx.run(ids=ids.numpy(), attention=attention.numpy(), types=token_types.numpy())[0]
+        return self.hidden_states(ids, attention, token_types).float().cpu().numpy()
 
     def encode_blocks(self, blocks: list[BlockInput], here: bool = False) -> list[np.ndarray]:
         """One float32 vector per block token (special and prefix tokens excluded), per block. With `here` the
@@ -213,7 +253,7 @@ class Encoder:
             if len(seq) > self.max_length:
                 raise AppError(f"block of {len(seq)} tokens exceeds the model limit {self.max_length}; lower --block-tokens")
         forward = self._forward_here if here else self._forward
-        hidden = forward([s for s, _, _ in layouts], [t for _, t, _ in layouts], 0, 0).cpu().numpy()
+        hidden = forward([s for s, _, _ in layouts], [t for _, t, _ in layouts], 0, 0)
         return [hidden[i, first : first + len(b.ids)] for i, ((_, _, first), b) in enumerate(zip(layouts, blocks))]
 
     def query_layout(self, text: str) -> tuple[list[int], list[int]]:
@@ -266,7 +306,7 @@ class Encoder:
         if shape is not None:
             rows, width = shape(rows, width)
         seqs = [ids for ids, _ in layouts]
-        hidden = self._forward(seqs, [[0] * len(ids) for ids in seqs], min(width, self.max_length), rows).cpu().numpy()
+        hidden = self._forward(seqs, [[0] * len(ids) for ids in seqs], min(width, self.max_length), rows)
         out = []
         for i, (_, positions) in enumerate(layouts):
             pos = np.asarray(positions)

@@ -33,12 +33,14 @@ from pydantic import BaseModel, Field, ValidationError
 from common.errors import AppError
 from common.files import write_json_atomic
 from encoder.device import autocast, choose_device, choose_dtype, lower_linear_weights
-from encoder.model import pad_sequences
+from encoder.model import model_fingerprint, pad_sequences
+from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass, resolve_engine
 from encoder.template import Template, derive_template
 
 logger = logging.getLogger(__name__)
 
 CARD_NAME = "reader.json"
+READER_INPUTS = ("ids", "attention", "types", "mask_at")  # ReaderModel.forward's arguments, in order
 HEAD_NAME = "head.safetensors"
 BUNDLED_READER = Path(__file__).parent / "default_reader"
 
@@ -193,7 +195,8 @@ class Reader:
     """A loaded reader on its device, for inference. `logits` is thread-safe only when called from one
     thread at a time (the engine calls it on the encoder's inference thread)."""
 
-    def __init__(self, reader_dir: Path, device: str | torch.device = "auto", dtype: str = "auto") -> None:
+    def __init__(self, reader_dir: Path, device: str | torch.device = "auto", dtype: str = "auto",
+                 engine: str = "torch") -> None:
         self.dir = Path(reader_dir)
         self.card = read_card(self.dir)
         model, tokenizer = load_model(self.dir)
@@ -201,15 +204,33 @@ class Reader:
             raise AppError(f"reader {self.dir}: its tokenizer is not the one its {CARD_NAME} names; re-export it")
         self.device = device if isinstance(device, torch.device) else choose_device(device)
         self.dtype = choose_dtype(self.device, dtype)
+        self.engine = resolve_engine(engine, self.device)
         self.model = model.to(self.device).eval()
-        lower_linear_weights(self.model, self.dtype)  # for inference only: the same logits, less memory traffic
         self.template = derive_template(tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self._onnx: OnnxPass | OpenVinoPass | None = None
+        if self.engine != "torch":
+            self._onnx = engine_pass(self.dir, model_fingerprint(self.dir), "reader", self.engine, self.dtype,
+                                     self._export_spec)
+        else:
+            lower_linear_weights(self.model, self.dtype)  # for inference only: the same logits, less memory traffic
         self.max_length = int(getattr(model.transformer.config, "max_position_embeddings", 512))
+
+    @property
+    def onnx_path(self) -> Path | None:
+        """The ONNX file its passes run from (None on the torch path)."""
+        return self._onnx.path if self._onnx is not None else None
 
     @property
     def name(self) -> str:
         return self.dir.name
+
+    def _export_spec(self) -> tuple[torch.nn.Module, dict[str, torch.Tensor], list[str]]:
+        """What encoder.onnx_engine exports: the start and end logits of a padded batch (fp32 weights)."""
+        items = [ReaderInput([self.pad_id + 1] * 6, 1, [np.full(4, self.pad_id + 1)]),
+                 ReaderInput([self.pad_id + 1] * 5, 2, [np.full(3, self.pad_id + 1)] * 2)]
+        tensors, _ = batch_tensors(items, self.template, self.pad_id)
+        return self.model, dict(zip(READER_INPUTS, tensors)), ["start", "end"]
 
     @property
     def spec(self) -> ReadingSpec:
@@ -221,7 +242,10 @@ class Reader:
         if not items:
             return []
         tensors, positions = batch_tensors(items, self.template, self.pad_id)
-        with autocast(self.device, self.dtype):
-            start, end = self.model(*(t.to(self.device) for t in tensors))
-        start, end = start.float().cpu().numpy(), end.float().cpu().numpy()
+        if self._onnx is not None:
+            start, end = self._onnx.run(**{name: t.numpy() for name, t in zip(READER_INPUTS, tensors)})
+        else:
+            with autocast(self.device, self.dtype):
+                start, end = self.model(*(t.to(self.device) for t in tensors))
+            start, end = start.float().cpu().numpy(), end.float().cpu().numpy()
         return [(start[i, p].astype(np.float64), end[i, p].astype(np.float64)) for i, p in enumerate(positions)]

@@ -8,6 +8,7 @@ from pathlib import Path
 from pydantic import BaseModel, Field
 
 from common.errors import AppError
+from encoder.onnx_engine import ENGINE_HELP
 
 
 class EngineConfig(BaseModel):
@@ -25,6 +26,7 @@ class EngineConfig(BaseModel):
         True, description="load the reader and use it for fills that do not say `reader`; false: no reader at all")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
     dtype: str = Field("auto", description="auto, fp32, bf16 or fp16")
+    engine: str = Field("auto", description=ENGINE_HELP)
     verify: bool = Field(False, description="check every index file's sha256 at start (slow on big indexes)")
     nprobe: int | None = Field(None, ge=1, description="IVF lists searched per query (default: 1/16 of the lists, >= 16)")
     ef_search: int | None = Field(None, ge=1, description="HNSW search breadth (default 256)")

@@ -38,9 +38,9 @@ def open_parts(config: EngineConfig, scoring: Scoring | None = None, with_shards
         if fingerprint != manifest.model.fingerprint:
             raise AppError(f"model {model_dir} differs from the model the index {root} was built with "
                            f"(fingerprint {manifest.model.fingerprint[:12]}); pass the right --model or rebuild")
-        encoder = Encoder(model_dir, device=config.device, dtype=config.dtype).for_inference()
-        encoder.fingerprint = fingerprint  # checked: an update made with this encoder need not hash it again
-        return encoder
+        encoder = Encoder(model_dir, device=config.device, dtype=config.dtype, engine=config.engine)
+        encoder.fingerprint = fingerprint  # checked: neither the ONNX export nor an update need hash it again
+        return encoder.for_inference()
 
     # the encoder loads (mostly Python imports) while the index opens (mostly file mapping, GIL released)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="load-encoder") as pool:
@@ -74,7 +74,7 @@ def open_reader(config: EngineConfig, encoder: Encoder) -> Reader | None:
     # Built on the encoder's inference thread, where all its passes run: torch ops run from another thread (the
     # heads' initialisation) start a second OpenMP team, and two teams on two cores slowed the encoder's pass
     # ~2x in a process whose threads spin-wait (docs/BENCHMARKS.md, "One OpenMP team").
-    reader = encoder.on_thread(Reader, path, encoder.device, config.dtype)
+    reader = encoder.on_thread(Reader, path, encoder.device, config.dtype, config.engine)
     if reader.card.vocab != vocab_fingerprint(encoder.tokenizer):
         raise AppError(f"reader {path} was trained on another vocabulary than the encoder {encoder.model_dir.name} "
                        "(it reads the index's token ids); pass a reader made for this encoder with --reader-dir, "

@@ -90,7 +90,7 @@ class BuildJob:
         self.format = detect_format(cfg.corpus)
         self.place: Place = join("gloo", timeout=dt.timedelta(hours=24))  # gloo: barriers only, GPU or not
         device = choose_device(cfg.device, self.place.local_rank)
-        self.encoder = Encoder(cfg.model, device=device, dtype=cfg.dtype).for_inference()
+        self.encoder = Encoder(cfg.model, device=device, dtype=cfg.dtype, engine=cfg.engine).for_inference()
         overhead = self.encoder.pair_overhead + cfg.title_tokens if cfg.title_tokens else self.encoder.block_overhead
         if cfg.block_tokens + overhead > self.encoder.max_length:
             raise AppError(
@@ -115,6 +115,7 @@ class BuildJob:
         settings = cfg.model_dump(include={"block_tokens", "shard_tokens", "title_tokens", "index_type",
                                            "memory_budget", "vector_dtype"})
         settings["dtype"] = str(self.encoder.dtype).replace("torch.", "")
+        settings["engine"] = self.encoder.engine
         ident = identity(cfg.corpus, self.fingerprint, settings)
         if (cfg.out / MANIFEST_NAME).is_file() or (cfg.out / BUILD_STATE).is_file():
             with writer_lock(cfg.out, "indexer build"):

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from common.errors import AppError
 from common.files import write_json_atomic
+from encoder.onnx_engine import ENGINE_HELP
 from indexer.ann import parse_bytes
 
 FORMAT_VERSION = 3  # 3: compact char offsets (indexer.offsets)
@@ -88,6 +89,7 @@ class BuildSettings(BaseModel):
     )
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
     dtype: str = Field("auto", description="auto, fp32, bf16 or fp16")
+    engine: str = Field("auto", description=ENGINE_HELP)
 
     @field_validator("memory_budget", mode="before")
     @classmethod

@@ -34,6 +34,7 @@ from common.priority import at_priority
 from corpus.blocking import iter_blocks
 from corpus.readers import PRINTABLE_ID, Document, read_corpus
 from encoder.model import Encoder
+from encoder.onnx_engine import ENGINE_HELP
 from indexer.ann import resolve_factory
 from indexer.bm25 import BM25, BaseStats, build_bm25
 from indexer.build import chunk_blocks
@@ -60,6 +61,7 @@ class AddConfig(BaseModel):
                                "the manifest names; another model is refused)")
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
     dtype: str = Field("auto", description="auto, fp32, bf16 or fp16")
+    engine: str = Field("auto", description=ENGINE_HELP)
 
 
 class DeleteConfig(BaseModel):
@@ -86,7 +88,7 @@ class DeleteConfig(BaseModel):
 def run_add(cfg: AddConfig) -> UpdateSummary:
     require_index(cfg.index)
     with writer_lock(cfg.index, "indexer add"):
-        update = IndexUpdate(cfg.index, model=cfg.model, device=cfg.device, dtype=cfg.dtype)
+        update = IndexUpdate(cfg.index, model=cfg.model, device=cfg.device, dtype=cfg.dtype, engine=cfg.engine)
         return update.add(read_corpus(cfg.corpus, records=True))
 
 
@@ -169,7 +171,8 @@ class IndexUpdate:
     that raises to stop the change (a time limit, a shutdown): nothing is committed and its files are removed."""
 
     def __init__(self, root: Path, encoder: Encoder | None = None, model: Path | None = None,
-                 device: str = "auto", dtype: str = "auto", opened: dict[str, Shard] | None = None,
+                 device: str = "auto", dtype: str = "auto", engine: str = "auto",
+                 opened: dict[str, Shard] | None = None,
                  encode_nice: int | None = None, check: Callable[[], None] | None = None) -> None:
         self.root = Path(root)
         self.t0 = time.perf_counter()
@@ -179,7 +182,7 @@ class IndexUpdate:
         if self.manifest.bm25 is not None and not self._has_postings():
             raise AppError(f"index {self.root.name} was built before BM25 postings; rebuild it (`indexer build "
                            "--overwrite`) to update it")
-        self._encoder, self._model, self._device, self._dtype = encoder, model, device, dtype
+        self._encoder, self._model, self._device, self._dtype, self._engine = encoder, model, device, dtype, engine
         self.opened = opened or {}  # shards a server has open (document_rows)
         self.encode_nice = encode_nice  # a server's: encode at this CPU priority (common.priority)
         self.check = check
@@ -192,7 +195,8 @@ class IndexUpdate:
             if not model_dir.is_dir():
                 raise AppError(f"the index was built with the model at {model_dir}, which does not exist here; "
                                "pass --model with that model's directory")
-            self._encoder = Encoder(model_dir, device=self._device, dtype=self._dtype).for_inference()
+            self._encoder = Encoder(model_dir, device=self._device, dtype=self._dtype,
+                                    engine=self._engine).for_inference()
         if self._encoder.fingerprint != self.manifest.model.fingerprint:
             raise AppError(f"model {self._encoder.model_dir.name} is not the model the index {self.root.name} was "
                            "built with; an update must encode with the index's own model")

@@ -105,6 +105,20 @@ def test_reader_switched_off_per_request_fills_as_without_reader(engine, trained
     assert off.timings_ms["read"] == 0.0
 
 
+@pytest.mark.parametrize("engine_name", ["openvino", "onnx", "onnx-int8"])
+def test_the_onnx_engines_fill_as_the_torch_path(tiny_index, trained_reader, engine_name):
+    opened = {name: FillEngine.open(EngineConfig(index=tiny_index, reader_dir=trained_reader, dtype="fp32",
+                                                 engine=name)) for name in ("torch", engine_name)}
+    try:
+        want, got = (opened[name].fill(FillRequest(text=QUERY)) for name in ("torch", engine_name))
+        assert opened[engine_name].encoder.engine == engine_name and opened[engine_name].reader.engine == engine_name
+        assert got.filled == want.filled == "Marie Curie was born in Warsaw ."
+        assert [c.phrase for c in got.masks[0].candidates[:3]] == [c.phrase for c in want.masks[0].candidates[:3]]
+    finally:
+        for e in opened.values():
+            e.close()
+
+
 def test_reader_asked_of_an_engine_without_one_is_a_validation_error(engine):
     with pytest.raises(AppError, match="no reader") as err:
         engine.plan(FillRequest(text=QUERY, reader=True))

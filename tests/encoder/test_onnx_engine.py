@@ -1,0 +1,135 @@
+"""The ONNX Runtime engine: the same vectors and logits as the torch path, exported once per model and
+cached by fingerprint, refused where it cannot run."""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+import torch
+
+from common.errors import AppError
+from encoder import onnx_engine
+from encoder.model import Encoder
+from encoder.onnx_engine import CPU_DEFAULT, resolve_engine
+from encoder.reader import Reader, ReaderInput
+from encoder.reader_train import ReaderTrainConfig, ReaderTrainer
+
+QUERIES = ["Paris is the capital of <mask> .", "The river <mask> flows through <mask> and Rouen ."]
+BLOCK_TEXT = "Paris is the capital of France. The river Seine flows through Paris."
+
+
+def cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return (a * b).sum(-1) / np.linalg.norm(a, axis=-1) / np.linalg.norm(b, axis=-1)
+
+
+@pytest.fixture
+def model_dir(tmp_path, tiny_bert_dir):
+    out = tmp_path / "model"
+    shutil.copytree(tiny_bert_dir, out)
+    return out
+
+
+@pytest.mark.parametrize("name", ["tiny_bert_dir", "tiny_roberta_dir"])
+def test_onnx_gives_the_torch_vectors_of_queries_and_blocks(name, request, tmp_path):
+    from encoder.model import BlockInput
+
+    model = tmp_path / "model"
+    shutil.copytree(request.getfixturevalue(name), model)  # with and without token types
+    torch_path = Encoder(model, device="cpu", dtype="fp32").for_inference()
+    ids = np.asarray(torch_path.tokenizer(BLOCK_TEXT, add_special_tokens=False)["input_ids"])
+    blocks = [BlockInput(ids=ids), BlockInput(ids=ids[:7], prefix_ids=ids[:2])]
+    for engine in ("onnx", "openvino"):
+        other = Encoder(model, device="cpu", dtype="fp32", engine=engine).for_inference()
+        for want, got in zip(torch_path.encode_queries(QUERIES), other.encode_queries(QUERIES)):
+            np.testing.assert_allclose(got.q_start, want.q_start, atol=1e-4)
+            np.testing.assert_allclose(got.q_end, want.q_end, atol=1e-4)
+        for want, got in zip(torch_path.encode_blocks(blocks), other.encode_blocks(blocks)):
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, atol=1e-4)
+
+
+def test_the_export_is_made_once_and_named_by_the_models_fingerprint(model_dir, monkeypatch):
+    Encoder(model_dir, device="cpu", engine="onnx-int8").for_inference()
+    files = list((model_dir / "onnx").iterdir())
+    assert len(files) == 1 and files[0].name.startswith("encoder-onnx-int8-")
+    monkeypatch.setattr(onnx_engine, "export", lambda *a: pytest.fail("exported again"))
+    again = Encoder(model_dir, device="cpu", engine="onnx-int8").for_inference()
+    assert again.onnx_path == files[0]
+    cfg = (model_dir / "config.json").read_text()
+    (model_dir / "config.json").write_text(cfg.replace("}", ', "note": "changed"}', 1))
+    monkeypatch.undo()
+    Encoder(model_dir, device="cpu", engine="onnx-int8").for_inference()  # another fingerprint: a new export
+    assert len(list((model_dir / "onnx").iterdir())) == 2
+
+
+def test_int8_weights_keep_the_vectors_close(model_dir):
+    want = Encoder(model_dir, device="cpu", dtype="fp32").for_inference().encode_queries(QUERIES)
+    got = Encoder(model_dir, device="cpu", engine="onnx-int8").for_inference().encode_queries(QUERIES)
+    for w, g in zip(want, got):
+        assert cosines(w.q_start, g.q_start).min() > 0.9
+        assert not np.array_equal(w.q_start, g.q_start)  # quantized: close, not equal
+
+
+def test_a_read_only_model_directory_exports_into_the_user_cache(model_dir, tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(onnx_engine.os, "access", lambda path, mode: False)
+    encoder = Encoder(model_dir, device="cpu", engine="onnx").for_inference()
+    assert encoder.onnx_path.parent == tmp_path / "cache" / "npm-retrieval" / "onnx"
+    assert not (model_dir / "onnx").exists()
+
+
+def test_reader_logits_agree_between_engines(model_dir, tmp_path):
+    trainer = ReaderTrainer(ReaderTrainConfig(examples=[write_example(model_dir, tmp_path)], out=tmp_path / "run",
+                                              init=model_dir, epochs=1, batch_size=1, device="cpu"))
+    reader_dir = trainer.run()
+    encoder = Encoder(model_dir, device="cpu", dtype="fp32")
+    ids, at = encoder.query_layout(QUERIES[0])
+    tok = encoder.tokenizer
+    windows = [np.asarray(tok(t, add_special_tokens=False)["input_ids"]) for t in ("Paris is in France", "and Rome")]
+    items = [ReaderInput(ids, at[0], windows), ReaderInput(ids, at[0], windows[:1])]
+    want = Reader(reader_dir, device="cpu", dtype="fp32").logits(items)
+    for engine in ("onnx", "openvino"):
+        got = Reader(reader_dir, device="cpu", dtype="fp32", engine=engine).logits(items)
+        for (ws, we), (gs, ge) in zip(want, got):
+            np.testing.assert_allclose(gs, ws, atol=1e-3)
+            np.testing.assert_allclose(ge, we, atol=1e-3)
+    assert (reader_dir / "onnx").is_dir()
+
+
+def write_example(model_dir, tmp_path):
+    import json
+
+    tok = Encoder(model_dir, device="cpu", dtype="fp32")
+    ids, at = tok.query_layout(QUERIES[0])
+    window = tok.tokenizer("Paris is the capital of France", add_special_tokens=False)["input_ids"]
+    path = tmp_path / "ex.jsonl"
+    path.write_text(json.dumps({"query_ids": ids, "mask_at": at[0], "windows": [window], "flags": [[3] * len(window)],
+                                "gold": [[0, len(window) - 1, len(window) - 1]]}) + "\n")
+    return path
+
+
+def test_engines_are_checked_against_the_device():
+    assert resolve_engine("auto", torch.device("cpu")) == CPU_DEFAULT
+    assert resolve_engine("auto", torch.device("cuda")) == "torch"
+    assert resolve_engine("onnx", torch.device("cpu")) == "onnx"
+    assert resolve_engine("openvino", torch.device("cpu")) == "openvino"
+    with pytest.raises(AppError, match="runs on the CPU"):
+        resolve_engine("onnx-int8", torch.device("cuda"))
+    with pytest.raises(AppError, match="engine must be one of"):
+        resolve_engine("tensorrt", torch.device("cpu"))
+
+
+def test_export_onnx_command_exports_ahead_and_names_bad_engines(model_dir, tmp_path, monkeypatch, capsys):
+    from encoder.cli import main as cli_main
+
+    monkeypatch.setattr("encoder.reader.BUNDLED_READER", tmp_path / "no_reader")
+    with pytest.raises(SystemExit) as done:
+        cli_main(["export-onnx", "--model", str(model_dir), "--engine", "onnx"])
+    assert done.value.code == 0
+    assert [p.name.split("-")[:2] for p in (model_dir / "onnx").iterdir()] == [["encoder", "onnx"]]
+    with pytest.raises(SystemExit) as done:
+        cli_main(["export-onnx", "--model", str(model_dir), "--engine", "fp8"])
+    assert done.value.code != 0
+    assert "--engine must be openvino, onnx or onnx-int8" in capsys.readouterr().err
