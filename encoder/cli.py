@@ -70,23 +70,26 @@ def export(
 
 @app.command(name="export-onnx")
 def export_onnx(
-    engine: Annotated[str, typer.Option(help="openvino, onnx (both read the fp32 export) or onnx-int8")] = "openvino",
+    engine: Annotated[str, typer.Option(help="auto (what a server on this CPU runs), openvino, onnx or onnx-int8")] = "auto",
     model: Annotated[Optional[Path], typer.Option(help="encoder directory (default: the bundled one)")] = None,
     reader: Annotated[Optional[Path], typer.Option(help="reader directory (default: the bundled one, when there)")] = None,
 ) -> None:
-    """Export the encoder and the reader for an ONNX engine now (at install or image build), so that the
-    first server or build that uses it does not: the files are cached beside each model by fingerprint."""
+    """Export the encoder and the reader for the engine that will run them, now (at install or image build),
+    so that the first server or build does not: cached beside each model by fingerprint. A model the engine
+    runs with torch (the encoder under auto) needs no export and is skipped."""
     from encoder.model import Encoder
+    from encoder.onnx_engine import ENGINES
     from encoder.reader import BUNDLED_READER, CARD_NAME, Reader
 
     with cli_errors():
-        if engine not in ("openvino", "onnx", "onnx-int8"):
-            raise AppError(f"--engine must be openvino, onnx or onnx-int8, got {engine!r}", kind="validation")
+        if engine not in ENGINES or engine == "torch":
+            raise AppError(f"--engine must be auto, openvino, onnx or onnx-int8, got {engine!r}", kind="validation")
         encoder = Encoder(model, device="cpu", engine=engine).for_inference()
-        typer.echo(f"encoder {encoder.model_dir}: {encoder.onnx_path}")
+        typer.echo(f"encoder {encoder.model_dir}: {encoder.onnx_path or 'torch, nothing to export'}")
         reader_dir = reader or (BUNDLED_READER if (BUNDLED_READER / CARD_NAME).is_file() else None)
         if reader_dir is not None:
-            typer.echo(f"reader {reader_dir}: {Reader(reader_dir, device='cpu', engine=engine).onnx_path}")
+            path = Reader(reader_dir, device="cpu", engine=engine).onnx_path
+            typer.echo(f"reader {reader_dir}: {path or 'torch, nothing to export'}")
 
 
 def main(argv: list[str] | None = None) -> None:

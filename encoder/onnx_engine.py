@@ -36,18 +36,22 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 ENGINES = ("auto", "torch", "openvino", "onnx", "onnx-int8")
-CPU_DEFAULT = "torch"  # what `auto` picks on a CPU (docs/BENCHMARKS.md, "Engines")
+# What `auto` picks on a CPU, per model: the fastest engine whose fills agree with the torch path's on >= 98%
+# of held-out probes in every mode (docs/BENCHMARKS.md, "Engines"): OpenVINO for the reader (its pass in
+# 0.6x the time); the encoder's OpenVINO pass (0.4x) moved dense fills more (97.1% with both), so torch.
+CPU_DEFAULT = {"encoder": "torch", "reader": "openvino"}
 ENGINE_HELP = ("what runs the models' passes: torch, openvino (bf16 where the CPU has it), onnx or onnx-int8 "
                "(ONNX Runtime); the last three on the CPU, from an ONNX export made once and cached by "
-               "fingerprint; auto: torch on a GPU, the measured fastest on a CPU")
+               "fingerprint; auto: torch on a GPU; on a CPU, torch for the encoder and openvino for the reader")
 
 
-def resolve_engine(requested: str, device: torch.device) -> str:
-    """The engine that runs a model's passes: `auto` is torch on a GPU and CPU_DEFAULT on a CPU."""
+def resolve_engine(requested: str, device: torch.device, kind: str) -> str:
+    """The engine that runs the passes of a model of `kind` (encoder, reader): `auto` is torch on a GPU and
+    CPU_DEFAULT[kind] on a CPU."""
     if requested not in ENGINES:
         raise AppError(f"engine must be one of {ENGINES}, got {requested!r}", kind="validation")
     if requested == "auto":
-        return "torch" if device.type != "cpu" else CPU_DEFAULT
+        return "torch" if device.type != "cpu" else CPU_DEFAULT[kind]
     if requested != "torch" and device.type != "cpu":
         raise AppError(f"engine {requested} runs on the CPU; pass --engine torch (or auto) for {device}",
                        kind="validation")

@@ -204,7 +204,7 @@ class Reader:
             raise AppError(f"reader {self.dir}: its tokenizer is not the one its {CARD_NAME} names; re-export it")
         self.device = device if isinstance(device, torch.device) else choose_device(device)
         self.dtype = choose_dtype(self.device, dtype)
-        self.engine = resolve_engine(engine, self.device)
+        self.engine = resolve_engine(engine, self.device, "reader")
         self.model = model.to(self.device).eval()
         self.template = derive_template(tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0

@@ -111,14 +111,15 @@ def write_example(model_dir, tmp_path):
 
 
 def test_engines_are_checked_against_the_device():
-    assert resolve_engine("auto", torch.device("cpu")) == CPU_DEFAULT
-    assert resolve_engine("auto", torch.device("cuda")) == "torch"
-    assert resolve_engine("onnx", torch.device("cpu")) == "onnx"
-    assert resolve_engine("openvino", torch.device("cpu")) == "openvino"
+    assert resolve_engine("auto", torch.device("cpu"), "encoder") == CPU_DEFAULT["encoder"] == "torch"
+    assert resolve_engine("auto", torch.device("cpu"), "reader") == CPU_DEFAULT["reader"] == "openvino"
+    assert resolve_engine("auto", torch.device("cuda"), "reader") == "torch"
+    assert resolve_engine("onnx", torch.device("cpu"), "encoder") == "onnx"
+    assert resolve_engine("openvino", torch.device("cpu"), "encoder") == "openvino"
     with pytest.raises(AppError, match="runs on the CPU"):
-        resolve_engine("onnx-int8", torch.device("cuda"))
+        resolve_engine("onnx-int8", torch.device("cuda"), "reader")
     with pytest.raises(AppError, match="engine must be one of"):
-        resolve_engine("tensorrt", torch.device("cpu"))
+        resolve_engine("tensorrt", torch.device("cpu"), "encoder")
 
 
 def test_export_onnx_command_exports_ahead_and_names_bad_engines(model_dir, tmp_path, monkeypatch, capsys):
@@ -132,4 +133,4 @@ def test_export_onnx_command_exports_ahead_and_names_bad_engines(model_dir, tmp_
     with pytest.raises(SystemExit) as done:
         cli_main(["export-onnx", "--model", str(model_dir), "--engine", "fp8"])
     assert done.value.code != 0
-    assert "--engine must be openvino, onnx or onnx-int8" in capsys.readouterr().err
+    assert "--engine must be auto, openvino, onnx or onnx-int8" in capsys.readouterr().err
