@@ -146,7 +146,7 @@ class Encoder:
         self.device = device if isinstance(device, torch.device) else choose_device(device)
         self.dtype = choose_dtype(self.device, dtype)
         self.engine = resolve_engine(engine, self.device, "encoder")
-        self._onnx: OnnxPass | OpenVinoPass | None = None  # the ONNX Runtime session, made by for_inference
+        self._onnx: OnnxPass | OpenVinoPass | None = None  # an ONNX engine's pass, made by for_inference
         self.model.to(self.device).eval()
         self.dim = int(self.model.config.hidden_size)
         try:

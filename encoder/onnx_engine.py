@@ -99,6 +99,21 @@ def export(module: torch.nn.Module, example: dict[str, torch.Tensor], outputs: l
 
 
 @contextlib.contextmanager
+def export_lock(path: Path) -> Iterator[None]:
+    """An exclusive lock (flock, blocking) on `<path>.lock`: the export's temporary name is fixed, so two
+    processes exporting the same model at once would rename each other's file away."""
+    import fcntl
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path.with_name(path.name + ".lock"), "a+b") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f.fileno(), fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
 def quiet() -> Iterator[None]:
     """No warnings while exporting: the exporter's and the quantizer's notes (shapes, deprecations, torchvision
     ops it skips, "consider pre-processing") say nothing about a model that exports; errors still raise."""
@@ -170,8 +185,10 @@ def engine_pass(model_dir: Path, fingerprint: str, kind: str, engine: str, dtype
 
     path = cache_path(model_dir, fingerprint, kind, engine)
     if not path.is_file():
-        module, example, outputs = build()
-        export(module, example, outputs, path, engine)
+        with export_lock(path):  # processes starting together export once, one after the other
+            if not path.is_file():
+                module, example, outputs = build()
+                export(module, example, outputs, path, engine)
     if engine == "openvino":
         return OpenVinoPass(path, torch.get_num_threads(), dtype)
     return OnnxPass(path, torch.get_num_threads())

@@ -212,6 +212,7 @@ class Reader:
         if self.engine != "torch":
             self._onnx = engine_pass(self.dir, model_fingerprint(self.dir), "reader", self.engine, self.dtype,
                                      self._export_spec)
+            self.model = None  # the engine holds its own weights: the torch copy's memory is freed
         else:
             lower_linear_weights(self.model, self.dtype)  # for inference only: the same logits, less memory traffic
         self.max_length = int(getattr(model.transformer.config, "max_position_embeddings", 512))

@@ -91,7 +91,9 @@ def test_reader_logits_agree_between_engines(model_dir, tmp_path):
     items = [ReaderInput(ids, at[0], windows), ReaderInput(ids, at[0], windows[:1])]
     want = Reader(reader_dir, device="cpu", dtype="fp32").logits(items)
     for engine in ("onnx", "openvino"):
-        got = Reader(reader_dir, device="cpu", dtype="fp32", engine=engine).logits(items)
+        reader = Reader(reader_dir, device="cpu", dtype="fp32", engine=engine)
+        assert reader.model is None  # the torch copy is freed
+        got = reader.logits(items)
         for (ws, we), (gs, ge) in zip(want, got):
             np.testing.assert_allclose(gs, ws, atol=1e-3)
             np.testing.assert_allclose(ge, we, atol=1e-3)
@@ -134,3 +136,20 @@ def test_export_onnx_command_exports_ahead_and_names_bad_engines(model_dir, tmp_
         cli_main(["export-onnx", "--model", str(model_dir), "--engine", "fp8"])
     assert done.value.code != 0
     assert "--engine must be auto, openvino, onnx or onnx-int8" in capsys.readouterr().err
+
+
+def test_exports_started_together_make_one_file(model_dir, monkeypatch):
+    from concurrent.futures import ThreadPoolExecutor
+
+    calls = []
+    real = onnx_engine.export
+
+    def counted(*args):
+        calls.append(1)
+        return real(*args)
+
+    monkeypatch.setattr(onnx_engine, "export", counted)
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        done = list(pool.map(lambda _: Encoder(model_dir, device="cpu", engine="onnx").for_inference(), range(2)))
+    assert len(calls) == 1  # the second waited for the first's file instead of racing it
+    assert done[0].onnx_path == done[1].onnx_path and done[0].onnx_path.is_file()
