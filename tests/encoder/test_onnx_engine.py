@@ -52,7 +52,7 @@ def test_onnx_gives_the_torch_vectors_of_queries_and_blocks(name, request, tmp_p
 
 def test_the_export_is_made_once_and_named_by_the_models_fingerprint(model_dir, monkeypatch):
     Encoder(model_dir, device="cpu", engine="onnx-int8").for_inference()
-    files = list((model_dir / "onnx").iterdir())
+    files = list((model_dir / "onnx").glob("*.onnx"))
     assert len(files) == 1 and files[0].name.startswith("encoder-onnx-int8-")
     monkeypatch.setattr(onnx_engine, "export", lambda *a: pytest.fail("exported again"))
     again = Encoder(model_dir, device="cpu", engine="onnx-int8").for_inference()
@@ -61,7 +61,7 @@ def test_the_export_is_made_once_and_named_by_the_models_fingerprint(model_dir, 
     (model_dir / "config.json").write_text(cfg.replace("}", ', "note": "changed"}', 1))
     monkeypatch.undo()
     Encoder(model_dir, device="cpu", engine="onnx-int8").for_inference()  # another fingerprint: a new export
-    assert len(list((model_dir / "onnx").iterdir())) == 2
+    assert len(list((model_dir / "onnx").glob("*.onnx"))) == 2
 
 
 def test_int8_weights_keep_the_vectors_close(model_dir):
@@ -131,7 +131,7 @@ def test_export_onnx_command_exports_ahead_and_names_bad_engines(model_dir, tmp_
     with pytest.raises(SystemExit) as done:
         cli_main(["export-onnx", "--model", str(model_dir), "--engine", "onnx"])
     assert done.value.code == 0
-    assert [p.name.split("-")[:2] for p in (model_dir / "onnx").iterdir()] == [["encoder", "onnx"]]
+    assert [p.name.split("-")[:2] for p in (model_dir / "onnx").glob("*.onnx")] == [["encoder", "onnx"]]
     with pytest.raises(SystemExit) as done:
         cli_main(["export-onnx", "--model", str(model_dir), "--engine", "fp8"])
     assert done.value.code != 0
