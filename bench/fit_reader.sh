@@ -5,7 +5,9 @@
 # DEV_INDEX: a flat index of round 0's corpus (the dev fold's query sentences left out); DEV_PROBES: round 0's
 # dev-fold queries; DEV_CORPUS: that corpus (its dev-fold articles give cloze windows left in the index);
 # FIT_DIR: where the grids and fills go; SCORING (default: the bundled model's), FOLD_MODEL (the train_a fold
-# model, trained by bench/train_default_model.sh if missing), GOOGLE_RE.
+# model, trained by bench/train_default_model.sh if missing), GOOGLE_RE; smaller fits: READER_GRID (weights,
+# default fill-fit's grid), DEV_PER_RELATION (dev-fold queries per answer type, default 1000: all),
+# GRE_PER_RELATION (Google-RE train_b probes per relation, default 200).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
@@ -16,18 +18,20 @@ export INDEXER_INDEX_TYPE=flat
 SCORING="${SCORING:-encoder/default_model/scoring.json}"
 FOLD_MODEL="${FOLD_MODEL:-$WORK/models/fold_a}"
 GRE="${GOOGLE_RE:-../shared/data/google_re}"
-fit() { OMP_NUM_THREADS=1 "$VENV/bin/fill-fit" --part reader --reader-dir "$READER" --per-relation 1000 "$@"; }
+grid=(); for w in ${READER_GRID:-}; do grid+=(--reader-grid "$w"); done
+GRE_N="${GRE_PER_RELATION:-200}"
+fit() { OMP_NUM_THREADS=1 "$VENV/bin/fill-fit" --part reader --reader-dir "$READER" --per-relation "${DEV_PER_RELATION:-1000}" "$@"; }
 # 5a. the reader's retrieval weight per mode: a grid on two train-side sets (round 0's dev fold and
 # Google-RE train_b over the fold model's index), the best mean macro EM@1 of the two (ties: the smaller)
-fit --index "$DEV_INDEX" --probes "$DEV_PROBES" --out "$FIT_DIR/grid_wikidev.json"
+fit --index "$DEV_INDEX" --probes "$DEV_PROBES" "${grid[@]}" --out "$FIT_DIR/grid_wikidev.json"
 if [ ! -f "$FOLD_MODEL/config.json" ]; then
     WORK="$WORK/fold_a" TRAIN_SIDE=train_a EXPORT_TO="$FOLD_MODEL" bash bench/train_default_model.sh "$GRE"
 fi
 "$VENV/bin/indexer" build --model "$FOLD_MODEL" --corpus "$WORK/google_re/train_b/corpus.jsonl" \
     --out "$WORK/idx_train_b_fold_a" --overwrite 2>/dev/null | tail -1  # (always: the fold model may be new)
 cp "$SCORING" "$FOLD_MODEL/scoring.json"  # the fold model's fills with the same lexical weights
-fit --index "$WORK/idx_train_b_fold_a" --model "$FOLD_MODEL" --google-re "$GRE" --side train_b --per-relation 200 \
-    --out "$FIT_DIR/grid_gre_trainb.json"
+fit --index "$WORK/idx_train_b_fold_a" --model "$FOLD_MODEL" --google-re "$GRE" --side train_b --per-relation "$GRE_N" \
+    "${grid[@]}" --out "$FIT_DIR/grid_gre_trainb.json"
 "$VENV/bin/python" - "$SCORING" "$FIT_DIR/grid_wikidev.json" "$FIT_DIR/grid_gre_trainb.json" <<'PY'
 import json, os, sys
 scoring, grids = json.load(open(sys.argv[1])), [json.load(open(p))["fitted"]["reader"]["grid_macro_em@1"] for p in sys.argv[2:]]
@@ -44,7 +48,7 @@ PY
 cp "$SCORING" "$FOLD_MODEL/scoring.json"
 # 5b. the confidence of re-ranked fills, on three kinds of train-side fills at those weights
 fit --keep-weights --index "$WORK/idx_train_b_fold_a" --model "$FOLD_MODEL" --google-re "$GRE" --side train_b \
-    --per-relation 200 --save-fills "$FIT_DIR/fills_gre_trainb.npz" --out "$FIT_DIR/gre_trainb.json"
+    --per-relation "$GRE_N" --save-fills "$FIT_DIR/fills_gre_trainb.npz" --out "$FIT_DIR/gre_trainb.json"
 "$VENV/bin/python" - "$DEV_CORPUS" "$FIT_DIR/dev_articles.jsonl" <<'PY'  # the dev fold's articles, for cloze windows
 import hashlib, json, sys
 rows = [line for line in open(sys.argv[1], encoding="utf-8")

@@ -7,7 +7,9 @@
 # the numbers in QUALITY used 577 dev-fold queries and the grid 0.5-8). INDEXED=1 adds the examples it lacks
 # (Google-RE train_a probes over the train_a snippets, cloze windows left in the index): the next candidate.
 # It wins the Wikipedia-leads dev fold by ~10 points and loses Google-RE train_b by 7-13 (GRE-style queries,
-# whose answer sits in the indexed snippet itself, are not in its examples): not shipped.
+# whose answer sits in the indexed snippet itself, are not in its examples): not shipped. With INDEXED=1 and
+# EPOCHS=3 (v2b, docs/QUALITY.md "Reader v2b") it wins both dev sets and the held sets by 8-26 points but
+# misreads the sample's "Marie Curie was born in" as Pierre Curie's Paris: not shipped either.
 # Data ~45 min on 2 CPU cores (4 indexes, ~37k fills), training a few minutes on a GPU (train-reader uses
 # it when there is one; ~20-25 min per epoch of 30k examples on 2 CPU cores with batches of similar length,
 # 1.0-1.5 s per step of 32), the fit ~30 min. Self-supervised, train side only:
