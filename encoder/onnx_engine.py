@@ -38,7 +38,7 @@ logger = logging.getLogger(__name__)
 ENGINES = ("auto", "torch", "openvino", "onnx", "onnx-int8")
 # What `auto` picks on a CPU, per model: the fastest engine whose fills agree with the torch path's on >= 98%
 # of held-out probes in every mode (docs/BENCHMARKS.md, "Engines"): OpenVINO for the reader (its pass in
-# 0.6x the time); the encoder's OpenVINO pass (0.4x) moved dense fills more (97.1% with both), so torch.
+# ~0.7x the time); the encoder's OpenVINO pass (~0.55x) moved dense fills more (97.1% with both), so torch.
 CPU_DEFAULT = {"encoder": "torch", "reader": "openvino"}
 ENGINE_HELP = ("what runs the models' passes: torch, openvino (bf16 where the CPU has it), onnx or onnx-int8 "
                "(ONNX Runtime); the last three on the CPU, from an ONNX export made once and cached by "
@@ -92,9 +92,11 @@ def export(module: torch.nn.Module, example: dict[str, torch.Tensor], outputs: l
         if engine == "onnx-int8":
             from onnxruntime.quantization import QuantType, quantize_dynamic
 
-            with quiet():
-                quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
-            fp32.unlink()
+            try:
+                with quiet():
+                    quantize_dynamic(str(fp32), str(tmp), weight_type=QuantType.QInt8, per_channel=True)
+            finally:
+                fp32.unlink(missing_ok=True)
     return path
 
 
