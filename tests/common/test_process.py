@@ -15,8 +15,11 @@ BLAS_THREADS = ("from threadpoolctl import threadpool_info; "
 
 
 def _run(code: str, env: dict | None = None) -> str:
+    # a fresh interpreter's defaults: not the OPENBLAS_NUM_THREADS an earlier test's in-process
+    # single_thread_blas() (fill-eval's run) left in this process's environment
+    base = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "OMP_NUM_THREADS": "2", **(env or {})})
+                         env={**base, "OMP_NUM_THREADS": "2", **(env or {})})
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
