@@ -1,6 +1,6 @@
 """One pass of the encoder and of the reader per engine, on the CPU (issue 39, docs/BENCHMARKS.md "Engines"):
 
-    .venv/bin/python bench/engine_speed.py [--threads 1] [--rounds 3] [--compile]
+    .venv/bin/python bench/engine_speed.py [--threads 1] [--rounds 3] [--engines torch openvino ...] [--compile]
 
 Per engine (torch with its autocast dtype, the reference; OpenVINO in the same precision; ONNX Runtime
 fp32; ONNX Runtime with int8 weights; torch.compile with --compile), the median milliseconds of: a query pass (one 18-token query, the
@@ -56,6 +56,8 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--engines", nargs="+", default=["torch", "openvino", "onnx", "onnx-int8"],
+                    help="engines to time (torch, the reference, always)")
     ap.add_argument("--compile", action="store_true", help="also torch.compile (slow to start)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -64,7 +66,7 @@ def main() -> None:
     shutil.copytree("encoder/default_model", model, ignore=shutil.ignore_patterns("onnx"))
     shutil.copytree(BUNDLED_READER, reader_dir, ignore=shutil.ignore_patterns("onnx"))
     engines = {}
-    for engine in ("torch", "openvino", "onnx", "onnx-int8"):
+    for engine in ["torch"] + [e for e in args.engines if e != "torch"]:
         t0 = time.perf_counter()
         enc = Encoder(model, device="cpu", engine=engine).for_inference()
         rd = Reader(reader_dir, device="cpu", engine=engine)

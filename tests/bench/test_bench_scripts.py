@@ -385,3 +385,22 @@ def test_reading_accuracy_counts_right_fills_among_the_read_probes(tmp_path):
     ])
     out = json.loads(_run("reading_accuracy.py", "--read", str(read), "--predictions", str(predictions)))
     assert out["probes"] == 4 and out["answer_read"] == 50.0 and out["em@1"] == 50.0 and out["reading_accuracy"] == 50.0
+
+
+def test_engine_speed_times_each_engine_against_torch():
+    out = _run("engine_speed.py", "--engines", "openvino", "--rounds", "1", "--repeat", "1")
+    rows = {line.split()[0]: line for line in out.splitlines() if line.startswith(("torch ", "openvino "))}
+    assert set(rows) == {"torch", "openvino"}
+    assert rows["torch"].count("(1.00x)") == 3  # the reference's ratio to itself, for the three passes
+
+
+def test_bench_reader_steps_compares_plain_and_bucketed_batches(tmp_path, tiny_bert_dir):
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    rows = [{"query_ids": [101, 2000, 103, 103, 102], "mask_at": 2, "windows": [rng.integers(2000, 3000, n).tolist()],
+             "flags": [[3] * int(n)], "gold": [[0, 0, 0]]} for n in rng.integers(2, 60, size=64)]
+    out = _run("bench_reader_steps.py", "--examples", str(write_jsonl(tmp_path / "ex.jsonl", rows)),
+               "--init", str(tiny_bert_dir), "--steps", "2", "--rounds", "1")
+    plain, bucketed = (float(line.split("length ")[1].split(",")[0]) for line in out.splitlines())
+    assert bucketed < plain  # similar lengths in a batch: less padding
