@@ -9,7 +9,11 @@
 # It wins the Wikipedia-leads dev fold by ~10 points and loses Google-RE train_b by 7-13 (GRE-style queries,
 # whose answer sits in the indexed snippet itself, are not in its examples): not shipped. With INDEXED=1 and
 # EPOCHS=3 (v2b, docs/QUALITY.md "Reader v2b") it wins both dev sets and the held sets by 8-26 points but
-# misreads the sample's "Marie Curie was born in" as Pierre Curie's Paris: not shipped either.
+# misreads the sample's "Marie Curie was born in" as Pierre Curie's Paris: not shipped either. NULL=1 adds
+# no-answer examples (bench/prepare_null_queries.py: queries about subjects the index lacks, over indexes full of
+# the relation's sentences about others; round 1's queries whose answer is in no window) and trains with
+# `--null` (a "none of these" option): v2c = v2b, then INDEXED=1 NULL=1 INIT=<v2b's reader> EPOCHS=1 LR=5e-5
+# RUN=data-local/reader_v2/run_v2c (docs/QUALITY.md "Reader v2c").
 # Data ~45 min on 2 CPU cores (4 indexes, ~37k fills), training a few minutes on a GPU (train-reader uses
 # it when there is one; ~20-25 min per epoch of 30k examples on 2 CPU cores with batches of similar length,
 # 1.0-1.5 s per step of 32), the fit ~30 min. Self-supervised, train side only:
@@ -44,7 +48,7 @@ PHRASES="${PHRASES:-16}"
 MAX_TOKENS="${MAX_TOKENS:-200}"
 OUT="${OUT:-encoder/default_reader}"
 R="$WORK/reader_v2"
-RUN="$R/run"
+RUN="${RUN:-$R/run}"
 export INDEXER_INDEX_TYPE=flat
 wheel=$(VENV="$VENV" WORK="$WORK" bash bench/wiki_wheel.sh)
 "$VENV/bin/python" bench/prepare_reader_queries.py --wheel "$wheel" --out "$R/queries" --rounds "$ROUNDS"
@@ -81,7 +85,27 @@ if [ "${INDEXED:-0}" = 1 ]; then  # the next candidate (v2b): examples whose ans
     done
     wait
 fi
-"$VENV/bin/encoder" train-reader "${examples[@]}" --out "$RUN" --layers "$LAYERS" --epochs "$EPOCHS" \
+train=()
+if [ "${NULL:-0}" = 1 ]; then  # v2c: no-answer examples (subjects the index lacks; answers no window holds)
+    N="$R/null"
+    "$VENV/bin/python" bench/prepare_null_queries.py --probes "$WORK/google_re/train_a/probes.jsonl" \
+        --wiki "$R/queries/round1/probes.jsonl" --out "$N"
+    "$VENV/bin/python" -c "import random, sys; rows = open(sys.argv[1]).read().splitlines(); random.Random(3).shuffle(rows)
+open(sys.argv[2], 'w').write(chr(10).join(rows[:3000]) + chr(10))" "$R/queries/round1/probes.jsonl" "$N/round1_sub.jsonl"
+    for spec in "idx_gre_train_a:$N/made_up.jsonl:made_up:--absent" \
+                "idx_wiki_train:$WORK/google_re/train_a/probes.jsonl:gre_wiki:--absent" \
+                "idx_gre_train_a:$N/templates.jsonl:templates:--absent" \
+                "idx_round1:$N/round1_sub.jsonl:round1:--unanswered"; do
+        IFS=: read -r idx probes name flag <<< "$spec"
+        [ -f "$N/ex_$name.jsonl" ] || OMP_NUM_THREADS=1 "$VENV/bin/fill-reader-data" --index "$R/$idx" \
+            --probes "$probes" --out "$N/ex_$name.jsonl" --window "$WINDOW" --phrases "$PHRASES" \
+            --max-tokens "$MAX_TOKENS" "$flag"
+        examples+=(--examples "$N/ex_$name.jsonl")
+    done
+    train+=(--null)
+fi
+[ -n "${INIT:-}" ] && train+=(--init "$INIT")
+"$VENV/bin/encoder" train-reader "${examples[@]}" "${train[@]}" --out "$RUN" --layers "$LAYERS" --epochs "$EPOCHS" \
     --batch-size "${BATCH:-32}" --lr "${LR:-1e-4}" --freeze-embeddings --save-every 200 --resume \
     --window "$WINDOW" --phrases "$PHRASES" --max-tokens "$MAX_TOKENS"
 rm -rf "$OUT.tmp" && cp -r "$RUN/reader" "$OUT.tmp"

@@ -11,6 +11,9 @@ With h the transformer's last hidden states and m the mask's MASK_s position,
     start(i) = (W_s h[m] + b_s) . h[i] * scale,   end(j) = (W_e h[m+1] + b_e) . h[j] * scale,
 scale = 1 / sqrt(dim). The heads start as the identity, so an untrained reader made from the NPM encoder
 scores a window token as the encoder's own q . v does, but with the query and the passage read together.
+A reader trained with a no-answer option (card `null`: encoder.reader_train --null) scores [CLS] as the fill
+"none of these"; `Reader.logits` then gives every window token's logits minus [CLS]'s, so a span beats "none
+of these" when its start + end is above 0 (the fill's start_max / end_max features carry that).
 
 A reader directory: the transformer (config.json, model.safetensors: fp16), the heads (head.safetensors),
 the tokenizer files, `reader.json` (`ReaderCard`) and a model card (README.md). The windows are read from
@@ -52,6 +55,7 @@ class ReaderCard(BaseModel):
     window: int = Field(10, ge=0, le=64, description="tokens read on either side of a candidate span")
     phrases: int = Field(8, ge=1, le=64, description="candidate phrases whose best occurrence is read")
     max_tokens: int = Field(160, ge=16, le=480, description="window tokens read per mask, at most")
+    null: bool = Field(False, description="trained with a no-answer option: logits are relative to [CLS]'s")
     trained: dict = Field(default_factory=dict, description="provenance: data, recipe, steps")
 
 
@@ -239,7 +243,8 @@ class Reader:
 
     @torch.inference_mode()
     def logits(self, items: list[ReaderInput]) -> list[tuple[np.ndarray, np.ndarray]]:
-        """Per item, the start and end logits (float64) of its window tokens, windows concatenated."""
+        """Per item, the start and end logits (float64) of its window tokens, windows concatenated (minus the
+        no-answer logits, those of position 0, for a reader trained with them: card `null`)."""
         if not items:
             return []
         tensors, positions = batch_tensors(items, self.template, self.pad_id)
@@ -249,4 +254,6 @@ class Reader:
             with autocast(self.device, self.dtype):
                 start, end = self.model(*(t.to(self.device) for t in tensors))
             start, end = start.float().cpu().numpy(), end.float().cpu().numpy()
+        if self.card.null:
+            start, end = start - start[:, :1], end - end[:, :1]
         return [(start[i, p].astype(np.float64), end[i, p].astype(np.float64)) for i, p in enumerate(positions)]

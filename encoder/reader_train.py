@@ -9,7 +9,10 @@ An example is one mask of a self-supervised cloze query with the windows the fil
 [w, i, j] says window w's tokens i..j (inclusive) are an occurrence of the answer. The loss of a mask is the
 multi-positive cross-entropy of its start logits over the window tokens that start a word, the gold spans'
 first tokens being the positives, plus the same for the end logits over word ends (Splinter / NPM: the
-other windows, around the search's own wrong candidates, are the negatives). One process; a checkpoint
+other windows, around the search's own wrong candidates, are the negatives). With `--null` the reader
+learns "none of these" too: the sequence's first position ([CLS]) is a start and an end candidate of every
+example, and the only positive of an example with no gold span (fill-reader-data --absent / --unanswered;
+without `--null` such examples are skipped). One process; a checkpoint
 (model, optimiser, position) every `save_every` steps, from which `--resume` goes on.
 """
 
@@ -60,14 +63,17 @@ class ReaderTrainConfig(BaseModel):
     freeze_embeddings: bool = Field(False, description="keep the word embeddings fixed (those of the init encoder)")
     bucket: int = Field(50, ge=0, description="batches of similar length: sort each run of this many batches by "
                         "length, then shuffle the batches (0: plain shuffled batches, padded to the longest)")
+    null: bool = Field(False, description="train a no-answer option ([CLS] as the fill 'none of these'): "
+                       "examples without a gold span target it")
     window: int = Field(10, description="the windows' settings the examples were made with (recorded in the card)")
     phrases: int = 8
     max_tokens: int = 160
 
 
-def read_examples(paths: list[Path]) -> list[dict]:
-    """Every example of the files, checked for the fields the loss needs."""
-    out = []
+def read_examples(paths: list[Path], null: bool = False) -> list[dict]:
+    """Every example of the files, checked for the fields the loss needs (without `null`, those with no
+    gold span are skipped, and counted in the log)."""
+    out, skipped = [], 0
     for path in paths:
         try:
             lines = path.read_text(encoding="utf-8").splitlines()
@@ -76,21 +82,32 @@ def read_examples(paths: list[Path]) -> list[dict]:
         for n, line in enumerate(lines, 1):
             try:
                 ex = json.loads(line)
-                if not (ex["gold"] and len(ex["windows"]) == len(ex["flags"])):
-                    raise ValueError("no gold span, or windows and flags differ in number")
+                if not (isinstance(ex["gold"], list) and ex["windows"] and len(ex["windows"]) == len(ex["flags"])):
+                    raise ValueError("no windows, or windows and flags differ in number")
             except (ValueError, KeyError, TypeError) as exc:
                 raise AppError(f"{path}:{n}: not a reader example ({exc}); write them with fill-reader-data") from exc
-            out.append(ex)
+            if ex["gold"] or null:
+                out.append(ex)
+            else:
+                skipped += 1
+    if skipped:
+        logger.warning("%d examples without a gold span skipped (train with --null to use them)", skipped)
     if not out:
         raise AppError(f"no examples in {', '.join(map(str, paths))}")
     return out
 
 
-def targets(examples: list[dict], positions: list[np.ndarray], width: int) -> tuple[torch.Tensor, ...]:
-    """Per row of a batch: (start allowed, start gold, end allowed, end gold) as [rows, width] booleans."""
+def targets(examples: list[dict], positions: list[np.ndarray], width: int, null: bool = False
+            ) -> tuple[torch.Tensor, ...]:
+    """Per row of a batch: (start allowed, start gold, end allowed, end gold) as [rows, width] booleans
+    (with `null`, position 0 is allowed in every row and the gold of a row without gold spans)."""
     rows = len(examples)
     out = [torch.zeros((rows, width), dtype=torch.bool) for _ in range(4)]
+    if null:
+        out[0][:, 0] = out[2][:, 0] = True
     for r, (ex, pos) in enumerate(zip(examples, positions)):
+        if null and not ex["gold"]:
+            out[1][r, 0] = out[3][r, 0] = True
         flags = np.concatenate([np.asarray(f, dtype=np.int64) for f in ex["flags"]])
         out[0][r, pos[(flags & WORD_START) != 0]] = True
         out[2][r, pos[(flags & WORD_END) != 0]] = True
@@ -113,7 +130,7 @@ def multi_positive_ce(logits: torch.Tensor, allowed: torch.Tensor, gold: torch.T
 class ReaderTrainer:
     def __init__(self, cfg: ReaderTrainConfig) -> None:
         self.cfg = cfg
-        self.examples = read_examples(cfg.examples)
+        self.examples = read_examples(cfg.examples, cfg.null)
         self.device = choose_device(cfg.device)
         self.model, self.tokenizer = load_model(self._start_dir())
         if cfg.layers is not None and not cfg.resume:
@@ -171,7 +188,7 @@ class ReaderTrainer:
                  for ex in batch]
         tensors, positions = batch_tensors(items, self.template, self.pad_id)
         start, end = self.model(*(t.to(self.device) for t in tensors))
-        s_ok, s_gold, e_ok, e_gold = (t.to(self.device) for t in targets(batch, positions, start.shape[1]))
+        s_ok, s_gold, e_ok, e_gold = (t.to(self.device) for t in targets(batch, positions, start.shape[1], self.cfg.null))
         return multi_positive_ce(start, s_ok, s_gold) + multi_positive_ce(end, e_ok, e_gold)
 
     def run(self) -> Path:
@@ -204,7 +221,7 @@ class ReaderTrainer:
 
     def card(self) -> ReaderCard:
         return ReaderCard(vocab=vocab_fingerprint(self.tokenizer), window=self.cfg.window, phrases=self.cfg.phrases,
-                          max_tokens=self.cfg.max_tokens,
+                          max_tokens=self.cfg.max_tokens, null=self.cfg.null,
                           trained={"config": self.cfg.model_dump(mode="json"), "steps": self.step,
                                    "of_steps": self.steps, "examples": len(self.examples)})
 

@@ -6,7 +6,11 @@ queries over an index of TRAIN-side text (bench/train_reader.sh).
 For every query (one <mask>, its answers), the fill engine retrieves as it does for a fill (without the
 reader) and picks the windows the reader would read (fill.reading: the same code); the example records them
 and every span in them whose stripped text is an answer. Queries whose answer is in no window give no
-example; their share is printed ("answer read"), the ceiling of what a reader can fix.
+example (their share is printed, "answer read": the ceiling of what a reader can fix) unless `--unanswered`
+asks for them: then they are no-answer examples (empty `gold`), as every query is with `--absent` (queries
+about subjects the index does not hold: the relation's sentences about OTHER subjects are what the reader
+reads, and must not fill from). A reader trained with such examples (`encoder train-reader --null`) scores
+"none of these" too.
 """
 
 from __future__ import annotations
@@ -44,6 +48,10 @@ class ReaderDataConfig(EngineConfig):
     phrases: int = Field(8, ge=1, le=64, description="candidate phrases whose best occurrence is read")
     max_tokens: int = Field(160, ge=16, le=480, description="window tokens per query, at most")
     max_span_tokens: int = Field(10, ge=1, le=32)
+    unanswered: bool = Field(False, description="also write queries whose answer is in no window, as no-answer "
+                             "examples (empty gold)")
+    absent: bool = Field(False, description="the queries' subjects are not in the index: every query is a "
+                         "no-answer example, whatever its windows hold")
     use_reader: bool = Field(False, description="(retrieval only: the windows do not depend on a reader)")
 
 
@@ -63,8 +71,10 @@ def gold_spans(reading: MaskReading, answers: list[str]) -> list[list[int]]:
     return out
 
 
-def examples(engine: FillEngine, probes: list[dict], spec: ReadingSpec, options: FillOptions) -> list[dict]:
-    """The examples of the probes: one per probe whose answer is in its windows."""
+def examples(engine: FillEngine, probes: list[dict], spec: ReadingSpec, options: FillOptions,
+             unanswered: bool = False, absent: bool = False) -> list[dict]:
+    """The examples of the probes: one per probe whose answer is in its windows (with `unanswered`, one
+    per probe; with `absent`, one per probe, none with gold spans)."""
     shards = engine.shards
     out = []
     for probe in probes:
@@ -73,8 +83,8 @@ def examples(engine: FillEngine, probes: list[dict], spec: ReadingSpec, options:
         reading = plan_reading(spec, shards, planned.ids, planned.mask_at[0], ranked[0], options.max_span_tokens)
         if reading is None:
             continue
-        gold = gold_spans(reading, probe["answers"])
-        if gold:
+        gold = [] if absent else gold_spans(reading, probe["answers"])
+        if gold or unanswered or absent:
             out.append({"query_ids": planned.ids, "mask_at": planned.mask_at[0],
                         "windows": [w.tolist() for w in reading.item.windows],
                         "flags": [np.asarray(shards.shard(w.shard_no).flags[w.a:w.b]).tolist() for w in reading.windows],
@@ -90,10 +100,12 @@ def run(cfg: ReaderDataConfig) -> None:
     card = ReaderCard(vocab=vocab_fingerprint(engine.encoder.tokenizer), window=cfg.window, phrases=cfg.phrases,
                       max_tokens=cfg.max_tokens)
     spec = ReadingSpec(card, len(engine.encoder.template.single_suffix), engine.encoder.max_length)
-    rows = examples(engine, probes, spec, FillOptions(mode=cfg.mode, max_span_tokens=cfg.max_span_tokens))
-    read = len(rows)
+    rows = examples(engine, probes, spec, FillOptions(mode=cfg.mode, max_span_tokens=cfg.max_span_tokens),
+                    cfg.unanswered, cfg.absent)
+    read = sum(1 for r in rows if r["gold"])
     write_bytes_atomic(cfg.out, "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8"))
-    print(f"{len(probes)} queries, answer read for {read} ({100 * read / max(len(probes), 1):.1f}%) -> {cfg.out}")
+    print(f"{len(probes)} queries, answer read for {read} ({100 * read / max(len(probes), 1):.1f}%), "
+          f"{len(rows) - read} no-answer examples -> {cfg.out}")
 
 
 app = typer.Typer(add_completion=False)

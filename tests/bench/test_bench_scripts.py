@@ -235,6 +235,23 @@ def test_prepare_reader_queries_asks_every_sentence_once_and_keeps_same_type_pai
         len(read(r, "probes.jsonl") + read(r, "dev.jsonl")) for r in range(2))
 
 
+def test_prepare_null_queries_asks_about_names_the_probes_lack(tmp_path):
+    people = ["Ada Lovelace", "Alan Turing", "Grace Hopper", "Marie Curie"]
+    probes = write_jsonl(tmp_path / "probes.jsonl", [{"relation": "place_of_birth", "query": f"{p} was born in <mask> .",
+                                                      "answers": ["X"]} for p in people] + [
+        {"relation": "date_of_birth", "query": "Alan Turing (born <mask>).", "answers": ["1912"]}])
+    wiki = write_jsonl(tmp_path / "wiki.jsonl", [{"relation": "word", "query": f"T{n} w <mask> .", "answers": ["a"],
+                                                  "form": form} for n, form in enumerate(["template", "natural"] * 3)])
+    _run("prepare_null_queries.py", "--probes", str(probes), "--wiki", str(wiki), "--out", str(tmp_path / "n"),
+         "--wiki-n", "2")
+    made_up = [json.loads(x)["query"] for x in (tmp_path / "n" / "made_up.jsonl").read_text().splitlines()]
+    assert len(made_up) == 5 and made_up[-1].endswith(" (born <mask>).")
+    assert all(q.endswith(" was born in <mask> .") for q in made_up[:4])
+    assert not {q.split(" was born")[0].split(" (born")[0] for q in made_up} & set(people)  # nobody real
+    templates = [json.loads(x) for x in (tmp_path / "n" / "templates.jsonl").read_text().splitlines()]
+    assert len(templates) == 2 and {t["form"] for t in templates} == {"template"}
+
+
 def test_prepare_classify_writes_labelled_sets_and_an_unlabelled_reference_corpus(tmp_path):
     import bz2
     import io

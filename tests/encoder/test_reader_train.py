@@ -36,9 +36,20 @@ def test_targets_allow_word_starts_and_ends_and_mark_gold_across_windows():
     assert e_gold[0].nonzero().flatten().tolist() == [15]
 
 
+def test_targets_with_null_allow_the_first_position_and_make_it_gold_without_spans():
+    ex = {"windows": [[5, 6]], "flags": [[3, 3]], "gold": [[0, 1, 1]]}
+    none = {"windows": [[5, 6]], "flags": [[3, 3]], "gold": []}
+    s_ok, s_gold, e_ok, e_gold = targets([ex, none], [np.array([4, 5]), np.array([4, 5])], 8, null=True)
+    assert s_ok[:, 0].all() and e_ok[:, 0].all()
+    assert s_gold[0].nonzero().flatten().tolist() == [5] and e_gold[0].nonzero().flatten().tolist() == [5]
+    assert s_gold[1].nonzero().flatten().tolist() == [0] and e_gold[1].nonzero().flatten().tolist() == [0]
+    s_ok, *_ = targets([ex], [np.array([4, 5])], 8)
+    assert not s_ok[0, 0]  # without null the first position is no candidate
+
+
 def test_bad_examples_name_the_file_and_line(tmp_path):
     path = tmp_path / "ex.jsonl"
-    path.write_text('{"query_ids": [1], "mask_at": 0, "windows": [[1]], "flags": [[3]], "gold": []}\n')
+    path.write_text('{"query_ids": [1], "mask_at": 0, "windows": [[1]], "flags": [[3], [3]], "gold": []}\n')
     with pytest.raises(AppError, match=r"ex.jsonl:1: not a reader example"):
         read_examples([path])
     with pytest.raises(AppError, match="cannot read examples"):
@@ -89,6 +100,36 @@ def test_training_learns_the_gold_span_and_resumes(tmp_path, tiny_bert_dir):
     for x, gold_at in items:
         start, end = reader.logits([x])[0]
         assert int(np.argmax(start)) == gold_at
+
+
+def test_examples_without_gold_are_kept_only_for_null_training(tmp_path):
+    path = tmp_path / "ex.jsonl"
+    row = {"query_ids": [1], "mask_at": 0, "windows": [[1]], "flags": [[3]]}
+    path.write_text(json.dumps({**row, "gold": [[0, 0, 0]]}) + "\n" + json.dumps({**row, "gold": []}) + "\n")
+    assert [len(ex["gold"]) for ex in read_examples([path])] == [1]
+    assert [len(ex["gold"]) for ex in read_examples([path], null=True)] == [1, 0]
+
+
+def test_null_training_learns_to_say_none_of_these(tmp_path, tiny_bert_dir):
+    encoder = Encoder(tiny_bert_dir, device="cpu", dtype="fp32")
+    items = make_examples(encoder, tmp_path / "ex.jsonl")
+    rows = [json.loads(line) for line in (tmp_path / "ex.jsonl").read_text().splitlines()]
+    tok = encoder.tokenizer
+    ids, mask_at = encoder.query_layout("Zorp was born in <mask> .")  # nobody in the windows is Zorp
+    wins = [tok(w, add_special_tokens=False)["input_ids"] for w in ["he was born in Paris", "she died in Passy"]]
+    rows.append({"query_ids": ids, "mask_at": mask_at[0], "windows": wins,
+                 "flags": [[WORD_START | WORD_END] * len(w) for w in wins], "gold": []})
+    (tmp_path / "ex.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    cfg = ReaderTrainConfig(examples=[tmp_path / "ex.jsonl"], out=tmp_path / "run", init=tiny_bert_dir, epochs=60,
+                            batch_size=3, lr=3e-3, warmup=0.0, save_every=100, device="cpu", null=True)
+    reader = Reader(ReaderTrainer(cfg).run(), device="cpu", dtype="fp32")
+    assert reader.card.null
+    none = ReaderInput(ids, mask_at[0], [np.array(w) for w in wins])
+    start, end = reader.logits([none])[0]  # relative to "none of these"
+    assert start.max() + end.max() < 0
+    for x, gold_at in items:
+        start, end = reader.logits([x])[0]
+        assert int(np.argmax(start)) == gold_at and start.max() + end.max() > 0
 
 
 def test_freeze_embeddings_keeps_the_encoders_word_embeddings(tmp_path, tiny_bert_dir):

@@ -33,3 +33,23 @@ def test_examples_hold_the_answer_at_their_gold_spans(tmp_path, tiny_index, tiny
         assert r["query_ids"][r["mask_at"]] == r["query_ids"][r["mask_at"] + 1] == tok.mask_token_id
         for w, i, j in r["gold"]:
             assert tok.decode(r["windows"][w][i:j + 1]).strip(" .,").lower() == r["answers"][0].lower()
+
+
+def test_unanswered_and_absent_queries_become_no_answer_examples(tmp_path, tiny_index):
+    probes = write_jsonl(tmp_path / "probes.jsonl", [
+        {"relation": "name", "query": "Marie Curie was born in <mask> .", "answers": ["Warsaw"]},
+        {"relation": "word", "query": "Nothing here <mask> .", "answers": ["zzzqqq"]},
+    ])
+
+    def rows(*flags: str) -> list[dict]:
+        out = tmp_path / f"ex{len(flags)}{''.join(flags)}.jsonl"
+        with pytest.raises(SystemExit) as exc:
+            main(["--index", str(tiny_index), "--probes", str(probes), "--out", str(out), "--window", "3",
+                  "--phrases", "6", "--max-tokens", "64", *flags])
+        assert exc.value.code == 0
+        return [json.loads(line) for line in out.read_text().splitlines()]
+
+    unanswered = {r["answers"][0]: r["gold"] for r in rows("--unanswered")}
+    assert unanswered["Warsaw"] and unanswered["zzzqqq"] == []  # the read answer keeps its spans
+    absent = rows("--absent")
+    assert len(absent) == 2 and all(r["gold"] == [] for r in absent)  # "Warsaw" too: its subject is "absent"
