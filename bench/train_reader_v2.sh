@@ -13,7 +13,9 @@
 # no-answer examples (bench/prepare_null_queries.py: queries about subjects the index lacks, over indexes full of
 # the relation's sentences about others; round 1's queries whose answer is in no window) and trains with
 # `--null` (a "none of these" option): v2c = v2b, then INDEXED=1 NULL=1 INIT=<v2b's reader> EPOCHS=1 LR=5e-5
-# RUN=data-local/reader_v2/run_v2c (docs/QUALITY.md "Reader v2c").
+# RUN=data-local/reader_v2/run_v2c (docs/QUALITY.md "Reader v2c"). TITLE_TOKENS=10 reads each window after its
+# document's title (fill-reader-data records the titles; examples written before it did get them from
+# bench/add_window_titles.py): v2d = v2c, then the same with TITLE_TOKENS=10 INIT=<v2c's reader> RUN=.../run_v2d.
 # Data ~45 min on 2 CPU cores (4 indexes, ~37k fills), training a few minutes on a GPU (train-reader uses
 # it when there is one; ~20-25 min per epoch of 30k examples on 2 CPU cores with batches of similar length,
 # 1.0-1.5 s per step of 32), the fit ~30 min. Self-supervised, train side only:
@@ -105,6 +107,7 @@ open(sys.argv[2], 'w').write(chr(10).join(rows[:3000]) + chr(10))" "$R/queries/r
     train+=(--null)
 fi
 [ -n "${INIT:-}" ] && train+=(--init "$INIT")
+[ "${TITLE_TOKENS:-0}" != 0 ] && train+=(--title-tokens "$TITLE_TOKENS")
 "$VENV/bin/encoder" train-reader "${examples[@]}" "${train[@]}" --out "$RUN" --layers "$LAYERS" --epochs "$EPOCHS" \
     --batch-size "${BATCH:-32}" --lr "${LR:-1e-4}" --freeze-embeddings --save-every 200 --resume \
     --window "$WINDOW" --phrases "$PHRASES" --max-tokens "$MAX_TOKENS"

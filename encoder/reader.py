@@ -7,6 +7,10 @@ the second token type:
 
     [CLS] q ... MASK_s MASK_e ... q [SEP] window_1 [SEP] window_2 [SEP] ...
 
+A reader trained with titles (card `title_tokens` > 0) reads each window after the first `title_tokens` tokens
+of its document's title and a separator ("title_1 [SEP] window_1 [SEP] ..."): "He was born in Paris" then says
+whose sentence it is. The title tokens are context, never a fill.
+
 With h the transformer's last hidden states and m the mask's MASK_s position,
     start(i) = (W_s h[m] + b_s) . h[i] * scale,   end(j) = (W_e h[m+1] + b_e) . h[j] * scale,
 scale = 1 / sqrt(dim). The heads start as the identity, so an untrained reader made from the NPM encoder
@@ -26,6 +30,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +61,8 @@ class ReaderCard(BaseModel):
     phrases: int = Field(8, ge=1, le=64, description="candidate phrases whose best occurrence is read")
     max_tokens: int = Field(160, ge=16, le=480, description="window tokens read per mask, at most")
     null: bool = Field(False, description="trained with a no-answer option: logits are relative to [CLS]'s")
+    title_tokens: int = Field(0, ge=0, le=64, description="tokens of a window's document title read before it "
+                              "(0: none)")
     trained: dict = Field(default_factory=dict, description="provenance: data, recipe, steps")
 
 
@@ -69,12 +76,17 @@ def vocab_fingerprint(tokenizer) -> str:
 
 @dataclass(frozen=True)
 class ReadingSpec:
-    """What the windows of a reading depend on: the card's settings, the separator after each window and
-    the longest sequence the reader takes."""
+    """What the windows of a reading depend on: the card's settings, the separator after each window, the
+    longest sequence the reader takes and, for a reader of titles (card title_tokens), the title's ids."""
 
     card: ReaderCard
     sep: int
     max_length: int
+    title_ids: Callable[[str], np.ndarray] | None = None
+
+    def per_window(self) -> int:
+        """Sequence positions a window costs beyond its own tokens (its separator; its title and separator)."""
+        return self.sep + (self.card.title_tokens + self.sep if self.card.title_tokens else 0)
 
 
 @dataclass(frozen=True)
@@ -84,23 +96,45 @@ class ReaderInput:
     query_ids: list[int]  # the query as Encoder.query_layout gives it
     mask_at: int  # the mask's MASK_s position in query_ids
     windows: list[np.ndarray]
+    titles: list[np.ndarray] | None = None  # per window, the title tokens read before it (card title_tokens)
+
+
+class TitleIds:
+    """A title's first `n` token ids (cached: the same documents come back), for ReaderInput.titles."""
+
+    def __init__(self, tokenizer, n: int, cache: int = 4096) -> None:
+        self.tokenizer, self.n, self.cache, self._ids = tokenizer, n, cache, {}
+
+    def __call__(self, title: str) -> np.ndarray:
+        ids = self._ids.get(title)
+        if ids is None:
+            ids = np.asarray(self.tokenizer(title, add_special_tokens=False)["input_ids"][: self.n], dtype=np.int64)
+            if len(self._ids) >= self.cache:
+                self._ids.clear()
+            self._ids[title] = ids
+        return ids
 
 
 def layout(item: ReaderInput, template: Template) -> tuple[list[int], list[int], int]:
-    """Input ids, token types and the sequence position of the first window token."""
+    """Input ids, token types and the sequence position of the first window part (its title, if any)."""
     sep = template.single_suffix
     ids = list(item.query_ids)
     first = len(ids)
-    for w in item.windows:
+    for n, w in enumerate(item.windows):
+        if item.titles is not None:
+            ids += [int(t) for t in item.titles[n]] + sep
         ids += [int(t) for t in w] + sep
     types = [0] * first + [template.second_type_id] * (len(ids) - first)
     return ids, types, first
 
 
 def window_positions(item: ReaderInput, sep_len: int) -> np.ndarray:
-    """Sequence positions of the window tokens, in window order (separators left out), from the first."""
+    """Sequence positions of the window tokens, in window order (titles and separators left out), from the
+    first."""
     out, at = [], 0
-    for w in item.windows:
+    for n, w in enumerate(item.windows):
+        if item.titles is not None:
+            at += len(item.titles[n]) + sep_len
         out.append(np.arange(at, at + len(w)))
         at += len(w) + sep_len
     return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
@@ -212,6 +246,7 @@ class Reader:
         self.model = model.to(self.device).eval()
         self.template = derive_template(tokenizer)
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.title_ids = TitleIds(tokenizer, self.card.title_tokens) if self.card.title_tokens else None
         self._onnx: OnnxPass | OpenVinoPass | None = None
         if self.engine != "torch":
             self._onnx = engine_pass(self.dir, model_fingerprint(self.dir), "reader", self.engine, self.dtype,
@@ -239,7 +274,7 @@ class Reader:
 
     @property
     def spec(self) -> ReadingSpec:
-        return ReadingSpec(self.card, len(self.template.single_suffix), self.max_length)
+        return ReadingSpec(self.card, len(self.template.single_suffix), self.max_length, self.title_ids)
 
     @torch.inference_mode()
     def logits(self, items: list[ReaderInput]) -> list[tuple[np.ndarray, np.ndarray]]:

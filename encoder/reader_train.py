@@ -63,6 +63,8 @@ class ReaderTrainConfig(BaseModel):
     freeze_embeddings: bool = Field(False, description="keep the word embeddings fixed (those of the init encoder)")
     bucket: int = Field(50, ge=0, description="batches of similar length: sort each run of this many batches by "
                         "length, then shuffle the batches (0: plain shuffled batches, padded to the longest)")
+    title_tokens: int = Field(0, ge=0, le=64, description="read each window after the first N tokens of its "
+                              "document title (the examples' `titles`; 0: no titles)")
     null: bool = Field(False, description="train a no-answer option ([CLS] as the fill 'none of these'): "
                        "examples without a gold span target it")
     window: int = Field(10, description="the windows' settings the examples were made with (recorded in the card)")
@@ -70,7 +72,7 @@ class ReaderTrainConfig(BaseModel):
     max_tokens: int = 160
 
 
-def read_examples(paths: list[Path], null: bool = False) -> list[dict]:
+def read_examples(paths: list[Path], null: bool = False, titles: bool = False) -> list[dict]:
     """Every example of the files, checked for the fields the loss needs (without `null`, those with no
     gold span are skipped, and counted in the log)."""
     out, skipped = [], 0
@@ -84,6 +86,8 @@ def read_examples(paths: list[Path], null: bool = False) -> list[dict]:
                 ex = json.loads(line)
                 if not (isinstance(ex["gold"], list) and ex["windows"] and len(ex["windows"]) == len(ex["flags"])):
                     raise ValueError("no windows, or windows and flags differ in number")
+                if titles and len(ex.get("titles") or ()) != len(ex["windows"]):
+                    raise ValueError("no title per window (--title-tokens needs examples written with titles)")
             except (ValueError, KeyError, TypeError) as exc:
                 raise AppError(f"{path}:{n}: not a reader example ({exc}); write them with fill-reader-data") from exc
             if ex["gold"] or null:
@@ -130,7 +134,7 @@ def multi_positive_ce(logits: torch.Tensor, allowed: torch.Tensor, gold: torch.T
 class ReaderTrainer:
     def __init__(self, cfg: ReaderTrainConfig) -> None:
         self.cfg = cfg
-        self.examples = read_examples(cfg.examples, cfg.null)
+        self.examples = read_examples(cfg.examples, cfg.null, cfg.title_tokens > 0)
         self.device = choose_device(cfg.device)
         self.model, self.tokenizer = load_model(self._start_dir())
         if cfg.layers is not None and not cfg.resume:
@@ -173,7 +177,8 @@ class ReaderTrainer:
         order = np.concatenate([rng.permutation(len(self.examples)) for _ in range(rounds)])[:need]
         if self.cfg.bucket <= 1:
             return order
-        lengths = np.array([len(ex["query_ids"]) + sum(len(w) for w in ex["windows"]) for ex in self.examples])
+        lengths = np.array([len(ex["query_ids"]) + sum(len(w) for w in ex["windows"])
+                            + sum(len(t) for t in ex.get("titles") or ()) for ex in self.examples])
         run = size * self.cfg.bucket
         out = []
         for at in range(0, need, run):
@@ -184,7 +189,9 @@ class ReaderTrainer:
         return np.concatenate(out)
 
     def loss(self, batch: list[dict]) -> torch.Tensor:
-        items = [ReaderInput(ex["query_ids"], int(ex["mask_at"]), [np.asarray(w) for w in ex["windows"]])
+        n = self.cfg.title_tokens
+        items = [ReaderInput(ex["query_ids"], int(ex["mask_at"]), [np.asarray(w) for w in ex["windows"]],
+                             [np.asarray(t[:n], dtype=np.int64) for t in ex["titles"]] if n else None)
                  for ex in batch]
         tensors, positions = batch_tensors(items, self.template, self.pad_id)
         start, end = self.model(*(t.to(self.device) for t in tensors))
@@ -221,7 +228,7 @@ class ReaderTrainer:
 
     def card(self) -> ReaderCard:
         return ReaderCard(vocab=vocab_fingerprint(self.tokenizer), window=self.cfg.window, phrases=self.cfg.phrases,
-                          max_tokens=self.cfg.max_tokens, null=self.cfg.null,
+                          max_tokens=self.cfg.max_tokens, null=self.cfg.null, title_tokens=self.cfg.title_tokens,
                           trained={"config": self.cfg.model_dump(mode="json"), "steps": self.step,
                                    "of_steps": self.steps, "examples": len(self.examples)})
 

@@ -5,7 +5,7 @@ queries over an index of TRAIN-side text (bench/train_reader.sh).
 
 For every query (one <mask>, its answers), the fill engine retrieves as it does for a fill (without the
 reader) and picks the windows the reader would read (fill.reading: the same code); the example records them
-and every span in them whose stripped text is an answer. Queries whose answer is in no window give no
+and every span in them whose stripped text is an answer (and each window's document title, as token ids). Queries whose answer is in no window give no
 example (their share is printed, "answer read": the ceiling of what a reader can fix) unless `--unanswered`
 asks for them: then they are no-answer examples (empty `gold`), as every query is with `--absent` (queries
 about subjects the index does not hold: the relation's sentences about OTHER subjects are what the reader
@@ -26,7 +26,7 @@ from pydantic import Field
 from common.cli import model_command
 from common.files import write_bytes_atomic
 from common.process import single_thread_blas
-from encoder.reader import ReaderCard, ReadingSpec, vocab_fingerprint
+from encoder.reader import ReaderCard, ReadingSpec, TitleIds, vocab_fingerprint
 from evaluation.evaluate import load_probes, normalize
 from fill.config import EngineConfig
 from fill.engine import FillEngine
@@ -48,6 +48,8 @@ class ReaderDataConfig(EngineConfig):
     phrases: int = Field(8, ge=1, le=64, description="candidate phrases whose best occurrence is read")
     max_tokens: int = Field(160, ge=16, le=480, description="window tokens per query, at most")
     max_span_tokens: int = Field(10, ge=1, le=32)
+    title_tokens: int = Field(10, ge=0, le=64, description="tokens of each window's document title recorded "
+                              "(`titles`) for a reader of titles (train-reader --title-tokens; 0: none)")
     unanswered: bool = Field(False, description="also write queries whose answer is in no window, as no-answer "
                              "examples (empty gold)")
     absent: bool = Field(False, description="the queries' subjects are not in the index: every query is a "
@@ -88,6 +90,7 @@ def examples(engine: FillEngine, probes: list[dict], spec: ReadingSpec, options:
             out.append({"query_ids": planned.ids, "mask_at": planned.mask_at[0],
                         "windows": [w.tolist() for w in reading.item.windows],
                         "flags": [np.asarray(shards.shard(w.shard_no).flags[w.a:w.b]).tolist() for w in reading.windows],
+                        **({"titles": [t.tolist() for t in reading.item.titles]} if reading.item.titles else {}),
                         "gold": gold, "answers": probe["answers"], "query": probe["query"]})
     return out
 
@@ -98,8 +101,9 @@ def run(cfg: ReaderDataConfig) -> None:
     single_thread_blas()
     engine = FillEngine.open(cfg.engine_config())
     card = ReaderCard(vocab=vocab_fingerprint(engine.encoder.tokenizer), window=cfg.window, phrases=cfg.phrases,
-                      max_tokens=cfg.max_tokens)
-    spec = ReadingSpec(card, len(engine.encoder.template.single_suffix), engine.encoder.max_length)
+                      max_tokens=cfg.max_tokens, title_tokens=cfg.title_tokens)
+    spec = ReadingSpec(card, len(engine.encoder.template.single_suffix), engine.encoder.max_length,
+                       TitleIds(engine.encoder.tokenizer, cfg.title_tokens))
     rows = examples(engine, probes, spec, FillOptions(mode=cfg.mode, max_span_tokens=cfg.max_span_tokens),
                     cfg.unanswered, cfg.absent)
     read = sum(1 for r in rows if r["gold"])

@@ -3,8 +3,8 @@
 
   windows  for each of the mask's top `card.phrases` phrases in the retrieval ranking, its best occurrence
            with `card.window` tokens either side, inside its block; overlapping windows merged; at most
-           `card.max_tokens` tokens per mask (fewer when the query is long); their spans and tokens come from
-           the shards owning them (fill.windows)
+           `card.max_tokens` tokens per mask (fewer when the query is long); their spans and tokens (and, for
+           a reader of titles, their documents' titles) come from the shards owning them (fill.windows)
   read     one reader forward pass for all masks of a request, on the encoder's inference thread
   spans    every valid span inside a window (a word start to a word end, at most max_span_tokens long),
            P(span) = softmax over all the mask's window spans of start(first) + end(last)
@@ -70,14 +70,16 @@ def plan_reading(spec: ReadingSpec, shards: Shards, ids: list[int], mask_at: int
                  max_span_tokens: int) -> MaskReading | None:
     """The reader's input for one mask (None when there is nothing to read or no room beside the query)."""
     card = spec.card
-    budget = min(card.max_tokens, spec.max_length - len(ids) - spec.sep * card.phrases)
+    budget = min(card.max_tokens, spec.max_length - len(ids) - spec.per_window() * card.phrases)
     if budget <= 0 or not ranked.shown:
         return None
     windows = mask_windows(ranked, card.phrases, card.window, budget)
-    spans = window_spans(shards, windows, max_span_tokens)
+    titled = bool(card.title_tokens and spec.title_ids)
+    spans = window_spans(shards, windows, max_span_tokens, titles=titled)
     if not spans.shard_nos:
         return None
-    return MaskReading(ReaderInput(ids, mask_at, spans.tokens), windows, spans)
+    titles = [spec.title_ids(t) for t in spans.titles] if titled else None
+    return MaskReading(ReaderInput(ids, mask_at, spans.tokens, titles), windows, spans)
 
 
 def read_masks(reader: Reader, encoder, shards: Shards, ids: list[int], mask_at: list[int], ranked: list[RankedMask],

@@ -61,6 +61,7 @@ class WindowSpans:
     starts: np.ndarray  # window-token shard positions (all windows, in order) and their shard numbers
     shard_of: np.ndarray
     tokens: list[np.ndarray]  # per window: its token ids
+    titles: list[str] | None  # per window: its document's title (when asked for: a reader that reads titles)
     parts: list[ShardCandidates]  # per shard: its spans as candidates, their logits still to come (reader_parts)
 
     def at(self, shard_no: int, positions: np.ndarray) -> np.ndarray:
@@ -77,13 +78,14 @@ def _no_logits(positions: np.ndarray) -> tuple[np.ndarray, float]:
 class WindowTask:
     """One shard's windows of one mask (a fill.shard_group task): every valid span inside them as candidates
     (ordered by (first, last); their logits are the reader's, filled in by `reader_parts`), or None when there
-    is none, and each window's token ids."""
+    is none, each window's token ids and, with `titles`, its document's title."""
 
     shard_no: int
     windows: tuple[tuple[int, int], ...]
     max_len: int
+    titles: bool = False
 
-    def run(self, shard) -> tuple[ShardCandidates | None, list[np.ndarray]]:
+    def run(self, shard) -> tuple[ShardCandidates | None, list[np.ndarray], list[str]]:
         fs, ls = [], []
         for a, b in self.windows:
             f, last = spans_from_hits(np.arange(a, b), True, self.max_len, shard.flags, shard.block_of)
@@ -93,22 +95,28 @@ class WindowTask:
         f, last = np.concatenate(fs), np.concatenate(ls)
         order = np.lexsort((last, f))
         tokens = [np.asarray(shard.token_ids[a:b]) for a, b in self.windows]
+        titles = []
+        if self.titles:
+            rows = shard.blocks[shard.block_of(np.array([a for a, _ in self.windows])), 0]
+            column = shard.docs.column("title")
+            titles = [column[int(r)].as_py() or "" for r in rows]
         if not f.size:
-            return None, tokens
-        return span_candidates(shard, self.shard_no, f[order], last[order], _no_logits, _no_logits, False), tokens
+            return None, tokens, titles
+        return (span_candidates(shard, self.shard_no, f[order], last[order], _no_logits, _no_logits, False), tokens,
+                titles)
 
 
-def window_spans(shards: Shards, windows: list[Window], max_len: int) -> WindowSpans:
+def window_spans(shards: Shards, windows: list[Window], max_len: int, titles: bool = False) -> WindowSpans:
     """The valid spans of the windows (sorted by shard, then position, as mask_windows returns them), formed
-    and read by their shards in one call."""
+    and read by their shards in one call (with `titles`, each window's document title too)."""
     per, _ = by_shard([(w.shard_no, (w.a, w.b)) for w in windows])
-    found = shards.run([WindowTask(s, tuple(own), max_len) for s, own in per.items()])
-    tokens = [t for _, own_tokens in found for t in own_tokens]
-    parts = [part for part, _ in found if part is not None]
+    found = shards.run([WindowTask(s, tuple(own), max_len, titles) for s, own in per.items()])
+    tokens = [t for _, own_tokens, _ in found for t in own_tokens]
+    parts = [part for part, _, _ in found if part is not None]
     starts = np.concatenate([np.arange(w.a, w.b) for w in windows]) if windows else np.empty(0, dtype=np.int64)
     shard_of = np.concatenate([np.full(w.b - w.a, w.shard_no) for w in windows]) if windows else starts
     return WindowSpans([p.shard_no for p in parts], [p.first for p in parts], [p.last for p in parts], starts,
-                       shard_of, tokens, parts)
+                       shard_of, tokens, [t for _, _, own in found for t in own] if titles else None, parts)
 
 
 def reader_parts(spans: WindowSpans, start: np.ndarray, end: np.ndarray) -> list[ShardCandidates]:

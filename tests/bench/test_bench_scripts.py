@@ -252,6 +252,32 @@ def test_prepare_null_queries_asks_about_names_the_probes_lack(tmp_path):
     assert len(templates) == 2 and {t["form"] for t in templates} == {"template"}
 
 
+def test_add_window_titles_finds_each_window_in_the_index(tmp_path, tiny_index, tiny_bert_dir):
+    import numpy as np
+    from transformers import AutoTokenizer
+
+    from indexer.integrity import open_docs
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_bert_dir))
+    windows, want = [], []
+    for shard in sorted(tiny_index.glob("shard_*")):
+        ids = np.load(shard / "token_ids.npy")
+        blocks = np.load(shard / "blocks.npy")
+        docs = open_docs(shard / "docs.arrow", int(json.loads((shard / "shard.json").read_text())["documents"]))
+        for row, first, end in blocks:
+            if end - first >= 5:
+                windows.append(ids[first:end].tolist())
+                want.append(tok(docs.column("title")[int(row)].as_py() or "", add_special_tokens=False)["input_ids"][:2])
+    rows = [{"query_ids": [1], "mask_at": 0, "windows": windows[n:n + 2], "flags": [[3] * len(w) for w in windows[n:n + 2]],
+             "gold": []} for n in range(0, len(windows), 2)]
+    out = tmp_path / "titled.jsonl"
+    printed = _run("add_window_titles.py", "--examples", str(write_jsonl(tmp_path / "ex.jsonl", rows)), "--index",
+                   str(tiny_index), "--out", str(out), "--title-tokens", "2")
+    assert "0 found nowhere" in printed
+    got = [t for line in out.read_text().splitlines() for t in json.loads(line)["titles"]]
+    assert got == want and any(want) and [] in want
+
+
 def test_prepare_classify_writes_labelled_sets_and_an_unlabelled_reference_corpus(tmp_path):
     import bz2
     import io

@@ -10,8 +10,8 @@ import torch
 
 from common.errors import AppError
 from encoder.model import Encoder
-from encoder.reader import (CARD_NAME, HEAD_NAME, Reader, ReaderCard, ReaderInput, batch_tensors, layout, load_model,
-                            read_card, save_reader, vocab_fingerprint)
+from encoder.reader import (CARD_NAME, HEAD_NAME, Reader, ReaderCard, ReaderInput, TitleIds, batch_tensors, layout,
+                            load_model, read_card, save_reader, vocab_fingerprint)
 from encoder.template import derive_template
 
 
@@ -42,6 +42,22 @@ def test_layout_puts_windows_after_the_query_each_followed_by_a_separator(tiny_b
     (_, _, _, mask_at), positions = batch_tensors([x], template, 0)
     assert int(mask_at[0]) == x.mask_at
     assert [ids[p] for p in positions[0]] == w0 + w1  # the window tokens, separators left out
+
+
+def test_titles_are_read_before_their_windows_and_are_no_window_token(tiny_bert_dir):
+    encoder = Encoder(tiny_bert_dir, device="cpu", dtype="fp32")
+    x = item(encoder, "Curie was born in <mask> .", ["born in Warsaw", "in Paris"])
+    titles = TitleIds(encoder.tokenizer, 2)
+    t0, t1 = titles("Marie Curie Skłodowska"), titles("Paris")
+    assert len(t0) == 2 and titles("Marie Curie Skłodowska") is t0  # the first 2 tokens, cached
+    titled = ReaderInput(x.query_ids, x.mask_at, x.windows, [t0, t1])
+    template = derive_template(encoder.tokenizer)
+    ids, _, first = layout(titled, template)
+    sep = template.single_suffix
+    w0, w1 = (w.tolist() for w in x.windows)
+    assert ids[first:] == t0.tolist() + sep + w0 + sep + t1.tolist() + sep + w1 + sep
+    _, positions = batch_tensors([titled], template, 0)
+    assert [ids[p] for p in positions[0]] == w0 + w1  # the spans are the windows' only
 
 
 def test_identity_heads_score_a_token_as_the_query_vector_does(reader_dir, tiny_bert_dir):

@@ -102,6 +102,15 @@ def test_training_learns_the_gold_span_and_resumes(tmp_path, tiny_bert_dir):
         assert int(np.argmax(start)) == gold_at
 
 
+def test_title_training_needs_a_title_per_window(tmp_path):
+    path = tmp_path / "ex.jsonl"
+    row = {"query_ids": [1], "mask_at": 0, "windows": [[1], [2]], "flags": [[3], [3]], "gold": [[0, 0, 0]]}
+    path.write_text(json.dumps({**row, "titles": [[7]]}) + "\n")
+    assert read_examples([path])  # titles are not read without --title-tokens
+    with pytest.raises(AppError, match="no title per window"):
+        read_examples([path], titles=True)
+
+
 def test_examples_without_gold_are_kept_only_for_null_training(tmp_path):
     path = tmp_path / "ex.jsonl"
     row = {"query_ids": [1], "mask_at": 0, "windows": [[1]], "flags": [[3]]}

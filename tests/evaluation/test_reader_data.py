@@ -33,6 +33,13 @@ def test_examples_hold_the_answer_at_their_gold_spans(tmp_path, tiny_index, tiny
         assert r["query_ids"][r["mask_at"]] == r["query_ids"][r["mask_at"] + 1] == tok.mask_token_id
         for w, i, j in r["gold"]:
             assert tok.decode(r["windows"][w][i:j + 1]).strip(" .,").lower() == r["answers"][0].lower()
+        assert len(r["titles"]) == len(r["windows"]) and all(len(t) <= 10 for t in r["titles"])
+    from tests.conftest import CORPUS
+
+    known = {tuple(tok(d["title"], add_special_tokens=False)["input_ids"][:10]) for d in CORPUS}
+    assert all(tuple(t) in known for r in rows for t in r["titles"])  # each a document's title
+    curie = next(r for r in rows if r["answers"] == ["Warsaw"])
+    assert curie["titles"][curie["gold"][0][0]] == []  # the answer's own document, which has no title
 
 
 def test_unanswered_and_absent_queries_become_no_answer_examples(tmp_path, tiny_index):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from common.errors import AppError
-from encoder.reader import Reader, ReaderCard, ReadingSpec, load_model, save_reader, vocab_fingerprint
+from encoder.reader import Reader, ReaderCard, ReadingSpec, TitleIds, load_model, save_reader, vocab_fingerprint
 from encoder.reader_train import ReaderTrainConfig, train_reader
 from evaluation.reader_data import examples
 from fill.config import EngineConfig
@@ -139,6 +139,19 @@ def test_no_room_beside_a_long_query_reads_nothing(engine):
     card = ReaderCard(vocab="x", max_tokens=64)
     assert plan_reading(ReadingSpec(card, 1, len(ids) + 8), engine.shards, ids, mask_at, ranked, 10) is None
     assert plan_reading(ReadingSpec(card, 1, 512), engine.shards, ids, mask_at, ranked, 10) is not None
+
+
+def test_a_reader_of_titles_gets_each_windows_title_ids(engine):
+    ranked, ids, mask_at = retrieved(engine, "The Seine flows through <mask> .", mode="restricted")
+    tok = engine.encoder.tokenizer
+    card = ReaderCard(vocab="x", max_tokens=128, title_tokens=3)
+    plain = plan_reading(ReadingSpec(card, 1, 512), engine.shards, ids, mask_at, ranked, 10)
+    assert plain.item.titles is None  # no tokenizer for titles: none read
+    reading = plan_reading(ReadingSpec(card, 1, 512, TitleIds(tok, 3)), engine.shards, ids, mask_at, ranked, 10)
+    assert len(reading.item.titles) == len(reading.windows)
+    assert [t.tolist() for t in reading.item.titles] == [
+        tok(t, add_special_tokens=False)["input_ids"][:3] for t in reading.spans.titles]
+    assert any(len(t) for t in reading.item.titles)
 
 
 def test_the_bundled_reader_is_the_default_and_can_be_switched_off(tiny_index, monkeypatch):

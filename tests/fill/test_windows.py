@@ -68,3 +68,18 @@ def test_the_shard_sides_modules_load_no_torch():
     out = subprocess.run([sys.executable, "-c", code.replace("fill.windows", "fill.reading")], cwd=ROOT,
                          capture_output=True, text=True, check=True)
     assert "torch" in out.stdout  # the check sees torch where the reader's module brings it
+
+
+def test_window_spans_bring_each_windows_document_title_when_asked(engine):
+    from fill.windows import Window
+
+    shards = engine.shards
+    windows, want = [], []
+    for shard_no in range(len(engine.index.shards)):
+        shard = shards.shard(shard_no)
+        for row, first, end in shard.blocks:  # the first tokens of every block
+            windows.append(Window(shard_no, int(first), int(min(end, first + 3))))
+            want.append(shard.docs.column("title")[int(row)].as_py() or "")
+    assert window_spans(shards, windows, max_len=3).titles is None
+    assert window_spans(shards, windows, max_len=3, titles=True).titles == want
+    assert {"Allan Peiper", "Paris", ""} <= set(want)
