@@ -195,7 +195,8 @@ class ReaderTrainer:
                  for ex in batch]
         tensors, positions = batch_tensors(items, self.template, self.pad_id)
         start, end = self.model(*(t.to(self.device) for t in tensors))
-        s_ok, s_gold, e_ok, e_gold = (t.to(self.device) for t in targets(batch, positions, start.shape[1], self.cfg.null))
+        wanted = targets(batch, positions, start.shape[1], self.cfg.null)
+        s_ok, s_gold, e_ok, e_gold = (t.to(self.device) for t in wanted)
         return multi_positive_ce(start, s_ok, s_gold) + multi_positive_ce(end, e_ok, e_gold)
 
     def run(self) -> Path:

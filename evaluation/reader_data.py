@@ -4,13 +4,13 @@ queries over an index of TRAIN-side text (bench/train_reader.sh).
     fill-reader-data --index DIR --probes queries.jsonl --out examples.jsonl [--window 10 --phrases 8]
 
 For every query (one <mask>, its answers), the fill engine retrieves as it does for a fill (without the
-reader) and picks the windows the reader would read (fill.reading: the same code); the example records them
-and every span in them whose stripped text is an answer (and each window's document title, as token ids). Queries whose answer is in no window give no
-example (their share is printed, "answer read": the ceiling of what a reader can fix) unless `--unanswered`
-asks for them: then they are no-answer examples (empty `gold`), as every query is with `--absent` (queries
-about subjects the index does not hold: the relation's sentences about OTHER subjects are what the reader
-reads, and must not fill from). A reader trained with such examples (`encoder train-reader --null`) scores
-"none of these" too.
+reader) and picks the windows the reader would read (fill.reading: the same code); the example records them,
+each one's document title (token ids, `--title-tokens`) and every span in them whose stripped text is an
+answer. Queries whose answer is in no window give no example (their share is printed, "answer read": the
+ceiling of what a reader can fix) unless `--unanswered` asks for them: then they are no-answer examples
+(empty `gold`), as every query is with `--absent` (queries about subjects the index does not hold: the
+relation's sentences about OTHER subjects are what the reader reads, and must not fill from). A reader
+trained with such examples (`encoder train-reader --null`) scores "none of these" too.
 """
 
 from __future__ import annotations
