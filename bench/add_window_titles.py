@@ -47,11 +47,11 @@ class ShardTokens:
         self.titles = open_docs(shard / "docs.arrow", int(info["documents"])).column("title")
 
     def find(self, window: list[int]) -> list[str]:
-        """The titles of the documents holding `window` (empty when none does)."""
+        """The titles of the documents holding `window` (empty when none does, or it is under K tokens)."""
         if len(window) < K:
             return []
         key = ngram_keys(np.asarray(window[:K], dtype=np.int64))[0]
-        lo, hi = np.searchsorted(self.keys, [key, key + np.uint64(1)]) if key < np.iinfo(np.uint64).max else (0, 0)
+        lo, hi = np.searchsorted(self.keys, key, "left"), np.searchsorted(self.keys, key, "right")
         out = []
         for at in self.order[lo:hi]:
             if np.array_equal(self.ids[at: at + len(window)], window):
