@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from encoder.reader_train import ReaderTrainConfig, ReaderTrainer
+from encoder.reader_train import ReaderTrainConfig, ReaderTrainer, example_length
 
 
 def main() -> None:
@@ -35,7 +35,7 @@ def main() -> None:
                                 epochs=3, batch_size=size, lr=1e-4, freeze_embeddings=True, bucket=bucket, device="cpu")
         trainer = ReaderTrainer(cfg)
         rows = [trainer.examples[i] for i in trainer.order]
-        lengths = [len(ex["query_ids"]) + sum(len(w) for w in ex["windows"]) for ex in rows]
+        lengths = [example_length(ex) for ex in rows]
         padded = np.mean([max(lengths[at: at + size]) for at in range(0, len(lengths), size)])
         start = time.monotonic()
         for step in range(args.steps):

@@ -101,6 +101,12 @@ def read_examples(paths: list[Path], null: bool = False, titles: bool = False) -
     return out
 
 
+def example_length(ex: dict) -> int:
+    """An example's tokens in its reader sequence, separators aside (query, windows, titles): what a batch
+    pads its rows to."""
+    return len(ex["query_ids"]) + sum(len(w) for w in ex["windows"]) + sum(len(t) for t in ex.get("titles") or ())
+
+
 def targets(examples: list[dict], positions: list[np.ndarray], width: int, null: bool = False
             ) -> tuple[torch.Tensor, ...]:
     """Per row of a batch: (start allowed, start gold, end allowed, end gold) as [rows, width] booleans
@@ -177,8 +183,7 @@ class ReaderTrainer:
         order = np.concatenate([rng.permutation(len(self.examples)) for _ in range(rounds)])[:need]
         if self.cfg.bucket <= 1:
             return order
-        lengths = np.array([len(ex["query_ids"]) + sum(len(w) for w in ex["windows"])
-                            + sum(len(t) for t in ex.get("titles") or ()) for ex in self.examples])
+        lengths = np.array([example_length(ex) for ex in self.examples])
         run = size * self.cfg.bucket
         out = []
         for at in range(0, need, run):
