@@ -447,3 +447,81 @@ def test_bench_reader_steps_compares_plain_and_bucketed_batches(tmp_path, tiny_b
                "--init", str(tiny_bert_dir), "--steps", "2", "--rounds", "1")
     plain, bucketed = (float(line.split("length ")[1].split(",")[0]) for line in out.splitlines())
     assert bucketed < plain  # similar lengths in a batch: less padding
+
+
+def test_prepare_same_type_queries_asks_each_slot_of_a_sentence_with_two(tmp_path):
+    corpus = write_jsonl(tmp_path / "c.jsonl", [
+        {"title": "Quillon Varda", "text": "Quillon Varda is a chemist. She was born in Marbleton, and studied in Fenwick."},
+        {"title": "Tobin Aschel", "text": "He moved to Oslo in 1990, and later worked in Bergen. He was elected in 1991 and retired in 2001."},
+        {"title": "Same", "text": "It was built in Rome and rebuilt in Rome."}])  # one phrase twice: nothing
+    out = tmp_path / "q.jsonl"
+    _run("prepare_same_type_queries.py", "--corpus", str(corpus), "--out", str(out))
+    got = {(q["query"], q["answers"][0]) for q in map(json.loads, out.read_text().splitlines())}
+    assert got == {("Quillon Varda was born in <mask> .", "Marbleton"), ("Quillon Varda studied in <mask> .", "Fenwick"),
+                   ("Tobin Aschel moved to <mask> .", "Oslo"), ("Tobin Aschel later worked in <mask> .", "Bergen"),
+                   ("Tobin Aschel was elected in <mask> .", "1991"), ("Tobin Aschel retired in <mask> .", "2001")}
+
+
+def _example(tok, query: str, windows: list[str], titles: list[str], answer: str) -> dict:
+    """A reader example as fill-reader-data writes one (word flags, every occurrence of the answer gold)."""
+    from corpus.tokens import WORD_END, WORD_START
+
+    def words(text):
+        ids, flags = [], []
+        for word in text.split():
+            part = tok(word, add_special_tokens=False)["input_ids"]
+            ids += part
+            flags += [WORD_START * (i == 0) | WORD_END * (i == len(part) - 1) for i in range(len(part))]
+        return ids, flags
+
+    head, tail = query.split("<mask>")
+    q = [tok.cls_token_id] + words(head)[0] + [tok.mask_token_id] * 2 + words(tail)[0] + [tok.sep_token_id]
+    ans = words(answer)[0]
+    ex = {"query_ids": q, "mask_at": q.index(tok.mask_token_id), "windows": [], "flags": [], "gold": [],
+          "titles": [words(t)[0] for t in titles]}
+    for w, text in enumerate(windows):
+        ids, flags = words(text)
+        ex["windows"].append(ids)
+        ex["flags"].append(flags)
+        ex["gold"] += [[w, i, i + len(ans) - 1] for i in range(len(ids)) if ids[i:i + len(ans)] == ans]
+    return ex
+
+
+def test_prepare_hard_examples_adds_relatives_and_joins_two_masks(tmp_path, tiny_bert_dir):
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(str(tiny_bert_dir))
+    marie = _example(tok, "marie curie was born in <mask> .", ["she was born maria in warsaw .", "the river flows"],
+                     ["marie curie", "vistula"], "warsaw")
+    pierre = _example(tok, "pierre dupont was born in <mask> .", ["pierre dupont was born in lyon ."],
+                      ["pierre dupont"], "lyon")
+    moved = _example(tok, "in 1891 she moved to <mask> .", ["in 1891 she moved to paris ."], ["marie curie"], "paris")
+    examples = write_jsonl(tmp_path / "ex.jsonl", [marie, pierre, moved])
+    probes = write_jsonl(tmp_path / "p.jsonl", [
+        {"query": "Marie Curie was born in <mask> .", "title": "Marie Curie", "answers": ["Warsaw"]},
+        {"query": "In 1891 she moved to <mask> .", "title": "Marie Curie", "answers": ["Paris"]}])
+    _run("prepare_hard_examples.py", "--examples", str(examples), "--probes", str(probes), "--model", str(tiny_bert_dir),
+         "--out", str(tmp_path / "hard"))
+    read = {name: [json.loads(x) for x in (tmp_path / "hard" / f"{name}.jsonl").read_text().splitlines()]
+            for name in ("relatives", "relatives_null", "two_mask")}
+    text = lambda ids: tok.decode(ids)  # noqa: E731
+    rel = {text(ex["query_ids"]): ex for ex in read["relatives"]}
+    curie = rel["[CLS] marie curie was born in [MASK] [MASK]. [SEP]"]
+    added = [w for w, t in enumerate(curie["titles"]) if text(t) == "pierre curie"]
+    assert len(added) == 1 and text(curie["windows"][added[0]]) == "pierre curie was born in lyon."
+    assert [text(curie["windows"][w][i:j + 1]) for w, i, j in curie["gold"]] == ["warsaw"]
+    assert text(curie["titles"][curie["gold"][0][0]]) == "marie curie"
+    dupont = rel["[CLS] pierre dupont was born in [MASK] [MASK]. [SEP]"]
+    assert "marie dupont" in [text(t) for t in dupont["titles"]]
+    null = {text(ex["query_ids"]): ex for ex in read["relatives_null"]}["[CLS] marie curie was born in [MASK] [MASK]. [SEP]"]
+    assert null["gold"] == [] and "warsaw" not in " ".join(text(w) for w in null["windows"])
+    assert "pierre curie" in [text(t) for t in null["titles"]]
+    assert len(read["two_mask"]) == 2
+    for ex in read["two_mask"]:
+        q = ex["query_ids"]
+        assert q.count(tok.mask_token_id) == 4 and q[ex["mask_at"]] == q[ex["mask_at"] + 1] == tok.mask_token_id
+        golds = {text(ex["windows"][w][i:j + 1]) for w, i, j in ex["gold"]}
+        after = text(q[:ex["mask_at"]]).split()[-2:]
+        born = after == ["born", "in"]
+        assert golds == ({"warsaw"} if born else {"paris"})
+        assert len(ex["windows"]) == (3 if born else 2)  # its own windows and the other mask's answer window
