@@ -22,6 +22,7 @@ from common.errors import AppError
 from common.files import hash_file
 from common.masks import split_on_masks
 from encoder.device import autocast, choose_device, choose_dtype, describe, lower_linear_weights
+from encoder.lean_bert import lean_bert
 from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass, resolve_engine
 from encoder.template import Template, derive_template
 
@@ -100,6 +101,13 @@ class QueryVectors:
     q_end: np.ndarray  # float32 [masks, d]: the output at its MASK_e (its end query)
 
 
+def auto_model(model_dir: Path) -> torch.nn.Module:
+    """transformers' model of the directory, fp32 weights whatever the file holds."""
+    from transformers import AutoModel
+
+    return AutoModel.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
+
+
 class HiddenStates(torch.nn.Module):
     """A transformer's last hidden states as a module of plain tensors (what encoder.onnx_engine exports)."""
 
@@ -124,9 +132,11 @@ class Encoder:
 
     def __init__(
         self, model_dir: str | Path | None = None, device: str | torch.device = "auto", dtype: str = "auto",
-        engine: str = "torch",
+        engine: str = "torch", lean: bool = False,
     ) -> None:
-        from transformers import AutoModel, AutoTokenizer
+        """`lean`: for serving only, a plain BERT runs as encoder.lean_bert.LeanBert (the same hidden states,
+        without importing transformers' modeling code); other models, and training, use transformers'."""
+        from transformers import AutoTokenizer
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
@@ -138,7 +148,7 @@ class Encoder:
         try:
             self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
             # fp32 master weights whatever the file holds (fp16 files are upcast); autocast lowers precision.
-            self.model = AutoModel.from_pretrained(str(self.model_dir), local_files_only=True, dtype=torch.float32)
+            self.model = (lean_bert(self.model_dir) if lean else None) or auto_model(self.model_dir)
         except Exception as exc:  # transformers raises many types; all mean "cannot load"
             raise AppError(f"cannot load model from {self.model_dir}: {exc}") from exc
         if not getattr(self.tokenizer, "is_fast", False):

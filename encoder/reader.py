@@ -41,7 +41,8 @@ from pydantic import BaseModel, Field, ValidationError
 from common.errors import AppError
 from common.files import write_json_atomic
 from encoder.device import autocast, choose_device, choose_dtype, lower_linear_weights
-from encoder.model import model_fingerprint, pad_sequences
+from encoder.lean_bert import lean_bert
+from encoder.model import auto_model, model_fingerprint, pad_sequences
 from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass, resolve_engine
 from encoder.template import Template, derive_template
 
@@ -180,17 +181,18 @@ def batch_tensors(items: list[ReaderInput], template: Template, pad_id: int
     return (ids, attention, types, mask_at), positions
 
 
-def load_model(reader_dir: Path) -> tuple[ReaderModel, object]:
+def load_model(reader_dir: Path, lean: bool = False) -> tuple[ReaderModel, object]:
     """The reader model (fp32) and its tokenizer, from a reader directory (or an encoder directory, whose
-    heads then start as the identity)."""
+    heads then start as the identity). `lean`: for inference only, a plain BERT transformer runs as
+    encoder.lean_bert.LeanBert (as Encoder's `lean`)."""
     from safetensors.torch import load_file
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     try:
         tokenizer = AutoTokenizer.from_pretrained(str(reader_dir), local_files_only=True)
-        transformer = AutoModel.from_pretrained(str(reader_dir), local_files_only=True, dtype=torch.float32)
+        transformer = (lean_bert(reader_dir) if lean else None) or auto_model(reader_dir)
     except Exception as exc:  # transformers raises many types; all mean "cannot load"
         raise AppError(f"cannot load reader from {reader_dir}: {exc}") from exc
     model = ReaderModel(transformer)
@@ -237,7 +239,7 @@ class Reader:
                  engine: str = "torch") -> None:
         self.dir = Path(reader_dir)
         self.card = read_card(self.dir)
-        model, tokenizer = load_model(self.dir)
+        model, tokenizer = load_model(self.dir, lean=True)
         if vocab_fingerprint(tokenizer) != self.card.vocab:
             raise AppError(f"reader {self.dir}: its tokenizer is not the one its {CARD_NAME} names; re-export it")
         self.device = device if isinstance(device, torch.device) else choose_device(device)

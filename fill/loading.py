@@ -38,7 +38,7 @@ def open_parts(config: EngineConfig, scoring: Scoring | None = None, with_shards
         if fingerprint != manifest.model.fingerprint:
             raise AppError(f"model {model_dir} differs from the model the index {root} was built with "
                            f"(fingerprint {manifest.model.fingerprint[:12]}); pass the right --model or rebuild")
-        encoder = Encoder(model_dir, device=config.device, dtype=config.dtype, engine=config.engine)
+        encoder = Encoder(model_dir, device=config.device, dtype=config.dtype, engine=config.engine, lean=True)
         encoder.fingerprint = fingerprint  # checked: neither the ONNX export nor an update need hash it again
         return encoder.for_inference()
 
