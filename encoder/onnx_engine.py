@@ -151,6 +151,7 @@ class OnnxPass:
 
 
 OV_PRECISION = {"torch.bfloat16": "bf16", "torch.float16": "f16", "torch.float32": "f32"}
+OV_CACHE = "openvino-cache"  # beside the exports: compiled models, a third of a compile's time to load
 
 
 class OpenVinoPass:
@@ -162,6 +163,9 @@ class OpenVinoPass:
 
         config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": OV_PRECISION[str(dtype)],
                   "PERFORMANCE_HINT": "LATENCY"}
+        # the compiled model cached beside the export (CACHE_DIR, keyed by model and settings; a cache folder
+        # OpenVINO cannot make or write is skipped, it compiles without one)
+        config["CACHE_DIR"] = str(path.parent / OV_CACHE)
         try:
             self.compiled = openvino.Core().compile_model(str(path), "CPU", config)
         except Exception as exc:  # openvino raises RuntimeError and its own types; all mean "cannot load"

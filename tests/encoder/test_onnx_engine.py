@@ -65,6 +65,21 @@ def test_the_export_is_made_once_and_named_by_the_models_fingerprint(model_dir, 
     assert len(list((model_dir / "onnx").glob("*.onnx"))) == 2
 
 
+def test_openvino_caches_its_compiled_model_beside_the_export(model_dir, monkeypatch):
+    first = Encoder(model_dir, device="cpu", engine="openvino").for_inference()
+    cache = model_dir / "onnx" / onnx_engine.OV_CACHE
+    blobs = sorted(p.name for p in cache.iterdir())
+    assert blobs  # the compiled model
+    again = Encoder(model_dir, device="cpu", engine="openvino").for_inference()  # loaded from the cache
+    assert sorted(p.name for p in cache.iterdir()) == blobs
+    for a, b in zip(first.encode_queries(QUERIES), again.encode_queries(QUERIES)):
+        np.testing.assert_array_equal(a.q_start, b.q_start)
+    (model_dir / "onnx" / "blocked").write_text("a file where the cache folder would be")
+    monkeypatch.setattr(onnx_engine, "OV_CACHE", "blocked")  # a cache it cannot make: compiled without it
+    blocked = Encoder(model_dir, device="cpu", engine="openvino").for_inference()
+    np.testing.assert_array_equal(blocked.encode_queries(QUERIES)[0].q_start, first.encode_queries(QUERIES)[0].q_start)
+
+
 def test_int8_weights_keep_the_vectors_close(model_dir):
     want = Encoder(model_dir, device="cpu", dtype="fp32").for_inference().encode_queries(QUERIES)
     got = Encoder(model_dir, device="cpu", engine="onnx-int8").for_inference().encode_queries(QUERIES)
