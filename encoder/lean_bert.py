@@ -26,6 +26,16 @@ from torch.nn import functional as F
 WEIGHTS = "model.safetensors"
 
 
+class _Linear(nn.Linear):
+    def reset_parameters(self) -> None:  # no initial weights to draw: the file's replace them
+        pass
+
+
+class _Embedding(nn.Embedding):
+    def reset_parameters(self) -> None:
+        pass
+
+
 class LeanOutput(NamedTuple):
     last_hidden_state: torch.Tensor
 
@@ -33,9 +43,9 @@ class LeanOutput(NamedTuple):
 class _Embeddings(nn.Module):
     def __init__(self, c: SimpleNamespace) -> None:
         super().__init__()
-        self.word_embeddings = nn.Embedding(c.vocab_size, c.hidden_size)
-        self.position_embeddings = nn.Embedding(c.max_position_embeddings, c.hidden_size)
-        self.token_type_embeddings = nn.Embedding(c.type_vocab_size, c.hidden_size)
+        self.word_embeddings = _Embedding(c.vocab_size, c.hidden_size)
+        self.position_embeddings = _Embedding(c.max_position_embeddings, c.hidden_size)
+        self.token_type_embeddings = _Embedding(c.type_vocab_size, c.hidden_size)
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
 
     def forward(self, ids: torch.Tensor, types: torch.Tensor | None) -> torch.Tensor:
@@ -50,9 +60,9 @@ class _SelfAttention(nn.Module):
     def __init__(self, c: SimpleNamespace) -> None:
         super().__init__()
         self.heads, self.head_size = c.num_attention_heads, c.hidden_size // c.num_attention_heads
-        self.query = nn.Linear(c.hidden_size, c.hidden_size)
-        self.key = nn.Linear(c.hidden_size, c.hidden_size)
-        self.value = nn.Linear(c.hidden_size, c.hidden_size)
+        self.query = _Linear(c.hidden_size, c.hidden_size)
+        self.key = _Linear(c.hidden_size, c.hidden_size)
+        self.value = _Linear(c.hidden_size, c.hidden_size)
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         shape = (*x.shape[:-1], -1, self.head_size)
@@ -68,7 +78,7 @@ class _Projection(nn.Module):
 
     def __init__(self, n_in: int, c: SimpleNamespace) -> None:
         super().__init__()
-        self.dense = nn.Linear(n_in, c.hidden_size)
+        self.dense = _Linear(n_in, c.hidden_size)
         self.LayerNorm = nn.LayerNorm(c.hidden_size, eps=c.layer_norm_eps)
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor) -> torch.Tensor:
@@ -88,7 +98,7 @@ class _Attention(nn.Module):
 class _Intermediate(nn.Module):
     def __init__(self, c: SimpleNamespace) -> None:
         super().__init__()
-        self.dense = nn.Linear(c.hidden_size, c.intermediate_size)
+        self.dense = _Linear(c.hidden_size, c.intermediate_size)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return F.gelu(self.dense(x))

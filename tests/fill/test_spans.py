@@ -333,3 +333,12 @@ def test_aggregate_is_exactly_the_running_sum_or_max(seed):
 def test_rank_of_no_phrase_and_phrases_compare_without_occurrences():
     assert rank([Phrase("x", 0.5, 1)], 0.0, 0) == []
     assert Phrase("x", 0.5, 1, np.array([1, 2])) == Phrase("x", 0.5, 1, np.array([3]))
+
+
+def test_strip_chars_scans_every_code_point_that_can_be_stripped():
+    import sys
+
+    from fill.spans import STRIP_BELOW, strip_chars
+
+    assert strip_chars.__wrapped__(sys.maxunicode + 1) == strip_chars()  # nothing to strip above STRIP_BELOW
+    assert " " in strip_chars() and "\u3002" in strip_chars() and "a" not in strip_chars() and STRIP_BELOW <= sys.maxunicode
