@@ -3,8 +3,9 @@
     python bench/bench_ready.py --index data-local/bench/idx_10m
 
 imports (numpy + faiss, torch, transformers, the service's HTTP app), opening the index (manifest,
-memory maps, FAISS indexes, BM25), loading the encoder (its model class's import on first use, the
-weights), and the warm-up fill the server runs before /readyz answers 200. Run it twice: the first run may
+memory maps, FAISS indexes, BM25) while the encoder loads on a thread (fill.loading.open_parts, as the server
+does), loading the reader (fill.loading.open_reader), and the warm-up fill the server runs before /readyz
+answers 200. Run it twice: the first run may
 read the files from disk, later ones find them in the page cache.
 """
 
@@ -39,15 +40,16 @@ def main() -> None:
     mark("import transformers")
     from service.api import create_app  # noqa: F401
     mark("import the service (FastAPI app)")
-    from indexer.phrase_index import PhraseIndex
-    index = PhraseIndex(args.index)
-    mark(f"open the index ({index.total_tokens:,} tokens, {len(index.shards)} shards)")
-    from encoder.model import Encoder
-    encoder = Encoder(Path(index.manifest.model.path))
-    mark("load the encoder (model class import + weights)")
+    from fill.config import EngineConfig
     from fill.engine import FillEngine
+    from fill.loading import open_parts, open_reader
     from service.state import WARMUP
-    FillEngine(encoder, index).fill(WARMUP)
+    config = EngineConfig(index=args.index)
+    encoder, index, scoring = open_parts(config)
+    mark(f"open the index ({index.total_tokens:,} tokens, {len(index.shards)} shards) and, beside it, the encoder")
+    reader = open_reader(config, encoder)
+    mark(f"load the reader ({reader.engine if reader else 'none'})")
+    FillEngine(encoder, index, scoring, reader).fill(WARMUP)
     mark("warm-up fill")
     for (_, a), (name, b) in zip(marks, marks[1:]):
         print(f"{name:50s} {b - a:6.2f} s")

@@ -42,6 +42,14 @@ def test_bench_build_figures(built):
     assert fig["standalone_forward_tokens"] >= 3000
 
 
+def test_bench_ready_times_each_part_of_a_start(built):
+    out = _run("bench_ready.py", "--index", str(built / "idx"))
+    names = [line.rsplit(None, 2)[0] for line in out.strip().splitlines()]
+    assert names[-4:] == [names[-4], "load the reader (openvino)", "warm-up fill", "total"]
+    assert names[-4].startswith("open the index (")
+    assert sum(float(line.split()[-2]) for line in out.strip().splitlines()[:-1]) > 0
+
+
 def test_bench_disk_counts_every_file(built):
     _run("bench_disk.py", "--index", str(built / "idx"), "--json", str(built / "disk.json"))
     fig = json.loads((built / "disk.json").read_text())
