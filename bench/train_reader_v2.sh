@@ -16,6 +16,10 @@
 # RUN=data-local/reader_v2/run_v2c (docs/QUALITY.md "Reader v2c"). TITLE_TOKENS=10 reads each window after its
 # document's title (fill-reader-data records the titles; examples written before it did get them from
 # bench/add_window_titles.py): v2d = v2c, then the same with TITLE_TOKENS=10 INIT=<v2c's reader> RUN=.../run_v2d.
+# HARD=1 (v2e, docs/QUALITY.md "Reader v2e") trains on a mix: 14,000 of those examples and the hard ones
+# (bench/prepare_hard_examples.py: a relative's sentence among the windows, with and without the subject's own;
+# two queries of one document with two masks; bench/prepare_same_type_queries.py: each of two same-type slots
+# of a sentence): v2e = v2d, then INDEXED=1 NULL=1 HARD=1 TITLE_TOKENS=10 INIT=<v2d's reader> EPOCHS=1 LR=5e-5.
 # Data ~45 min on 2 CPU cores (4 indexes, ~37k fills), training a few minutes on a GPU (train-reader uses
 # it when there is one; ~20-25 min per epoch of 30k examples on 2 CPU cores with batches of similar length,
 # 1.0-1.5 s per step of 32), the fit ~30 min. Self-supervised, train side only:
@@ -105,6 +109,44 @@ open(sys.argv[2], 'w').write(chr(10).join(rows[:3000]) + chr(10))" "$R/queries/r
         examples+=(--examples "$N/ex_$name.jsonl")
     done
     train+=(--null)
+fi
+if [ "${HARD:-0}" = 1 ]; then  # v2e: relatives, two-mask queries, same-type slots; a sample of the rest beside them
+    H="$R/hard"; mkdir -p "$H"
+    made=(); for ((i = 1; i < ${#examples[@]}; i += 2)); do made+=(--examples "${examples[i]}"); done
+    [ -f "$WORK/encoder_text/factbook.jsonl" ] || "$VENV/bin/python" bench/prepare_encoder_text.py --work "$WORK" \
+        --sources factbook --no-join --exclude /dev/null
+    for spec in "wiki:$WORK/encoder_text/wiki.jsonl:$R/idx_wiki_train" \
+                "gre:$WORK/google_re/train_a/corpus.jsonl:$R/idx_gre_train_a" \
+                "factbook:$WORK/encoder_text/factbook.jsonl:$H/idx_factbook"; do
+        IFS=: read -r name corpus idx <<< "$spec"
+        "$VENV/bin/python" bench/prepare_same_type_queries.py --corpus "$corpus" --out "$H/same_type_$name.jsonl"
+        if [ "$name" = factbook ] && [ ! -f "$idx/manifest.json" ]; then  # the documents asked about
+            "$VENV/bin/python" -c "import json, sys; t = {json.loads(l)['title'] for l in open(sys.argv[1])}
+open(sys.argv[3], 'w').writelines(l for l in open(sys.argv[2]) if json.loads(l)['title'] in t)" \
+                "$H/same_type_$name.jsonl" "$corpus" "$H/factbook_sub.jsonl"
+            "$VENV/bin/indexer" build --corpus "$H/factbook_sub.jsonl" --out "$idx" --overwrite 2>/dev/null | tail -1
+        fi
+        [ -f "$H/ex_same_type_$name.jsonl" ] || OMP_NUM_THREADS=1 "$VENV/bin/fill-reader-data" --index "$idx" \
+            --probes "$H/same_type_$name.jsonl" --out "$H/ex_same_type_$name.jsonl" --window "$WINDOW" \
+            --phrases "$PHRASES" --max-tokens "$MAX_TOKENS"
+    done
+    "$VENV/bin/python" bench/prepare_hard_examples.py "${made[@]}" \
+        $(for ((r = 0; r < ROUNDS; r++)); do echo --probes "$R/queries/round$r/probes.jsonl"; done) --out "$H"
+    "$VENV/bin/python" - "$H" "${made[@]}" <<'PY'
+import random, sys
+from pathlib import Path
+rng, hard = random.Random(0), Path(sys.argv[1])
+rest = [line for path in sys.argv[3::2] for line in Path(path).read_text().splitlines()]
+mix = rng.sample(rest, min(14000, len(rest))) + (hard / "relatives.jsonl").read_text().splitlines()
+null = (hard / "relatives_null.jsonl").read_text().splitlines()
+mix += rng.sample(null, min(2500, len(null))) + (hard / "two_mask.jsonl").read_text().splitlines()
+for path in sorted(hard.glob("ex_same_type_*.jsonl")):
+    mix += path.read_text().splitlines() * 2  # few: twice
+rng.shuffle(mix)
+(hard / "mix.jsonl").write_text("\n".join(mix) + "\n")
+print(len(mix), "examples in the mix")
+PY
+    examples=(--examples "$H/mix.jsonl")
 fi
 [ -n "${INIT:-}" ] && train+=(--init "$INIT")
 [ "${TITLE_TOKENS:-0}" != 0 ] && train+=(--title-tokens "$TITLE_TOKENS")
