@@ -181,17 +181,26 @@ def batch_tensors(items: list[ReaderInput], template: Template, pad_id: int
     return (ids, attention, types, mask_at), positions
 
 
-def load_model(reader_dir: Path, lean: bool = False) -> tuple[ReaderModel, object]:
-    """The reader model (fp32) and its tokenizer, from a reader directory (or an encoder directory, whose
-    heads then start as the identity). `lean`: for inference only, a plain BERT transformer runs as
-    encoder.lean_bert.LeanBert (as Encoder's `lean`)."""
-    from safetensors.torch import load_file
+def load_tokenizer(reader_dir: Path):
+    """The tokenizer of a reader (or encoder) directory."""
     from transformers import AutoTokenizer
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     try:
-        tokenizer = AutoTokenizer.from_pretrained(str(reader_dir), local_files_only=True)
+        return AutoTokenizer.from_pretrained(str(reader_dir), local_files_only=True)
+    except Exception as exc:  # transformers raises many types; all mean "cannot load"
+        raise AppError(f"cannot load the tokenizer of reader {reader_dir}: {exc}") from exc
+
+
+def load_model(reader_dir: Path, lean: bool = False, tokenizer=None) -> tuple[ReaderModel, object]:
+    """The reader model (fp32) and its tokenizer (`tokenizer`, when given), from a reader directory (or an
+    encoder directory, whose heads then start as the identity). `lean`: for inference only, a plain BERT
+    transformer runs as encoder.lean_bert.LeanBert (as Encoder's `lean`)."""
+    from safetensors.torch import load_file
+
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(reader_dir)
+    try:
         transformer = (lean_bert(reader_dir) if lean else None) or auto_model(reader_dir)
     except Exception as exc:  # transformers raises many types; all mean "cannot load"
         raise AppError(f"cannot load reader from {reader_dir}: {exc}") from exc
@@ -205,6 +214,14 @@ def load_model(reader_dir: Path, lean: bool = False) -> tuple[ReaderModel, objec
             raise AppError(f"{reader_dir / HEAD_NAME} does not hold heads for this transformer ({exc}); "
                            "re-export the reader") from exc
     return model, tokenizer
+
+
+def _config(reader_dir: Path) -> dict:
+    try:
+        return json.loads((reader_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise AppError(f"reader {reader_dir} has no readable config.json ({exc}); pass a directory written by "
+                       "`encoder train-reader`") from exc
 
 
 def read_card(reader_dir: Path) -> ReaderCard:
@@ -239,24 +256,24 @@ class Reader:
                  engine: str = "torch") -> None:
         self.dir = Path(reader_dir)
         self.card = read_card(self.dir)
-        model, tokenizer = load_model(self.dir, lean=True)
-        if vocab_fingerprint(tokenizer) != self.card.vocab:
+        self.tokenizer = load_tokenizer(self.dir)
+        if vocab_fingerprint(self.tokenizer) != self.card.vocab:
             raise AppError(f"reader {self.dir}: its tokenizer is not the one its {CARD_NAME} names; re-export it")
         self.device = device if isinstance(device, torch.device) else choose_device(device)
         self.dtype = choose_dtype(self.device, dtype)
         self.engine = resolve_engine(engine, self.device, "reader")
-        self.model = model.to(self.device).eval()
-        self.template = derive_template(tokenizer)
-        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
-        self.title_ids = TitleIds(tokenizer, self.card.title_tokens) if self.card.title_tokens else None
+        self.template = derive_template(self.tokenizer)
+        self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        self.title_ids = TitleIds(self.tokenizer, self.card.title_tokens) if self.card.title_tokens else None
+        self.max_length = int(_config(self.dir).get("max_position_embeddings", 512))
+        self.model: ReaderModel | None = None
         self._onnx: OnnxPass | OpenVinoPass | None = None
-        if self.engine != "torch":
+        if self.engine != "torch":  # the engine holds its own weights: a torch copy is built only to export it
             self._onnx = engine_pass(self.dir, model_fingerprint(self.dir), "reader", self.engine, self.dtype,
                                      self._export_spec)
-            self.model = None  # the engine holds its own weights: the torch copy's memory is freed
         else:
+            self.model = load_model(self.dir, lean=True, tokenizer=self.tokenizer)[0].to(self.device).eval()
             lower_linear_weights(self.model, self.dtype)  # for inference only: the same logits, less memory traffic
-        self.max_length = int(getattr(model.transformer.config, "max_position_embeddings", 512))
 
     @property
     def onnx_path(self) -> Path | None:
@@ -272,7 +289,8 @@ class Reader:
         items = [ReaderInput([self.pad_id + 1] * 6, 1, [np.full(4, self.pad_id + 1)]),
                  ReaderInput([self.pad_id + 1] * 5, 2, [np.full(3, self.pad_id + 1)] * 2)]
         tensors, _ = batch_tensors(items, self.template, self.pad_id)
-        return self.model, dict(zip(READER_INPUTS, tensors)), ["start", "end"]
+        model = load_model(self.dir, lean=True, tokenizer=self.tokenizer)[0].eval()
+        return model, dict(zip(READER_INPUTS, tensors)), ["start", "end"]
 
     @property
     def spec(self) -> ReadingSpec:

@@ -96,7 +96,7 @@ def test_a_read_only_model_directory_exports_into_the_user_cache(model_dir, tmp_
     assert not (model_dir / "onnx").exists()
 
 
-def test_reader_logits_agree_between_engines(model_dir, tmp_path):
+def test_reader_logits_agree_between_engines(model_dir, tmp_path, monkeypatch):
     trainer = ReaderTrainer(ReaderTrainConfig(examples=[write_example(model_dir, tmp_path)], out=tmp_path / "run",
                                               init=model_dir, epochs=1, batch_size=1, device="cpu"))
     reader_dir = trainer.run()
@@ -114,6 +114,11 @@ def test_reader_logits_agree_between_engines(model_dir, tmp_path):
             np.testing.assert_allclose(gs, ws, atol=1e-3)
             np.testing.assert_allclose(ge, we, atol=1e-3)
     assert (reader_dir / "onnx").is_dir()
+    from encoder import reader as reader_module
+
+    monkeypatch.setattr(reader_module, "load_model", lambda *a, **k: pytest.fail("the torch copy was built"))
+    cached = Reader(reader_dir, device="cpu", dtype="fp32", engine="openvino")  # the export there: no torch model
+    np.testing.assert_array_equal(cached.logits(items)[0][0], reader.logits(items)[0][0])
 
 
 def write_example(model_dir, tmp_path):
