@@ -174,3 +174,20 @@ def test_bucketed_order_keeps_every_example_and_cuts_the_padding(tmp_path, tiny_
     assert padded(bucketed) < 0.8 * padded(plain)
     first_run = [max(len(rows[i]["windows"][0]) for i in bucketed[at: at + 8]) for at in range(0, 48, 8)]
     assert first_run != sorted(first_run)  # the batches are shuffled, not served shortest first
+
+
+def test_layers_are_cut_on_a_fresh_run_with_resume_and_kept_when_it_resumes(tmp_path, tiny_bert_dir):
+    """`--resume` on a run with no checkpoint yet starts from `init`, cut to `layers` (v2b-v2e were not: they kept
+    all 6); resumed from its checkpoint, the run keeps the checkpoint's layers."""
+    encoder = Encoder(tiny_bert_dir, device="cpu", dtype="fp32")
+    make_examples(encoder, tmp_path / "ex.jsonl")
+    cfg = ReaderTrainConfig(examples=[tmp_path / "ex.jsonl"], out=tmp_path / "run", init=tiny_bert_dir, epochs=2,
+                            batch_size=2, device="cpu", layers=1, resume=True, minutes=1e-9)
+    trainer = ReaderTrainer(cfg)
+    assert len(trainer.model.transformer.encoder.layer) == 1
+    trainer.run()
+    trainer.save_checkpoint()
+    resumed = ReaderTrainer(cfg.model_copy(update={"minutes": None}))
+    assert resumed.step == 1 and len(resumed.model.transformer.encoder.layer) == 1
+    assert Reader(resumed.run(), device="cpu", dtype="fp32").max_length > 0
+    assert json.loads((tmp_path / "run" / "reader" / "config.json").read_text())["num_hidden_layers"] == 1
