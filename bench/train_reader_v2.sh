@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Reader v2, a CANDIDATE not shipped (issue 38; docs/QUALITY.md, "Reader v2"): the bundled reader's recipe
-# (bench/train_reader.sh) with 6x the examples, one command:
+# Reader v2 (issue 38; docs/QUALITY.md, "Reader v2" to "Reader v2e"; its v2e is the bundled reader): the v1 recipe
+# (bench/train_reader.sh) with 6x the examples, then the levers below, one command per round:
 #   FOLD_MODEL=data-local/models/gpu1_small bash bench/train_reader_v2.sh   (git checkout encoder/ undoes it)
 # It writes the reader to encoder/default_reader and its fit into encoder/default_model/scoring.json, as
 # bench/train_reader.sh does (the fit's grid of 7 weights x 3 modes over ~2,300 probes takes ~2 h on 2 cores;
@@ -19,7 +19,9 @@
 # HARD=1 (v2e, docs/QUALITY.md "Reader v2e") trains on a mix: 14,000 of those examples and the hard ones
 # (bench/prepare_hard_examples.py: a relative's sentence among the windows, with and without the subject's own;
 # two queries of one document with two masks; bench/prepare_same_type_queries.py: each of two same-type slots
-# of a sentence): v2e = v2d, then INDEXED=1 NULL=1 HARD=1 TITLE_TOKENS=10 INIT=<v2d's reader> EPOCHS=1 LR=5e-5.
+# of a sentence): v2e = v2d, then INDEXED=1 NULL=1 HARD=1 TITLE_TOKENS=10 INIT=<v2d's reader> EPOCHS=1 LR=5e-5
+# READ_WINDOW=10 (the examples' windows have 6 tokens either side; served with 10, the card's `window`: 6 cut
+# "born" off "born Maria Skłodowska in Warsaw" on the sample). The bundled reader since 2026-11-26.
 # Data ~45 min on 2 CPU cores (4 indexes, ~37k fills), training a few minutes on a GPU (train-reader uses
 # it when there is one; ~20-25 min per epoch of 30k examples on 2 CPU cores with batches of similar length,
 # 1.0-1.5 s per step of 32), the fit ~30 min. Self-supervised, train side only:
@@ -152,7 +154,7 @@ fi
 [ "${TITLE_TOKENS:-0}" != 0 ] && train+=(--title-tokens "$TITLE_TOKENS")
 "$VENV/bin/encoder" train-reader "${examples[@]}" "${train[@]}" --out "$RUN" --layers "$LAYERS" --epochs "$EPOCHS" \
     --batch-size "${BATCH:-32}" --lr "${LR:-1e-4}" --freeze-embeddings --save-every 200 --resume \
-    --window "$WINDOW" --phrases "$PHRASES" --max-tokens "$MAX_TOKENS"
+    --window "${READ_WINDOW:-$WINDOW}" --phrases "$PHRASES" --max-tokens "$MAX_TOKENS"  # the card's: what serving reads
 rm -rf "$OUT.tmp" && cp -r "$RUN/reader" "$OUT.tmp"
 [ -f "$OUT/README.md" ] && cp "$OUT/README.md" "$OUT.tmp/README.md"
 rm -rf "$OUT" && mv "$OUT.tmp" "$OUT"

@@ -98,7 +98,7 @@ DEMO_ANSWERS = {  # the top fill of each mask of each query of deploy/demo.sh (N
     "Marie Curie was born in <mask> .": ["Warsaw"],
     "Paris is the capital of <mask> .": ["France"],
     "Marie Curie was born in <mask> . In 1891 she moved to <mask> .": ["Warsaw", "Paris"],
-    "Zorblax Quint was born in <mask> .": [None],  # nobody of the sample: min_confidence 0.5 abstains (the reader gives its best guess 0.36)
+    "Zorblax Quint was born in <mask> .": [None],  # nobody of the sample: min_confidence 0.5 abstains (the reader: 0.04)
 }
 
 
@@ -158,12 +158,6 @@ SAME_TYPE = [  # made-up people: two places (or years) of the same type in one s
 ]
 
 
-# Open (issue 38): retrieval ranks the sentence's first place first for both questions and the bundled reader
-# does not read the second (hybrid, "studied in": "Marbleton, and studied in Fenwick" 0.45, "Marbleton" 0.36,
-# "Fenwick" 0.18); strict, so that a fix shows.
-SECOND_PLACE = pytest.mark.xfail(strict=True, reason="issue 38: the second same-type place of a sentence is not read")
-
-
 @pytest.fixture(scope="module")
 def same_type_engine(tmp_path_factory):
     from fill.config import EngineConfig
@@ -180,9 +174,9 @@ def same_type_engine(tmp_path_factory):
 @pytest.mark.parametrize("mode", ["dense", "restricted", "hybrid"])
 @pytest.mark.parametrize("query,answer", [
     ("Quillon Varda was born in <mask> .", "Marbleton"),
-    pytest.param("Quillon Varda studied in <mask> .", "Fenwick", marks=SECOND_PLACE),
+    ("Quillon Varda studied in <mask> .", "Fenwick"),
     ("Tobin Aschel grew up in <mask> .", "Harrowgate"),
-    pytest.param("Tobin Aschel worked in <mask> .", "Lindqvist Bay", marks=SECOND_PLACE),
+    ("Tobin Aschel worked in <mask> .", "Lindqvist Bay"),
 ])
 def test_the_reader_does_not_overrule_a_right_fill_with_a_same_type_distractor(same_type_engine, mode, query, answer):
     """The case of issue 38: "born in A, and studied in B" must not be read as B for "born in", in any mode."""
