@@ -8,6 +8,7 @@ twice (MASK_s, MASK_e); one forward pass gives q_start and q_end for every mask.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -101,6 +102,31 @@ class QueryVectors:
     q_end: np.ndarray  # float32 [masks, d]: the output at its MASK_e (its end query)
 
 
+BERT_TOKENIZERS = ("BertTokenizer", "BertTokenizerFast")
+BERT_INPUTS = ["input_ids", "token_type_ids", "attention_mask"]
+
+
+def load_tokenizer(model_dir: Path, lean: bool = False):
+    """The directory's tokenizer (AutoTokenizer's). `lean`, for serving only: a BERT WordPiece tokenizer with
+    its tokenizer.json loads as the generic fast tokenizer with BERT's input names, the same ids, offsets, pairs
+    and special tokens (tests/encoder/test_model.py) without transformers building its lazy table of every
+    model's modules on the first model-specific class (~0.4 s of a start). Not for training: a tokenizer
+    saved from it would name the generic class."""
+    if lean and (model_dir / "tokenizer.json").is_file():
+        try:
+            name = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8")).get("tokenizer_class")
+        except (OSError, ValueError):
+            name = None
+        if name in BERT_TOKENIZERS:
+            from transformers import PreTrainedTokenizerFast  # (importing AutoTokenizer builds that table)
+
+            return PreTrainedTokenizerFast.from_pretrained(str(model_dir), local_files_only=True,
+                                                           model_input_names=BERT_INPUTS)
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+
+
 def auto_model(model_dir: Path) -> torch.nn.Module:
     """transformers' model of the directory, fp32 weights whatever the file holds."""
     from transformers import AutoModel
@@ -135,8 +161,8 @@ class Encoder:
         engine: str = "torch", lean: bool = False,
     ) -> None:
         """`lean`: for serving only, a plain BERT runs as encoder.lean_bert.LeanBert (the same hidden states,
-        without importing transformers' modeling code); other models, and training, use transformers'."""
-        from transformers import AutoTokenizer
+        without importing transformers' modeling code) and its tokenizer loads lean (`load_tokenizer`); other
+        models, and training, use transformers' classes."""
         from transformers.utils import logging as hf_logging
 
         hf_logging.disable_progress_bar()
@@ -146,7 +172,7 @@ class Encoder:
                 f"model directory {self.model_dir} has no config.json; pass --model with a HuggingFace model directory"
             )
         try:
-            self.tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+            self.tokenizer = load_tokenizer(self.model_dir, lean)
             # fp32 master weights whatever the file holds (fp16 files are upcast); autocast lowers precision.
             self.model = (lean_bert(self.model_dir) if lean else None) or auto_model(self.model_dir)
         except Exception as exc:  # transformers raises many types; all mean "cannot load"

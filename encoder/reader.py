@@ -42,7 +42,7 @@ from common.errors import AppError
 from common.files import write_json_atomic
 from encoder.device import autocast, choose_device, choose_dtype, lower_linear_weights
 from encoder.lean_bert import lean_bert
-from encoder.model import auto_model, model_fingerprint, pad_sequences
+from encoder.model import auto_model, load_tokenizer, model_fingerprint, pad_sequences
 from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass, resolve_engine
 from encoder.template import Template, derive_template
 
@@ -181,14 +181,13 @@ def batch_tensors(items: list[ReaderInput], template: Template, pad_id: int
     return (ids, attention, types, mask_at), positions
 
 
-def load_tokenizer(reader_dir: Path):
-    """The tokenizer of a reader (or encoder) directory."""
-    from transformers import AutoTokenizer
+def reader_tokenizer(reader_dir: Path, lean: bool = False):
+    """The tokenizer of a reader (or encoder) directory (`lean`: encoder.model.load_tokenizer's, serving only)."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
     try:
-        return AutoTokenizer.from_pretrained(str(reader_dir), local_files_only=True)
+        return load_tokenizer(reader_dir, lean)
     except Exception as exc:  # transformers raises many types; all mean "cannot load"
         raise AppError(f"cannot load the tokenizer of reader {reader_dir}: {exc}") from exc
 
@@ -199,7 +198,7 @@ def load_model(reader_dir: Path, lean: bool = False, tokenizer=None) -> tuple[Re
     transformer runs as encoder.lean_bert.LeanBert (as Encoder's `lean`)."""
     from safetensors.torch import load_file
 
-    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(reader_dir)
+    tokenizer = tokenizer if tokenizer is not None else reader_tokenizer(reader_dir)
     try:
         transformer = (lean_bert(reader_dir) if lean else None) or auto_model(reader_dir)
     except Exception as exc:  # transformers raises many types; all mean "cannot load"
@@ -256,7 +255,7 @@ class Reader:
                  engine: str = "torch") -> None:
         self.dir = Path(reader_dir)
         self.card = read_card(self.dir)
-        self.tokenizer = load_tokenizer(self.dir)
+        self.tokenizer = reader_tokenizer(self.dir, lean=True)
         if vocab_fingerprint(self.tokenizer) != self.card.vocab:
             raise AppError(f"reader {self.dir}: its tokenizer is not the one its {CARD_NAME} names; re-export it")
         self.device = device if isinstance(device, torch.device) else choose_device(device)

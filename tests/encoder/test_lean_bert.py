@@ -72,7 +72,8 @@ def test_serving_loads_no_modeling_code(tiny_index):
             f"from fill.engine import FillEngine; from fill.schemas import FillRequest; "
             f"e = FillEngine.open(EngineConfig(index=Path({str(tiny_index)!r}), use_reader=False)); "
             f"e.fill(FillRequest(text='Paris is the capital of <mask> .')); "
-            f"print(sorted(m for m in sys.modules if m in ('transformers.modeling_utils', 'torch._dynamo')))")
+            f"print(sorted(m for m in sys.modules if m in ('transformers.modeling_utils', 'torch._dynamo', "
+            f"'transformers.models')))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
