@@ -40,6 +40,7 @@ NAME = re.compile(r"[a-z]+(?: [a-z]+){1,2}")
 NOT_NAME = {"of", "the", "and", "de", "in", "on", "for", "a", "an", "to", "at", "by", "with", "from"}
 MAX_QUERY = 128
 MAX_WINDOW_TOKENS = 260
+TITLE_TOKENS = 10  # a title's tokens kept, as fill-reader-data --title-tokens (default) records them
 
 
 def find(seq: list[int], part: list[int]) -> list[int]:
@@ -123,7 +124,7 @@ def relative_window(ex: dict, subject: str, donor: dict, donor_name: str, names:
         window, flags = replace(window, flags, old, new, new_f)
     if any(find(window, a) for a in answer_ids(ex)):
         return None
-    return window, flags, full[: len(ex["titles"][0]) or 10]
+    return window, flags, full[:TITLE_TOKENS]
 
 
 def with_window(ex: dict, at: int, window: list[int], flags: list[int], title: list[int]) -> dict:
