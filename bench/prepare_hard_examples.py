@@ -155,34 +155,31 @@ def trim(ex: dict) -> dict:
 
 
 def without_gold_windows(ex: dict) -> dict:
-    keep = [k for k in range(len(ex["windows"])) if k not in {w for w, _, _ in ex["gold"]}]
+    gold = {w for w, _, _ in ex["gold"]}
+    keep = [k for k in range(len(ex["windows"])) if k not in gold]
     out = {**ex, "gold": []}
     for key in ("windows", "flags", "titles"):
         out[key] = [ex[key][k] for k in keep]
     return out
 
 
-def pattern(ex: dict, subject: str, names: Names) -> str:
-    return names.text(ex["query_ids"]).replace(subject, "")
-
-
 def relatives(examples: list[dict], names: Names, rng: random.Random, n: int) -> tuple[list[dict], list[dict]]:
     """(answered, no-answer) relative examples (module doc), at most n of each."""
-    people = [(ex, s) for ex in examples if (s := person(ex, names))]
-    by_pattern = defaultdict(list)
-    for ex, s in people:
-        by_pattern[pattern(ex, s, names)].append((ex, s))
+    people = [(ex, s, names.text(ex["query_ids"]).replace(s, "")) for ex in examples if (s := person(ex, names))]
+    by_pattern = defaultdict(list)  # the query's words without its subject -> the people asked so
+    for person_ in people:
+        by_pattern[person_[2]].append(person_)
     rng.shuffle(people)
     answered, null = [], []
-    for ex, subject in people:
+    for ex, subject, words in people:
         if len(answered) >= n:
             break
-        pool = by_pattern[pattern(ex, subject, names)] if rng.random() < 0.8 else people
+        pool = by_pattern[words] if rng.random() < 0.8 else people
         pool = [d for d in pool if d[1].split()[-1] != subject.split()[-1]] or [
             d for d in people if d[1].split()[-1] != subject.split()[-1]]
         if not pool:
             continue
-        donor, donor_name = rng.choice(pool)
+        donor, donor_name, _ = rng.choice(pool)
         made = relative_window(ex, subject, donor, donor_name, names)
         if made is None:
             continue

@@ -127,9 +127,13 @@ def load_tokenizer(model_dir: Path, lean: bool = False):
     return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
 
 
-def auto_model(model_dir: Path) -> torch.nn.Module:
-    """transformers' model of the directory, fp32 weights whatever the file holds."""
-    from transformers import AutoModel
+def load_transformer(model_dir: Path, lean: bool = False) -> torch.nn.Module:
+    """The directory's transformer, fp32 weights whatever the file holds: transformers' model, or with `lean`
+    (serving only) a plain BERT as encoder.lean_bert.LeanBert (the same hidden states)."""
+    model = lean_bert(model_dir) if lean else None
+    if model is not None:
+        return model
+    from transformers import AutoModel  # (not at the top: importing it builds transformers' table of models)
 
     return AutoModel.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
 
@@ -174,7 +178,7 @@ class Encoder:
         try:
             self.tokenizer = load_tokenizer(self.model_dir, lean)
             # fp32 master weights whatever the file holds (fp16 files are upcast); autocast lowers precision.
-            self.model = (lean_bert(self.model_dir) if lean else None) or auto_model(self.model_dir)
+            self.model = load_transformer(self.model_dir, lean)
         except Exception as exc:  # transformers raises many types; all mean "cannot load"
             raise AppError(f"cannot load model from {self.model_dir}: {exc}") from exc
         if not getattr(self.tokenizer, "is_fast", False):

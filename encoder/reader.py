@@ -41,8 +41,7 @@ from pydantic import BaseModel, Field, ValidationError
 from common.errors import AppError
 from common.files import write_json_atomic
 from encoder.device import autocast, choose_device, choose_dtype, lower_linear_weights
-from encoder.lean_bert import lean_bert
-from encoder.model import auto_model, load_tokenizer, model_fingerprint, pad_sequences
+from encoder.model import load_tokenizer, load_transformer, model_fingerprint, pad_sequences
 from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass, resolve_engine
 from encoder.template import Template, derive_template
 
@@ -200,7 +199,7 @@ def load_model(reader_dir: Path, lean: bool = False, tokenizer=None) -> tuple[Re
 
     tokenizer = tokenizer if tokenizer is not None else reader_tokenizer(reader_dir)
     try:
-        transformer = (lean_bert(reader_dir) if lean else None) or auto_model(reader_dir)
+        transformer = load_transformer(reader_dir, lean)
     except Exception as exc:  # transformers raises many types; all mean "cannot load"
         raise AppError(f"cannot load reader from {reader_dir}: {exc}") from exc
     model = ReaderModel(transformer)

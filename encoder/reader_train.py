@@ -142,8 +142,9 @@ class ReaderTrainer:
         self.cfg = cfg
         self.examples = read_examples(cfg.examples, cfg.null, cfg.title_tokens > 0)
         self.device = choose_device(cfg.device)
-        self.model, self.tokenizer = load_model(self._start_dir())
-        if cfg.layers is not None and self._start_dir() != cfg.out / "checkpoint":  # a checkpoint has its layers
+        start = self._start_dir()
+        self.model, self.tokenizer = load_model(start)
+        if cfg.layers is not None and start != cfg.out / "checkpoint":  # a checkpoint has its layers already
             layers = self.model.transformer.encoder.layer
             self.model.transformer.encoder.layer = layers[: cfg.layers]
             self.model.transformer.config.num_hidden_layers = min(cfg.layers, len(layers))

@@ -533,3 +533,9 @@ def test_prepare_hard_examples_adds_relatives_and_joins_two_masks(tmp_path, tiny
         born = after == ["born", "in"]
         assert golds == ({"warsaw"} if born else {"paris"})
         assert len(ex["windows"]) == (3 if born else 2)  # its own windows and the other mask's answer window
+
+
+def test_check_reader_sample_finds_every_fill_of_the_bundled_reader_right(tmp_path):
+    out = _run("check_reader_sample.py", "--work", str(tmp_path))
+    assert out.strip().splitlines()[-1] == "wrong: 0 of 36"
+    assert sum(line.startswith("ok ") for line in out.splitlines()) == 36

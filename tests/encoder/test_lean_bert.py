@@ -15,7 +15,7 @@ import torch
 
 from encoder.device import lower_linear_weights
 from encoder.lean_bert import LeanBert, lean_bert
-from encoder.model import Encoder, auto_model
+from encoder.model import Encoder, load_transformer
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +34,7 @@ def _batch() -> tuple[torch.Tensor, ...]:
 @pytest.mark.parametrize("autocast", [False, True])
 @pytest.mark.parametrize("lowered", [False, True])
 def test_hidden_states_equal_transformers_bit_for_bit(tiny_bert_dir, autocast, lowered):
-    hf, lean = auto_model(tiny_bert_dir).eval(), lean_bert(tiny_bert_dir)
+    hf, lean = load_transformer(tiny_bert_dir).eval(), load_transformer(tiny_bert_dir, lean=True)
     assert isinstance(lean, LeanBert)
     if lowered:
         for m in (hf, lean):

@@ -1,0 +1,80 @@
+"""The sample checks of a reader (issue 38; docs/QUALITY.md "Reader v2e"): the demo's fill queries over the bundled
+sample, and the made-up same-type people of tests/encoder/test_default_model.py, each in every mode; prints each
+fill and the number of wrong ones (exit status 1 when any is wrong).
+
+    python bench/check_reader_sample.py [--reader-dir DIR] [--scoring SCORING.json] [--work data-local/scratch]
+
+A check is right when every mask's top fill is the expected phrase, or, for a person the corpus lacks, when no
+fill has confidence 0.5 or more (the demo's min_confidence). Indexes are built once under --work with the
+bundled encoder. The bundled reader and scoring by default; a candidate's with the flags.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from fill.config import EngineConfig  # noqa: E402
+from fill.engine import FillEngine  # noqa: E402
+from fill.schemas import FillRequest  # noqa: E402
+from indexer.build import BuildConfig, build_index  # noqa: E402
+from tests.conftest import CORPUS, write_jsonl  # noqa: E402
+from tests.encoder.test_default_model import SAME_TYPE  # noqa: E402
+
+SAMPLE = [("Marie Curie was born in <mask> .", "Warsaw"), ("Paris is the capital of <mask> .", "France"),
+          ("Marie Curie was born in <mask> . In 1891 she moved to <mask> .", "Warsaw|Paris"),
+          ("Zorblax Quint was born in <mask> .", None), ("Quillon Varda was born in <mask> .", None)]
+MADE_UP = [("Quillon Varda was born in <mask> .", "Marbleton"), ("Quillon Varda studied in <mask> .", "Fenwick"),
+           ("Tobin Aschel grew up in <mask> .", "Harrowgate"), ("Tobin Aschel worked in <mask> .", "Lindqvist Bay"),
+           ("Marie Curie was born in <mask> .", "Warsaw"), ("The <mask> flows through Paris .", "Seine"),
+           ("Allan Peiper was born in <mask> .", "Alexandra")]
+
+
+def index(work: Path, name: str, corpus: Path) -> Path:
+    out = work / name
+    if not (out / "manifest.json").exists():
+        build_index(BuildConfig(corpus=corpus, out=out))
+    return out
+
+
+def check(engine: FillEngine, query: str, want: str | None) -> tuple[int, list[str]]:
+    """(wrong checks, printed lines) of one query in every mode."""
+    wrong, lines = 0, []
+    for mode in ("hybrid", "restricted", "dense"):
+        result = engine.fill(FillRequest(text=query, top_k=3, mode=mode))
+        tops = [m.candidates[0] if m.candidates else None for m in result.masks]
+        got = [c.phrase if c and (want or c.confidence >= 0.5) else None for c in tops]
+        ok = got == (want.split("|") if want else [None] * len(result.masks))
+        wrong += not ok
+        shown = [[(c.phrase, round(c.confidence, 2)) for c in m.candidates] for m in result.masks]
+        lines.append(f"{'ok ' if ok else 'BAD'} {mode} {query} {shown}")
+    return wrong, lines
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reader-dir", type=Path, default=None, help="default: the bundled reader")
+    ap.add_argument("--scoring", type=Path, default=None, help="default: the bundled model's scoring.json")
+    ap.add_argument("--work", type=Path, default=ROOT / "data-local" / "scratch")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    sets = [(index(args.work, "idx_sample", ROOT / "data" / "sample" / "encyclopedia.jsonl"), SAMPLE),
+            (index(args.work, "idx_same_type", write_jsonl(args.work / "same_type.jsonl", CORPUS + SAME_TYPE)), MADE_UP)]
+    wrong = 0
+    for root, checks in sets:
+        engine = FillEngine.open(EngineConfig(index=root, reader_dir=args.reader_dir, scoring=args.scoring))
+        for query, want in checks:
+            bad, lines = check(engine, query, want)
+            wrong += bad
+            print("\n".join(lines))
+        engine.close()
+    print(f"wrong: {wrong} of {3 * sum(len(c) for _, c in sets)}")
+    sys.exit(1 if wrong else 0)
+
+
+if __name__ == "__main__":
+    main()
