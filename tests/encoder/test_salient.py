@@ -115,3 +115,25 @@ def test_half_rate_mixes_salient_and_random_spans():
                 counts[rate] += sum(1 for a, b in spans if a == b and a % 2 == 0) / max(1, len(spans))
     assert counts[0.0] < counts[0.5] < counts[1.0]
     assert counts[1.0] == pytest.approx(60.0)  # every span of every block is salient
+
+
+# ---------------------------------------------------------------- listed words (--salient-words)
+
+
+def test_listed_words_are_salient_spans_of_their_own(tokenizer):
+    text = "Marie was a Polish and naturalised French physicist, a great and humble scientist."
+    doc = tokenize_documents(tokenizer, [text])[0]
+    listed = frozenset({"polish", "french", "great", "humble", "scientist"})
+    spans = salient_spans(text, doc.offsets, doc.flags, 10, listed)
+    phrases = [text[doc.offsets[a, 0] : doc.offsets[b, 1]] for a, b in spans.tolist()]
+    # capitalised listed words stay in their runs (not twice); lower-case listed words join, in text order
+    assert phrases == ["Marie", "Polish", "French", "great", "humble", "scientist"]
+    assert spans[:, 0].tolist() == sorted(spans[:, 0].tolist())
+    assert _phrases(tokenizer, text) == ["Marie", "Polish", "French"]  # without the list: names only
+
+
+def test_listed_words_longer_than_the_cap_are_dropped(tokenizer):
+    text = "a zygomorphic idea"
+    doc = tokenize_documents(tokenizer, [text])[0]
+    spans = salient_spans(text, doc.offsets, doc.flags, 1, frozenset({"zygomorphic", "idea"}))
+    assert [text[doc.offsets[a, 0] : doc.offsets[b, 1]] for a, b in spans.tolist()] == ["idea"]

@@ -387,3 +387,20 @@ def test_export_fp16(run_a, tmp_path):
         cli_main(["export", "--checkpoint", str(ckpt), "--out", str(out)])
     assert (out / "README.md").read_text() == "model card\n"
     assert (out / "model.safetensors").is_file()
+
+
+def test_salient_words_are_read_into_the_blocks(city_corpus, tiny_bert_dir, tmp_path):
+    words = tmp_path / "words.txt"
+    words.write_text("# rivers\nTiber\n\nold\n", encoding="utf-8")
+    plain = Trainer(config(city_corpus, tmp_path / "plain", tiny_bert_dir, steps=1))
+    listed = Trainer(config(city_corpus, tmp_path / "listed", tiny_bert_dir, steps=1, salient_words=words))
+    count = lambda t: sum(len(b.salient) for g in t.groups for b in g)  # noqa: E731
+    assert count(listed) > count(plain)  # "old" (lower case) adds spans; "Tiber" was one already
+
+
+def test_missing_or_empty_salient_word_list_is_named(city_corpus, tiny_bert_dir, tmp_path):
+    with pytest.raises(AppError, match="nowhere.txt"):
+        Trainer(config(city_corpus, tmp_path / "a", tiny_bert_dir, salient_words=tmp_path / "nowhere.txt"))
+    (tmp_path / "empty.txt").write_text("# nothing\n", encoding="utf-8")
+    with pytest.raises(AppError, match="holds no word"):
+        Trainer(config(city_corpus, tmp_path / "b", tiny_bert_dir, salient_words=tmp_path / "empty.txt"))
