@@ -100,11 +100,8 @@ def cmd_unpack(args: argparse.Namespace) -> int:
     tensors = load_file(str(args.init / WEIGHTS))
     for part in args.parts:
         tensors.update(load_file(str(part)))
-    with atomic_path(args.out) as tmp:
-        shutil.copytree(args.init, tmp, dirs_exist_ok=True)
-        for stale in ("README.md", "scoring.json", "onnx", "openvino-cache"):  # INIT's card and fitted files
-            path = tmp / stale
-            shutil.rmtree(path) if path.is_dir() else path.unlink(missing_ok=True)
+    with atomic_path(args.out) as tmp:  # INIT's files but its card and fitted files, the tensors replaced
+        shutil.copytree(args.init, tmp, ignore=shutil.ignore_patterns("README.md", "scoring.json", "onnx", "openvino-cache"))
         save_file({k: v.to(torch.float16).contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS),
                   metadata={"format": "pt"})
     print(f"{len(tensors)} tensors -> {args.out}")

@@ -539,3 +539,16 @@ def test_check_reader_sample_finds_every_fill_of_the_bundled_reader_right(tmp_pa
     out = _run("check_reader_sample.py", "--work", str(tmp_path))
     assert out.strip().splitlines()[-1] == "wrong: 0 of 36"
     assert sum(line.startswith("ok ") for line in out.splitlines()) == 36
+
+
+def test_bench_codecs_reports_each_codec_against_the_stored_vectors(built, tmp_path):
+    probes = tmp_path / "cloze.jsonl"
+    _run("probes.py", "--corpus", str(SAMPLE), "--n", "12", "--out", str(probes))
+    out = _run("bench_codecs.py", "--index", str(built / "idx"), "--probes", str(probes), "--mode", "dense",
+               "--no-reader", "--codec", "SQ8", "--codec", "PQ4", "--sample", "4000", "--json", str(tmp_path / "c.json"))
+    rows = {r["codec"]: r for r in json.loads((tmp_path / "c.json").read_text())}
+    assert "| SQ8 | 384 |" in out and rows["PQ4"]["bytes"] == 4
+    base = rows.pop(next(k for k in rows if k.startswith("stored")))
+    assert base["agreement"] == 100.0 and base["bytes"] in (386, 768)
+    assert rows["SQ8"]["rel_mse"] < 0.001 < rows["PQ4"]["rel_mse"] < 1.0  # 8 bits per dimension vs 4 bytes a vector
+    assert rows["SQ8"]["agreement"] >= rows["PQ4"]["agreement"] and rows["SQ8"]["agreement"] >= 75

@@ -1,0 +1,142 @@
+"""Compact codecs for the re-scoring vectors measured on real fills (issue 41): bytes per token, agreement, EM.
+
+    python bench/bench_codecs.py --index IDX --probes P.jsonl [--per-relation 200] [--mode dense] [--no-reader] \\
+        --codec PQ48 --codec OPQ48,PQ48 --codec SQ4 [--json out.json]
+
+The index is opened once, as fill-eval opens it (its stored vectors as built: int8 by default); its fills are
+the baseline. For each codec (a FAISS factory string of a standalone codec: PQm, PQmx4, OPQm,PQm, SQ4, SQ6,
+SQ8, RQ..., LSQ...) the codec is trained on a sample of the index's stored vectors (decoded), every stored
+vector is encoded and the shards then re-score from the decoded codes (the engine's two readers of stored
+vectors: FAISS hits re-scored exactly, and candidate spans); the same probes are filled again. Printed per
+codec: code bytes per token (what vectors.npy would hold), top-1 fill agreement with the baseline, macro EM@1
+(baseline and codec), the paired micro EM difference with its standard error, and the mean squared error of
+the decoded vectors relative to their mean squared norm. The ANN index is left as it is: only the stored
+vectors change (a flat index searches the float vectors exactly, so its fills measure the re-scoring codec alone).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import faiss
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from common.process import single_thread_blas  # noqa: E402
+from evaluation.evaluate import EvalConfig, evaluate, select_probes  # noqa: E402
+from fill.engine import FillEngine  # noqa: E402
+
+
+class DecodedVectors:
+    """A shard's stored vectors replaced by codes of `codec`: `vectors[rows]` decodes them (float32)."""
+
+    def __init__(self, codes: np.ndarray, codec: faiss.Index, dim: int) -> None:
+        self.codes, self.codec, self.dim = codes, codec, dim
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.codes.shape[0], self.dim)
+
+    def __len__(self) -> int:
+        return self.codes.shape[0]
+
+    def warm(self) -> None:
+        pass
+
+    def __getitem__(self, rows) -> np.ndarray:
+        rows = np.asarray(rows)
+        flat = np.ascontiguousarray(self.codes[rows.reshape(-1)])
+        return self.codec.sa_decode(flat).reshape(*rows.shape, self.dim)
+
+
+def stored(shard, chunk: int = 65_536) -> np.ndarray:
+    """All of a shard's stored vectors, decoded (float32)."""
+    n = len(shard.vectors)
+    return np.concatenate([shard.vectors[np.arange(a, min(n, a + chunk))] for a in range(0, n, chunk)])
+
+
+def train_codec(factory: str, shards: list, sample: int, seed: int = 0) -> tuple[faiss.Index, list[np.ndarray], float]:
+    """The codec trained on a sample of every shard's vectors; each shard's codes; the relative MSE."""
+    dim = shards[0].vectors.shape[1]
+    full = [stored(s) for s in shards]
+    everything = np.concatenate(full)
+    rng = np.random.default_rng(seed)
+    train = everything[rng.choice(len(everything), min(sample, len(everything)), replace=False)]
+    codec = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+    codec.train(np.ascontiguousarray(train))
+    codes = [codec.sa_encode(np.ascontiguousarray(v)) for v in full]
+    decoded = codec.sa_decode(np.concatenate(codes))
+    rel = float(((decoded - everything) ** 2).sum(axis=1).mean() / (everything**2).sum(axis=1).mean())
+    return codec, codes, rel
+
+
+def fills(engine: FillEngine, probes: list[dict], cfg: EvalConfig) -> tuple[dict, list[dict]]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "pred.jsonl"
+        report = evaluate(engine, probes, cfg, out)
+        return report, [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+
+
+def compare(base: list[dict], other: list[dict]) -> dict:
+    top = lambda r: r["predictions"][0] if r["predictions"] else ""  # noqa: E731
+    diff = np.array([int(y["em"]) - int(x["em"]) for x, y in zip(base, other)], dtype=float)
+    se = float(diff.std(ddof=1) / math.sqrt(len(diff))) if len(diff) > 1 else 0.0
+    return {"agreement": 100 * float(np.mean([top(x) == top(y) for x, y in zip(base, other)])),
+            "micro_em_diff": 100 * float(diff.mean()), "micro_em_diff_se": 100 * se}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--index", type=Path, required=True)
+    ap.add_argument("--probes", type=Path, required=True)
+    ap.add_argument("--per-relation", type=int)
+    ap.add_argument("--mode", default="hybrid", choices=("hybrid", "restricted", "dense"))
+    ap.add_argument("--no-reader", action="store_true")
+    ap.add_argument("--model", type=Path)
+    ap.add_argument("--codec", action="append", required=True, help="FAISS factory string of a standalone codec")
+    ap.add_argument("--sample", type=int, default=65_536, help="vectors the codecs are trained on")
+    ap.add_argument("--json", type=Path)
+    args = ap.parse_args(argv)
+    cfg = EvalConfig(index=args.index, probes=args.probes, per_relation=args.per_relation, mode=args.mode,
+                     model=args.model, reader=False if args.no_reader else None, use_reader=not args.no_reader)
+    probes = select_probes(cfg.probes, None, "all", cfg.per_relation, cfg.seed)
+    single_thread_blas()
+    engine = FillEngine.open(cfg.engine_config())
+    shards = engine.index.shards
+    originals = [s.vectors for s in shards]
+    base_report, base = fills(engine, probes, cfg)
+    dtype = shards[0].info.vector_dtype
+    base_bytes = shards[0].vectors.data.dtype.itemsize * shards[0].vectors.shape[1] + (2 if dtype == "int8" else 0)
+    rows = [{"codec": f"stored ({dtype})", "bytes": base_bytes, "agreement": 100.0, "macro_em": base_report["macro_em@1"],
+             "micro_em_diff": 0.0, "micro_em_diff_se": 0.0, "rel_mse": 0.0}]
+    for factory in args.codec:
+        for s, v in zip(shards, originals):
+            s.vectors = v
+        t0 = time.perf_counter()
+        codec, codes, rel = train_codec(factory, shards, args.sample)
+        seconds = time.perf_counter() - t0
+        for s, c in zip(shards, codes):
+            s.vectors = DecodedVectors(c, codec, s.vectors.shape[1])
+        report, other = fills(engine, probes, cfg)
+        rows.append({"codec": factory, "bytes": int(codec.sa_code_size()), "macro_em": report["macro_em@1"],
+                     "rel_mse": rel, "train_encode_s": seconds, **compare(base, other)})
+    print(f"{len(probes)} probes, mode {args.mode}{' (no reader)' if args.no_reader else ''}, {args.index}")
+    print("| codec | bytes/token | top-1 agreement % | macro EM@1 | micro EM diff (SE) | rel. MSE |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['codec']} | {r['bytes']} | {r['agreement']:.1f} | {r['macro_em']:.1f} | "
+              f"{r['micro_em_diff']:+.1f} ({r['micro_em_diff_se']:.1f}) | {r['rel_mse']:.4f} |")
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
