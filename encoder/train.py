@@ -100,6 +100,8 @@ class TrainConfig(BaseModel):
     def _mixed_needs_two_views(self) -> TrainConfig:
         if self.positives == "mixed" and self.query_views < 2:
             raise ValueError("--positives mixed alternates objectives between query views: set --query-views >= 2")
+        if self.salient_words is not None and self.salient_rate == 0:
+            raise ValueError("--salient-words adds salient spans, drawn only at --salient-rate: set --salient-rate > 0")
         return self
 
 

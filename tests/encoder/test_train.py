@@ -393,14 +393,19 @@ def test_salient_words_are_read_into_the_blocks(city_corpus, tiny_bert_dir, tmp_
     words = tmp_path / "words.txt"
     words.write_text("# rivers\nTiber\n\nold\n", encoding="utf-8")
     plain = Trainer(config(city_corpus, tmp_path / "plain", tiny_bert_dir, steps=1))
-    listed = Trainer(config(city_corpus, tmp_path / "listed", tiny_bert_dir, steps=1, salient_words=words))
+    listed = Trainer(config(city_corpus, tmp_path / "listed", tiny_bert_dir, steps=1, salient_words=words,
+                            salient_rate=0.5))
     count = lambda t: sum(len(b.salient) for g in t.groups for b in g)  # noqa: E731
     assert count(listed) > count(plain)  # "old" (lower case) adds spans; "Tiber" was one already
 
 
 def test_missing_or_empty_salient_word_list_is_named(city_corpus, tiny_bert_dir, tmp_path):
     with pytest.raises(AppError, match="nowhere.txt"):
-        Trainer(config(city_corpus, tmp_path / "a", tiny_bert_dir, salient_words=tmp_path / "nowhere.txt"))
+        Trainer(config(city_corpus, tmp_path / "a", tiny_bert_dir, salient_words=tmp_path / "nowhere.txt",
+                       salient_rate=0.5))
     (tmp_path / "empty.txt").write_text("# nothing\n", encoding="utf-8")
     with pytest.raises(AppError, match="holds no word"):
-        Trainer(config(city_corpus, tmp_path / "b", tiny_bert_dir, salient_words=tmp_path / "empty.txt"))
+        Trainer(config(city_corpus, tmp_path / "b", tiny_bert_dir, salient_words=tmp_path / "empty.txt",
+                       salient_rate=0.5))
+    with pytest.raises(ValueError, match="salient-rate"):  # a list that would never be drawn from
+        config(city_corpus, tmp_path / "c", tiny_bert_dir, salient_words=tmp_path / "empty.txt")
