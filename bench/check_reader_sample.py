@@ -2,11 +2,12 @@
 sample, and the made-up same-type people of tests/encoder/test_default_model.py, each in every mode; prints each
 fill and the number of wrong ones (exit status 1 when any is wrong).
 
-    python bench/check_reader_sample.py [--reader-dir DIR] [--scoring SCORING.json] [--work data-local/scratch]
+    python bench/check_reader_sample.py [--model DIR] [--reader-dir DIR] [--scoring SCORING.json] [--work data-local/scratch]
 
 A check is right when every mask's top fill is the expected phrase, or, for a person the corpus lacks, when no
 fill has confidence 0.5 or more (the demo's min_confidence). Indexes are built once under --work with the
-bundled encoder. The bundled reader and scoring by default; a candidate's with the flags.
+bundled encoder, or with --model's (a candidate encoder: its indexes under --work/NAME). The bundled reader and
+scoring by default; a candidate's with the flags (without --scoring, --model's scoring.json when it has one).
 """
 
 from __future__ import annotations
@@ -34,10 +35,10 @@ MADE_UP = [("Quillon Varda was born in <mask> .", "Marbleton"), ("Quillon Varda 
            ("Allan Peiper was born in <mask> .", "Alexandra")]
 
 
-def index(work: Path, name: str, corpus: Path) -> Path:
+def index(work: Path, name: str, corpus: Path, model: Path | None = None) -> Path:
     out = work / name
     if not (out / "manifest.json").exists():
-        build_index(BuildConfig(corpus=corpus, out=out))
+        build_index(BuildConfig(corpus=corpus, out=out, model=model))
     return out
 
 
@@ -57,16 +58,21 @@ def check(engine: FillEngine, query: str, want: str | None) -> tuple[int, list[s
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", type=Path, default=None, help="encoder of the indexes (default: the bundled one)")
     ap.add_argument("--reader-dir", type=Path, default=None, help="default: the bundled reader")
     ap.add_argument("--scoring", type=Path, default=None, help="default: the bundled model's scoring.json")
     ap.add_argument("--work", type=Path, default=ROOT / "data-local" / "scratch")
     args = ap.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
-    sets = [(index(args.work, "idx_sample", ROOT / "data" / "sample" / "encyclopedia.jsonl"), SAMPLE),
-            (index(args.work, "idx_same_type", write_jsonl(args.work / "same_type.jsonl", CORPUS + SAME_TYPE)), MADE_UP)]
+    work = args.work / args.model.name if args.model else args.work
+    work.mkdir(parents=True, exist_ok=True)
+    sample = ROOT / "data" / "sample" / "encyclopedia.jsonl"
+    same_type = write_jsonl(work / "same_type.jsonl", CORPUS + SAME_TYPE)
+    sets = [(index(work, "idx_sample", sample, args.model), SAMPLE),
+            (index(work, "idx_same_type", same_type, args.model), MADE_UP)]
     wrong = 0
     for root, checks in sets:
-        engine = FillEngine.open(EngineConfig(index=root, reader_dir=args.reader_dir, scoring=args.scoring))
+        engine = FillEngine.open(EngineConfig(index=root, model=args.model, reader_dir=args.reader_dir,
+                                              scoring=args.scoring))
         for query, want in checks:
             bad, lines = check(engine, query, want)
             wrong += bad

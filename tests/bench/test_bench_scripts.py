@@ -552,3 +552,19 @@ def test_bench_codecs_reports_each_codec_against_the_stored_vectors(built, tmp_p
     assert base["agreement"] == 100.0 and base["bytes"] in (386, 768)
     assert rows["SQ8"]["rel_mse"] < 0.001 < rows["PQ4"]["rel_mse"] < 1.0  # 8 bits per dimension vs 4 bytes a vector
     assert rows["SQ8"]["agreement"] >= rows["PQ4"]["agreement"] and rows["SQ8"]["agreement"] >= 75
+
+
+def test_check_reader_sample_builds_a_candidate_encoders_own_indexes(tmp_path, tiny_bert_dir):
+    from transformers import AutoTokenizer, BertConfig, BertModel
+
+    model = tmp_path / "models" / "candidate"  # a tiny BERT that takes the sample's 256-token blocks
+    BertModel(BertConfig(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+                         max_position_embeddings=512)).save_pretrained(model)
+    AutoTokenizer.from_pretrained(str(tiny_bert_dir)).save_pretrained(model)
+    work = tmp_path / "work"
+    done = subprocess.run([sys.executable, str(ROOT / "bench" / "check_reader_sample.py"), "--work", str(work),
+                           "--model", str(model)], cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert done.stdout.strip().endswith("of 36"), done.stderr[-2000:]
+    assert done.returncode == (0 if done.stdout.strip().endswith("wrong: 0 of 36") else 1)  # an untrained model errs
+    manifest = json.loads((work / "candidate" / "idx_sample" / "manifest.json").read_text())
+    assert manifest["dim"] == 32 and not (work / "idx_sample").exists()
