@@ -3,6 +3,8 @@
 # command (stages 1 + 2 in fp32: ~25-45 min on 2 CPU cores; stage 3 in bf16: ~2 min on one H200, ~1-2 h on
 # 2 CPU cores):
 #   EXPORT_TO=encoder/default_model bash bench/train_default_model.sh [GOOGLE_RE_DIR]
+# STAGE4=1 adds the candidate stage 4 (and its blend) after stage 3 (below; needs Debian's wordnet-base);
+# TRAIN_SIDE=train_a STAGE4=1 is its fold model for bench/fit_scoring.sh.
 # Data: the TRAIN side of the subject-disjoint Google-RE split (bench/prepare_google_re.py: the
 # de-duplicated evidence snippets of subjects whose sha256 starts with 0-7; Wikipedia text), the bundled
 # sample corpus, and (since r14; WIKI=0 gives r11) the train side of the Wikipedia lead sections of
@@ -72,4 +74,23 @@ fi
     --positives mixed --query-views 2 --groups-per-step 4 --group-size 16 --block-tokens 128 --title-tokens 32 \
     --grouping similar --query-window 20 --query-title-dropout 0.0 --freeze-embeddings --steps 320 --lr 3e-5 \
     --warmup-steps 20 --save-every 80 --keep-checkpoints 0 --seed 2 --dtype bf16 --resume
-"$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage3/checkpoint-000320" --out "$EXPORT_TO"
+if [ "${STAGE4:-0}" = 0 ]; then
+    "$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage3/checkpoint-000320" --out "$EXPORT_TO"
+    exit 0
+fi
+# stage 4 (STAGE4=1; the candidate after r15, docs/QUALITY.md "Stage 4", not yet the bundled default): 800 steps of
+# stage 3's recipe from STAGE4_INIT (default: this run's stage 3; encoder/default_model for the measured candidate)
+# with WordNet's one-word adjectives as salient spans (half the spans drawn from the salient ones), then the
+# weights blended half and half with STAGE4_INIT (WiSE-FT, bench/blend_models.py). ~80 min on 2 CPU cores.
+"$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage3/checkpoint-000320" --out "$WORK/models/default_stage3"
+S4_INIT="${STAGE4_INIT:-$WORK/models/default_stage3}"
+[ -f "$WORK/salient/adjectives.txt" ] || "$VENV/bin/python" bench/salient_words.py --out "$WORK/salient/adjectives.txt"
+"$VENV/bin/encoder" train --corpus "$WORK/google_re/$TRAIN_SIDE/corpus.jsonl" --corpus "$WORK/encoder_text/wiki.jsonl" \
+    --corpus data/sample/encyclopedia.jsonl --out "$WORK/runs/default_stage4" --init "$S4_INIT" \
+    --positives mixed --query-views 2 --groups-per-step 4 --group-size 16 --block-tokens 128 --title-tokens 32 \
+    --grouping similar --query-window 20 --query-title-dropout 0.0 --freeze-embeddings --steps 800 --lr 3e-5 \
+    --warmup-steps 20 --save-every 50 --keep-checkpoints 2 --seed 3 --dtype bf16 --resume \
+    --salient-words "$WORK/salient/adjectives.txt" --salient-rate 0.5
+"$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage4/checkpoint-000800" --out "$WORK/models/default_stage4"
+"$VENV/bin/python" bench/blend_models.py --base "$S4_INIT" --tuned "$WORK/models/default_stage4" --alpha 0.5 \
+    --out "$EXPORT_TO"
