@@ -51,6 +51,25 @@ if [ "${WIKI:-1}" = 1 ]; then  # r14: the train side of the Wikipedia leads, wit
         --sources wiki --no-join --exclude /dev/null
     common=("${common[@]:0:4}" --corpus "$WORK/encoder_text/wiki.jsonl" "${common[@]:4}")
 fi
+# stage 4 (STAGE4=1; the candidate after r15, docs/QUALITY.md "Stage 4", not yet the bundled default): 800 steps of
+# stage 3's recipe from $1 (this run's stage 3; with STAGE4_INIT, that model and no stages 1-3) with WordNet's
+# one-word adjectives as salient spans (half the spans drawn from the salient ones), then the weights blended half
+# and half with $1 (WiSE-FT, bench/blend_models.py). ~80 min on 2 CPU cores.
+stage4() {
+    [ -f "$WORK/salient/adjectives.txt" ] || "$VENV/bin/python" bench/salient_words.py --out "$WORK/salient/adjectives.txt"
+    "$VENV/bin/encoder" train --corpus "$WORK/google_re/$TRAIN_SIDE/corpus.jsonl" --corpus "$WORK/encoder_text/wiki.jsonl" \
+        --corpus data/sample/encyclopedia.jsonl --out "$WORK/runs/default_stage4" --init "$1" \
+        --positives mixed --query-views 2 --groups-per-step 4 --group-size 16 --block-tokens 128 --title-tokens 32 \
+        --grouping similar --query-window 20 --query-title-dropout 0.0 --freeze-embeddings --steps 800 --lr 3e-5 \
+        --warmup-steps 20 --save-every 50 --keep-checkpoints 2 --seed 3 --dtype bf16 --resume \
+        --salient-words "$WORK/salient/adjectives.txt" --salient-rate 0.5
+    "$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage4/checkpoint-000800" --out "$WORK/models/default_stage4"
+    "$VENV/bin/python" bench/blend_models.py --base "$1" --tuned "$WORK/models/default_stage4" --alpha 0.5 --out "$EXPORT_TO"
+}
+if [ -n "${STAGE4_INIT:-}" ]; then
+    stage4 "$STAGE4_INIT"
+    exit 0
+fi
 # stage 1: 160 steps of a 640-step schedule (lr 1e-4, 60 warm-up steps), corpus-order groups
 "$VENV/bin/encoder" train "${common[@]}" --out "$WORK/runs/default_stage1" \
     --steps 640 --until 160 --lr 1e-4 --warmup-steps 60 --save-every 160 --seed 0 \
@@ -78,19 +97,5 @@ if [ "${STAGE4:-0}" = 0 ]; then
     "$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage3/checkpoint-000320" --out "$EXPORT_TO"
     exit 0
 fi
-# stage 4 (STAGE4=1; the candidate after r15, docs/QUALITY.md "Stage 4", not yet the bundled default): 800 steps of
-# stage 3's recipe from STAGE4_INIT (default: this run's stage 3; encoder/default_model for the measured candidate)
-# with WordNet's one-word adjectives as salient spans (half the spans drawn from the salient ones), then the
-# weights blended half and half with STAGE4_INIT (WiSE-FT, bench/blend_models.py). ~80 min on 2 CPU cores.
 "$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage3/checkpoint-000320" --out "$WORK/models/default_stage3"
-S4_INIT="${STAGE4_INIT:-$WORK/models/default_stage3}"
-[ -f "$WORK/salient/adjectives.txt" ] || "$VENV/bin/python" bench/salient_words.py --out "$WORK/salient/adjectives.txt"
-"$VENV/bin/encoder" train --corpus "$WORK/google_re/$TRAIN_SIDE/corpus.jsonl" --corpus "$WORK/encoder_text/wiki.jsonl" \
-    --corpus data/sample/encyclopedia.jsonl --out "$WORK/runs/default_stage4" --init "$S4_INIT" \
-    --positives mixed --query-views 2 --groups-per-step 4 --group-size 16 --block-tokens 128 --title-tokens 32 \
-    --grouping similar --query-window 20 --query-title-dropout 0.0 --freeze-embeddings --steps 800 --lr 3e-5 \
-    --warmup-steps 20 --save-every 50 --keep-checkpoints 2 --seed 3 --dtype bf16 --resume \
-    --salient-words "$WORK/salient/adjectives.txt" --salient-rate 0.5
-"$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage4/checkpoint-000800" --out "$WORK/models/default_stage4"
-"$VENV/bin/python" bench/blend_models.py --base "$S4_INIT" --tuned "$WORK/models/default_stage4" --alpha 0.5 \
-    --out "$EXPORT_TO"
+stage4 "$WORK/models/default_stage3"
