@@ -56,25 +56,28 @@ class DecodedVectors:
         return self.codec.sa_decode(flat).reshape(*rows.shape, self.dim)
 
 
-def stored(shard, chunk: int = 65_536) -> np.ndarray:
-    """All of a shard's stored vectors, decoded (float32)."""
-    n = len(shard.vectors)
-    return np.concatenate([shard.vectors[np.arange(a, min(n, a + chunk))] for a in range(0, n, chunk)])
-
-
-def train_codec(factory: str, shards: list, sample: int, seed: int = 0) -> tuple[faiss.Index, list[np.ndarray], float]:
-    """The codec trained on a sample of every shard's vectors; each shard's codes; the relative MSE."""
+def train_codec(factory: str, shards: list, sample: int, seed: int = 0, chunk: int = 65_536
+                ) -> tuple[faiss.Index, list[np.ndarray], float]:
+    """The codec trained on `sample` stored vectors drawn from all shards; each shard's codes; the relative MSE
+    (squared error over squared norm, summed over every vector). Shards are read a chunk at a time."""
     dim = shards[0].vectors.shape[1]
-    full = [stored(s) for s in shards]
-    everything = np.concatenate(full)
+    sizes = [len(s.vectors) for s in shards]
+    starts = np.concatenate([[0], np.cumsum(sizes)])
     rng = np.random.default_rng(seed)
-    train = everything[rng.choice(len(everything), min(sample, len(everything)), replace=False)]
+    take = np.sort(rng.choice(int(starts[-1]), min(sample, int(starts[-1])), replace=False))
+    train = np.concatenate([s.vectors[take[(take >= a) & (take < b)] - a] for s, a, b in zip(shards, starts, starts[1:])])
     codec = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
-    codec.train(np.ascontiguousarray(train))
-    codes = [codec.sa_encode(np.ascontiguousarray(v)) for v in full]
-    decoded = codec.sa_decode(np.concatenate(codes))
-    rel = float(((decoded - everything) ** 2).sum(axis=1).mean() / (everything**2).sum(axis=1).mean())
-    return codec, codes, rel
+    codec.train(np.ascontiguousarray(train, dtype=np.float32))
+    codes, err, norm = [], 0.0, 0.0
+    for s, n in zip(shards, sizes):
+        parts = []
+        for a in range(0, n, chunk):
+            v = np.ascontiguousarray(s.vectors[np.arange(a, min(n, a + chunk))], dtype=np.float32)
+            parts.append(codec.sa_encode(v))
+            err += float(((codec.sa_decode(parts[-1]) - v) ** 2).sum())
+            norm += float((v**2).sum())
+        codes.append(np.concatenate(parts))
+    return codec, codes, err / norm
 
 
 def fills(engine: FillEngine, probes: list[dict], cfg: EvalConfig) -> tuple[dict, list[dict]]:
