@@ -113,6 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     single_thread_blas()
     engine = FillEngine.open(cfg.engine_config())
     shards = engine.index.shards
+    dim = shards[0].vectors.shape[1]
+    for factory in args.codec:  # every codec checked before the first fill
+        try:
+            faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+        except RuntimeError:
+            raise SystemExit(f"error: --codec {factory!r} is not a FAISS factory string for dimension {dim} "
+                             "(e.g. SQ8, SQ4, PQ48, OPQ48,PQ48, PCAR128,SQ8)") from None
     originals = [s.vectors for s in shards]
     base_report, base = fills(engine, probes, cfg)
     dtype = shards[0].info.vector_dtype

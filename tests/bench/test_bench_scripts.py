@@ -552,6 +552,10 @@ def test_bench_codecs_reports_each_codec_against_the_stored_vectors(built, tmp_p
     assert base["agreement"] == 100.0 and base["bytes"] in (386, 768)
     assert rows["SQ8"]["rel_mse"] < 0.001 < rows["PQ4"]["rel_mse"] < 1.0  # 8 bits per dimension vs 4 bytes a vector
     assert rows["SQ8"]["agreement"] >= rows["PQ4"]["agreement"] and rows["SQ8"]["agreement"] >= 75
+    bad = subprocess.run([sys.executable, str(ROOT / "bench" / "bench_codecs.py"), "--index", str(built / "idx"),
+                          "--probes", str(probes), "--codec", "PQ7x3y"], cwd=ROOT, capture_output=True, text=True,
+                         timeout=600)
+    assert bad.returncode != 0 and "'PQ7x3y' is not a FAISS factory string" in bad.stderr
 
 
 def test_check_reader_sample_builds_a_candidate_encoders_own_indexes(tmp_path, tiny_bert_dir):
