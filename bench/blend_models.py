@@ -26,10 +26,18 @@ WEIGHTS = "model.safetensors"
 NOT_COPIED = ("README.md", "scoring.json", "onnx", "openvino-cache")  # the card and fitted files of another model
 
 
+def write_model(like: Path, tensors: dict[str, torch.Tensor], out: Path) -> None:
+    """A model directory at `out` (atomically): `like`'s files but its card and fitted files, `tensors` in fp16."""
+    with atomic_path(out) as tmp:
+        shutil.copytree(like, tmp, ignore=shutil.ignore_patterns(*NOT_COPIED))
+        save_file({k: v.to(torch.float16).contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS),
+                  metadata={"format": "pt"})
+
+
 def blend(base: dict[str, torch.Tensor], tuned: dict[str, torch.Tensor], alpha: float) -> dict[str, torch.Tensor]:
     if base.keys() != tuned.keys() or any(base[k].shape != tuned[k].shape for k in base):
         raise SystemExit("error: the two models differ in their tensors; blend two encoders of one architecture")
-    return {k: ((1 - alpha) * base[k].float() + alpha * tuned[k].float()).to(torch.float16).contiguous() for k in base}
+    return {k: (1 - alpha) * base[k].float() + alpha * tuned[k].float() for k in base}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,9 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     if not 0.0 <= args.alpha <= 1.0:
         raise SystemExit(f"error: --alpha {args.alpha} is outside [0, 1]")
     tensors = blend(load_file(str(args.base / WEIGHTS)), load_file(str(args.tuned / WEIGHTS)), args.alpha)
-    with atomic_path(args.out) as tmp:
-        shutil.copytree(args.tuned, tmp, ignore=shutil.ignore_patterns(*NOT_COPIED))
-        save_file(tensors, str(tmp / WEIGHTS), metadata={"format": "pt"})
+    write_model(args.tuned, tensors, args.out)
     print(f"{len(tensors)} tensors, alpha {args.alpha} -> {args.out}")
     return 0
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import shlex
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -27,11 +26,9 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common.files import atomic_path  # noqa: E402
-
-WEIGHTS = "model.safetensors"
+from blend_models import WEIGHTS, write_model  # noqa: E402
 
 
 def changed_tensors(init: Path, checkpoint: Path) -> dict[str, torch.Tensor]:
@@ -100,10 +97,7 @@ def cmd_unpack(args: argparse.Namespace) -> int:
     tensors = load_file(str(args.init / WEIGHTS))
     for part in args.parts:
         tensors.update(load_file(str(part)))
-    with atomic_path(args.out) as tmp:  # INIT's files but its card and fitted files, the tensors replaced
-        shutil.copytree(args.init, tmp, ignore=shutil.ignore_patterns("README.md", "scoring.json", "onnx", "openvino-cache"))
-        save_file({k: v.to(torch.float16).contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS),
-                  metadata={"format": "pt"})
+    write_model(args.init, tensors, args.out)
     print(f"{len(tensors)} tensors -> {args.out}")
     return 0
 
