@@ -5,7 +5,7 @@
 #   bash bench/fit_scoring.sh [GOOGLE_RE_DIR]
 # Fitted on scores of text the model never saw, never on the held side:
 # 1. the default recipe (bench/train_default_model.sh) trained on the train_a fold of the train side
-#    only (TRAIN_SIDE=train_a; ~15-30 min on 2 CPU cores), a stand-in for the bundled model meeting a
+#    only (TRAIN_SIDE=train_a; ~3 h on 2 CPU cores, ~10 min on one H200), a stand-in for the bundled model meeting a
 #    user's corpus;
 # 2. an index (flat) of the train_b fold's snippets built with that model;
 # 3. fill-fit on train_b's probes (200 per relation): grid of lexical weights per mode (macro EM@1),
@@ -35,7 +35,10 @@ new, old = (json.load(open(p)) for p in sys.argv[1:])
 for key in ("reader_weight", "reader_confidence"):
     new[key] = old.get(key, {})
 if "reader" in old.get("fitted", {}):
-    new["fitted"]["reader"] = dict(old["fitted"]["reader"], note="kept from the previous scoring (fitted with the "
-                                   "r11 encoder); not refitted for this encoder")
+    kept = old["fitted"]["reader"]
+    if "note" not in kept:  # first kept: say which scoring's encoder it was fitted with
+        kept = dict(kept, note=f"kept from the previous scoring, whose fold model was {old['fitted']['model']['name']}; "
+                               "not refitted for this encoder")
+    new["fitted"]["reader"] = kept
 json.dump(new, open(sys.argv[1], "w"), indent=2)
 EOF

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# The recipe of the bundled default model (encoder/default_model, recipe r15 in docs/QUALITY.md), one
-# command (stages 1 + 2 in fp32: ~25-45 min on 2 CPU cores; stage 3 in bf16: ~2 min on one H200, ~1-2 h on
-# 2 CPU cores):
+# The recipe of the bundled default model (encoder/default_model, recipe r16 in docs/QUALITY.md), one
+# command (stages 1 + 2 in fp32: ~25-45 min on 2 CPU cores; stages 3 + 4 in bf16: ~8 min on one H200, ~2-3 h on
+# 2 CPU cores; then a weight blend of stages 3 and 4):
 #   EXPORT_TO=encoder/default_model bash bench/train_default_model.sh [GOOGLE_RE_DIR]
-# STAGE4=1 adds the candidate stage 4 (and its blend) after stage 3 (below; needs Debian's wordnet-base);
-# TRAIN_SIDE=train_a STAGE4=1 is its fold model for bench/fit_scoring.sh.
+# STAGE4=0 stops after stage 3 (r15, the previous default; STAGE3=0: r14); stage 4 needs Debian's wordnet-base.
+# TRAIN_SIDE=train_a is the fold model for bench/fit_scoring.sh.
 # Data: the TRAIN side of the subject-disjoint Google-RE split (bench/prepare_google_re.py: the
 # de-duplicated evidence snippets of subjects whose sha256 starts with 0-7; Wikipedia text), the bundled
 # sample corpus, and (since r14; WIKI=0 gives r11) the train side of the Wikipedia lead sections of
@@ -51,7 +51,7 @@ if [ "${WIKI:-1}" = 1 ]; then  # r14: the train side of the Wikipedia leads, wit
         --sources wiki --no-join --exclude /dev/null
     common=("${common[@]:0:4}" --corpus "$WORK/encoder_text/wiki.jsonl" "${common[@]:4}")
 fi
-# stage 4 (STAGE4=1; the candidate after r15, docs/QUALITY.md "Stage 4", not yet the bundled default): 800 steps of
+# stage 4 (r16; STAGE4=0 leaves it out, docs/QUALITY.md "Stage 4" and "r16"): 800 steps of
 # stage 3's recipe from $1 (this run's stage 3; with STAGE4_INIT, that model and no stages 1-3) with WordNet's
 # one-word adjectives as salient spans (half the spans drawn from the salient ones), then the weights blended half
 # and half with $1 (WiSE-FT, bench/blend_models.py). ~80 min on 2 CPU cores.
@@ -93,7 +93,7 @@ fi
     --positives mixed --query-views 2 --groups-per-step 4 --group-size 16 --block-tokens 128 --title-tokens 32 \
     --grouping similar --query-window 20 --query-title-dropout 0.0 --freeze-embeddings --steps 320 --lr 3e-5 \
     --warmup-steps 20 --save-every 80 --keep-checkpoints 0 --seed 2 --dtype bf16 --resume
-if [ "${STAGE4:-0}" = 0 ]; then
+if [ "${STAGE4:-1}" = 0 ]; then  # r15
     "$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage3/checkpoint-000320" --out "$EXPORT_TO"
     exit 0
 fi

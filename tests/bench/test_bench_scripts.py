@@ -572,3 +572,11 @@ def test_check_reader_sample_builds_a_candidate_encoders_own_indexes(tmp_path, t
     assert done.returncode == (0 if done.stdout.strip().endswith("wrong: 0 of 36") else 1)  # an untrained model errs
     manifest = json.loads((work / "candidate" / "idx_sample" / "manifest.json").read_text())
     assert manifest["dim"] == 32 and not (work / "idx_sample").exists()
+
+
+@pytest.mark.parametrize("script", sorted(p.name for p in (ROOT / "bench").glob("*.sh")))
+def test_bench_shell_scripts_parse(script):
+    """`bash -n`: every recipe script of bench/ parses (they run for hours, or on a lent GPU: a typo found there
+    costs the run)."""
+    done = subprocess.run(["bash", "-n", str(ROOT / "bench" / script)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stderr
