@@ -147,9 +147,8 @@ def _spans(shard, start_hits: np.ndarray, end_hits: np.ndarray, max_len: int) ->
 def exact_logits(shard, positions: np.ndarray, q: np.ndarray, scale: float, bonus: LexicalBonus | None
             ) -> tuple[np.ndarray, float]:
     """Exact logits of the (ascending, distinct) positions for query q, and the best before the bonus."""
-    vecs = np.asarray(shard.vectors[positions], dtype=np.float32)  # ascending rows: sequential reads
     logits = np.empty(positions.size, dtype=np.float64)
-    logits[:] = vecs @ np.asarray(q, dtype=np.float32) * scale
+    logits[:] = shard.vectors.dot(positions, q) * scale  # ascending rows: sequential reads
     best = float(logits.max())
     if bonus is not None:
         logits += bonus.weight * bonus.prior(shard.block_of(positions) + shard.info.block_base)

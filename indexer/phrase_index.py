@@ -336,7 +336,7 @@ def _rescore(shard, q: np.ndarray, ids: np.ndarray) -> np.ndarray:
     if not valid.any():
         return scores
     rows, inverse = unique_inverse(ids[valid])  # sorted rows: sequential reads of the mmap
-    exact = shard.vectors[rows] @ q.T  # [distinct hits, queries]
+    exact = shard.vectors.dot(rows, q)  # [distinct hits, queries]
     query_of = np.broadcast_to(np.arange(ids.shape[0])[:, None], ids.shape)[valid]
     scores[valid] = exact[inverse, query_of]
     return scores

@@ -67,3 +67,14 @@ class StoredVectors:
         if self.scales is not None:
             out *= np.asarray(self.scales[rows], dtype=np.float32)[..., None]
         return out
+
+    def dot(self, rows: np.ndarray, queries: np.ndarray) -> np.ndarray:
+        """Inner products of the rows' vectors with `queries` (one query [d] -> [rows]; [m, d] -> [rows, m]),
+        float32. An int8 row's scale multiplies its products, not its d codes: the same values as
+        `self[rows] @ queries` up to float rounding (the order of two products), at half the cost."""
+        q = np.asarray(queries, dtype=np.float32)
+        out = np.asarray(self.data[rows], dtype=np.float32) @ (q if q.ndim == 1 else q.T)
+        if self.scales is not None:
+            scales = np.asarray(self.scales[rows], dtype=np.float32)
+            out *= scales if out.ndim == 1 else scales[:, None]
+        return out

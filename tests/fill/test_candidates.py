@@ -10,12 +10,15 @@ import pytest
 from corpus.tokens import WORD_END, WORD_START
 from fill.candidates import LexicalBonus, exact_logits, _spans
 from fill.spans import BlockPrior
+from indexer.vectors import StoredVectors
 
 
 def _shard(n: int = 12, block_tokens: int = 6):
     rng = np.random.default_rng(0)
     flags = np.full(n, WORD_START | WORD_END, dtype=np.uint8)
-    return SimpleNamespace(vectors=rng.standard_normal((n, 4)).astype(np.float32), flags=flags,
+    vectors = StoredVectors.__new__(StoredVectors)  # the real row access over an in-memory float array
+    vectors.dtype, vectors.data, vectors.scales = "float16", rng.standard_normal((n, 4)).astype(np.float32), None
+    return SimpleNamespace(vectors=vectors, flags=flags,
                            block_of=lambda pos: np.asarray(pos) // block_tokens, info=SimpleNamespace(block_base=7))
 
 

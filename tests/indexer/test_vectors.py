@@ -45,6 +45,24 @@ def test_stored_vectors_decode_int8_and_float16(tmp_path):
     assert i8[5].shape == (16,)  # a single row too
 
 
+
+def test_stored_vectors_dot_is_the_decoded_product(tmp_path):
+    """`dot` scales the products instead of the codes: the decoded vectors' products up to float rounding, for one
+    query and for several, int8 and float16."""
+    rng = np.random.default_rng(2)
+    v = rng.standard_normal((40, 32)).astype(np.float16)
+    codes, scales = quantize_int8(v)
+    (tmp_path / "i8").mkdir(), (tmp_path / "f16").mkdir()
+    np.save(tmp_path / "i8" / "vectors.npy", codes, allow_pickle=False)
+    np.save(tmp_path / "i8" / "scales.npy", scales, allow_pickle=False)
+    np.save(tmp_path / "f16" / "vectors.npy", v, allow_pickle=False)
+    rows, q = np.array([0, 4, 5, 39]), rng.standard_normal((3, 32)).astype(np.float32)
+    for stored in (StoredVectors(tmp_path / "i8", "int8"), StoredVectors(tmp_path / "f16", "float16")):
+        assert stored.dot(rows, q[0]).shape == (4,) and stored.dot(rows, q).shape == (4, 3)
+        np.testing.assert_allclose(stored.dot(rows, q[0]), stored[rows] @ q[0], rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(stored.dot(rows, q), stored[rows] @ q.T, rtol=1e-5, atol=1e-5)
+
+
 def _mapped_kb(path) -> int:
     """Resident kB of this process's mappings of `path` (/proc/self/smaps)."""
     total, inside = 0, False
