@@ -55,6 +55,11 @@ class DecodedVectors:
         flat = np.ascontiguousarray(self.codes[rows.reshape(-1)])
         return self.codec.sa_decode(flat).reshape(*rows.shape, self.dim)
 
+    def dot(self, rows, queries: np.ndarray) -> np.ndarray:
+        """StoredVectors.dot over the decoded codes."""
+        q = np.asarray(queries, dtype=np.float32)
+        return self[rows] @ (q if q.ndim == 1 else q.T)
+
 
 def train_codec(factory: str, shards: list, sample: int, seed: int = 0, chunk: int = 65_536
                 ) -> tuple[faiss.Index, list[np.ndarray], float]:
