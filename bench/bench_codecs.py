@@ -86,19 +86,25 @@ class EstimatedVectors(DecodedVectors):
         return out[:, 0] if np.ndim(queries) == 1 else out
 
 
-def estimated(codec: faiss.Index, shards: list, codes: list[np.ndarray], chunk: int = 65_536) -> list:
+def chunks(shard, chunk: int = 65_536):
+    """A shard's stored vectors, decoded (float32, contiguous), `chunk` rows at a time."""
+    n = len(shard.vectors)
+    for a in range(0, n, chunk):
+        yield np.ascontiguousarray(shard.vectors[np.arange(a, min(n, a + chunk))], dtype=np.float32)
+
+
+def estimated(codec: faiss.Index, shards: list, codes: list[np.ndarray]) -> list:
     """Per shard, its vectors added to a copy of the trained RaBitQ `codec` (EstimatedVectors)."""
     out = []
     for s, c in zip(shards, codes):
         index = faiss.clone_index(codec)
-        for a in range(0, len(s.vectors), chunk):
-            index.add(np.ascontiguousarray(s.vectors[np.arange(a, min(len(s.vectors), a + chunk))], dtype=np.float32))
+        for v in chunks(s):
+            index.add(v)
         out.append(EstimatedVectors(c, codec, s.vectors.shape[1], index))
     return out
 
 
-def train_codec(factory: str, shards: list, sample: int, seed: int = 0, chunk: int = 65_536
-                ) -> tuple[faiss.Index, list[np.ndarray], float]:
+def train_codec(factory: str, shards: list, sample: int, seed: int = 0) -> tuple[faiss.Index, list[np.ndarray], float]:
     """The codec trained on `sample` stored vectors drawn from all shards; each shard's codes; the relative MSE
     (squared error over squared norm, summed over every vector). Shards are read a chunk at a time."""
     dim = shards[0].vectors.shape[1]
@@ -110,10 +116,9 @@ def train_codec(factory: str, shards: list, sample: int, seed: int = 0, chunk: i
     codec = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     codec.train(np.ascontiguousarray(train, dtype=np.float32))
     codes, err, norm = [], 0.0, 0.0
-    for s, n in zip(shards, sizes):
+    for s in shards:
         parts = []
-        for a in range(0, n, chunk):
-            v = np.ascontiguousarray(s.vectors[np.arange(a, min(n, a + chunk))], dtype=np.float32)
+        for v in chunks(s):
             parts.append(codec.sa_encode(v))
             err += float(((codec.sa_decode(parts[-1]) - v) ** 2).sum())
             norm += float((v**2).sum())

@@ -1,4 +1,5 @@
-"""Top-1 agreement of two fill-eval prediction files over the same probes (e.g. int8 vs fp16 vectors).
+"""Top-1 agreement of two fill-eval prediction files over the same probes (e.g. int8 vs fp16 vectors), and the
+paired micro EM@1 difference (b - a, in points) with its standard error (the spread of the per-probe differences).
 
     python bench/compare_predictions.py data-local/pred_r4_080_dense.jsonl data-local/pred_r4_080_fp16_dense.jsonl
 """
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 
 
@@ -21,8 +23,12 @@ def main() -> None:
         raise SystemExit("error: the two files hold different probes; run fill-eval with the same options")
     top = lambda r: r["predictions"][0] if r["predictions"] else ""  # noqa: E731
     same = sum(top(x) == top(y) for x, y in zip(a, b))
+    diff = [float(y["em"]) - float(x["em"]) for x, y in zip(a, b)]
+    mean = sum(diff) / len(diff)
+    se = math.sqrt(sum((d - mean) ** 2 for d in diff) / (len(diff) - 1) / len(diff)) if len(diff) > 1 else 0.0
     print(f"top-1 agreement {same}/{len(a)} = {100 * same / len(a):.1f}%; "
-          f"EM@1 {sum(r['em'] for r in a)} vs {sum(r['em'] for r in b)} probes")
+          f"EM@1 {sum(r['em'] for r in a)} vs {sum(r['em'] for r in b)} probes; "
+          f"paired micro EM diff {100 * mean:+.1f} (SE {100 * se:.1f})")
 
 
 if __name__ == "__main__":

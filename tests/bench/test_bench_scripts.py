@@ -103,6 +103,8 @@ def test_compare_predictions(tmp_path):
     a = write_jsonl(tmp_path / "a.jsonl", rows(["Paris", "London", "Rome", ""]))
     b = write_jsonl(tmp_path / "b.jsonl", rows(["Paris", "Berlin", "Rome", ""]))
     assert "top-1 agreement 3/4 = 75.0%; EM@1 1 vs 1 probes" in _run("compare_predictions.py", str(a), str(b))
+    c = write_jsonl(tmp_path / "c2.jsonl", rows(["Paris", "Paris", "Paris", ""]))  # +2 of 4 probes right
+    assert "paired micro EM diff +50.0 (SE 28.9)" in _run("compare_predictions.py", str(a), str(c))
     other = write_jsonl(tmp_path / "c.jsonl", rows(["Paris"]))
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "compare_predictions.py"), str(a), str(other)],
                           capture_output=True, text=True)
