@@ -1,7 +1,7 @@
 """Build throughput against the bare encoder forward on the same batches.
 
     python bench/bench_build.py --corpus data-local/debian/corpus_10m.jsonl --out data-local/bench/idx_10m \
-        [--model DIR] [--forward-tokens 1000000] [--json data-local/bench/build.json]
+        [--model DIR] [--device auto] [--forward-tokens 1000000] [--json data-local/bench/build.json]
 
 1. `indexer build` with DEFAULT settings (only corpus, out, model given), timed end to end: reading,
    tokenizing, encoding, int8 vectors, FAISS training/adding, BM25, manifest.
@@ -51,6 +51,7 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True, help="index directory (replaced)")
     p.add_argument("--model", type=Path, default=None, help="encoder directory (default: the bundled default)")
     p.add_argument("--forward-tokens", type=int, default=1_000_000, help="tokens for the bare-forward rate")
+    p.add_argument("--device", default="auto", help="the build's --device: auto, cpu, cuda or cuda:N")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -63,7 +64,7 @@ def main() -> None:
 
     collect = _Collect()
     logging.getLogger("indexer.build").addHandler(collect)
-    cfg = BuildConfig(corpus=args.corpus, out=args.out, model=args.model, overwrite=True)
+    cfg = BuildConfig(corpus=args.corpus, out=args.out, model=args.model, overwrite=True, device=args.device)
     t0 = time.perf_counter()
     summary = build_index(cfg)
     build_s = time.perf_counter() - t0

@@ -1,5 +1,7 @@
 """Top-1 agreement of two fill-eval prediction files over the same probes (e.g. int8 vs fp16 vectors), and the
 paired micro EM@1 difference (b - a, in points) with its standard error (the spread of the per-probe differences).
+Files of `fill-eval --task classify --out` (rows of text, predicted, correct) are compared the same way: the
+predicted label is the top-1, correct the EM.
 
     python bench/compare_predictions.py data-local/pred_r4_080_dense.jsonl data-local/pred_r4_080_fp16_dense.jsonl
 """
@@ -19,6 +21,7 @@ def main() -> None:
     args = p.parse_args()
     a = [json.loads(line) for line in args.a.read_text(encoding="utf-8").splitlines()]
     b = [json.loads(line) for line in args.b.read_text(encoding="utf-8").splitlines()]
+    a, b = [_fill_row(r) for r in a], [_fill_row(r) for r in b]
     if [r["query"] for r in a] != [r["query"] for r in b]:
         raise SystemExit("error: the two files hold different probes; run fill-eval with the same options")
     top = lambda r: r["predictions"][0] if r["predictions"] else ""  # noqa: E731
@@ -29,6 +32,13 @@ def main() -> None:
     print(f"top-1 agreement {same}/{len(a)} = {100 * same / len(a):.1f}%; "
           f"EM@1 {sum(r['em'] for r in a)} vs {sum(r['em'] for r in b)} probes; "
           f"paired micro EM diff {100 * mean:+.1f} (SE {100 * se:.1f})")
+
+
+def _fill_row(row: dict) -> dict:
+    """A classify row (text, predicted, correct) as a fill row (query, predictions, em); a fill row as it is."""
+    if "query" in row:
+        return row
+    return {"query": row["text"], "predictions": [row["predicted"] or ""], "em": bool(row["correct"])}
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from common.masks import split_on_masks
 from encoder.device import autocast, choose_device, choose_dtype, describe, lower_linear_weights
 from encoder.lean_bert import lean_bert
 from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass, resolve_engine
+from encoder.synonyms import WordNeighbours
 from encoder.template import Template, derive_template
 
 logger = logging.getLogger(__name__)
@@ -159,6 +160,13 @@ class Encoder:
     def fingerprint(self) -> str:
         """model_fingerprint of its directory, computed once (a loaded model's files are not expected to change)."""
         return model_fingerprint(self.model_dir)
+
+    @cached_property
+    def word_neighbours(self) -> WordNeighbours:
+        """The vocabulary's whole words in its input-embedding space (closed-set synonyms), built on first use."""
+        table = self.model.get_input_embeddings() if hasattr(self.model, "get_input_embeddings") \
+            else self.model.embeddings.word_embeddings
+        return WordNeighbours(self.tokenizer, table.weight, self.phrase_ids)
 
     def __init__(
         self, model_dir: str | Path | None = None, device: str | torch.device = "auto", dtype: str = "auto",

@@ -89,6 +89,10 @@ class EvalConfig(FillOptions, EngineConfig):
                                       "tokens (default: POST /score's)")
     scorer: Scorer | None = Field(None, description="classify: npm (start and end queries) or npm_single (start only) "
                                   "(default: POST /score's)")
+    synonyms: int | None = Field(None, ge=0, description="classify: words added per choice from the encoder's "
+                                 "word-embedding space (default: POST /score's)")
+    calibrate: bool | None = Field(None, description="classify: divide each choice's mass by its base rate in the "
+                                   "index (default: POST /score's)")
     probes: Path | None = Field(None, description='JSON lines {"relation", "query", "answers"}')
     google_re: Path | None = Field(None, description="directory with LAMA Google-RE *_test.jsonl files")
     side: Side = Field(
@@ -234,12 +238,13 @@ def run(cfg: EvalConfig) -> None:
 
 
 def score_options(cfg: EvalConfig) -> dict:
-    """The ScoreRequest fields of a classify run: the flags given, the request's defaults for the others (k,
-    mode, blocks, temperature and scorer default differently for fills)."""
+    """The ScoreRequest fields of a classify run: the flags given, the request's defaults for the others (k, mode,
+    blocks, temperature and scorer default differently for fills)."""
     if not cfg.choices or cfg.data is None or cfg.template is None:
         raise AppError("--task classify needs --data FILE, --template TEXT and --choices (two or more)",
                        kind="validation")
-    given = {f: getattr(cfg, f) for f in ("k", "mode", "blocks", "temperature", "scorer") if f in cfg.model_fields_set}
+    fields = ("k", "mode", "blocks", "temperature", "scorer", "synonyms", "calibrate")
+    given = {f: getattr(cfg, f) for f in fields if f in cfg.model_fields_set}
     return {"choices": parse_choices(cfg.choices), "evidence": 0, **given}
 
 

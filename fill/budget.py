@@ -63,10 +63,12 @@ class Budget:
 
     @staticmethod
     def phrases(request: FillRequest | ScoreRequest) -> int:
-        """A score's distinct phrases over its choices (each matched against every retrieved token); 0 for a fill."""
+        """A score's distinct phrases over its choices (each matched against every retrieved token), with up to
+        `synonyms` words added per choice (counted at most: a choice of several-token words gets fewer); 0 for a
+        fill."""
         if not isinstance(request, ScoreRequest):
             return 0
-        return sum(len(dict.fromkeys(c.phrases)) for c in request.choice_list())
+        return sum(len(dict.fromkeys(c.phrases)) + request.synonyms for c in request.choice_list())
 
     @staticmethod
     def matches(request: FillRequest | ScoreRequest, mode: str, block_tokens: int) -> int:
@@ -89,7 +91,8 @@ class Budget:
                 "candidates": "fill: masks x (k + blocks x block_tokens) x max_span_tokens; score: masks x queries x "
                               "(k + blocks x block_tokens); k counts in dense and hybrid modes, blocks in restricted "
                               "and hybrid", "evidence": "fill: masks x top_k x evidence; score: masks x choices x evidence",
-                "matches": "score: masks x queries x (k + blocks x block_tokens) x distinct phrases of the choices",
+                "matches": "score: masks x queries x (k + blocks x block_tokens) x distinct phrases of the choices "
+                           "(synonyms included)",
                 "over_budget": 422}
 
     def check(self, request: FillRequest, mode: str, block_tokens: int) -> None:
@@ -141,7 +144,7 @@ class Budget:
             raise AppError(
                 f"request too expensive: {cost:,} retrieved tokens (masks x queries) x {self.phrases(request)} "
                 f"distinct phrases = {matches:,} phrase matches, over the server's budget of {self.max_matches:,} "
-                "(FILL_MAX_MATCHES); lower k, blocks, the masks or the phrases", kind="validation")
+                "(FILL_MAX_MATCHES); lower k, blocks, the masks, the phrases or synonyms", kind="validation")
         evidence = masks * len(request.choices) * request.evidence
         if evidence > self.max_evidence:
             raise AppError(

@@ -35,23 +35,33 @@ _NONE = np.empty(0, dtype=np.int64)
 
 @dataclass(frozen=True)
 class Phrases:
-    """Every choice's phrases as token ids (as they are tokenized in running text)."""
+    """Every choice's phrases as token ids (as they are tokenized in running text), its synonyms' among them."""
 
     ids: list[np.ndarray]  # per phrase, its token ids
     choice: list[int]  # per phrase, its choice
     labels: list[str]  # per choice, its label
+    synonyms: list[list[str]]  # per choice, the words added to its phrases (encoder.synonyms), nearest first
 
     @classmethod
-    def of(cls, encoder, choices: list[Choice]) -> "Phrases":
-        """AppError (validation, field choices) for a phrase the tokenizer turns into nothing."""
+    def of(cls, encoder, choices: list[Choice], synonyms: int = 0) -> "Phrases":
+        """Each choice's phrases, plus up to `synonyms` words nearest to its one-token phrases in the encoder's
+        word-embedding space (NPM's fuzzy verbalizers). AppError (validation, field choices) for a phrase the
+        tokenizer turns into nothing."""
         listed = [(c, p) for c, choice in enumerate(choices) for p in dict.fromkeys(choice.phrases)]  # distinct
         tokens = encoder.phrase_ids([p for _, p in listed])
         for (c, p), ids in zip(listed, tokens):
             if not ids:
                 raise AppError(f"choice {choices[c].label!r}: the phrase {p!r} has no token in this model's "
                                "vocabulary", kind="validation", field="choices")
-        return cls([np.asarray(ids, dtype=np.int64) for ids in tokens], [c for c, _ in listed],
-                   [c.label for c in choices])
+        ids, owner = [np.asarray(t, dtype=np.int64) for t in tokens], [c for c, _ in listed]
+        added: list[list[str]] = [[] for _ in choices]
+        if synonyms > 0:
+            words = [[t[0] for (c, _), t in zip(listed, tokens) if c == k and len(t) == 1] for k in range(len(choices))]
+            for c, near in enumerate(encoder.word_neighbours.expand(words, synonyms)):
+                ids += [np.asarray([i], dtype=np.int64) for i, _ in near]
+                owner += [c] * len(near)
+                added[c] = [w for _, w in near]
+        return cls(ids, owner, [c.label for c in choices], added)
 
 
 def match(shard, positions: np.ndarray, ids: np.ndarray, forward: bool) -> tuple[np.ndarray, np.ndarray]:
@@ -103,6 +113,29 @@ class VotesTask:
 
 
 @dataclass(frozen=True)
+class CountsTask:
+    """How often each of `ids` (vocabulary ids) occurs in one shard (a fill.shard_group task)."""
+
+    shard_no: int
+    ids: np.ndarray
+
+    def run(self, shard) -> np.ndarray:
+        return shard.token_counts(self.ids)
+
+
+def choice_counts(shards, shard_nos: list[int], phrases: Phrases) -> np.ndarray:
+    """float [choices]: each choice's base rate in the index, the occurrences of its phrases' first tokens summed
+    over `shard_nos` (every shard of the index), at least 1. A label with more or more frequent words draws more
+    votes from any query; a score divided by this is NPM's score relative to the label's prior (the PMI of
+    "calibrate before use", with the index as the content-free input)."""
+    firsts = np.asarray([int(ids[0]) for ids in phrases.ids], dtype=np.int64)
+    total = np.sum(shards.run([CountsTask(s, firsts) for s in shard_nos]), axis=0) if shard_nos else 0 * firsts
+    out = np.zeros(len(phrases.labels), dtype=np.float64)
+    np.add.at(out, np.asarray(phrases.choice, dtype=np.int64), total)
+    return np.maximum(out, 1.0)
+
+
+@dataclass(frozen=True)
 class VoteEvidenceTask:
     """Where voting tokens of one shard sit (a fill.shard_group task): per (position, forward, the token ids of
     its choice's phrases, longest first), the place of the longest phrase matched there (fill.evidence.Place)."""
@@ -126,17 +159,19 @@ class VoteEvidenceTask:
 
 
 def score_masks(shards, hits: list[MaskHits], blocks: dict[int, np.ndarray], q_start: np.ndarray, q_end: np.ndarray,
-                scale: float, phrases: Phrases, temperature: float, both: bool, evidence: int) -> list[MaskScore]:
+                scale: float, phrases: Phrases, temperature: float, both: bool, evidence: int,
+                prior: np.ndarray | None = None) -> list[MaskScore]:
     """Every mask's choices scored from its hits (start hits; with `both`, end hits too) plus the tokens of
     `blocks` (per shard, restricted / hybrid), with up to `evidence` occurrences per choice: the votes of every
-    mask are one call to the shards (fill.shard_group), the evidence of every choice another."""
+    mask are one call to the shards (fill.shard_group), the evidence of every choice another. With `prior`
+    (choice_counts) a choice's probability is its mass divided by its prior, normalised over the choices."""
     tasks = []
     for m, h in enumerate(hits):
         sides = [(h.start, q_start[m], True)] + ([(h.end, q_end[m], False)] if both else [])
         tasks.append([VotesTask(s, side.in_shard(s), blocks.get(s, _NONE), q, scale, phrases, forward)
                       for side, q, forward in sides for s in sorted(set(side.shard_nos()) | set(blocks))])
     found = iter(shards.run([t for own in tasks for t in own]))
-    scored = [_score(m, own, [next(found) for _ in own], phrases, temperature) for m, own in enumerate(tasks)]
+    scored = [_score(m, own, [next(found) for _ in own], phrases, temperature, prior) for m, own in enumerate(tasks)]
     wants = [want for _, own_wants in scored for want in own_wants(evidence)] if evidence else []
     places = iter(gather(shards, wants, task=VoteEvidenceTask)[0])
     out = []
@@ -148,7 +183,8 @@ def score_masks(shards, hits: list[MaskHits], blocks: dict[int, np.ndarray], q_s
     return out
 
 
-def _score(m: int, tasks: list[VotesTask], sides: list[tuple], phrases: Phrases, temperature: float):
+def _score(m: int, tasks: list[VotesTask], sides: list[tuple], phrases: Phrases, temperature: float,
+           prior: np.ndarray | None):
     """Mask m's score from its sides' (positions, logits, votes), and a function giving its evidence wants."""
     if not sides:
         return _abstained(m, phrases), lambda limit: []
@@ -159,10 +195,11 @@ def _score(m: int, tasks: list[VotesTask], sides: list[tuple], phrases: Phrases,
     total = float(mass.sum())
     if total <= 0.0:
         return _abstained(m, phrases), lambda limit: []
-    probability = mass / total
+    relative = mass if prior is None else mass / prior
+    probability = relative / float(relative.sum())
     best = int(np.argmax(probability))
-    choices = [ChoiceScore(label=phrases.labels[c], probability=float(probability[c]), mass=float(mass[c]))
-               for c in range(len(phrases.labels))]
+    choices = [ChoiceScore(label=phrases.labels[c], probability=float(probability[c]), mass=float(mass[c]),
+                           synonyms=phrases.synonyms[c]) for c in range(len(phrases.labels))]
     bounds = np.cumsum([0] + [positions.size for positions, _, _ in sides])
 
     def place(i: int, ids: tuple) -> tuple[int, tuple]:
@@ -185,8 +222,9 @@ def _score(m: int, tasks: list[VotesTask], sides: list[tuple], phrases: Phrases,
 
 def _abstained(m: int, phrases: Phrases) -> MaskScore:
     n = len(phrases.labels)
-    return MaskScore(index=m, choices=[ChoiceScore(label=label, probability=1.0 / n, mass=0.0)
-                                       for label in phrases.labels], predicted=None, abstained=True)
+    return MaskScore(index=m, choices=[ChoiceScore(label=label, probability=1.0 / n, mass=0.0, synonyms=words)
+                                       for label, words in zip(phrases.labels, phrases.synonyms)],
+                     predicted=None, abstained=True)
 
 
 def _span(shard, position: np.ndarray, forward: bool, phrase_ids: tuple[tuple[int, ...], ...]) -> tuple[int, int]:

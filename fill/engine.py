@@ -36,7 +36,7 @@ from fill.loading import describe, open_parts, open_reader
 from fill.prepared import Planned, Prepared
 from fill.ranker import RankedMask, rank_mask
 from fill.reading import PRIOR_PHRASES, read_masks
-from fill.choices import Phrases, score_masks
+from fill.choices import Phrases, choice_counts, score_masks
 from fill.schemas import MODES, Candidate, FillRequest, FillResult, MaskFill, SCORE_STAGES, ScoreRequest, ScoreResult
 from fill.scoring import Scoring, mask_features, query_overlap
 from fill.shard_group import BlockTokensTask, ShardGroup, Shards
@@ -58,6 +58,7 @@ class FillEngine:
         self.shards: Shards = shards if shards is not None else ShardGroup(index)
         self.scoring = scoring if scoring is not None else Scoring()
         self.reader = reader  # fills read with it unless a request says `reader: false`
+        self._priors: dict[tuple, np.ndarray] = {}  # closed-set choices' base rates (_prior)
 
     @classmethod
     def open(cls, config: EngineConfig, scoring: Scoring | None = None,
@@ -112,7 +113,7 @@ class FillEngine:
         if mode != "dense" and self.index.bm25 is None:
             raise AppError(f"mode {mode!r} needs a BM25 index; this index has none (rebuild it)",
                            kind="validation", field="mode")
-        phrases = Phrases.of(self.encoder, request.choice_list()) if scoring else None
+        phrases = Phrases.of(self.encoder, request.choice_list(), request.synonyms) if scoring else None
         if not scoring and request.reader and self.reader is None:
             raise AppError("this server has no reader (started without one, or with --no-use-reader); leave "
                            "`reader` out or set it false", kind="validation", field="reader")
@@ -180,13 +181,25 @@ class FillEngine:
         if planned.mode != "dense":
             blocks = self._by_shard(self.index.bm25.search_scored(blank_masks(request.text), request.blocks)[0])
             laps.lap("search")
+        prior = self._prior(planned.phrases) if request.calibrate else None
         masks = []
         for m, hits in enumerate(prepared.hits):  # a mask at a time: the deadline is checked between masks
             scored = score_masks(self.shards, [hits], blocks, q.q_start[m:m + 1], q.q_end[m:m + 1], self.index.scale,
-                                 planned.phrases, request.temperature, request.scorer == "npm", request.evidence)[0]
+                                 planned.phrases, request.temperature, request.scorer == "npm", request.evidence,
+                                 prior)[0]
             masks.append(scored.model_copy(update={"index": m}))
             laps.lap("score")
         return ScoreResult(masks=masks, took_ms=(time.perf_counter() - planned.t0) * 1000, timings_ms=laps.timings())
+
+    def _prior(self, phrases: Phrases) -> np.ndarray:
+        """fill.choices.choice_counts over every shard, kept per distinct choice set (a classifier sends the same
+        labels request after request; an update opens a new engine, so the counts never go stale)."""
+        key = (tuple(phrases.choice), tuple(tuple(ids.tolist()) for ids in phrases.ids))
+        if key not in self._priors:
+            if len(self._priors) >= 256:
+                self._priors.clear()
+            self._priors[key] = choice_counts(self.shards, list(range(len(self.index.manifest.shards))), phrases)
+        return self._priors[key]
 
     def retrieve(self, prepared: Prepared, read: bool = False, laps: StageClock | None = None
                  ) -> tuple[list[RankedMask], BlockPrior | None]:

@@ -12,6 +12,8 @@ from common.masks import count_masks
 
 MAX_MASKS = 16
 MAX_TEXT_CHARS = 2000
+SYNONYMS = 20  # words added per closed-set choice (ScoreRequest.synonyms), chosen on UCI imdb (docs/QUALITY.md)
+MAX_SYNONYMS = 50
 MASK_SCHEMA_PATTERN = r"<[Mm][Aa][Ss][Kk]>|\[[Mm][Aa][Ss][Kk]\]"  # common.masks.MASK_PATTERN, as JSON Schema writes it
 
 Mode = Literal["dense", "restricted", "hybrid"]
@@ -188,8 +190,17 @@ class ScoreRequest(MaskedText):
         "npm", description="npm: start and end queries, one softmax over both searches' tokens; a start token votes "
         "when a choice's phrase begins there, an end token when one ends there. npm_single: the start query only")
     evidence: int = Field(1, ge=0, le=20, description="occurrences returned per choice, best first")
+    synonyms: int = Field(
+        SYNONYMS, ge=0, le=MAX_SYNONYMS, description="NPM's fuzzy verbalizers without a hand-made list: each "
+        "choice's one-token words are joined by up to this many words nearest to them in the encoder's "
+        "word-embedding space, each word kept for the one choice it is nearest to (encoder.synonyms); 0: only "
+        "the phrases given")
 
-    @field_validator("k", "blocks", "evidence", mode="before")
+    calibrate: bool = Field(True, description="divide each choice's mass by its base rate in the index (how often "
+                            "its phrases' first tokens occur) before normalising: a label with more or more frequent "
+                            "words is not favoured by every query")
+
+    @field_validator("k", "blocks", "evidence", "synonyms", mode="before")
     @classmethod
     def _integral_floats(cls, value):
         return _integral(value)
@@ -218,6 +229,8 @@ class ChoiceScore(BaseModel):
                         "unnormalised over the choices (of the softmax over everything retrieved)")
     evidence: list[Evidence] = Field(default_factory=list, description="the occurrences of its phrases whose tokens "
                                      "voted most, best first (`score`: the voting token's probability)")
+    synonyms: list[str] = Field(default_factory=list, description="the words that voted for it beside its phrases "
+                                "(the request's `synonyms`), nearest first")
 
 
 class MaskScore(BaseModel):

@@ -15,6 +15,7 @@ A shard directory holds
 
 from __future__ import annotations
 
+from functools import cached_property
 from pathlib import Path
 
 import numpy as np
@@ -88,6 +89,20 @@ class Shard:
     def block_of(self, positions: np.ndarray) -> np.ndarray:
         """Local block number of each token position."""
         return np.searchsorted(self.block_starts, positions, side="right") - 1
+
+    @cached_property
+    def _token_histogram(self) -> np.ndarray:
+        return np.bincount(np.asarray(self.token_ids, dtype=np.int64))
+
+    def token_counts(self, ids: np.ndarray) -> np.ndarray:
+        """How often each vocabulary id of `ids` occurs in the shard (tombstoned documents' tokens counted too);
+        the histogram is made on the first call (one pass over token_ids) and kept."""
+        histogram = self._token_histogram
+        ids = np.asarray(ids, dtype=np.int64)
+        out = np.zeros(ids.shape, dtype=np.int64)
+        known = ids < histogram.size
+        out[known] = histogram[ids[known]]
+        return out
 
     def doc_text(self, row: int) -> str:
         return self.docs.column("text")[row].as_py()

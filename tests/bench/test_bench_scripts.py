@@ -109,6 +109,12 @@ def test_compare_predictions(tmp_path):
     done = subprocess.run([sys.executable, str(ROOT / "bench" / "compare_predictions.py"), str(a), str(other)],
                           capture_output=True, text=True)
     assert done.returncode != 0 and "different probes" in done.stderr
+    labels = lambda got: [{"text": f"t{i}", "label": "pos", "predicted": g, "correct": g == "pos"}  # noqa: E731
+                          for i, g in enumerate(got)]
+    d = write_jsonl(tmp_path / "d.jsonl", labels(["pos", "neg", "neg", None]))
+    e = write_jsonl(tmp_path / "e.jsonl", labels(["pos", "pos", "neg", "pos"]))  # fill-eval --task classify rows
+    assert "top-1 agreement 2/4 = 50.0%; EM@1 1 vs 3 probes; paired micro EM diff +50.0 (SE 28.9)" in _run(
+        "compare_predictions.py", str(d), str(e))
 
 
 def test_bench_encode_reports_each_budget():

@@ -59,18 +59,25 @@ def _choices(labels: int, phrases: int) -> list[dict]:
 
 def test_a_scores_phrase_matches_count_in_its_budget_and_its_weight():
     """Every distinct phrase is matched at every retrieved token: 64 choices x 32 phrases at the default k and
-    blocks is 105M matches (~5 default fills measured), refused by the default bound; 64 x 16 is accepted."""
+    blocks is 105M matches (~5 default fills measured), refused by the default bound; 64 x 16 is accepted
+    without synonyms, refused with the default 20 more per choice."""
     defaults = Settings(index="unused")
     budget = Budget(defaults.max_candidates, defaults.max_evidence, defaults.max_search, defaults.max_matches)
-    two = ScoreRequest(text="It was <mask> .", choices=["great", "terrible"])
-    many = ScoreRequest(text="It was <mask> .", choices=_choices(64, 32))
+    two = ScoreRequest(text="It was <mask> .", choices=["great", "terrible"], synonyms=0)
+    many = ScoreRequest(text="It was <mask> .", choices=_choices(64, 32), synonyms=0)
     assert Budget.phrases(two) == 2 and Budget.phrases(many) == 2048
+    assert Budget.phrases(two.model_copy(update={"synonyms": 20})) == 42
     assert Budget.matches(many, "restricted", 256) == 1 * 2 * 100 * 256 * 2048
     budget.check_score(two, "restricted", 256)
-    budget.check_score(ScoreRequest(text="It was <mask> .", choices=_choices(64, 16)), "restricted", 256)
+    budget.check_score(ScoreRequest(text="It was <mask> .", choices=["great", "terrible"]), "restricted", 256)
+    sixteen = ScoreRequest(text="It was <mask> .", choices=_choices(64, 16), synonyms=0)
+    budget.check_score(sixteen, "restricted", 256)
+    with pytest.raises(Exception, match="2304 distinct phrases.*or synonyms"):
+        budget.check_score(sixteen.model_copy(update={"synonyms": 20}), "restricted", 256)
     with pytest.raises(Exception, match="2048 distinct phrases = 104,857,600 phrase matches.*FILL_MAX_MATCHES"):
         budget.check_score(many, "restricted", 256)
-    duplicated = ScoreRequest(text="It was <mask> .", choices=[{"label": "a", "phrases": ["x", "x", "y"]}, "b"])
+    duplicated = ScoreRequest(text="It was <mask> .", choices=[{"label": "a", "phrases": ["x", "x", "y"]}, "b"],
+                              synonyms=0)
     assert Budget.phrases(duplicated) == 3  # a phrase repeated within a choice is matched once
     assert Budget.weight(many, "restricted", 256) == pytest.approx(
         Budget.weight(two, "restricted", 256) + 2046 * 2 * 100 * 256 / MATCHES_PER_FILL)

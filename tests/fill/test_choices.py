@@ -66,7 +66,7 @@ def _reference(engine: FillEngine, request: ScoreRequest) -> np.ndarray:
 def test_masses_equal_the_brute_force_reference(engine, scorer, temperature):
     request = ScoreRequest(text="Marie Curie was born in <mask> .", choices=[
         "Warsaw", {"label": "France", "phrases": ["France", "Paris"]}, "capital of France", "Mars"],
-        k=_all_tokens(engine), scorer=scorer, temperature=temperature, mode="dense")
+        k=_all_tokens(engine), scorer=scorer, temperature=temperature, mode="dense", synonyms=0, calibrate=False)
     mask = engine.score(request).masks[0]
     expected = _reference(engine, request)
     assert [c.label for c in mask.choices] == ["Warsaw", "France", "capital of France", "Mars"]  # request order
@@ -76,6 +76,36 @@ def test_masses_equal_the_brute_force_reference(engine, scorer, temperature):
     assert probs.sum() == pytest.approx(1.0)
     np.testing.assert_allclose(probs, expected / expected.sum(), rtol=1e-6)
     assert mask.predicted == mask.choices[int(np.argmax(probs))].label and not mask.abstained
+
+
+@pytest.mark.parametrize("calibrate", [False, True])
+def test_calibration_divides_each_mass_by_the_choices_base_rate(engine, calibrate):
+    choices = ["Warsaw", {"label": "France", "phrases": ["France", "Paris", "capital of France"]}]
+    request = ScoreRequest(text="Marie Curie was born in <mask> .", choices=choices, k=_all_tokens(engine),
+                           mode="dense", synonyms=0, calibrate=calibrate)
+    mask = engine.score(request).masks[0]
+    expected = _reference(engine, request)
+    np.testing.assert_allclose([c.mass for c in mask.choices], expected, rtol=1e-6)  # the masses are raw
+    tokens = np.concatenate([np.asarray(s.token_ids[: len(s)]) for s in engine.index.shards])
+    first = lambda phrase: engine.encoder.phrase_ids([phrase])[0][0]  # noqa: E731
+    prior = np.array([np.sum(tokens == first("Warsaw")),
+                      sum(np.sum(tokens == first(p)) for p in ("France", "Paris", "capital of France"))], dtype=float)
+    assert prior.min() >= 1 and prior[0] != prior[1]
+    relative = expected / prior if calibrate else expected
+    np.testing.assert_allclose([c.probability for c in mask.choices], relative / relative.sum(), rtol=1e-6)
+
+
+def test_synonyms_vote_as_phrases_of_their_choice(engine):
+    base = dict(text="Marie Curie was born in <mask> .", k=_all_tokens(engine), mode="dense", calibrate=False)
+    mask = engine.score(ScoreRequest(choices=["Paris", "Warsaw"], synonyms=4, **base)).masks[0]
+    words = engine.encoder.word_neighbours.expand([engine.encoder.phrase_ids(["Paris"])[0],
+                                                   engine.encoder.phrase_ids(["Warsaw"])[0]], 4)
+    assert [c.synonyms for c in mask.choices] == [[w for _, w in near] for near in words]
+    assert all(len(c.synonyms) == 4 for c in mask.choices)
+    spelled = [{"label": c.label, "phrases": [c.label, *c.synonyms]} for c in mask.choices]
+    same = engine.score(ScoreRequest(choices=spelled, synonyms=0, **base)).masks[0]
+    np.testing.assert_allclose([c.mass for c in mask.choices], [c.mass for c in same.choices], rtol=1e-9)
+    assert all(not c.synonyms for c in same.choices)
 
 
 def test_a_multi_token_phrase_is_matched_as_a_span_with_its_evidence(engine):
@@ -111,7 +141,7 @@ def test_no_vote_inside_a_word_or_across_blocks(engine):
 
 def test_a_mask_no_token_votes_for_is_abstained_with_uniform_probabilities(engine):
     mask = engine.score(ScoreRequest(text="Paris is the <mask> .", choices=["Mars", "Jupiter", "Venus"],
-                                     k=_all_tokens(engine), mode="dense")).masks[0]
+                                     k=_all_tokens(engine), mode="dense", synonyms=0)).masks[0]
     assert mask.abstained and mask.predicted is None
     assert [c.probability for c in mask.choices] == pytest.approx([1 / 3] * 3)
     assert all(c.mass == 0.0 for c in mask.choices)
@@ -129,7 +159,7 @@ def test_each_mask_is_scored(engine):
 @pytest.mark.parametrize("mode", ["restricted", "hybrid"])
 def test_bm25_modes_vote_with_the_top_blocks_tokens(engine, mode):
     request = ScoreRequest(text="The Seine flows through <mask> .", choices=["Paris", "Warsaw"], mode=mode,
-                           blocks=1, k=1)
+                           blocks=1, k=1, synonyms=0)
     mask = engine.score(request).masks[0]
     assert sum(c.probability for c in mask.choices) == pytest.approx(1.0)
     if mode == "restricted":  # the one block BM25 finds is Paris's: only its tokens vote
