@@ -84,10 +84,21 @@ def match(shard, positions: np.ndarray, ids: np.ndarray, forward: bool) -> tuple
 
 
 def votes(shard, positions: np.ndarray, phrases: Phrases, forward: bool) -> np.ndarray:
-    """bool [positions, choices]: which choices each position votes for."""
+    """bool [positions, choices]: which choices each position votes for. One-token phrases (a choice's synonyms
+    among them) are looked up together per choice: a whole word equal to one of them; longer ones by `match`."""
     out = np.zeros((positions.size, len(phrases.labels)), dtype=bool)
+    single: dict[int, list[int]] = {}
     for ids, c in zip(phrases.ids, phrases.choice):
-        out[:, c] |= match(shard, positions, ids, forward)[0]
+        if ids.size == 1:
+            single.setdefault(c, []).append(int(ids[0]))
+        else:
+            out[:, c] |= match(shard, positions, ids, forward)[0]
+    if single and positions.size:
+        flags = np.asarray(shard.flags[positions])
+        whole = ((flags & WORD_START) != 0) & ((flags & WORD_END) != 0)
+        tokens = np.asarray(shard.token_ids[positions])
+        for c, ids in single.items():
+            out[:, c] |= whole & np.isin(tokens, ids)
     return out
 
 

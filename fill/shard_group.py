@@ -6,8 +6,8 @@ them. It is everything the fill path does with a shard's files, so the engine ne
   run      a list of tasks, each a small dataclass naming one shard (`shard_no`, its number in the whole index)
            with a `run(shard)` method: form and score a mask's candidate spans (fill.candidates.CandidateTask),
            read documents for evidence (fill.evidence.PlacesTask), a block's token ids (`BlockTokensTask`),
-           the reader's windows: their spans and tokens (fill.windows.WindowTask), a closed-set score's votes
-           and their places (fill.choices). The results come back in the tasks' order.
+           the reader's windows: their spans and tokens (fill.windows.WindowTask), a closed-set score's votes,
+           their places and its choices' base rates (fill.choices). The results come back in the tasks' order.
 
 The engine hands each step's tasks to its shards in one call, so a distributed deployment (service.ray_backend:
 one group per set of shard directories, on other processes or machines) sends every group its share in one
