@@ -59,6 +59,15 @@ def test_a_choice_that_never_occurs_gets_no_mass(client):
     assert [c["probability"] for c in none["choices"]] == [0.5, 0.5]
 
 
+def test_each_choice_lists_the_synonyms_that_voted_with_it(client):
+    body = dict(text="Marie Curie was born in <mask> .", choices=["Warsaw", {"label": "city", "phrases": ["Paris"]}])
+    mask = score(client, synonyms=3, **body)["masks"][0]
+    words = [c["synonyms"] for c in mask["choices"]]
+    assert [len(w) for w in words] == [3, 3] and not set(words[0]) & set(words[1])
+    assert not {"warsaw", "paris"} & set(words[0] + words[1])  # a given word is never its own synonym
+    assert all(c["synonyms"] == [] for c in score(client, synonyms=0, **body)["masks"][0]["choices"])
+
+
 @pytest.mark.parametrize("choices, where", [
     ([], "choices"),
     (["only"], "choices"),
@@ -91,6 +100,9 @@ def test_a_bad_choice_list_is_a_422_naming_the_field(client, choices, where):
     {"text": "<mask>", "choices": ["a", "b"], "scorer": "bm25"},
     {"text": "<mask>", "choices": ["a", "b"], "mode": "fuzzy"},
     {"text": "<mask>", "choices": ["a", "b"], "top_k": 3},
+    {"text": "<mask>", "choices": ["a", "b"], "synonyms": 51},
+    {"text": "<mask>", "choices": ["a", "b"], "synonyms": -1},
+    {"text": "<mask>", "choices": ["a", "b"], "calibrate": "yes"},
 ])
 def test_other_bad_fields_are_422(client, body):
     r = client.post("/score", json=body)
