@@ -229,8 +229,8 @@ class ChoiceScore(BaseModel):
                         "unnormalised over the choices (of the softmax over everything retrieved)")
     evidence: list[Evidence] = Field(default_factory=list, description="the occurrences of its phrases whose tokens "
                                      "voted most, best first (`score`: the voting token's probability)")
-    synonyms: list[str] = Field(default_factory=list, description="the words that voted for it beside its phrases "
-                                "(the request's `synonyms`), nearest first")
+    synonyms: list[str] = Field(default_factory=list, description="the words added to its phrases (the request's "
+                                "`synonyms`), nearest first; each votes as one of its phrases")
 
 
 class MaskScore(BaseModel):
