@@ -157,6 +157,19 @@ def test_a_file_changed_in_place_turns_the_server_not_ready_naming_it(tiny_index
     state.close()
 
 
+def test_warming_builds_the_word_table_of_scores_synonyms(tiny_index):
+    settings = Settings(index=tiny_index, api_keys="admin-key", warm=True, check_before_ready=False)
+    state = ServiceState(settings)
+    with TestClient(create_app(settings, state=state, load=True)) as client:
+        _wait_for(client, "/readyz", 200, "")
+        encoder = state.serving.engine.encoder
+        deadline = time.monotonic() + 60.0  # the background warm-up thread
+        while "word_neighbours" not in vars(encoder) and time.monotonic() < deadline:
+            threading.Event().wait(0.05)
+        assert "word_neighbours" in vars(encoder)  # built without a /score asking for it
+    state.close()
+
+
 def _wait_for(client, path: str, status: int, words: str, seconds: float = 60.0):
     deadline = time.monotonic() + seconds  # generous: the loading thread may share busy cores
     while True:
