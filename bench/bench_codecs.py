@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import tempfile
 import time
@@ -30,8 +29,10 @@ import faiss
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common.process import single_thread_blas  # noqa: E402
+from compare_predictions import compare  # noqa: E402
 from evaluation.evaluate import EvalConfig, evaluate, select_probes  # noqa: E402
 from fill.engine import FillEngine  # noqa: E402
 
@@ -131,14 +132,6 @@ def fills(engine: FillEngine, probes: list[dict], cfg: EvalConfig) -> tuple[dict
         out = Path(tmp) / "pred.jsonl"
         report = evaluate(engine, probes, cfg, out)
         return report, [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
-
-
-def compare(base: list[dict], other: list[dict]) -> dict:
-    top = lambda r: r["predictions"][0] if r["predictions"] else ""  # noqa: E731
-    diff = np.array([int(y["em"]) - int(x["em"]) for x, y in zip(base, other)], dtype=float)
-    se = float(diff.std(ddof=1) / math.sqrt(len(diff))) if len(diff) > 1 else 0.0
-    return {"agreement": 100 * float(np.mean([top(x) == top(y) for x, y in zip(base, other)])),
-            "micro_em_diff": 100 * float(diff.mean()), "micro_em_diff_se": 100 * se}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,14 +24,25 @@ def main() -> None:
     a, b = [_fill_row(r) for r in a], [_fill_row(r) for r in b]
     if [r["query"] for r in a] != [r["query"] for r in b]:
         raise SystemExit("error: the two files hold different probes; run fill-eval with the same options")
-    top = lambda r: r["predictions"][0] if r["predictions"] else ""  # noqa: E731
     same = sum(top(x) == top(y) for x, y in zip(a, b))
+    c = compare(a, b)
+    print(f"top-1 agreement {same}/{len(a)} = {c['agreement']:.1f}%; "
+          f"EM@1 {sum(r['em'] for r in a)} vs {sum(r['em'] for r in b)} probes; "
+          f"paired micro EM diff {c['micro_em_diff']:+.1f} (SE {c['micro_em_diff_se']:.1f})")
+
+
+def top(row: dict) -> str:
+    return row["predictions"][0] if row["predictions"] else ""
+
+
+def compare(a: list[dict], b: list[dict]) -> dict:
+    """Fill rows of the same probes: top-1 agreement (%), the paired micro EM difference b - a and its standard
+    error (points)."""
     diff = [float(y["em"]) - float(x["em"]) for x, y in zip(a, b)]
     mean = sum(diff) / len(diff)
     se = math.sqrt(sum((d - mean) ** 2 for d in diff) / (len(diff) - 1) / len(diff)) if len(diff) > 1 else 0.0
-    print(f"top-1 agreement {same}/{len(a)} = {100 * same / len(a):.1f}%; "
-          f"EM@1 {sum(r['em'] for r in a)} vs {sum(r['em'] for r in b)} probes; "
-          f"paired micro EM diff {100 * mean:+.1f} (SE {100 * se:.1f})")
+    return {"agreement": 100 * sum(top(x) == top(y) for x, y in zip(a, b)) / len(a),
+            "micro_em_diff": 100 * mean, "micro_em_diff_se": 100 * se}
 
 
 def _fill_row(row: dict) -> dict:

@@ -140,7 +140,8 @@ def choice_counts(shards, shard_nos: list[int], phrases: Phrases) -> np.ndarray:
     votes from any query; a score divided by this is NPM's score relative to the label's prior (the PMI of
     "calibrate before use", with the index as the content-free input)."""
     firsts = np.asarray([int(ids[0]) for ids in phrases.ids], dtype=np.int64)
-    total = np.sum(shards.run([CountsTask(s, firsts) for s in shard_nos]), axis=0) if shard_nos else 0 * firsts
+    total = np.sum(shards.run([CountsTask(s, firsts) for s in shard_nos]), axis=0) if shard_nos \
+        else np.zeros_like(firsts)
     out = np.zeros(len(phrases.labels), dtype=np.float64)
     np.add.at(out, np.asarray(phrases.choice, dtype=np.int64), total)
     return np.maximum(out, 1.0)
