@@ -35,6 +35,7 @@ _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "
 
 
 BUNDLED_MODEL = Path(__file__).parent / "default_model"
+WIDTH_STEP = 16  # a serving pass's padded length is a multiple of this many tokens (padded_width)
 
 
 def default_model_dir() -> Path:
@@ -69,6 +70,15 @@ def model_fingerprint(model_dir: str | Path) -> str:
         h.update(path.name.encode())
         hash_file(path, into=h)
     return h.hexdigest()
+
+
+def padded_width(width: int, limit: int) -> int:
+    """`width` rounded up to a multiple of WIDTH_STEP, at most `limit` (and never below `width`). Serving
+    passes (queries, the reader's inputs) are padded to it, so the models meet a few dozen input lengths
+    rather than every one: each new shape leaves kernel caches and allocator fragments that stay (a server's
+    anonymous memory grew by ~300 MiB over its first 200 fills without it, docs/BENCHMARKS.md). Padding
+    changes no vector: attention masks the pad tokens (tests/encoder/test_model.py)."""
+    return max(width, min(-(-width // WIDTH_STEP) * WIDTH_STEP, limit))
 
 
 def pad_sequences(
@@ -349,12 +359,14 @@ class Encoder:
     def encode_layouts(self, layouts: list[tuple[list[int], list[int]]],
                        shape: Callable[[int, int], tuple[int, int]] | None = None) -> list[QueryVectors]:
         """`encode_queries` of texts already laid out by `query_layout`: one forward pass for all.
-        `shape(rows, width)` gives the padded (rows, width) of the batch (default: as they are)."""
+        `shape(rows, width)` gives the padded (rows, width) of the batch (default: as they are); the width is
+        then rounded up by `padded_width`."""
         rows, width = len(layouts), max(len(ids) for ids, _ in layouts)
         if shape is not None:
             rows, width = shape(rows, width)
+        width = padded_width(min(width, self.max_length), self.max_length)
         seqs = [ids for ids, _ in layouts]
-        hidden = self._forward(seqs, [[0] * len(ids) for ids in seqs], min(width, self.max_length), rows)
+        hidden = self._forward(seqs, [[0] * len(ids) for ids in seqs], width, rows)
         out = []
         for i, (_, positions) in enumerate(layouts):
             pos = np.asarray(positions)

@@ -41,7 +41,7 @@ from pydantic import BaseModel, Field, ValidationError
 from common.errors import AppError
 from common.files import write_json_atomic
 from encoder.device import autocast, choose_device, choose_dtype, lower_linear_weights
-from encoder.model import load_tokenizer, load_transformer, model_fingerprint, pad_sequences
+from encoder.model import load_tokenizer, load_transformer, model_fingerprint, pad_sequences, padded_width
 from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass, resolve_engine
 from encoder.template import Template, derive_template
 
@@ -169,11 +169,14 @@ class ReaderModel(torch.nn.Module):
                 torch.einsum("bd,btd->bt", q_end, h) * self.scale)
 
 
-def batch_tensors(items: list[ReaderInput], template: Template, pad_id: int
+def batch_tensors(items: list[ReaderInput], template: Template, pad_id: int, limit: int = 0
                   ) -> tuple[tuple[torch.Tensor, ...], list[np.ndarray]]:
-    """(ids, attention, types, mask_at) of a batch, and each item's window token positions in its row."""
+    """(ids, attention, types, mask_at) of a batch, and each item's window token positions in its row; with a
+    `limit` (serving), the batch's length is rounded up by encoder.model.padded_width, at most `limit`."""
     layouts = [layout(item, template) for item in items]
-    ids, attention, types = pad_sequences([s for s, _, _ in layouts], [t for _, t, _ in layouts], pad_id)
+    longest = max(len(s) for s, _, _ in layouts)
+    ids, attention, types = pad_sequences([s for s, _, _ in layouts], [t for _, t, _ in layouts], pad_id,
+                                          padded_width(longest, limit) if limit else 0)
     mask_at = torch.tensor([item.mask_at for item in items], dtype=torch.long)
     sep_len = len(template.single_suffix)
     positions = [first + window_positions(item, sep_len) for item, (_, _, first) in zip(items, layouts)]
@@ -300,7 +303,7 @@ class Reader:
         no-answer logits, those of position 0, for a reader trained with them: card `null`)."""
         if not items:
             return []
-        tensors, positions = batch_tensors(items, self.template, self.pad_id)
+        tensors, positions = batch_tensors(items, self.template, self.pad_id, self.max_length)
         if self._onnx is not None:
             start, end = self._onnx.run(**{name: t.numpy() for name, t in zip(READER_INPUTS, tensors)})
         else:

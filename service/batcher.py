@@ -10,8 +10,8 @@ the next one gathers by itself.
 A batch of two or more is padded to a bucketed shape (`bucket_shape`: rows to a power of two, width to a
 multiple of 16 tokens), so the encoder meets a few dozen input shapes rather than every (requests x
 longest query) pair: each new shape costs kernel caches and allocator fragments that stay (RSS grew with
-the variety of shapes, docs/BENCHMARKS.md). A request alone is never padded, so its fill is exactly the
-unbatched one."""
+the variety of shapes, docs/BENCHMARKS.md). A request alone keeps its one row; its width is rounded up
+as every serving pass's is (encoder.model.padded_width), so its fill is the unbatched one."""
 
 from __future__ import annotations
 
@@ -22,12 +22,11 @@ from collections import deque
 from concurrent.futures import Future
 
 from common.priority import lower_this_thread
+from encoder.model import WIDTH_STEP
 from fill.engine import FillEngine
 from fill.prepared import Planned, Prepared
 
 logger = logging.getLogger(__name__)
-
-WIDTH_STEP = 16  # a batch's padded length is a multiple of this many tokens
 
 
 def bucket_shape(rows: int, width: int) -> tuple[int, int]:

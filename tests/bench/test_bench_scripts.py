@@ -50,6 +50,17 @@ def test_bench_ready_times_each_part_of_a_start(built):
     assert sum(float(line.split()[-2]) for line in out.strip().splitlines()[:-1]) > 0
 
 
+def test_bench_fill_memory_reports_anonymous_memory_after_each_mark(built):
+    probes = write_jsonl(built / "mem_probes.jsonl", [{"query": "Marie Curie was born in <mask> ."},
+                                                       {"query": "The Seine flows through <mask> ."}])
+    out = _run("bench_fill_memory.py", "--index", str(built / "idx"), "--probes", str(probes), "--fills", "12",
+               "--json", str(built / "mem.json"))
+    rows = json.loads((built / "mem.json").read_text())["rows"]
+    assert [r["fills"] for r in rows] == [0, 1, 10, 12]
+    assert all(r["anon_mb"] > 0 for r in rows) and rows[-1]["seconds"] > 0
+    assert f"growth over 12 fills: {rows[-1]['anon_mb'] - rows[0]['anon_mb']:.1f} MB" in out
+
+
 def test_bench_disk_counts_every_file(built):
     _run("bench_disk.py", "--index", str(built / "idx"), "--json", str(built / "disk.json"))
     fig = json.loads((built / "disk.json").read_text())

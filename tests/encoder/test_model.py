@@ -10,7 +10,7 @@ import torch
 
 from encoder.device import choose_device, choose_dtype
 from common.errors import AppError
-from encoder.model import BlockInput, Encoder
+from encoder.model import WIDTH_STEP, BlockInput, Encoder, padded_width
 
 MODELS = ["bert", "roberta"]
 
@@ -214,6 +214,25 @@ def test_encode_queries_equals_model_by_hand(which, encoders):
         np.testing.assert_allclose(qv.q_start, hidden[pos], atol=1e-5, rtol=1e-4)
         np.testing.assert_allclose(qv.q_end, hidden[pos + 1], atol=1e-5, rtol=1e-4)
         assert not np.allclose(qv.q_start, qv.q_end, atol=1e-4)  # different positions, different vectors
+
+
+@pytest.mark.parametrize("width, limit, want", [(1, 512, 16), (16, 512, 16), (17, 512, 32), (75, 512, 80),
+                                                (500, 512, 512), (510, 510, 510), (20, 18, 20)])
+def test_padded_width_rounds_up_to_the_step_within_the_limit(width, limit, want):
+    assert WIDTH_STEP == 16
+    assert padded_width(width, limit) == want
+
+
+def test_a_query_pass_is_padded_to_the_step(encoders, monkeypatch):
+    enc = encoders[MODELS[0]]
+    seen = []
+    forward = enc._forward_here
+    monkeypatch.setattr(enc, "_forward_here", lambda seqs, types, width, rows: seen.append(width) or
+                        forward(seqs, types, width, rows))
+    layout = enc.query_layout("Paris is the <mask> of France.")
+    assert len(layout[0]) % WIDTH_STEP != 0
+    enc.encode_layouts([layout])
+    assert seen == [-(-len(layout[0]) // WIDTH_STEP) * WIDTH_STEP]
 
 
 @pytest.mark.parametrize("which", MODELS)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from common.errors import AppError
-from encoder.model import Encoder
+from encoder.model import WIDTH_STEP, Encoder
 from encoder.reader import (CARD_NAME, HEAD_NAME, Reader, ReaderCard, ReaderInput, TitleIds, batch_tensors, layout,
                             load_model, read_card, save_reader, vocab_fingerprint)
 from encoder.template import derive_template
@@ -89,6 +89,28 @@ def test_batched_logits_equal_one_at_a_time(reader_dir, tiny_bert_dir):
         alone_start, alone_end = reader.logits([x])[0]
         np.testing.assert_allclose(start, alone_start, rtol=1e-4, atol=1e-4)
         np.testing.assert_allclose(end, alone_end, rtol=1e-4, atol=1e-4)
+
+
+def test_serving_pads_the_batch_to_a_few_lengths_and_reads_the_same(reader_dir, tiny_bert_dir, monkeypatch):
+    """Reader.logits pads its batch to a multiple of WIDTH_STEP (fewer input shapes: less memory kept by
+    kernel caches); the window logits are those of the unpadded batch."""
+    encoder = Encoder(tiny_bert_dir, device="cpu", dtype="fp32")
+    reader = Reader(reader_dir, device="cpu", dtype="fp32")
+    x = item(encoder, "Curie was born in <mask> .", ["born in Warsaw in 1867", "Paris"])
+    plain, positions = batch_tensors([x], reader.template, reader.pad_id)
+    padded, same_positions = batch_tensors([x], reader.template, reader.pad_id, reader.max_length)
+    assert plain[0].shape[1] % WIDTH_STEP != 0  # the item's own length: the padding below is real
+    assert padded[0].shape[1] == -(-plain[0].shape[1] // WIDTH_STEP) * WIDTH_STEP
+    assert [p.tolist() for p in same_positions] == [p.tolist() for p in positions]
+    widths = []
+    forward = reader.model.forward
+    monkeypatch.setattr(reader.model, "forward", lambda *t: widths.append(t[0].shape[1]) or forward(*t))
+    start, end = reader.logits([x])[0]
+    assert widths == [padded[0].shape[1]]
+    with torch.inference_mode():
+        want_start, want_end = reader.model(*plain)
+    np.testing.assert_allclose(start, want_start[0, positions[0]].numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(end, want_end[0, positions[0]].numpy(), rtol=1e-5, atol=1e-5)
 
 
 def test_trained_heads_survive_save_and_load(tmp_path, tiny_bert_dir):
