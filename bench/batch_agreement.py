@@ -18,11 +18,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from probes import make_probes  # noqa: E402
 
-from service.batcher import bucket_shape  # noqa: E402
 from common.process import single_thread_blas  # noqa: E402
-from service.config import Settings  # noqa: E402
 from fill.engine import FillEngine  # noqa: E402
 from fill.schemas import FillRequest  # noqa: E402
+from service.batcher import bucket_shape  # noqa: E402
+from service.config import Settings  # noqa: E402
 
 
 def main() -> None:

@@ -56,11 +56,11 @@ def main() -> None:
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
-    from encoder.model import Encoder
     from corpus.blocking import iter_blocks
+    from corpus.readers import read_corpus
+    from encoder.model import Encoder
     from indexer.build import BuildConfig, build_index
     from indexer.encode import default_batch_tokens, encode_shard
-    from corpus.readers import read_corpus
 
     collect = _Collect()
     logging.getLogger("indexer.build").addHandler(collect)

@@ -31,8 +31,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common.process import single_thread_blas  # noqa: E402
 from compare_predictions import compare  # noqa: E402
+
+from common.process import single_thread_blas  # noqa: E402
 from evaluation.evaluate import EvalConfig, evaluate, select_probes  # noqa: E402
 from fill.engine import FillEngine  # noqa: E402
 

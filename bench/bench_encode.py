@@ -27,11 +27,11 @@ def main() -> None:
     p.add_argument("--dtypes", default="fp32")
     p.add_argument("--model", type=Path, default=None)
     args = p.parse_args()
-    from encoder.model import Encoder
     from corpus.blocking import iter_blocks
+    from corpus.readers import read_corpus
+    from encoder.model import Encoder
     from indexer.build import BuildConfig
     from indexer.encode import encode_shard
-    from corpus.readers import read_corpus
 
     cfg = BuildConfig(corpus=args.corpus, out=Path("unused"), model=args.model)
     blocks, n = [], 0

@@ -14,9 +14,9 @@ absolute figures (the machines are shared).
 from __future__ import annotations
 
 import argparse
-import tempfile
 import statistics
 import sys
+import tempfile
 import time
 from pathlib import Path
 

@@ -81,8 +81,8 @@ def _floors(index: Path, texts: list[str], k: int) -> dict[str, float]:
 
     sys.path.insert(0, str(ROOT))
     from common.process import single_thread_blas
-    from service.config import Settings
     from fill.engine import FillEngine
+    from service.config import Settings
 
     single_thread_blas()
     engine = FillEngine.open(Settings(index=index).engine_config())  # FILL_* variables apply, as in the server

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from common.process import single_thread_blas
-from service.config import Settings
 from evaluation.evaluate import GOOGLE_RE_TEMPLATES, load_probes, subsample
 from fill.engine import FillEngine
+from service.config import Settings
 
 
 def main() -> None:

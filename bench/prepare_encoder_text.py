@@ -50,8 +50,9 @@ DEBIAN = ("gcide", "linux", "python", "wordnet")
 
 
 def wiki_docs(wheel: Path) -> Iterator[Doc]:
-    from evaluation.evaluate import _digit, on_side
     from prepare_wiki_leads import DEV_DIGIT, read_articles
+
+    from evaluation.evaluate import _digit, on_side
 
     for title, text in read_articles(wheel):
         if on_side(title, "train") and _digit(title) != DEV_DIGIT and text:

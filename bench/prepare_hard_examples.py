@@ -29,7 +29,6 @@ import re
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
 from transformers import AutoTokenizer
 
 from common.files import write_bytes_atomic

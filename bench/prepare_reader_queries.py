@@ -33,11 +33,10 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
+from prepare_wiki_leads import DEV_DIGIT, SENTENCE, _jsonl, matches, occurs, once, read_articles, whole_word  # noqa: E402
+
 from common.files import write_bytes_atomic, write_json_atomic  # noqa: E402
 from evaluation.evaluate import on_side  # noqa: E402
-from prepare_wiki_leads import (  # noqa: E402
-    DEV_DIGIT, SENTENCE, _jsonl, matches, occurs, once, read_articles, whole_word,
-)
 
 CLAUSE = re.compile(r"\s*[,;:()]\s*")
 

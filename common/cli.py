@@ -13,6 +13,7 @@ import inspect
 import types
 import typing
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, Literal, Optional, TypeVar
@@ -28,6 +29,32 @@ M = TypeVar("M", bound=BaseModel)
 
 def flag(name: str) -> str:
     return "--" + name.replace("_", "-")
+
+
+def envvar(env_prefix: str, name: str) -> str:
+    """The environment variable of field `name` (`INDEXER_` + `block_tokens` -> `INDEXER_BLOCK_TOKENS`)."""
+    return (env_prefix + name).upper()
+
+
+def declared_flags(name: str, field) -> str:
+    """The flag of a model field as declared: `--name`, or `--name/--no-name` for a bool."""
+    if _unwrap(field.annotation)[0] is bool:
+        return f"{flag(name)}/--no-{name.replace('_', '-')}"
+    return flag(name)
+
+
+@dataclass(frozen=True)
+class CommandConfig:
+    """What `model_command` made a command from (kept on the command as `command_config`; read by
+    bench/config_docs.py, the generated settings reference)."""
+
+    model: type[BaseModel]
+    env_prefix: str
+    exclude: tuple[str, ...] = ()
+
+    def fields(self) -> dict[str, Any]:
+        """The model's fields that are flags: {name: FieldInfo}, in the model's order."""
+        return {n: f for n, f in self.model.model_fields.items() if n not in self.exclude}
 
 
 def _unwrap(annotation: Any) -> tuple[Any, bool]:
@@ -61,13 +88,12 @@ def _parameter(name: str, field, env_prefix: str) -> inspect.Parameter:
         shown = field.default if field.default_factory is None else field.default_factory()
         if shown is not None:
             help_text += f" (default: {shown.value if isinstance(shown, Enum) else shown})"
-    envvar = (env_prefix + name).upper()
+    variable = envvar(env_prefix, name)
     if annotation is bool:
-        declared = f"{flag(name)}/--no-{name.replace('_', '-')}"
-        option = typer.Option(None, declared, help=help_text, envvar=envvar, show_default=False)
+        option = typer.Option(None, declared_flags(name, field), help=help_text, envvar=variable, show_default=False)
         hint = Optional[bool]
     else:
-        option = typer.Option(... if required else None, flag(name), help=help_text, envvar=envvar,
+        option = typer.Option(... if required else None, flag(name), help=help_text, envvar=variable,
                               metavar=_metavar(annotation), show_default=False)
         hint = Optional[list[str]] if many else Optional[str]
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=hint)
@@ -78,7 +104,7 @@ def describe_errors(exc: ValidationError, env_prefix: str = "") -> str:
     parts = []
     for e in exc.errors():
         name = "_".join(str(x) for x in e["loc"][:1])
-        where = flag(name) + (f" ({(env_prefix + name).upper()})" if env_prefix and name else "")
+        where = flag(name) + (f" ({envvar(env_prefix, name)})" if env_prefix and name else "")
         parts.append(f"{where}: {str(e['msg']).removeprefix('Value error, ')}")
     return "; ".join(parts)
 
@@ -104,7 +130,8 @@ def model_command(
 ) -> None:
     """Register `name` on `app`: flags from `model`'s fields (minus `exclude`) plus `extra` ({name:
     (annotation, typer.Option)}); `run(config, **extra values)` is called inside `cli_errors`."""
-    params = [_parameter(n, f, env_prefix) for n, f in model.model_fields.items() if n not in exclude]
+    config = CommandConfig(model, env_prefix, tuple(exclude))
+    params = [_parameter(n, f, env_prefix) for n, f in config.fields().items()]
     extra = extra or {}
     for n, (hint, option) in extra.items():
         params.append(inspect.Parameter(n, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=hint))
@@ -118,4 +145,5 @@ def model_command(
     command.__annotations__ = {p.name: p.annotation for p in params}
     command.__doc__ = help or (model.__doc__ or "").strip()
     command.__name__ = name or model.__name__.lower()
+    command.command_config = config  # what the flags came from, for the generated reference
     app.command(name)(command)

@@ -9,8 +9,8 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from corpus.tokens import WORD_START, DocTokens, tokenize_documents
 from corpus.readers import Document
+from corpus.tokens import WORD_START, DocTokens, tokenize_documents
 
 logger = logging.getLogger(__name__)
 

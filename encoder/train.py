@@ -22,9 +22,7 @@ from pydantic import BaseModel, Field, model_validator
 from common.distributed import join
 from common.errors import AppError
 from common.files import atomic_path, write_json_atomic
-from encoder.data import (
-    Batch, BatchConfig, TrainBlock, content_token_mask, load_blocks, make_batch, read_word_list,
-)
+from encoder.data import Batch, BatchConfig, TrainBlock, content_token_mask, load_blocks, make_batch, read_word_list
 from encoder.device import choose_device, distributed_backend, grad_scaler
 from encoder.grouping import similar_order
 from encoder.loss import npm_loss
@@ -251,7 +249,8 @@ class Trainer:
         for r, size in enumerate(sizes):
             size = int(size.item())
             if r == self.rank:
-                fill = lambda x: torch.cat([x, torch.zeros((m, width - size), dtype=torch.bool, device=x.device)], 1)
+                def fill(x):
+                    return torch.cat([x, torch.zeros((m, width - size), dtype=torch.bool, device=x.device)], 1)
                 cols_allowed.append(fill(allowed))
                 cols_ps.append(fill(pos_s))
                 cols_pe.append(fill(pos_e))

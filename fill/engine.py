@@ -22,13 +22,14 @@ from typing import Callable
 
 import numpy as np
 
+from common.arrays import unique
 from common.errors import AppError
 from common.masks import MASK_PATTERN, blank_masks
 from encoder.model import Encoder
 from encoder.reader import Reader
 from fill.budget import Budget, Deadline, StageClock
-from common.arrays import unique
 from fill.candidates import CandidateTask, LexicalBonus, MaskQuery
+from fill.choices import Phrases, choice_counts, score_masks
 from fill.config import EngineConfig
 from fill.evidence import gather, pool_want
 from fill.hits import Hits, MaskHits
@@ -36,8 +37,7 @@ from fill.loading import describe, open_parts, open_reader
 from fill.prepared import Planned, Prepared
 from fill.ranker import RankedMask, rank_mask
 from fill.reading import PRIOR_PHRASES, read_masks
-from fill.choices import Phrases, choice_counts, score_masks
-from fill.schemas import MODES, Candidate, FillRequest, FillResult, MaskFill, SCORE_STAGES, ScoreRequest, ScoreResult
+from fill.schemas import MODES, SCORE_STAGES, Candidate, FillRequest, FillResult, MaskFill, ScoreRequest, ScoreResult
 from fill.scoring import Scoring, mask_features, query_overlap
 from fill.shard_group import BlockTokensTask, ShardGroup, Shards
 from fill.spans import BlockPrior

@@ -4,8 +4,8 @@ best first, as many as it may show, in one call for all of a request's wants (`g
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Callable
 
 from fill.ranker import CandidatePool

@@ -6,8 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from encoder.model import QueryVectors
-from fill.hits import MaskHits
 from fill.choices import Phrases
+from fill.hits import MaskHits
 from fill.schemas import FillRequest, ScoreRequest
 
 

@@ -1,6 +1,6 @@
 """The layout's rules, checked on every test run: one-way import floors (import-linter's contract in
 pyproject.toml), no import cycle between modules, source files under 400 lines, functions under 60 lines,
-and every source module named in the README's layout table."""
+and every source module named in the module table of docs/ARCHITECTURE.md."""
 
 from __future__ import annotations
 
@@ -156,16 +156,23 @@ def test_the_function_rule_catches_a_long_function():
     assert long_functions(f"def short():\n    return 1\n\n\ndef long():\n{body}\n") == {"long (line 5)": 61}
 
 
-def layout_names(readme: str) -> set[str]:
-    """The module paths of the README's layout table: the first cell of each row, one module a row."""
-    return set(re.findall(r"^\| `([\w/]+\.py)` \|", readme, re.M))
+def layout_names(text: str) -> set[str]:
+    """The module paths of a module table: the first cell of each row, one module a row."""
+    return set(re.findall(r"^\| `([\w/]+\.py)` \|", text, re.M))
 
 
-def test_readme_layout_names_every_source_module():
-    named = layout_names((ROOT / "README.md").read_text(encoding="utf-8"))
+def test_the_module_table_names_every_source_module():
+    named = layout_names((ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8"))
     modules = {str(p.relative_to(ROOT)) for p in _modules() if p.name != "__init__.py"}
-    assert sorted(modules - named) == [], "modules missing from the README's layout table"
-    assert sorted(named - modules) == [], "the README's layout table names modules that do not exist"
+    assert sorted(modules - named) == [], "modules missing from the module table of docs/ARCHITECTURE.md"
+    assert sorted(named - modules) == [], "the module table of docs/ARCHITECTURE.md names modules that do not exist"
+
+
+def test_the_readme_is_a_short_front_door():
+    readme = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(readme) <= 250, f"README.md has {len(readme)} lines: move the details to docs/"
+    assert readme[2:6] == ["```bash", readme[3], readme[4], "```"]  # the two commands first
+    assert readme[3].startswith("bash deploy/demo.sh") and readme[4].startswith("bash deploy/test.sh")
 
 
 def test_the_readme_rule_reads_the_table():

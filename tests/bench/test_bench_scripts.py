@@ -12,6 +12,9 @@ import pytest
 
 from tests.conftest import write_jsonl
 
+pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
+
+
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "sample" / "encyclopedia.jsonl"
 
@@ -161,7 +164,8 @@ def test_prepare_google_re_sides_share_no_subject_and_no_snippet(tmp_path):
         rows[1]["evidences"].append({"url": "http://x/wiki/Two", "snippet": shared})
         (data / f"{rel}_test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     _run("prepare_google_re.py", "--data", str(data), "--out", str(tmp_path / "out"))
-    read = lambda side, name: [json.loads(x) for x in (tmp_path / "out" / side / name).read_text().splitlines()]
+    def read(side, name):
+        return [json.loads(x) for x in (tmp_path / "out" / side / name).read_text().splitlines()]
     texts = {side: {d["text"] for d in read(side, "corpus.jsonl")} for side in ("train", "held")}
     assert not texts["train"] & texts["held"]
     for side in ("train", "held"):

@@ -7,10 +7,15 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.service.test_server_process import clean_env, free_port, start_server  # noqa: F401 (fixture)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 from load import rss_bytes, run_load  # noqa: E402
+
+pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
+
 
 TEXTS = ["Marie Curie was born in <mask> .", "The Seine flows through <mask> .", "<mask> is the capital of France .",
          "Allan Peiper was born in <mask> , Victoria .", "<mask> died in Passy , <mask> , in 1934 ."]

@@ -6,6 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
+
+
 ROOT = Path(__file__).resolve().parents[2]
 
 DATA_ADJ = """  1 This software and database is being provided to you, the LICENSEE, by

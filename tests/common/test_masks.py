@@ -6,7 +6,6 @@ import pytest
 
 from common.masks import blank_masks, count_masks, split_on_masks
 
-
 # ---------------------------------------------------------------- masks
 
 

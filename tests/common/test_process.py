@@ -8,6 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # fresh interpreters: `-m "not slow"` skips it
+
 ROOT = Path(__file__).resolve().parents[2]
 
 BLAS_THREADS = ("from threadpoolctl import threadpool_info; "

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from corpus.tokens import WORD_END, WORD_START, boundary_flags, tokenize_documents
 from corpus.blocking import cut_points, iter_blocks
 from corpus.readers import Document
+from corpus.tokens import WORD_END, WORD_START, boundary_flags, tokenize_documents
 from tests.conftest import CORPUS
 
 S, E = WORD_START, WORD_END

@@ -1,4 +1,4 @@
-"""The deployment: docker-compose.yml is valid for docker-compose 1.29 (`config`), has the shape the README
+"""The deployment: docker-compose.yml is valid for docker-compose 1.29 (`config`), has the shape docs/OPERATIONS.md
 promises (one-shot indexer, api after it with a healthcheck, a `gpu` profile reserving an NVIDIA device,
 non-root images), and, with no Docker engine here, a smoke test runs its services' commands and
 environments as local processes on loopback: the `indexer` command builds the index into the folder that
@@ -32,6 +32,9 @@ from tests.deploy.compose_local import (
 from tests.service.test_server_process import Server
 
 CPU, GPU = ("indexer", "api"), ("indexer-gpu", "api-gpu")
+pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
+
+
 DOCKERFILES = (ROOT / "deploy" / "Dockerfile", ROOT / "deploy" / "Dockerfile.gpu")
 READY_TIMEOUT = 120.0
 

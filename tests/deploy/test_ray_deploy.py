@@ -24,6 +24,9 @@ from tests.service.test_server_process import clean_env, free_port
 
 pytest.importorskip("ray", reason="the Ray deployment needs `pip install .[ray]` (deploy/setup.sh installs it)")
 
+pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
+
+
 SERVE = ROOT / "deploy" / "ray" / "serve.yaml"
 RAYSERVICE = ROOT / "deploy" / "ray" / "rayservice.yaml"
 

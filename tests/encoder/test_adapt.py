@@ -16,7 +16,7 @@ from safetensors import safe_open
 from encoder.adapt import AdaptConfig, adapt
 from encoder.cli import main as cli_main
 from encoder.model import Encoder, model_fingerprint
-from encoder.train import lr_lambda, TrainConfig
+from encoder.train import TrainConfig, lr_lambda
 from tests.conftest import write_jsonl
 from tests.encoder.test_train import city_docs
 
@@ -66,10 +66,10 @@ def test_constant_schedule():
 
 
 def test_adapted_model_builds_an_index(untitled_corpus, tiny_bert_dir, tmp_path):
-    from indexer.build import BuildConfig, build_index
     from fill.config import EngineConfig
     from fill.engine import FillEngine
     from fill.schemas import FillRequest
+    from indexer.build import BuildConfig, build_index
 
     model = adapt(AdaptConfig(corpus=untitled_corpus, out=tmp_path / "m", init=tiny_bert_dir, max_steps=1, **SMALL))
     build_index(BuildConfig(corpus=untitled_corpus, out=tmp_path / "idx", model=model, block_tokens=32,
@@ -84,6 +84,7 @@ def _cli(args: list[str]) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+@pytest.mark.slow  # starts a process
 def test_cli_bad_input_exits_2_naming_the_file(tiny_bert_dir, tmp_path):
     missing = tmp_path / "nope.jsonl"
     r = _cli(["--corpus", str(missing), "--out", str(tmp_path / "m"), "--init", str(tiny_bert_dir)])

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 import encoder.data as data_mod
-from encoder.data import content_token_mask, load_blocks
 from corpus.tokens import WORD_END, WORD_START
+from encoder.data import content_token_mask, load_blocks
 from tests.conftest import write_jsonl
 from tests.encoder.conftest import make_groups
 

@@ -58,9 +58,9 @@ def test_the_default_engine_uses_the_bundled_scoring(default_engine):
 
 @pytest.fixture(scope="module")
 def default_engine(tmp_path_factory):
-    from indexer.build import BuildConfig, build_index
     from fill.config import EngineConfig
     from fill.engine import FillEngine
+    from indexer.build import BuildConfig, build_index
 
     root = tmp_path_factory.mktemp("default_model")
     corpus = write_jsonl(root / "corpus.jsonl", CORPUS)
@@ -106,10 +106,10 @@ def test_demo_queries_are_filled_right_from_the_bundled_sample(tmp_path):
     """What `bash deploy/demo.sh` shows a newcomer: every top fill right (index the sample, fill each query)."""
     import re
 
-    from indexer.build import BuildConfig, build_index
     from fill.config import EngineConfig
     from fill.engine import FillEngine
     from fill.schemas import FillRequest
+    from indexer.build import BuildConfig, build_index
 
     requests = [json.loads(m) for m in re.findall(r"^fill '(\{.*\})'$", DEMO.read_text(encoding="utf-8"), re.M)]
     assert [r["text"] for r in requests] == list(DEMO_ANSWERS)
@@ -130,10 +130,10 @@ def test_demo_scores_are_right_from_the_bundled_reviews(tmp_path):
     """The demo's closed-set scores over the 40 sample reviews with the bundled model: each predicted right."""
     import re
 
-    from indexer.build import BuildConfig, build_index
     from fill.config import EngineConfig
     from fill.engine import FillEngine
     from fill.schemas import ScoreRequest
+    from indexer.build import BuildConfig, build_index
 
     text = DEMO.read_text(encoding="utf-8")
     choices = {name: json.loads(value) for name, value in re.findall(r"^(POSITIVE|NEGATIVE)='(\{.*\})'$", text, re.M)}

@@ -17,8 +17,8 @@ import encoder.device as device_mod
 from encoder.device import choose_device, choose_dtype, describe, distributed_backend, grad_scaler, is_accelerator
 from encoder.model import BlockInput, Encoder
 from encoder.train import STATE_FILE, Trainer
-from tests.encoder.test_train import city_docs, config
 from tests.conftest import write_jsonl
+from tests.encoder.test_train import city_docs, config
 
 STAND_IN = torch.device("cpu")
 

@@ -67,6 +67,7 @@ def test_a_lean_encoder_gives_the_vectors_of_transformers_model(tiny_bert_dir):
         np.testing.assert_array_equal(a.q_end, b.q_end)
 
 
+@pytest.mark.slow  # starts a process
 def test_serving_loads_no_modeling_code(tiny_index):
     code = (f"import sys; from pathlib import Path; from fill.config import EngineConfig; "
             f"from fill.engine import FillEngine; from fill.schemas import FillRequest; "

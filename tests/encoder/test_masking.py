@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from encoder.masking import MaskedBlock, MaskingConfig, mask_group, ngram_occurrences
 from corpus.tokens import WORD_END, WORD_START
+from encoder.masking import MaskedBlock, MaskingConfig, mask_group, ngram_occurrences
 
 MASK = 999  # never used as a token id below
 W = WORD_START | WORD_END  # a one-piece word

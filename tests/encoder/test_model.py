@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import torch
 
-from encoder.device import choose_device, choose_dtype
 from common.errors import AppError
+from encoder.device import choose_device, choose_dtype
 from encoder.model import WIDTH_STEP, BlockInput, Encoder, padded_width
 
 MODELS = ["bert", "roberta"]

@@ -159,6 +159,7 @@ def test_export_onnx_command_exports_ahead_and_names_bad_engines(model_dir, tmp_
     assert "--engine must be auto, openvino, onnx or onnx-int8" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # starts a process
 def test_exports_started_together_make_one_file(model_dir, monkeypatch):
     from concurrent.futures import ThreadPoolExecutor
 

@@ -10,8 +10,20 @@ import torch
 
 from common.errors import AppError
 from encoder.model import WIDTH_STEP, Encoder
-from encoder.reader import (CARD_NAME, HEAD_NAME, Reader, ReaderCard, ReaderInput, TitleIds, batch_tensors, layout,
-                            load_model, read_card, save_reader, vocab_fingerprint)
+from encoder.reader import (
+    CARD_NAME,
+    HEAD_NAME,
+    Reader,
+    ReaderCard,
+    ReaderInput,
+    TitleIds,
+    batch_tensors,
+    layout,
+    load_model,
+    read_card,
+    save_reader,
+    vocab_fingerprint,
+)
 from encoder.template import derive_template
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from corpus.tokens import tokenize_documents
 from encoder.masking import MaskingConfig, mask_group
 from encoder.salient import salient_spans
-from corpus.tokens import tokenize_documents
 from tests.encoder.test_masking import MASK, _check_invariants, _group, _single_words
 
 

@@ -283,6 +283,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.slow  # starts a process
 def test_torchrun_two_processes_on_cpu(city_corpus, tiny_bert_dir, tmp_path):
     out = tmp_path / "ddp"
     cmd = [
@@ -347,6 +348,7 @@ def test_gather_across_two_processes():
     mp.start_processes(_gather_worker, args=(2, _free_port()), nprocs=2, join=True, start_method="fork")
 
 
+@pytest.mark.slow  # starts a process
 def test_python_m_encoder_train_help():
     proc = subprocess.run([sys.executable, "-m", "encoder", "train", "--help"], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})

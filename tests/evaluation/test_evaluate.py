@@ -8,9 +8,6 @@ from pathlib import Path
 import pytest
 
 from common.errors import AppError
-from fill.config import EngineConfig
-from fill.engine import FillEngine
-from fill.schemas import FillOptions, FillRequest
 from evaluation.evaluate import (
     GOOGLE_RE_TEMPLATES,
     evaluate,
@@ -21,6 +18,9 @@ from evaluation.evaluate import (
     score_prediction,
     subsample,
 )
+from fill.config import EngineConfig
+from fill.engine import FillEngine
+from fill.schemas import FillOptions, FillRequest
 from tests.conftest import CORPUS, write_jsonl
 
 PARAMS = FillOptions(top_k=5, k=1024, max_span_tokens=10, alpha=0.0, evidence=1)

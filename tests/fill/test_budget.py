@@ -10,13 +10,12 @@ import pytest
 from fastapi.testclient import TestClient
 
 import fill.engine
-
-from service.api import create_app
 from fill.budget import MATCHES_PER_FILL, Budget, Deadline
-from service.config import Settings
 from fill.config import EngineConfig
 from fill.engine import FillEngine
 from fill.schemas import FillRequest, ScoreRequest
+from service.api import create_app
+from service.config import Settings
 from service.state import ServiceState
 from tests.service.test_api import assert_all_slots_free
 

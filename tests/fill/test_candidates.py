@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from corpus.tokens import WORD_END, WORD_START
-from fill.candidates import LexicalBonus, exact_logits, _spans
+from fill.candidates import LexicalBonus, _spans, exact_logits
 from fill.spans import BlockPrior
 from indexer.vectors import StoredVectors
 

@@ -17,15 +17,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from encoder.model import QueryVectors
-from corpus.tokens import WORD_END, WORD_START
 from common.masks import count_masks
-from indexer.manifest import BuildSettings, Counts, Manifest, ModelInfo
-from indexer.shard_writer import ShardContent, ShardPlan, write_shard
+from corpus.tokens import WORD_END, WORD_START
+from encoder.model import QueryVectors
 from fill.engine import FillEngine
 from fill.schemas import FillRequest
-
+from indexer.manifest import BuildSettings, Counts, Manifest, ModelInfo
 from indexer.phrase_index import PhraseIndex
+from indexer.shard_writer import ShardContent, ShardPlan, write_shard
 
 DIM = 16
 SCALE = 1.0 / math.sqrt(DIM)

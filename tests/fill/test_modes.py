@@ -7,12 +7,12 @@ import json
 import numpy as np
 import pytest
 
-from indexer.bm25 import match_query
 from common.errors import AppError
 from fill.engine import FillEngine
 from fill.schemas import FillRequest
-from indexer.phrase_index import PhraseIndex
 from fill.spans import spans_from_hits
+from indexer.bm25 import match_query
+from indexer.phrase_index import PhraseIndex
 
 
 @pytest.fixture(scope="module")

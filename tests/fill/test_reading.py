@@ -16,8 +16,8 @@ from fill.config import EngineConfig
 from fill.engine import FillEngine
 from fill.ranker import RankedMask
 from fill.reading import joint_pool, plan_reading, rerank
-from fill.windows import mask_windows, reader_parts, window_spans
 from fill.schemas import FillOptions, FillRequest
+from fill.windows import mask_windows, reader_parts, window_spans
 
 QUERY = "Marie Curie was born in <mask> ."
 

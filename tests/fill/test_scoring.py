@@ -8,8 +8,16 @@ import numpy as np
 import pytest
 
 from common.errors import AppError
-from fill.scoring import (FEATURES, MARGIN_CAP, SCORING_NAME, Calibration, Confidence, Scoring, mask_features,
-                          query_overlap)
+from fill.scoring import (
+    FEATURES,
+    MARGIN_CAP,
+    SCORING_NAME,
+    Calibration,
+    Confidence,
+    Scoring,
+    mask_features,
+    query_overlap,
+)
 from fill.spans import BlockPrior
 
 

@@ -58,6 +58,7 @@ def test_window_spans_are_every_valid_span_inside_the_windows(engine):
     assert got == want
 
 
+@pytest.mark.slow  # starts a process
 def test_the_shard_sides_modules_load_no_torch():
     """What a shard group's process imports (service.ray_group's own imports besides ray, and the modules of every
     task it unpickles) must not bring torch or transformers: ~200 MB of RSS per replica."""

@@ -14,9 +14,9 @@ from common.errors import AppError
 from indexer.ann import (
     FaissDevice,
     build_faiss_index,
-    fastscan_m,
     bytes_per_vector,
     check_index_type,
+    fastscan_m,
     gpu_count,
     nlist_for,
     parse_bytes,

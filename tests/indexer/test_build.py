@@ -11,14 +11,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from encoder.model import BlockInput, Encoder
-from corpus.tokens import WORD_START, tokenize_documents
-from indexer.build import BuildConfig, build_index
 from common.errors import AppError
 from common.files import sha256_file
+from corpus.tokens import WORD_START, tokenize_documents
+from encoder.model import BlockInput, Encoder
+from indexer.build import BuildConfig, build_index
 from indexer.manifest import MANIFEST_NAME, Manifest
-from indexer.shard import SHARD_FILES
 from indexer.phrase_index import PhraseIndex
+from indexer.shard import SHARD_FILES
 from tests.conftest import CORPUS
 
 BLOCK_TOKENS = 16

@@ -14,6 +14,8 @@ import pytest
 
 from tests.conftest import CORPUS, write_jsonl
 
+pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
+
 ROOT = Path(__file__).resolve().parents[2]
 
 # Every `python -m indexer` start pays ~5 s of torch/transformers imports. The error cases therefore run in

@@ -16,6 +16,8 @@ from common.files import sha256_file
 from indexer.manifest import Manifest
 from indexer.phrase_index import PhraseIndex
 
+pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
+
 ROOT = Path(__file__).resolve().parents[2]
 ARGS = ["--block-tokens", "16", "--shard-tokens", "30", "--title-tokens", "4", "--batch-tokens", "64",
         "--device", "cpu", "--dtype", "fp32", "--index-type", "flat"]

@@ -13,8 +13,8 @@ import sys
 import pytest
 
 from common.errors import AppError
-from fill.engine import FillEngine
 from fill.config import EngineConfig
+from fill.engine import FillEngine
 from fill.schemas import FillRequest
 from indexer.build import BuildConfig, build_index
 from indexer.manifest import Manifest
@@ -73,6 +73,7 @@ def test_a_merged_index_fills_as_one_build_of_the_whole_corpus(halves, tmp_path)
     assert compared >= 6
 
 
+@pytest.mark.slow  # starts a process
 def test_the_command_line_merges_and_refuses_an_existing_output(halves, tmp_path):
     merged = tmp_path / "cli"
     cmd = [sys.executable, "-m", "indexer", "merge", "--out", str(merged), str(halves["a"]), str(halves["b"])]
@@ -126,7 +127,7 @@ def test_an_interrupted_merge_leaves_no_index_and_a_new_run_finishes(halves, tmp
 
 
 def test_builds_seeded_with_one_template_merge_into_one_ivf_index(tmp_path, tiny_bert_dir):
-    """The README's recipe: the second build's output directory gets the first's trained/ before it starts, so
+    """The documented recipe (docs/OPERATIONS.md, "Beyond one machine"): the second build's output directory gets the first's trained/ before it starts, so
     both use one template (not retrained) and the merge accepts them."""
     import shutil
 

@@ -8,8 +8,8 @@ import os
 import numpy as np
 import pytest
 
-from common.errors import AppError
 import indexer.phrase_index as phrase_index_mod
+from common.errors import AppError
 from indexer.phrase_index import PhraseIndex
 from tests.indexer.test_ann import DIM, _clustered, _index
 

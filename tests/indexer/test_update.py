@@ -15,10 +15,10 @@ from common.errors import AppError
 from corpus.readers import Document
 from encoder.model import Encoder
 from indexer.build import BuildConfig, build_index
+from indexer.compact import CompactConfig, run_compact
 from indexer.lock import writer_lock
 from indexer.manifest import Manifest
 from indexer.phrase_index import PhraseIndex
-from indexer.compact import CompactConfig, run_compact
 from indexer.update import AddConfig, DeleteConfig, IndexUpdate, run_add, run_delete
 from tests.conftest import CORPUS, write_jsonl
 

@@ -15,6 +15,9 @@ from tests.indexer.test_crash_resume import CRASHER
 from tests.indexer.test_crash_resume import _run as run_crasher
 from tests.indexer.test_update import _live_docs
 
+pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
+
+
 ADD = [{"id": "d2", "title": "Rome", "text": "Rome is the capital of Italy."},
        {"id": "n1", "title": "Vexmoor", "text": "Vexmoor is a harbour town with a lighthouse."}]
 

@@ -10,9 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from common.masks import MASK_PATTERN
+from fill.engine import FillEngine
 from service.api import create_app
 from service.config import Settings
-from fill.engine import FillEngine
 from service.state import ServiceState
 from tests.conftest import CORPUS
 

@@ -6,9 +6,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 from common.errors import AppError
+from fill.engine import FillEngine
 from service.api import create_app
 from service.config import Settings
-from fill.engine import FillEngine
 from service.state import ServiceState
 
 

@@ -9,11 +9,11 @@ from concurrent.futures import CancelledError
 
 import pytest
 
-from service.batcher import Batcher, bucket_shape
 from fill.config import EngineConfig
 from fill.engine import FillEngine
 from fill.prepared import Planned
 from fill.schemas import FillRequest
+from service.batcher import Batcher, bucket_shape
 
 
 class RecordingEngine:

@@ -1,4 +1,4 @@
-"""Every server setting is documented in the README's settings table with its variable and default."""
+"""Every server setting is in the generated docs/CONFIGURATION.md with its flag, variable and default."""
 
 from __future__ import annotations
 
@@ -8,15 +8,21 @@ import pytest
 
 from service.config import ENV_PREFIX, Settings
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text(encoding="utf-8")
+REFERENCE = (Path(__file__).resolve().parents[2] / "docs" / "CONFIGURATION.md").read_text(encoding="utf-8")
+SERVER = REFERENCE.split("## `python -m service`", 1)[1].split("\n## ", 1)[0]
 
 
 @pytest.mark.parametrize("name", list(Settings.model_fields))
-def test_setting_is_in_the_readme_table_with_its_default(name):
+def test_setting_is_in_the_server_table_with_its_variable_and_default(name):
     field = Settings.model_fields[name]
-    rows = [line for line in README.splitlines() if line.startswith(f"| `{ENV_PREFIX}{name.upper()}` (`--")]
-    assert len(rows) == 1, f"{ENV_PREFIX}{name.upper()} is not in the README's settings table"
+    rows = [line for line in SERVER.splitlines() if line.startswith(f"| `{name}` |")]
+    assert len(rows) == 1, f"{name} is not in the server's table of docs/CONFIGURATION.md"
+    cells = [c.strip() for c in rows[0].split(" | ")]
+    assert cells[2] == f"`{ENV_PREFIX}{name.upper()}`", rows[0]
     default = field.default
-    shown = {None: "none", "": "empty"}.get(default) if default is None or default == "" else (
-        str(default).lower() if isinstance(default, bool) else str(default))
-    assert rows[0].split("|")[2].strip() == shown, rows[0]
+    if default is None:
+        assert cells[4] == "*none*", rows[0]
+    elif isinstance(default, bool):
+        assert cells[4] == f"`{str(default).lower()}`", rows[0]
+    elif default != "" and not isinstance(default, (list, tuple)):
+        assert cells[4] == f"`{default}`", rows[0]

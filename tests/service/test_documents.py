@@ -147,9 +147,10 @@ def test_bad_document_requests(tiny_index, tmp_path):
     shutil.copytree(tiny_index, index)
     client, state = _client(index, max_documents_bytes=2048)
     with client:
-        post = lambda body, **kw: client.post("/admin/documents", headers={**KEY, **kw.pop("headers", {})},
-                                              **({"json": body} if not isinstance(body, str) else {"content": body}),
-                                              **kw)
+        def post(body, **kw):
+            return client.post("/admin/documents", headers={**KEY, **kw.pop("headers", {})},
+                                                      **({"json": body} if not isinstance(body, str) else {"content": body}),
+                                                      **kw)
         r = post([{"id": "a", "text": "fine"}, {"id": "b", "title": "no text"}])
         assert r.status_code == 422 and "document 1 (id 'b'): text: Field required" in r.json()["error"], r.text
         r = post('{"id": "a", "text": "x"}\nnot json\n', headers={"Content-Type": "application/x-ndjson"})
@@ -201,7 +202,8 @@ def test_adds_are_refused_past_the_delta_shard_cap_until_compacted(tiny_index, t
     shutil.copytree(tiny_index, index)
     client, state = _client(index, max_delta_shards=2)
     with client:
-        add = lambda i: client.post("/admin/documents", json=[{"id": f"n{i}", "text": f"New text {i}."}], headers=KEY)
+        def add(i):
+            return client.post("/admin/documents", json=[{"id": f"n{i}", "text": f"New text {i}."}], headers=KEY)
         assert add(1).status_code == 200 and add(2).status_code == 200
         r = add(3)
         assert r.status_code == 503 and "indexer compact" in r.json()["error"] and r.headers["Retry-After"], r.text

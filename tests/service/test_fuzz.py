@@ -19,10 +19,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis.errors import Unsatisfiable
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from fill.engine import FillEngine
 from service.api import create_app
 from service.config import Settings
-from fill.engine import FillEngine
 from service.state import ServiceState
+
+pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
+
 
 EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "100"))
 AUTH = {"Authorization": "Bearer fuzz-key"}

@@ -9,10 +9,10 @@ import pytest
 from fastapi.testclient import TestClient
 
 from common.masks import MASK_PATTERN
-from service.api import create_app
-from service.config import Settings
 from fill.engine import FillEngine
 from fill.schemas import MASK_SCHEMA_PATTERN
+from service.api import create_app
+from service.config import Settings
 from service.state import ServiceState
 
 JSON = {"content-type": "application/json"}

@@ -8,9 +8,9 @@ import logging
 import pytest
 from fastapi.testclient import TestClient
 
+from fill.engine import FillEngine
 from service.api import create_app
 from service.config import Settings
-from fill.engine import FillEngine
 from service.observe import REQUEST_ID, JsonFormatter, TextFormatter
 from service.state import ServiceState
 

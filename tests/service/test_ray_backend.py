@@ -22,6 +22,9 @@ from service.ray_group import app_name  # noqa: E402
 from service.state import open_engine  # noqa: E402
 from tests.service.test_server_process import clean_env, exercise, free_port, start_server  # noqa: E402,F401
 
+pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
+
+
 QUERIES = ["Allan Peiper was born in <mask> .", "Paris is the capital of <mask> .",
            "<mask> was born in Warsaw in <mask> .", "The <mask> flows through Paris."]
 VOLATILE = {"took_ms", "timings_ms"}

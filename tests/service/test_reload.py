@@ -11,9 +11,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from fill.engine import FillEngine
 from service.api import create_app
 from service.config import Settings
-from fill.engine import FillEngine
 from service.state import ServiceState
 
 KEY = {"Authorization": "Bearer admin-key"}

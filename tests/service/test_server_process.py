@@ -15,6 +15,9 @@ import pytest
 from common.masks import MASK_PATTERN
 from tests.conftest import CORPUS
 
+pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
+
+
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = {d["id"]: d["text"] for d in CORPUS}
 READY_TIMEOUT = 180.0  # generous: a loaded CI machine imports torch slowly

@@ -9,8 +9,11 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from tests.service.test_server_process import clean_env, free_port, run_cli, start_server  # noqa: F401 (fixture)
+
+pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
 
 
 def test_a_damaged_index_exits_2_naming_the_file(tiny_index, tmp_path):
