@@ -42,7 +42,7 @@ def main() -> None:
     for i in range(0, len(requests), args.batch):
         chunk = requests[i : i + args.batch]
         for j, prepared in enumerate(engine.prepare([engine.plan(r) for r in chunk], bucket_shape)):
-            result = engine.finish(prepared)[0]
+            result = engine.finish(prepared)
             same += result.model_dump(exclude=skip) == alone[i + j].model_dump(exclude=skip)
             top1 += result.filled == alone[i + j].filled
     print(f"{len(requests)} requests in batches of {args.batch}: equal field for field {same}, same filled "

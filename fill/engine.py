@@ -78,6 +78,11 @@ class FillEngine:
     def close(self) -> None:
         self.index.close()
 
+    def next_generation(self) -> "FillEngine":
+        """This engine over its index's next generation (after a live update: PhraseIndex.next_generation), with
+        the same encoder, scoring and reader."""
+        return FillEngine(self.encoder, self.index.next_generation(), self.scoring, self.reader)
+
     def describe(self) -> dict:
         """What is being served: the index, the model and how it runs, the build settings."""
         return describe(self.index, self.encoder, self.scoring, self.default_mode, self.reader)
@@ -95,12 +100,14 @@ class FillEngine:
         return "restricted" if isinstance(request, ScoreRequest) else "hybrid"
 
     def fill(self, request: FillRequest) -> FillResult:
-        return self.fill_detailed(request)[0]
+        """One fill, start to end: plan -> prepare -> finish (the server runs the same steps, batching the
+        prepare step of concurrent requests: service.state)."""
+        return self.finish(self.prepare([self.plan(request)])[0])
 
     def fill_detailed(self, request: FillRequest) -> tuple[FillResult, list[np.ndarray]]:
         """The fill, and per mask the confidence features of its candidates (fill.scoring.FEATURES;
         before abstention), which `fill-fit` fits the calibration on."""
-        return self.finish(self.prepare([self.plan(request)])[0])
+        return self.finish_detailed(self.prepare([self.plan(request)])[0])
 
     def plan(self, request: FillRequest | ScoreRequest, budget: Budget | None = None) -> Planned:
         """The request (a fill, or a closed-set score) checked against this index (mode, cost budget) and its
@@ -117,12 +124,12 @@ class FillEngine:
         if not scoring and request.reader and self.reader is None:
             raise AppError("this server has no reader (started without one, or with --no-use-reader); leave "
                            "`reader` out or set it false", kind="validation", field="reader")
+        block_tokens = self.index.manifest.build.block_tokens
         if budget is not None:
-            block_tokens = self.index.manifest.build.block_tokens
             budget.check_score(request, mode, block_tokens) if scoring else \
                 budget.check(request, mode, block_tokens)
         ids, mask_at = self.encoder.query_layout(request.text)
-        return Planned(request, mode, ids, mask_at, t0, phrases)
+        return Planned(request, mode, ids, mask_at, t0, Budget.weight(request, mode, block_tokens), phrases)
 
     def prepare(self, planned: list[Planned], shape: Callable[[int, int], tuple[int, int]] | None = None
                 ) -> list[Prepared]:
@@ -147,10 +154,15 @@ class FillEngine:
         search_ms = (time.perf_counter() - mark) * 1000
         return [Prepared(p, q, h, encode_ms, search_ms) for p, q, h in zip(planned, queries, hits)]
 
-    def finish(self, prepared: Prepared, deadline: Deadline | None = None) -> tuple[FillResult, list[np.ndarray]]:
+    def finish(self, prepared: Prepared, deadline: Deadline | None = None) -> FillResult:
         """The fill of a prepared request: BM25 (restricted / hybrid), then per mask its candidates and
         ranking, the reader's re-ranking, confidence and evidence. `deadline` is checked between steps and
         masks (AppError kind timeout)."""
+        return self.finish_detailed(prepared, deadline)[0]
+
+    def finish_detailed(self, prepared: Prepared, deadline: Deadline | None = None
+                        ) -> tuple[FillResult, list[np.ndarray]]:
+        """`finish`, and per mask the confidence features of its candidates (`fill_detailed`)."""
         request, mode = prepared.planned.request, prepared.planned.mode
         laps = StageClock(prepared.encode_ms, prepared.search_ms, deadline)
         read = self.reader is not None and request.reader is not False

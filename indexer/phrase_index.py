@@ -87,6 +87,7 @@ class PhraseIndex:
         infos = [self.manifest.shards[n] for n in self.numbers]
         self.shards = [lent[info.name] if info.name in lent and lent[info.name].info == info
                        else Shard(self.root, info, self.manifest.dim) for info in infos]
+        self._search_params = (nprobe, ef_search)
         for shard in self.shards:
             set_search_params(shard.index, nprobe, ef_search)
         self.live = [Liveness(s.blocks, len(s), self.tombstones.of(s.info.name))
@@ -102,6 +103,20 @@ class PhraseIndex:
         self._pool = ThreadPoolExecutor(max_workers=min(8, len(self.shards)), initializer=faiss.omp_set_num_threads,
                                         initargs=(1,)) if len(self.shards) > 1 else None
         logger.info("opened index %s: %d shards, %d tokens", self.root, len(self.shards), self.manifest.counts.tokens)
+
+    def next_generation(self) -> "PhraseIndex":
+        """This directory opened again, as its manifest now says (after a live update), with the same search
+        parameters: the shards both generations hold are lent, not reopened; the files this one did not have
+        are checked (sha256) first. The caller serves it and closes this one when done with it."""
+        index = PhraseIndex(self.root, nprobe=self._search_params[0], ef_search=self._search_params[1],
+                            refine=self.refine, reuse=self)
+        try:
+            old = {p for p, _ in self.files()}
+            index.verify([f for f in index.files() if f[0] not in old])  # the update's own files
+        except BaseException:
+            index.close()
+            raise
+        return index
 
     def _open_bm25(self, reuse: "PhraseIndex | None") -> BlockSearch | None:
         """The BM25 of every live block of the whole index, opened or not (None for an index built without

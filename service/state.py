@@ -23,7 +23,6 @@ from fill.engine import FillEngine
 from fill.prepared import Prepared
 from fill.schemas import FillRequest, FillResult, ScoreRequest, ScoreResult
 from indexer.lock import writer_lock
-from indexer.phrase_index import PhraseIndex
 from indexer.update import IndexUpdate, UpdateSummary
 from service.config import Settings
 from service.metrics import Metrics
@@ -181,15 +180,11 @@ class ServiceState:
             current = self.engine
             if current is None or current.index.root != engine.index.root:
                 return summary  # another directory is served now: the change waits on disk for it
-            c = self.settings
-            index = PhraseIndex(current.index.root, nprobe=c.nprobe, ef_search=c.ef_search, refine=c.refine,
-                                reuse=current.index)
+            updated = current.next_generation()
             try:
-                old = {p for p, _ in current.index.files()}
-                index.verify([f for f in index.files() if f[0] not in old])  # the update's own files
-                self._install(FillEngine(current.encoder, index, current.scoring, current.reader), warmup=False)
+                self._install(updated, warmup=False)
             except BaseException:
-                index.close()
+                updated.close()
                 raise
         return summary
 
@@ -338,7 +333,7 @@ class ServiceState:
     async def fill(self, request: FillRequest) -> FillResult:
         """One fill: admitted in a free slot (else 429), encoded and searched in a batch with the requests
         arriving meanwhile, then finished on a worker thread; 504 once FILL_REQUEST_TIMEOUT has passed."""
-        return await self._serve(request, lambda engine, prepared, deadline: engine.finish(prepared, deadline)[0])
+        return await self._serve(request, lambda engine, prepared, deadline: engine.finish(prepared, deadline))
 
     async def score(self, request: ScoreRequest) -> ScoreResult:
         """One closed-set score, admitted, batched and timed out like a fill (`fill`)."""
@@ -357,8 +352,7 @@ class ServiceState:
         try:
             with self.using() as serving:
                 planned = serving.engine.plan(request, self.budget)
-                heavy = self.budget.weight(request, planned.mode, serving.engine.index.manifest.build.block_tokens) \
-                    > self.settings.heavy_weight
+                heavy = planned.cost > self.settings.heavy_weight
                 self.metrics.lanes.labels("heavy" if heavy else "light").inc()
                 future = (serving.heavy if heavy else serving.batcher).submit(planned)
                 try:

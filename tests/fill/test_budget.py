@@ -167,6 +167,20 @@ def test_weight_is_the_cost_in_default_fills():
     assert Budget.weight(FillRequest(text="<mask>", max_span_tokens=1), "restricted", 256) < 1.0
 
 
+def test_the_plan_carries_the_cost_the_service_chooses_a_lane_by(engine):
+    """The cost is computed once, by `plan`, for fills and scores alike (the service reads `planned.cost`)."""
+    block_tokens = engine.index.manifest.build.block_tokens
+    requests = [FillRequest(text="<mask>"), FillRequest(text="<mask> and <mask>", k=4096, max_span_tokens=1),
+                FillRequest(text="<mask>", mode="restricted", max_span_tokens=1),
+                ScoreRequest(text="It was <mask> .", choices=["good", "bad"])]
+    costs = []
+    for request in requests:
+        planned = engine.plan(request)
+        assert planned.cost == Budget.weight(request, planned.mode, block_tokens)
+        costs.append(planned.cost)
+    assert len(set(costs)) == len(costs)  # four different costs: the cost follows the request
+
+
 def test_heavy_requests_have_a_lane_of_their_own(engine, monkeypatch):
     """While a heavy request is held inside the engine, light ones are answered; the lanes are counted."""
     release = threading.Event()

@@ -102,6 +102,31 @@ def test_a_replaced_document_returns_only_its_new_text_also_after_a_reopen(index
             pi.close()
 
 
+def test_the_next_generation_lends_the_shared_shards_keeps_the_search_settings_and_checks_the_new_files(
+        index, tiny_bert_dir):
+    current = PhraseIndex(index, nprobe=3, refine=3)
+    _update(index, tiny_bert_dir).add([NEW])
+    following = current.next_generation()
+    try:
+        assert following.manifest.generation == current.manifest.generation + 1
+        assert len(following.shards) == len(current.shards) + 1  # the delta shard
+        assert all(a is b for a, b in zip(following.shards, current.shards))  # lent, not reopened
+        assert following.refine == 3 and following._search_params == (3, None)
+        assert ("n1", NEW.text) in _live_docs(following)
+    finally:
+        following.close()
+    _update(index, tiny_bert_dir).add([Document(1, "n2", "Quint", "Quint Ada was born in Porto.")])
+    newest = max((p for p in index.glob("shard_*") if p.is_dir()), key=lambda p: p.name) / "token_ids.npy"
+    data = bytearray(newest.read_bytes())
+    data[-1] ^= 0xFF  # the new delta shard's bytes damaged, its size kept: only its hash can tell
+    newest.write_bytes(bytes(data))
+    try:
+        with pytest.raises(AppError, match="token_ids.npy"):
+            current.next_generation()
+    finally:
+        current.close()
+
+
 def test_a_deleted_document_is_never_returned(index, tiny_bert_dir):
     summary = run_delete(DeleteConfig(index=index, ids=["d3"]))
     assert (summary.deleted, summary.generation) == (1, 1)

@@ -38,7 +38,7 @@ class RecordingEngine:
 
 
 def planned(text: str, tokens: int = 4) -> Planned:
-    return Planned(FillRequest(text=text), "dense", [0] * tokens, [1], time.perf_counter())
+    return Planned(FillRequest(text=text), "dense", [0] * tokens, [1], time.perf_counter(), 1.0)
 
 
 def test_requests_waiting_during_a_batch_form_the_next_batch():
@@ -185,7 +185,7 @@ def test_batched_fills_equal_fills_one_at_a_time(engine, shape):
     ]]
     alone = [engine.fill(r) for r in requests]
     prepared = engine.prepare([engine.plan(r) for r in requests], shape)
-    together = [engine.finish(p)[0] for p in prepared]
+    together = [engine.finish(p) for p in prepared]
     for a, b in zip(alone, together):
         assert b.filled == a.filled
         assert [[c.phrase for c in m.candidates] for m in b.masks] == [[c.phrase for c in m.candidates]
