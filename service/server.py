@@ -73,7 +73,7 @@ class DrainingServer(uvicorn.Server):
         self.state = state
 
     def handle_exit(self, sig: int, frame) -> None:
-        self.state.drain()
+        self.state.documents.drain()
         super().handle_exit(sig, frame)
 
 

@@ -2,7 +2,7 @@
 /healthz at once; swapped by `reload` without failing a request), the admission slots (more requests
 in flight get 429), the per-request budget and deadline, the two lanes (a request heavier than
 FILL_HEAVY_WEIGHT default fills is batched and finished by threads of its own, so cheap requests never queue
-behind it), and the metrics."""
+behind it), and the metrics. Live document changes of the served index: service.updates (`documents`)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,10 @@ from fill.budget import Budget, Deadline
 from fill.engine import FillEngine
 from fill.prepared import Prepared
 from fill.schemas import FillRequest, FillResult, ScoreRequest, ScoreResult
-from indexer.lock import writer_lock
-from indexer.update import IndexUpdate, UpdateSummary
 from service.config import Settings
 from service.metrics import Metrics
 from service.serving import Serving
+from service.updates import DocumentChanges
 
 logger = logging.getLogger(__name__)
 
@@ -68,7 +67,7 @@ class ServiceState:
         self._swap = threading.Lock()  # one load or reload at a time
         self._current = threading.Lock()  # guards `serving` between taking and entering it
         self._closed = threading.Event()  # set by `close`: ends the watching thread
-        self._draining = threading.Event()  # set by `drain` (SIGTERM): changes in flight stop uncommitted
+        self.documents = DocumentChanges(self)  # live document changes (service.updates)
         self.metrics.queue.set_function(lambda: self.serving.batcher.depth + self.serving.heavy.depth
                                         if self.serving is not None else 0)
         if engine is not None:
@@ -128,65 +127,19 @@ class ServiceState:
         logger.info("index %s: every file's sha256 checked before ready in %.1f s", engine.index.root.name,
                     time.perf_counter() - t)
 
-    def change_documents(self, change: Callable[[IndexUpdate], UpdateSummary], what: str,
-                         adds: bool = False) -> UpdateSummary:
-        """Add or delete documents of the served index's directory (under its writer lock, with the served
-        encoder, encoding at the update priority) and serve the new generation: its new files are checked
-        (sha256) and opened beside the shards it shares with the current one, then swapped in without failing
-        a request. Not with the ray backend (its groups hold the shards): 409 saying how to update instead. A change
-        that `adds` shards is refused (503) once the index holds FILL_MAX_DELTA_SHARDS delta shards."""
-        if self.settings.backend == "ray":
-            raise AppError("documents cannot be changed through a Ray ingress (FILL_BACKEND=ray): its shard groups "
-                           "hold the shards; run `indexer add` / `indexer delete` on the index, then reload",
-                           kind="conflict")
-        with self.using() as serving:
-            engine = serving.engine
-            deltas = engine.index.manifest.delta_shards
-            if adds and deltas >= self.settings.max_delta_shards:
-                raise AppError(f"index {engine.index.root.name} holds {deltas} delta shards (FILL_MAX_DELTA_SHARDS "
-                               f"{self.settings.max_delta_shards}): compact it first with `indexer compact --index "
-                               f"{engine.index.root.name}` (fills go on meanwhile), then POST /admin/reload",
-                               kind="not_ready")
-            with writer_lock(engine.index.root, what):
-                summary = self._apply(engine, change, self._change_check(time.perf_counter()))
-        self.metrics.updates.labels(what.split()[0]).inc()
-        return summary
-
-    def drain(self) -> None:
-        """The server is stopping (SIGTERM): document changes in flight stop before their commit (503, nothing
-        changed), so the drain does not wait on them."""
-        self._draining.set()
-
-    def _change_check(self, t0: float) -> Callable[[], None]:
-        """What a document change calls between its encoding batches: it raises once the server drains, or once
-        FILL_ADMIN_TIMEOUT has passed since `t0`."""
-        limit = self.settings.admin_timeout
-
-        def check() -> None:
-            if self._draining.is_set():
-                raise AppError("the server is shutting down: this change was stopped before it was committed and "
-                               "nothing changed; send it again once the server is back", kind="not_ready")
-            if time.perf_counter() - t0 > limit:
-                raise AppError(f"the change took longer than {limit:g} s (FILL_ADMIN_TIMEOUT) and was stopped before "
-                               "it was committed: nothing changed; send fewer documents per request, or run `indexer "
-                               "add` on the index and then POST /admin/reload", kind="timeout")
-        return check
-
-    def _apply(self, engine: FillEngine, change: Callable[[IndexUpdate], UpdateSummary],
-               check: Callable[[], None]) -> UpdateSummary:
-        summary = change(IndexUpdate(engine.index.root, encoder=engine.encoder, opened=engine.index.shards_by_name(),
-                                     encode_nice=self.settings.update_nice, check=check))
+    def serve_update(self, root: Path) -> None:
+        """After a live change of `root` committed (service.updates): serve its next generation, the same models
+        over the new manifest (FillEngine.next_generation), if `root` is still the directory served."""
         with self._swap:
             current = self.engine
-            if current is None or current.index.root != engine.index.root:
-                return summary  # another directory is served now: the change waits on disk for it
+            if current is None or current.index.root != root:
+                return  # another directory is served now: the change waits on disk for it
             updated = current.next_generation()
             try:
                 self._install(updated, warmup=False)
             except BaseException:
                 updated.close()
                 raise
-        return summary
 
     def reload_or_report(self, index: str | None = None) -> dict:
         """`reload`, counted in the metrics; an index that cannot be served is a validation error naming

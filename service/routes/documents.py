@@ -1,6 +1,6 @@
 """POST /admin/documents and DELETE /admin/documents/{id}: change the served index's corpus live (only when API
 keys are configured). The change is written to the index directory (indexer.update) and the new generation is
-served as soon as it is committed, without a restart and without failing a request (ServiceState.change_documents)."""
+served as soon as it is committed, without a restart and without failing a request (service.updates.DocumentChanges)."""
 
 from __future__ import annotations
 
@@ -77,7 +77,7 @@ async def add_documents(http: Request, state: ServiceState = Depends(ready_state
     object, or JSON lines (Content-Type application/x-ndjson). 409 while another writer changes the index."""
     require_admin(http)
     documents = parse_documents(await http.body(), http.headers.get("content-type", ""))
-    return await run_in_threadpool(state.change_documents, lambda update: update.add(documents),
+    return await run_in_threadpool(state.documents.apply, lambda update: update.add(documents),
                                    "add documents (POST /admin/documents)", True)
 
 
@@ -88,5 +88,5 @@ async def delete_document(doc_id: Annotated[str, Path(pattern=PRINTABLE_ID, desc
     """Delete a document of the served index by id: it is never returned again (candidates, evidence, BM25).
     404 when the index does not hold it."""
     require_admin(http)
-    return await run_in_threadpool(state.change_documents, lambda update: update.delete([doc_id]),
+    return await run_in_threadpool(state.documents.apply, lambda update: update.delete([doc_id]),
                                    "delete documents (DELETE /admin/documents)")

@@ -229,7 +229,7 @@ def test_a_change_in_flight_stops_uncommitted_when_the_server_drains_or_its_time
         assert "nothing changed" in r.json()["error"]
     client, state = _client(index)
     with client:
-        state.drain()
+        state.documents.drain()
         r = client.post("/admin/documents", json=body, headers=KEY)
         assert r.status_code == 503 and r.headers["Retry-After"] and "shutting down" in r.json()["error"], r.text
         info = client.get("/info", headers=KEY).json()
@@ -249,4 +249,4 @@ def test_the_servers_signal_handler_starts_the_drain(tiny_index):
     state = ServiceState(settings)
     server = DrainingServer(uvicorn.Config(create_app(settings, state=state)), state)
     server.handle_exit(signal.SIGTERM, None)
-    assert server.should_exit and state._draining.is_set()
+    assert server.should_exit and state.documents.draining

@@ -217,6 +217,6 @@ def test_documents_cannot_change_through_a_ray_ingress(tiny_index):
 
     state = ServiceState(Settings(index=tiny_index, backend="ray"))
     with pytest.raises(AppError) as caught:
-        state.change_documents(lambda update: None, "add 1 document")
+        state.documents.apply(lambda update: None, "add 1 document")
     assert caught.value.kind == "conflict" and caught.value.status == 409 and "indexer add" in caught.value.message
     state.close()
