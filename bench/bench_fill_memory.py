@@ -1,13 +1,19 @@
 """Anonymous memory of a fill process over its first fills (in one process, as the server's engine fills):
 
     python bench/bench_fill_memory.py --index data-local/bench/idx_3m --probes data-local/bench/cloze_3m.jsonl \
-        [--fills 200] [--mode hybrid] [--no-reader] [--engine auto] [--json OUT]
+        [--fills 200] [--mode hybrid] [--no-reader] [--engine auto] [--pad both|reader|queries|none]
+        [--ov-cache-capacity N] [--json OUT]
 
 Opens the index, the encoder and the reader as the server does (fill.loading), warms every shard (the mapped
 pages are file-backed, not anonymous), then fills the probes' queries one at a time and prints RssAnon
 (/proc/self/status) after 1, 10, 50, 100, 200, ... fills. What grows here is not the index's (it is mapped):
 kernel caches and allocator fragments per new input shape, buffers kept by the libraries. Python's own
-objects are not the cause (tracemalloc finds < 1 MB kept over 150 fills)."""
+objects are not the cause (tracemalloc finds < 1 MB kept over 150 fills).
+
+The levers of docs/BENCHMARKS.md's table, in this one script: `--pad` which serving passes round their length up
+(encoder.model.padded_width; `none` is the behaviour before 2026-11-27), `--ov-cache-capacity` OpenVINO's
+CPU_RUNTIME_CACHE_CAPACITY (its kernels kept per input shape), and glibc's allocator through the environment
+(e.g. MALLOC_MMAP_THRESHOLD_=131072)."""
 
 from __future__ import annotations
 
@@ -29,6 +35,30 @@ def anonymous_mb() -> float:
     raise RuntimeError("no RssAnon in /proc/self/status (Linux only)")
 
 
+def set_levers(pad: str, ov_cache_capacity: int | None) -> None:
+    """Patch the serving code for a measurement: the passes not named by `pad` keep their own length, and
+    OpenVINO compiles with the given kernel cache capacity."""
+    import encoder.model
+    import encoder.reader
+
+    def unpadded(width: int, limit: int) -> int:
+        return width
+
+    if pad in ("queries", "none"):
+        encoder.reader.padded_width = unpadded
+    if pad in ("reader", "none"):
+        encoder.model.padded_width = unpadded
+    if ov_cache_capacity is not None:
+        import openvino
+
+        compile_model = openvino.Core.compile_model
+
+        def capped(core, model, device, config):
+            return compile_model(core, model, device, {**config, "CPU_RUNTIME_CACHE_CAPACITY": ov_cache_capacity})
+
+        openvino.Core.compile_model = capped
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--index", type=Path, required=True)
@@ -37,8 +67,12 @@ def main() -> None:
     ap.add_argument("--mode", default="hybrid")
     ap.add_argument("--no-reader", action="store_true")
     ap.add_argument("--engine", default="auto")
+    ap.add_argument("--pad", choices=("both", "reader", "queries", "none"), default="both",
+                    help="which passes pad their length to a multiple of encoder.model.WIDTH_STEP (default: both)")
+    ap.add_argument("--ov-cache-capacity", type=int, help="OpenVINO's CPU_RUNTIME_CACHE_CAPACITY for the compiled models")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    set_levers(args.pad, args.ov_cache_capacity)
 
     from fill.config import EngineConfig
     from fill.engine import FillEngine
@@ -63,7 +97,8 @@ def main() -> None:
         print(f"after {row['fills']:5d} fills: anonymous {row['anon_mb']:8.1f} MB ({row['seconds']:.1f} s)")
     print(f"growth over {args.fills} fills: {rows[-1]['anon_mb'] - rows[0]['anon_mb']:.1f} MB")
     if args.json:
-        args.json.write_text(json.dumps({"mode": args.mode, "reader": not args.no_reader, "rows": rows}, indent=2) + "\n")
+        args.json.write_text(json.dumps({"mode": args.mode, "reader": not args.no_reader, "pad": args.pad,
+                                         "rows": rows}, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ sys.path.insert(0, str(ROOT))
 from typer.models import ArgumentInfo, OptionInfo  # noqa: E402
 
 from common.cli import CommandConfig, declared_flags, envvar  # noqa: E402
+from common.files import write_bytes_atomic  # noqa: E402
 
 DOC = ROOT / "docs" / "CONFIGURATION.md"
 REGENERATE = "python bench/config_docs.py --write"
@@ -230,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     text = render()
     if args.write:
-        DOC.write_text(text, encoding="utf-8")
+        write_bytes_atomic(DOC, text.encode("utf-8"))  # temporary name, fsync, rename
         print(f"wrote {shown}", file=sys.stderr)
     elif args.check:
         if not DOC.is_file() or DOC.read_text(encoding="utf-8") != text:

@@ -62,6 +62,9 @@ def test_bench_fill_memory_reports_anonymous_memory_after_each_mark(built):
     assert [r["fills"] for r in rows] == [0, 1, 10, 12]
     assert all(r["anon_mb"] > 0 for r in rows) and rows[-1]["seconds"] > 0
     assert f"growth over 12 fills: {rows[-1]['anon_mb'] - rows[0]['anon_mb']:.1f} MB" in out
+    _run("bench_fill_memory.py", "--index", str(built / "idx"), "--probes", str(probes), "--fills", "2",
+         "--pad", "none", "--ov-cache-capacity", "0", "--json", str(built / "mem_none.json"))
+    assert json.loads((built / "mem_none.json").read_text())["pad"] == "none"
 
 
 def test_bench_disk_counts_every_file(built):
