@@ -80,8 +80,9 @@ def examples(engine: FillEngine, probes: list[dict], spec: ReadingSpec, options:
     shards = engine.shards
     out = []
     for probe in probes:
-        planned = engine.plan(FillRequest(text=probe["query"], **options.model_dump(exclude={"reader"}), reader=False))
-        ranked, _ = engine.retrieve(engine.prepare([planned])[0], read=True)
+        request = FillRequest(text=probe["query"], **options.model_dump(exclude={"reader"}), reader=False)
+        planned, ranked = engine.run(request, finish=lambda prepared, _: (prepared.planned,
+                                                                          engine.retrieve(prepared, read=True)[0]))
         reading = plan_reading(spec, shards, planned.ids, planned.mask_at[0], ranked[0], options.max_span_tokens)
         if reading is None:
             continue

@@ -19,6 +19,7 @@ import numpy as np
 from common.arrays import unique, unique_inverse
 from fill.phrases import Ragged, shard_span_texts, strip
 from fill.spans import BlockPrior, spans_from_hits
+from indexer.shard import Shard
 
 Logits = Callable[[np.ndarray], tuple[np.ndarray, float]]
 _LEN_BITS = 8  # span length - 1 < 256 (max_span_tokens <= 32)
@@ -86,16 +87,15 @@ class CandidateTask:
     blocks: np.ndarray
     query: MaskQuery
 
-    def run(self, shard) -> "ShardCandidates | None":
+    def run(self, shard: Shard) -> ShardCandidates | None:
         start, end = self.start, self.end
         if self.blocks.size:
-            rows = shard.blocks[self.blocks]
-            tokens = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in rows[:, 1:3].tolist()])
+            tokens = shard.block_positions(self.blocks)
             start, end = np.concatenate([start, tokens]), np.concatenate([end, tokens])
         return shard_candidates(shard, self.shard_no, start, end, self.query)
 
 
-def shard_candidates(shard, shard_no: int, start_hits: np.ndarray, end_hits: np.ndarray, query: MaskQuery
+def shard_candidates(shard: Shard, shard_no: int, start_hits: np.ndarray, end_hits: np.ndarray, query: MaskQuery
                      ) -> ShardCandidates | None:
     """The candidates of shard `shard` (number `shard_no`) from the positions of its start and end hits, or
     None when they form no valid span."""
@@ -107,7 +107,7 @@ def shard_candidates(shard, shard_no: int, start_hits: np.ndarray, end_hits: np.
                            lambda at: exact_logits(shard, at, query.q_end, query.scale, query.bonus), query.count_tokens)
 
 
-def span_candidates(shard, shard_no: int, first: np.ndarray, last: np.ndarray, start_logits_of: Logits,
+def span_candidates(shard: Shard, shard_no: int, first: np.ndarray, last: np.ndarray, start_logits_of: Logits,
                     end_logits_of: Logits, count_tokens: bool) -> ShardCandidates:
     """The candidates of the given spans of one shard (ordered by (first, last), each once): the logits of
     their distinct starts and ends (`start_logits_of(positions)` -> (logits, best before any bonus)), blocks,
@@ -123,12 +123,14 @@ def span_candidates(shard, shard_no: int, first: np.ndarray, last: np.ndarray, s
     char = char_a + (keys.start - raw.start)
     tokens = _phrase_tokens(shard, first, last, char, char + keys.length) if count_tokens else None
     distinct = unique(local_block)  # (ascending already: the spans are ordered by first token)
-    return ShardCandidates(shard_no, first, last, start_logits, start_of, end_logits, end_of, start_max, end_max,
-                           local_block + block_base, shard.blocks[local_block, 0].astype(np.int64), char, keys,
-                           tokens, distinct + block_base, np.asarray(shard.blocks[distinct, 1:3], dtype=np.int64))
+    return ShardCandidates(
+        shard_no=shard_no, first=first, last=last, start_logits=start_logits, start_of=start_of,
+        end_logits=end_logits, end_of=end_of, start_max=start_max, end_max=end_max, block=local_block + block_base,
+        row=shard.blocks[local_block, 0].astype(np.int64), char=char, keys=keys, tokens=tokens,
+        blocks=distinct + block_base, bounds=np.asarray(shard.blocks[distinct, 1:3], dtype=np.int64))
 
 
-def _spans(shard, start_hits: np.ndarray, end_hits: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
+def _spans(shard: Shard, start_hits: np.ndarray, end_hits: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
     """(first, last) of the distinct valid spans from the hits, ordered by (first, last)."""
     firsts, lasts = [], []
     for hits, forward in ((start_hits, True), (end_hits, False)):
@@ -144,8 +146,8 @@ def _spans(shard, start_hits: np.ndarray, end_hits: np.ndarray, max_len: int) ->
     return first, first + (keys & ((1 << _LEN_BITS) - 1))
 
 
-def exact_logits(shard, positions: np.ndarray, q: np.ndarray, scale: float, bonus: LexicalBonus | None
-            ) -> tuple[np.ndarray, float]:
+def exact_logits(shard: Shard, positions: np.ndarray, q: np.ndarray, scale: float, bonus: LexicalBonus | None
+                 ) -> tuple[np.ndarray, float]:
     """Exact logits of the (ascending, distinct) positions for query q, and the best before the bonus."""
     logits = np.empty(positions.size, dtype=np.float64)
     logits[:] = shard.vectors.dot(positions, q) * scale  # ascending rows: sequential reads
@@ -155,7 +157,7 @@ def exact_logits(shard, positions: np.ndarray, q: np.ndarray, scale: float, bonu
     return logits, best
 
 
-def _phrase_tokens(shard, first: np.ndarray, last: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _phrase_tokens(shard: Shard, first: np.ndarray, last: np.ndarray, a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Per span [first, last]: its tokens whose chars overlap [a, b) (its stripped phrase)."""
     steps = np.arange(int((last - first).max(initial=0)) + 1)
     pos = first[:, None] + steps[None, :]

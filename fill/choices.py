@@ -18,6 +18,7 @@ token voted for is abstained (its probabilities uniform). This is NPM's `npm.py`
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -25,10 +26,12 @@ from common.arrays import unique
 from common.errors import AppError
 from corpus.tokens import WORD_END, WORD_START
 from fill.candidates import exact_logits
-from fill.evidence import Lazy, Want, context_window, gather
+from fill.evidence import Lazy, Place, SpotAt, Want, gather, read_places
 from fill.hits import MaskHits
 from fill.schemas import Choice, ChoiceScore, MaskScore
+from fill.shard_group import Shards
 from fill.spans import softmax
+from indexer.shard import Shard
 
 _NONE = np.empty(0, dtype=np.int64)
 
@@ -64,7 +67,7 @@ class Phrases:
         return cls(ids, owner, [c.label for c in choices], added)
 
 
-def match(shard, positions: np.ndarray, ids: np.ndarray, forward: bool) -> tuple[np.ndarray, np.ndarray]:
+def match(shard: Shard, positions: np.ndarray, ids: np.ndarray, forward: bool) -> tuple[np.ndarray, np.ndarray]:
     """(which of the positions hold the phrase `ids` as a whole-word span beginning there (`forward`) or
     ending there, the span's first token for each position)."""
     n, size = int(ids.size), len(shard)
@@ -83,7 +86,7 @@ def match(shard, positions: np.ndarray, ids: np.ndarray, forward: bool) -> tuple
     return ok, first
 
 
-def votes(shard, positions: np.ndarray, phrases: Phrases, forward: bool) -> np.ndarray:
+def votes(shard: Shard, positions: np.ndarray, phrases: Phrases, forward: bool) -> np.ndarray:
     """bool [positions, choices]: which choices each position votes for. One-token phrases (a choice's synonyms
     among them) are looked up together per choice: a whole word equal to one of them; longer ones by `match`."""
     out = np.zeros((positions.size, len(phrases.labels)), dtype=bool)
@@ -102,11 +105,19 @@ def votes(shard, positions: np.ndarray, phrases: Phrases, forward: bool) -> np.n
     return out
 
 
+class Votes(NamedTuple):
+    """The tokens one query of a mask retrieved in one shard, their exact logits and their votes."""
+
+    positions: np.ndarray  # distinct, ascending
+    logits: np.ndarray
+    voted: np.ndarray  # bool [positions, choices] (`votes`)
+
+
 @dataclass(frozen=True)
 class VotesTask:
     """The distinct hits of one query (start or end) of one mask in one shard, with every token of `blocks`
     (local numbers of BM25's blocks, restricted / hybrid), their exact logits and their votes (a
-    fill.shard_group task): (positions, logits, bool [positions, choices])."""
+    fill.shard_group task)."""
 
     shard_no: int
     hits: np.ndarray
@@ -116,11 +127,10 @@ class VotesTask:
     phrases: Phrases
     forward: bool
 
-    def run(self, shard) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        tokens = [np.arange(a, b, dtype=np.int64) for a, b in shard.blocks[self.blocks][:, 1:3].tolist()]
-        positions = unique(np.concatenate([self.hits] + tokens))
-        return (positions, exact_logits(shard, positions, self.q, self.scale, None)[0],
-                votes(shard, positions, self.phrases, self.forward))
+    def run(self, shard: Shard) -> Votes:
+        positions = unique(np.concatenate([self.hits, shard.block_positions(self.blocks)]))
+        return Votes(positions, exact_logits(shard, positions, self.q, self.scale, None)[0],
+                     votes(shard, positions, self.phrases, self.forward))
 
 
 @dataclass(frozen=True)
@@ -130,11 +140,11 @@ class CountsTask:
     shard_no: int
     ids: np.ndarray
 
-    def run(self, shard) -> np.ndarray:
+    def run(self, shard: Shard) -> np.ndarray:
         return shard.token_counts(self.ids)
 
 
-def choice_counts(shards, shard_nos: list[int], phrases: Phrases) -> np.ndarray:
+def choice_counts(shards: Shards, shard_nos: list[int], phrases: Phrases) -> np.ndarray:
     """float [choices]: each choice's base rate in the index, the occurrences of its phrases' first tokens summed
     over `shard_nos` (every shard of the index), at least 1. A label with more or more frequent words draws more
     votes from any query; a score divided by this is NPM's score relative to the label's prior (the PMI of
@@ -150,27 +160,25 @@ def choice_counts(shards, shard_nos: list[int], phrases: Phrases) -> np.ndarray:
 @dataclass(frozen=True)
 class VoteEvidenceTask:
     """Where voting tokens of one shard sit (a fill.shard_group task): per (position, forward, the token ids of
-    its choice's phrases, longest first), the place of the longest phrase matched there (fill.evidence.Place)."""
+    its choice's phrases, longest first), the place of the longest phrase matched there (fill.evidence.read_places)."""
 
     shard_no: int
     places: tuple[tuple[int, bool, tuple[tuple[int, ...], ...]], ...]
 
-    def run(self, shard) -> list[tuple[str, int, int, int, str]]:
-        out, texts = [], {}
-        for position, forward, phrase_ids in self.places:
-            first, last = _span(shard, np.array([position]), forward, phrase_ids)
-            block = shard.block_of(np.array([first]))
-            a, b = shard.offsets.span_chars(block, np.array([first]), np.array([last]))
-            row = int(shard.blocks[int(block[0]), 0])
-            if row not in texts:
-                texts[row] = shard.doc_text(row)
-            start, end = int(a[0]), int(b[0])
-            out.append((shard.doc_id(row), int(block[0]) + shard.info.block_base, start, end,
-                        context_window(texts[row], start, end)))
-        return out
+    def run(self, shard: Shard) -> list[Place]:
+        return read_places(shard, [_spot(shard, position, forward, phrase_ids)
+                                   for position, forward, phrase_ids in self.places])
 
 
-def score_masks(shards, hits: list[MaskHits], blocks: dict[int, np.ndarray], q_start: np.ndarray, q_end: np.ndarray,
+def _spot(shard: Shard, position: int, forward: bool, phrase_ids: tuple[tuple[int, ...], ...]) -> SpotAt:
+    """The occurrence of the longest of the phrases matched at a voting position."""
+    first, last = _span(shard, np.array([position]), forward, phrase_ids)
+    block = shard.block_of(np.array([first]))
+    a, b = shard.offsets.span_chars(block, np.array([first]), np.array([last]))
+    return int(shard.blocks[int(block[0]), 0]), int(block[0]) + shard.info.block_base, int(a[0]), int(b[0])
+
+
+def score_masks(shards: Shards, hits: list[MaskHits], blocks: dict[int, np.ndarray], q_start: np.ndarray, q_end: np.ndarray,
                 scale: float, phrases: Phrases, temperature: float, both: bool, evidence: int,
                 prior: np.ndarray | None = None) -> list[MaskScore]:
     """Every mask's choices scored from its hits (start hits; with `both`, end hits too) plus the tokens of
@@ -195,14 +203,14 @@ def score_masks(shards, hits: list[MaskHits], blocks: dict[int, np.ndarray], q_s
     return out
 
 
-def _score(m: int, tasks: list[VotesTask], sides: list[tuple], phrases: Phrases, temperature: float,
+def _score(m: int, tasks: list[VotesTask], sides: list[Votes], phrases: Phrases, temperature: float,
            prior: np.ndarray | None):
     """Mask m's score from its sides' (positions, logits, votes), and a function giving its evidence wants."""
     if not sides:
         return _abstained(m, phrases), lambda limit: []
-    joined = np.concatenate([logits for _, logits, _ in sides])
+    joined = np.concatenate([side.logits for side in sides])
     p = softmax((joined - joined.max()) / temperature)  # shifted first: a small temperature cannot overflow
-    voted = np.concatenate([v for _, _, v in sides])
+    voted = np.concatenate([side.voted for side in sides])
     mass = p @ voted
     total = float(mass.sum())
     if total <= 0.0:
@@ -212,11 +220,11 @@ def _score(m: int, tasks: list[VotesTask], sides: list[tuple], phrases: Phrases,
     best = int(np.argmax(probability))
     choices = [ChoiceScore(label=phrases.labels[c], probability=float(probability[c]), mass=float(mass[c]),
                            synonyms=phrases.synonyms[c]) for c in range(len(phrases.labels))]
-    bounds = np.cumsum([0] + [positions.size for positions, _, _ in sides])
+    bounds = np.cumsum([0] + [side.positions.size for side in sides])
 
     def place(i: int, ids: tuple) -> tuple[int, tuple]:
         k = int(np.searchsorted(bounds, i, side="right")) - 1
-        return tasks[k].shard_no, (int(sides[k][0][i - bounds[k]]), tasks[k].forward, ids)
+        return tasks[k].shard_no, (int(sides[k].positions[i - bounds[k]]), tasks[k].forward, ids)
 
     def wants(limit: int) -> list[Want]:
         out = []
@@ -239,7 +247,7 @@ def _abstained(m: int, phrases: Phrases) -> MaskScore:
                      predicted=None, abstained=True)
 
 
-def _span(shard, position: np.ndarray, forward: bool, phrase_ids: tuple[tuple[int, ...], ...]) -> tuple[int, int]:
+def _span(shard: Shard, position: np.ndarray, forward: bool, phrase_ids: tuple[tuple[int, ...], ...]) -> tuple[int, int]:
     """The first and last token of the longest of the phrases (token ids, longest first) at a voting position."""
     for ids in phrase_ids:
         ok, first = match(shard, position, np.asarray(ids, dtype=np.int64), forward)

@@ -13,12 +13,14 @@
 A closed-set score (POST /score) is planned and prepared the same way (its choices' phrases tokenized in
 `plan`); `finish_score` adds the BM25 blocks' tokens (restricted / hybrid) and lets each mask's retrieved tokens
 vote for the choices (fill.choices)                                                        -> ScoreResult
+`run` drives the three steps, for a fill or a score; the service gives it `Lanes` (fill.prepared) that batch the
+prepare step with concurrent requests and run the finish step on a worker thread (service.lanes).
 """
 
 from __future__ import annotations
 
 import time
-from typing import Callable
+from typing import Callable, TypeVar
 
 import numpy as np
 
@@ -34,7 +36,7 @@ from fill.config import EngineConfig
 from fill.evidence import gather, pool_want
 from fill.hits import Hits, MaskHits
 from fill.loading import describe, open_parts, open_reader
-from fill.prepared import Planned, Prepared
+from fill.prepared import Lanes, Planned, Prepared
 from fill.ranker import RankedMask, rank_mask
 from fill.reading import PRIOR_PHRASES, read_masks
 from fill.schemas import MODES, SCORE_STAGES, Candidate, FillRequest, FillResult, MaskFill, ScoreRequest, ScoreResult
@@ -43,6 +45,7 @@ from fill.shard_group import BlockTokensTask, ShardGroup, Shards
 from fill.spans import BlockPrior
 from indexer.phrase_index import PhraseIndex
 
+T = TypeVar("T")
 PRIOR_BLOCKS = 100  # blocks whose BM25 scores make the lexical prior (the others get 0)
 _NONE = np.empty(0, dtype=np.int64)
 
@@ -85,36 +88,48 @@ class FillEngine:
 
     def describe(self) -> dict:
         """What is being served: the index, the model and how it runs, the build settings."""
-        return describe(self.index, self.encoder, self.scoring, self.default_mode, self.reader)
+        return describe(self.index, self.encoder, self.scoring, self.default_mode(), self.reader)
 
-    @property
-    def default_mode(self) -> str:
-        """The mode of a request that names none: hybrid, or dense on an index without BM25."""
-        return "hybrid" if self.index.bm25 is not None else "dense"
-
-    def default_mode_of(self, request: FillRequest | ScoreRequest) -> str:
+    def default_mode(self, request: FillRequest | ScoreRequest | None = None) -> str:
         """The mode of a request that names none: hybrid for a fill, restricted for a score (the best measured,
-        docs/QUALITY.md), dense on an index without BM25."""
+        docs/QUALITY.md), dense on an index without BM25 (no request: a fill's)."""
         if self.index.bm25 is None:
             return "dense"
         return "restricted" if isinstance(request, ScoreRequest) else "hybrid"
 
+    def run(self, request: FillRequest | ScoreRequest, budget: Budget | None = None, deadline: Deadline | None = None,
+            lanes: Lanes | None = None, finish: Callable[[Prepared, Deadline | None], T] | None = None
+            ) -> FillResult | ScoreResult | T:
+        """A fill or a closed-set score, start to end: plan (checked against `budget`) -> prepare -> finish
+        (`deadline` checked between its steps; the step: `finish`, default `finish` for a fill and
+        `finish_score` for a score). `lanes` runs the prepare and finish steps (the server: batched with
+        concurrent requests, then on a worker thread of the request's lane); by default here, alone."""
+        if finish is None:
+            finish = self.finish_score if isinstance(request, ScoreRequest) else self.finish
+        lanes = lanes if lanes is not None else Alone(self)
+        planned = self.plan(request, budget)
+        prepared = lanes.prepare(planned, deadline)
+        return lanes.finish(planned, lambda: finish(prepared, deadline))
+
     def fill(self, request: FillRequest) -> FillResult:
-        """One fill, start to end: plan -> prepare -> finish (the server runs the same steps, batching the
-        prepare step of concurrent requests: service.state)."""
-        return self.finish(self.prepare([self.plan(request)])[0])
+        """One fill, start to end, here (`run`)."""
+        return self.run(request)
+
+    def score(self, request: ScoreRequest) -> ScoreResult:
+        """One closed-set score, start to end, here (`run`)."""
+        return self.run(request)
 
     def fill_detailed(self, request: FillRequest) -> tuple[FillResult, list[np.ndarray]]:
         """The fill, and per mask the confidence features of its candidates (fill.scoring.FEATURES;
         before abstention), which `fill-fit` fits the calibration on."""
-        return self.finish_detailed(self.prepare([self.plan(request)])[0])
+        return self.run(request, finish=self.finish_detailed)
 
     def plan(self, request: FillRequest | ScoreRequest, budget: Budget | None = None) -> Planned:
         """The request (a fill, or a closed-set score) checked against this index (mode, cost budget) and its
         query tokenized; AppError (validation) naming the field otherwise."""
         t0 = time.perf_counter()
         scoring = isinstance(request, ScoreRequest)
-        mode = request.mode or self.default_mode_of(request)
+        mode = request.mode or self.default_mode(request)
         if mode not in MODES:
             raise AppError(f"mode must be one of {MODES}, got {mode!r}", kind="validation", field="mode")
         if mode != "dense" and self.index.bm25 is None:
@@ -126,8 +141,7 @@ class FillEngine:
                            "`reader` out or set it false", kind="validation", field="reader")
         block_tokens = self.index.manifest.build.block_tokens
         if budget is not None:
-            budget.check_score(request, mode, block_tokens) if scoring else \
-                budget.check(request, mode, block_tokens)
+            budget.check_score(request, mode, block_tokens) if scoring else budget.check(request, mode, block_tokens)
         ids, mask_at = self.encoder.query_layout(request.text)
         return Planned(request, mode, ids, mask_at, t0, Budget.weight(request, mode, block_tokens), phrases)
 
@@ -148,7 +162,7 @@ class FillEngine:
                                                       for i in members]), k, groups=sizes)
             at = 0
             for i, n in zip(members, sizes):
-                own = [Hits(*found[at + j][1:]) for j in range(n)]
+                own = [Hits(found[at + j].shard_no, found[at + j].positions) for j in range(n)]
                 hits[i] = [MaskHits(own[m], own[n // 2 + m]) for m in range(n // 2)]
                 at += n
         search_ms = (time.perf_counter() - mark) * 1000
@@ -179,9 +193,6 @@ class FillEngine:
         filled = MASK_PATTERN.sub(lambda match: _or(next(tops), match.group(0)), request.text)
         return FillResult(filled=filled, masks=masks, took_ms=(time.perf_counter() - prepared.planned.t0) * 1000,
                           timings_ms=laps.timings()), features
-
-    def score(self, request: ScoreRequest) -> ScoreResult:
-        return self.finish_score(self.prepare([self.plan(request)])[0])
 
     def finish_score(self, prepared: Prepared, deadline: Deadline | None = None) -> ScoreResult:
         """The closed-set scores of a prepared ScoreRequest (fill.choices): per mask, its hits (with the BM25
@@ -262,7 +273,7 @@ class FillEngine:
         tops = [(m, int(self.index.block_shards(b)[0][0])) for m, b in enumerate(blocks) if b is not None]
         extra = [BlockTokensTask(s, int(blocks[m][0])) for m, s in tops]
         wants = [pool_want(r.pool, p.occurrences, request.evidence) for r in ranked for p in r.shown[: request.top_k]]
-        evidence, block_tokens = gather(self.shards, wants, extra)
+        evidence, block_tokens = gather(self.shards, wants, along=extra)
         overlaps = {m: query_overlap(terms, tokens) if tokens.size else 0.0 for (m, _), tokens in zip(tops, block_tokens)}
         masks, features, found = [], [], iter(evidence)
         for m, r in enumerate(ranked):
@@ -281,3 +292,16 @@ class FillEngine:
 
 def _or(top: str | None, mask: str) -> str:
     return top if top is not None else mask
+
+
+class Alone:
+    """Lanes that run a request's steps here and now, alone (FillEngine.run's default)."""
+
+    def __init__(self, engine: FillEngine) -> None:
+        self.engine = engine
+
+    def prepare(self, planned: Planned, deadline: Deadline | None) -> Prepared:
+        return self.engine.prepare([planned])[0]
+
+    def finish(self, planned: Planned, work: Callable[[], T]) -> T:
+        return work()

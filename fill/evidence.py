@@ -6,11 +6,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple, TypeVar
 
 from fill.ranker import CandidatePool
 from fill.schemas import Evidence
-from fill.shard_group import by_shard
+from fill.shard_group import Shards, ShardTask, by_shard
+from indexer.shard import Shard
+
+R = TypeVar("R")
 
 CONTEXT_CHARS = 80
 AHEAD = 2  # places asked per evidence still wanted: one round answers most wants (a round is a call per group)
@@ -29,26 +32,41 @@ def context_window(text: str, start: int, end: int, width: int = CONTEXT_CHARS) 
     return ("... " if a > 0 else "") + snippet + (" ..." if b < len(text) else "")
 
 
-Place = tuple[str, int, int, int, str]  # (document id, global block, start char, end char, context)
+class Place(NamedTuple):
+    """Where an occurrence sits, as evidence shows it."""
+
+    doc_id: str
+    block: int  # its global block number
+    start: int  # its first and end char in the document's text
+    end: int
+    context: str  # the text around it (`context_window`)
+
+
+SpotAt = tuple[int, int, int, int]  # an occurrence in one shard: (document row, global block, start char, end char)
+
+
+def read_places(shard: Shard, spots: Sequence[SpotAt]) -> list[Place]:
+    """The Place of each occurrence of `shard` (document row, global block, start char, end char): its
+    document's id and the context around the chars; each document read once."""
+    texts: dict[int, str] = {}
+    out = []
+    for row, block, start, end in spots:
+        text = texts.get(row)
+        if text is None:
+            text = texts[row] = shard.doc_text(row)
+        out.append(Place(shard.doc_id(row), block, start, end, context_window(text, start, end)))
+    return out
 
 
 @dataclass(frozen=True)
 class PlacesTask:
-    """Places in one shard's documents (a fill.shard_group task): per (document row, block, start char, end
-    char), the document's id and the context around the chars; each document read once."""
+    """Places in one shard's documents (a fill.shard_group task, `read_places`)."""
 
     shard_no: int
-    places: tuple[tuple[int, int, int, int], ...]
+    places: tuple[SpotAt, ...]
 
-    def run(self, shard) -> list[Place]:
-        texts: dict[int, str] = {}
-        out = []
-        for row, block, start, end in self.places:
-            text = texts.get(row)
-            if text is None:
-                text = texts[row] = shard.doc_text(row)
-            out.append((shard.doc_id(row), block, start, end, context_window(text, start, end)))
-        return out
+    def run(self, shard: Shard) -> list[Place]:
+        return read_places(shard, self.places)
 
 
 class Lazy(Sequence):
@@ -75,16 +93,16 @@ class Want:
     limit: int
 
 
-def gather(shards, wants: list[Want], extra: list | None = None, task: Callable[[int, tuple], Any] = PlacesTask
-           ) -> tuple[list[list[Evidence]], list]:
+def gather(shards: Shards, wants: list[Want], along: Sequence[ShardTask[R]] = (),
+           task: Callable[[int, tuple], ShardTask[list[Place]]] = PlacesTask) -> tuple[list[list[Evidence]], list[R]]:
     """The evidence of every want, asked of the shards in as few calls as there are rounds: the first round
-    asks for each want's first AHEAD x `limit` places (with the `extra` tasks, whose results come back second),
-    a later round only for the wants still short (places found twice) that have places left. `task(shard_no, places)`
-    makes one shard's task, whose results are `Place`s."""
+    asks for each want's first AHEAD x `limit` places, a later round only for the wants still short (places found
+    twice) that have places left. `task(shard_no, places)` makes one shard's task. The tasks `along` travel with
+    the first round (one call to the shards, not two) and their results come back second."""
     out: list[list[Evidence]] = [[] for _ in wants]
     seen: list[set] = [set() for _ in wants]
     taken = [0] * len(wants)
-    extra_results: list = []
+    along_results: list[R] = []
     first = True
     while True:
         asks = []  # (want, item index)
@@ -98,24 +116,24 @@ def gather(shards, wants: list[Want], extra: list | None = None, task: Callable[
             break
         per, where = by_shard([wants[w].items[i] for w, i in asks])
         tasks = [task(s, tuple(items)) for s, items in per.items()]
-        results = shards.run(tasks + (list(extra or []) if first else []))
+        results: list = shards.run([*tasks, *along] if first else tasks)
         if first:
-            extra_results, first = results[len(tasks):], False
-        found = dict(zip(per, results[:len(tasks)]))
+            along_results, first = results[len(tasks):], False
+        found: dict[int, list[Place]] = dict(zip(per, results[:len(tasks)]))
         for (w, i), (s, j) in zip(asks, where):
-            doc_id, block, start, end, context = found[s][j]
-            if len(out[w]) < wants[w].limit and (doc_id, start, end) not in seen[w]:
-                seen[w].add((doc_id, start, end))
-                out[w].append(Evidence(doc_id=doc_id, block=block, start=start, end=end, context=context,
-                                       score=wants[w].scores[i]))
+            place = found[s][j]
+            if len(out[w]) < wants[w].limit and (place.doc_id, place.start, place.end) not in seen[w]:
+                seen[w].add((place.doc_id, place.start, place.end))
+                out[w].append(Evidence(doc_id=place.doc_id, block=place.block, start=place.start, end=place.end,
+                                       context=place.context, score=wants[w].scores[i]))
         if not asks:
             break
-    return out, extra_results
+    return out, along_results
 
 
 def pool_want(pool: CandidatePool, occurrences: list[int], limit: int) -> Want:
     """The want of up to `limit` of a ranked phrase's occurrences (pool spans, best first) as evidence."""
-    def place(j: int) -> tuple[int, tuple[int, int, int, int]]:
+    def place(j: int) -> tuple[int, SpotAt]:
         part, k = pool.where(occurrences[j])
         start = int(part.char[k])
         return part.shard_no, (int(part.row[k]), int(part.block[k]), start, start + int(part.keys.length[k]))

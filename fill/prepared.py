@@ -1,11 +1,15 @@
 """A fill between the engine's steps (fill.engine): planned (checked, tokenized), then prepared
-(encoded and searched, possibly in one batch with other requests, service.batcher)."""
+(encoded and searched, possibly in one batch with other requests, service.batcher); and `Lanes`, how the
+engine's driver (FillEngine.run) has those two steps run: here and now by default, batched and on worker
+threads in the service (service.lanes)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Protocol, TypeVar
 
 from encoder.model import QueryVectors
+from fill.budget import Deadline
 from fill.choices import Phrases
 from fill.hits import MaskHits
 from fill.schemas import FillRequest, ScoreRequest
@@ -37,3 +41,19 @@ class Prepared:
     hits: list[MaskHits]  # per mask, the search's hits (empty in restricted mode)
     encode_ms: float  # the batch's encode and search times
     search_ms: float
+
+
+T = TypeVar("T")
+
+
+class Lanes(Protocol):
+    """Where a request's prepare and finish steps run (FillEngine.run drives the steps through it)."""
+
+    def prepare(self, planned: Planned, deadline: Deadline | None) -> Prepared:
+        """The request encoded and searched (the service: in a batch with concurrent requests; AppError timeout
+        when `deadline` passes before its batch)."""
+        ...
+
+    def finish(self, planned: Planned, work: Callable[[], T]) -> T:
+        """`work()`, the request's finish step (the service: on a worker thread of the request's lane)."""
+        ...

@@ -3,40 +3,46 @@ them. It is everything the fill path does with a shard's files, so the engine ne
 
   search   the top k tokens of each query over the group's shards, with their scores (PhraseIndex.search_scored;
            ties broken by shard and position, so the top k of several groups' top k is the top k of all)
-  run      a list of tasks, each a small dataclass naming one shard (`shard_no`, its number in the whole index)
-           with a `run(shard)` method: form and score a mask's candidate spans (fill.candidates.CandidateTask),
-           read documents for evidence (fill.evidence.PlacesTask), a block's token ids (`BlockTokensTask`),
-           the reader's windows: their spans and tokens (fill.windows.WindowTask), a closed-set score's votes,
-           their places and its choices' base rates (fill.choices). The results come back in the tasks' order.
+  run      a list of tasks (`ShardTask[R]`: a frozen dataclass naming one shard, `shard_no`, its number in the
+           whole index, whose `run(shard)` gives an R): form and score a mask's candidate spans
+           (fill.candidates.CandidateTask -> ShardCandidates), read documents for evidence (fill.evidence.PlacesTask
+           -> Places), a block's token ids (`BlockTokensTask`), the reader's windows (fill.windows.WindowTask ->
+           WindowRead), a closed-set score's votes, their places and its choices' base rates (fill.choices). The
+           results come back in the tasks' order.
 
-The engine hands each step's tasks to its shards in one call, so a distributed deployment (service.ray_backend:
-one group per set of shard directories, on other processes or machines) sends every group its share in one
-message and gets plain arrays back; in one process the group holds every shard and `run` is a loop."""
+Tasks and results are plain data (dataclasses, NamedTuples, numpy arrays): in one process `run` is a loop over
+them; a distributed deployment (service.ray_backend: one group per set of shard directories, on other processes
+or machines) pickles the same objects, sends every group its share of a step's tasks in one message and gets
+the same results back."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, Sequence, TypeVar
 
 import numpy as np
 
-from indexer.phrase_index import PhraseIndex
+from indexer.phrase_index import PhraseIndex, ScoredHits
 from indexer.shard import Shard
 
+R = TypeVar("R", covariant=True)
 
-class ShardTask(Protocol):
-    shard_no: int
 
-    def run(self, shard: Shard) -> Any: ...
+class ShardTask(Protocol[R]):
+    """Work on one shard (number `shard_no` of the whole index) whose result is an R."""
+
+    @property
+    def shard_no(self) -> int: ...
+
+    def run(self, shard: Shard) -> R: ...
 
 
 class Shards(Protocol):
     """What the engine needs of the shards: this module's ShardGroup, or service.ray_backend.RayShards."""
 
-    def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None
-               ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]: ...
+    def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None) -> list[ScoredHits]: ...
 
-    def run(self, tasks: list) -> list: ...
+    def run(self, tasks: Sequence[ShardTask[R]]) -> list[R]: ...
 
 
 class ShardGroup:
@@ -54,11 +60,10 @@ class ShardGroup:
         """The opened shard number `shard_no` of the whole index (KeyError when this group does not hold it)."""
         return self.index.shards[self._at[shard_no]]
 
-    def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None
-               ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None) -> list[ScoredHits]:
         return self.index.search_scored(queries, k, groups)
 
-    def run(self, tasks: list) -> list:
+    def run(self, tasks: Sequence[ShardTask[R]]) -> list[R]:
         return [task.run(self.shard(task.shard_no)) for task in tasks]
 
 

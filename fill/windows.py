@@ -12,6 +12,7 @@ torch), so a shard group's process (service.ray_group) runs these tasks without 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -20,6 +21,7 @@ from fill.candidates import ShardCandidates, span_candidates
 from fill.ranker import RankedMask
 from fill.shard_group import Shards, by_shard
 from fill.spans import spans_from_hits
+from indexer.shard import Shard
 
 
 @dataclass(frozen=True)
@@ -74,36 +76,44 @@ def _no_logits(positions: np.ndarray) -> tuple[np.ndarray, float]:
     return np.zeros(positions.size), 0.0
 
 
+class WindowRead(NamedTuple):
+    """What one shard gives of a mask's windows there (`WindowTask`)."""
+
+    part: ShardCandidates | None  # every valid span inside them (their logits still to come), None for none
+    tokens: list[np.ndarray]  # per window: its token ids
+    titles: list[str]  # per window: its document's title (empty unless asked for)
+
+
 @dataclass(frozen=True)
 class WindowTask:
     """One shard's windows of one mask (a fill.shard_group task): every valid span inside them as candidates
-    (ordered by (first, last); their logits are the reader's, filled in by `reader_parts`), or None when there
-    is none, each window's token ids and, with `titles`, its document's title."""
+    (ordered by (first, last); their logits are the reader's, filled in by `reader_parts`), each window's token
+    ids and, with `titles`, its document's title."""
 
     shard_no: int
     windows: tuple[tuple[int, int], ...]
     max_len: int
     titles: bool = False
 
-    def run(self, shard) -> tuple[ShardCandidates | None, list[np.ndarray], list[str]]:
-        fs, ls = [], []
+    def run(self, shard: Shard) -> WindowRead:
+        firsts, lasts = [], []
         for a, b in self.windows:
-            f, last = spans_from_hits(np.arange(a, b), True, self.max_len, shard.flags, shard.block_of)
+            first, last = spans_from_hits(np.arange(a, b), True, self.max_len, shard.flags, shard.block_of)
             keep = last < b
-            fs.append(f[keep])
-            ls.append(last[keep])
-        f, last = np.concatenate(fs), np.concatenate(ls)
-        order = np.lexsort((last, f))
+            firsts.append(first[keep])
+            lasts.append(last[keep])
+        first, last = np.concatenate(firsts), np.concatenate(lasts)
+        order = np.lexsort((last, first))
         tokens = [np.asarray(shard.token_ids[a:b]) for a, b in self.windows]
         titles = []
         if self.titles:
             rows = shard.blocks[shard.block_of(np.array([a for a, _ in self.windows])), 0]
             column = shard.docs.column("title")
             titles = [column[int(r)].as_py() or "" for r in rows]
-        if not f.size:
-            return None, tokens, titles
-        return (span_candidates(shard, self.shard_no, f[order], last[order], _no_logits, _no_logits, False), tokens,
-                titles)
+        if not first.size:
+            return WindowRead(None, tokens, titles)
+        part = span_candidates(shard, self.shard_no, first[order], last[order], _no_logits, _no_logits, False)
+        return WindowRead(part, tokens, titles)
 
 
 def window_spans(shards: Shards, windows: list[Window], max_len: int, titles: bool = False) -> WindowSpans:
@@ -111,12 +121,12 @@ def window_spans(shards: Shards, windows: list[Window], max_len: int, titles: bo
     and read by their shards in one call (with `titles`, each window's document title too)."""
     per, _ = by_shard([(w.shard_no, (w.a, w.b)) for w in windows])
     found = shards.run([WindowTask(s, tuple(own), max_len, titles) for s, own in per.items()])
-    tokens = [t for _, own_tokens, _ in found for t in own_tokens]
-    parts = [part for part, _, _ in found if part is not None]
+    tokens = [t for read in found for t in read.tokens]
+    parts = [read.part for read in found if read.part is not None]
     starts = np.concatenate([np.arange(w.a, w.b) for w in windows]) if windows else np.empty(0, dtype=np.int64)
     shard_of = np.concatenate([np.full(w.b - w.a, w.shard_no) for w in windows]) if windows else starts
     return WindowSpans([p.shard_no for p in parts], [p.first for p in parts], [p.last for p in parts], starts,
-                       shard_of, tokens, [t for _, _, own in found for t in own] if titles else None, parts)
+                       shard_of, tokens, [t for read in found for t in read.titles] if titles else None, parts)
 
 
 def reader_parts(spans: WindowSpans, start: np.ndarray, end: np.ndarray) -> list[ShardCandidates]:

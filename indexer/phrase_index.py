@@ -8,6 +8,7 @@ import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NamedTuple
 
 import faiss
 import numpy as np
@@ -247,11 +248,10 @@ class PhraseIndex:
                ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Top-k tokens by inner product over all shards, per query: (shard numbers, positions)
         (`search_scored` without the scores)."""
-        return [(sh, pos) for _, sh, pos in self.search_scored(queries, k, groups)]
+        return [(hits.shard_no, hits.positions) for hits in self.search_scored(queries, k, groups)]
 
-    def search_scored(self, queries: np.ndarray, k: int, groups: list[int] | None = None
-                      ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        """Top-k tokens by inner product over the opened shards, per query: (scores, shard numbers, positions),
+    def search_scored(self, queries: np.ndarray, k: int, groups: list[int] | None = None) -> list[ScoredHits]:
+        """Top-k tokens by inner product over the opened shards, per query (ScoredHits),
         ties at the k-th score broken by (shard, position) (`top_hits`), so the top k of several groups' top k
         are the top k of their shards searched together.
 
@@ -309,18 +309,25 @@ class PhraseIndex:
             self._pool.shutdown(wait=False)
 
 
-def top_hits(scores: np.ndarray, shard_no: np.ndarray, positions: np.ndarray, k: int
-             ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+class ScoredHits(NamedTuple):
+    """One query's hits over an index: each hit's score, shard number and token position in its shard."""
+
+    scores: np.ndarray  # float32
+    shard_no: np.ndarray  # int64
+    positions: np.ndarray  # int64
+
+
+def top_hits(scores: np.ndarray, shard_no: np.ndarray, positions: np.ndarray, k: int) -> ScoredHits:
     """The k best hits (all when there are at most k): every hit above the k-th best score, then those at it
     by (shard, position), so the choice among equal scores does not depend on how the hits were gathered."""
     if scores.size <= k:
-        return scores, shard_no, positions
+        return ScoredHits(scores, shard_no, positions)
     kth = np.partition(scores, scores.size - k)[scores.size - k]
     above = np.flatnonzero(scores > kth)
     tied = np.flatnonzero(scores == kth)
     tied = tied[np.lexsort((positions[tied], shard_no[tied]))[: k - above.size]]
     top = np.concatenate([above, tied])
-    return scores[top], shard_no[top], positions[top]
+    return ScoredHits(scores[top], shard_no[top], positions[top])
 
 
 def shared_quantizer(shards: list[Shard]) -> tuple[tuple[faiss.Index, int] | None, set[int]]:

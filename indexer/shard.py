@@ -90,6 +90,12 @@ class Shard:
         """Local block number of each token position."""
         return np.searchsorted(self.block_starts, positions, side="right") - 1
 
+    def block_positions(self, blocks: np.ndarray) -> np.ndarray:
+        """The position of every token of the local blocks `blocks`, block after block (int64; empty for none)."""
+        if not len(blocks):
+            return np.empty(0, dtype=np.int64)
+        return np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in self.blocks[blocks][:, 1:3].tolist()])
+
     @cached_property
     def _token_histogram(self) -> np.ndarray:
         return np.bincount(np.asarray(self.token_ids, dtype=np.int64))

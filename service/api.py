@@ -45,7 +45,7 @@ def create_app(settings: Settings | None = None, state: ServiceState | None = No
     _middleware(app, settings, keys)
     for group in (probe_routes, fill_routes, score_routes, admin_routes, document_routes):
         app.include_router(group.router)
-    _document_budget(app, app.state.service.budget.describe() | {"heavy_lane_over": settings.heavy_weight})
+    _document_budget(app, app.state.service.requests.budget.describe() | {"heavy_lane_over": settings.heavy_weight})
     return app
 
 

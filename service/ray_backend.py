@@ -20,7 +20,7 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import numpy as np
 import ray
@@ -30,8 +30,9 @@ from ray.serve.exceptions import DeploymentUnavailableError, RayServeException
 
 from common.errors import AppError
 from fill.engine import FillEngine
+from fill.shard_group import R, ShardTask
 from indexer.manifest import Manifest
-from indexer.phrase_index import top_hits
+from indexer.phrase_index import ScoredHits, top_hits
 from service.config import Settings
 from service.ray_group import ShardGroupReplica, app_name, generation_of, group_plan
 
@@ -60,23 +61,23 @@ class RayShards:
         self.timeout = timeout
         self.owner = {s: g for g, group in enumerate(groups) for s in group.shard_nos}
 
-    def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None
-               ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
-        found = self._call([(g, "search", (queries, k, groups)) for g in range(len(self.groups))])
+    def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None) -> list[ScoredHits]:
+        found: list[list[ScoredHits]] = self._call([(g, "search", (queries, k, groups)) for g in range(len(self.groups))])
         out = []
         for row in range(queries.shape[0]):
             parts = [f[row] for f in found]
-            out.append(top_hits(*(np.concatenate([p[i] for p in parts]) for i in range(3)), k))
+            out.append(top_hits(np.concatenate([p.scores for p in parts]), np.concatenate([p.shard_no for p in parts]),
+                                np.concatenate([p.positions for p in parts]), k))
         return out
 
-    def run(self, tasks: list) -> list:
+    def run(self, tasks: Sequence[ShardTask[R]]) -> list[R]:
         per: dict[int, list[int]] = {}
         for i, task in enumerate(tasks):
             g = self.owner.get(task.shard_no)
             if g is None:
                 raise AppError(f"shard {task.shard_no} belongs to no shard group", kind="internal")
             per.setdefault(g, []).append(i)
-        out: list = [None] * len(tasks)
+        out: list[R] = [None] * len(tasks)  # type: ignore[list-item]  # every slot is set below
         found = self._call([(g, "run", ([tasks[i] for i in own],)) for g, own in per.items()])
         for own, results in zip(per.values(), found):
             for i, result in zip(own, results):

@@ -1,29 +1,23 @@
 """The service's state: the engine being served (loaded in the background, so the process answers
-/healthz at once; swapped by `reload` without failing a request), the admission slots (more requests
-in flight get 429), the per-request budget and deadline, the two lanes (a request heavier than
-FILL_HEAVY_WEIGHT default fills is batched and finished by threads of its own, so cheap requests never queue
-behind it), and the metrics. Live document changes of the served index: service.updates (`documents`)."""
+/healthz at once; swapped by `reload` without failing a request; its files checked), and the metrics. The
+request path (admission, budget, deadline, lanes): service.requests (`requests`); live document changes of the
+served index: service.updates (`documents`)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextvars
 import logging
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
 from common.errors import AppError
-from common.priority import lower_this_thread
-from fill.budget import Budget, Deadline
 from fill.engine import FillEngine
-from fill.prepared import Prepared
-from fill.schemas import FillRequest, FillResult, ScoreRequest, ScoreResult
+from fill.schemas import FillRequest
 from service.config import Settings
 from service.metrics import Metrics
+from service.requests import RequestPath
 from service.serving import Serving
 from service.updates import DocumentChanges
 
@@ -55,12 +49,6 @@ class ServiceState:
         self.settings = settings
         self.configured = settings.index  # SIGHUP and an empty reload go back to it, whatever was served since
         self.metrics = Metrics()
-        self.budget = Budget(settings.max_candidates, settings.max_evidence, settings.max_search,
-                             settings.max_matches)
-        self.slots = threading.BoundedSemaphore(settings.max_concurrency)
-        self.workers = ThreadPoolExecutor(settings.fill_workers, thread_name_prefix="fill")
-        self.heavy_workers = ThreadPoolExecutor(settings.heavy_workers, thread_name_prefix="fill-heavy",
-                                                initializer=lower_this_thread, initargs=(settings.heavy_nice,))
         self.error: str | None = None
         self.on_fatal = on_fatal  # called with the message when the first load fails (the server exits)
         self.serving: Serving | None = None
@@ -68,6 +56,7 @@ class ServiceState:
         self._current = threading.Lock()  # guards `serving` between taking and entering it
         self._closed = threading.Event()  # set by `close`: ends the watching thread
         self.documents = DocumentChanges(self)  # live document changes (service.updates)
+        self.requests = RequestPath(self)  # fills and scores (service.requests)
         self.metrics.queue.set_function(lambda: self.serving.batcher.depth + self.serving.heavy.depth
                                         if self.serving is not None else 0)
         if engine is not None:
@@ -256,10 +245,9 @@ class ServiceState:
             serving, self.serving = self.serving, None
         if serving is not None:
             serving.retire()
-        self.workers.shutdown(wait=False)
-        self.heavy_workers.shutdown(wait=False)
+        self.requests.close()
 
-    # ------------------------------------------------------------------ serving
+    # ------------------------------------------------------------------ the engine served
 
     def ready_engine(self) -> FillEngine:
         """The engine, or a not_ready AppError saying why there is none."""
@@ -282,46 +270,3 @@ class ServiceState:
             yield serving
         finally:
             serving.leave()
-
-    async def fill(self, request: FillRequest) -> FillResult:
-        """One fill: admitted in a free slot (else 429), encoded and searched in a batch with the requests
-        arriving meanwhile, then finished on a worker thread; 504 once FILL_REQUEST_TIMEOUT has passed."""
-        return await self._serve(request, lambda engine, prepared, deadline: engine.finish(prepared, deadline))
-
-    async def score(self, request: ScoreRequest) -> ScoreResult:
-        """One closed-set score, admitted, batched and timed out like a fill (`fill`)."""
-        return await self._serve(request, lambda engine, prepared, deadline: engine.finish_score(prepared, deadline))
-
-    async def _serve(self, request: FillRequest | ScoreRequest,
-                     finish: Callable[[FillEngine, Prepared, Deadline], FillResult | ScoreResult]
-                     ) -> FillResult | ScoreResult:
-        self.ready_engine()
-        if not self.slots.acquire(blocking=False):
-            self.metrics.outcome("overloaded")
-            raise AppError(f"too many requests in flight (max {self.settings.max_concurrency}); retry",
-                           kind="overloaded")
-        deadline = Deadline(self.settings.request_timeout)
-        self.metrics.in_flight.inc()
-        try:
-            with self.using() as serving:
-                planned = serving.engine.plan(request, self.budget)
-                heavy = planned.cost > self.settings.heavy_weight
-                self.metrics.lanes.labels("heavy" if heavy else "light").inc()
-                future = (serving.heavy if heavy else serving.batcher).submit(planned)
-                try:
-                    prepared = await asyncio.wait_for(asyncio.wrap_future(future), max(deadline.left(), 0))
-                except asyncio.TimeoutError:
-                    future.cancel()
-                    raise deadline.error("queue") from None
-                loop = asyncio.get_running_loop()  # the worker runs in this request's context (its log id)
-                result = await loop.run_in_executor(self.heavy_workers if heavy else self.workers,
-                                                    contextvars.copy_context().run, finish, serving.engine, prepared,
-                                                    deadline)
-        except AppError as exc:
-            self.metrics.outcome("invalid" if exc.kind == "validation" else exc.kind)
-            raise
-        finally:
-            self.slots.release()
-            self.metrics.in_flight.dec()
-        self.metrics.filled(result, time.perf_counter() - planned.t0)
-        return result

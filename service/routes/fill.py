@@ -14,5 +14,5 @@ router = APIRouter()
 
 @router.post("/fill", response_model=FillResult, responses=ERRORS)
 async def fill(request: FillRequest, state: ServiceState = Depends(ready_state)) -> Response:
-    result = await state.fill(request)  # already a FillResult: serialised once, not validated again
+    result = await state.requests.fill(request)  # already a FillResult: serialised once, not validated again
     return Response(result.model_dump_json(), media_type="application/json")

@@ -16,5 +16,5 @@ router = APIRouter()
 async def score(request: ScoreRequest, state: ServiceState = Depends(ready_state)) -> Response:
     """Per mask, each choice's probability: the share of the retrieved tokens' probability that votes for
     its phrases (NPM's zero-shot classification), with the occurrences that voted most."""
-    result = await state.score(request)  # already a ScoreResult: serialised once, not validated again
+    result = await state.requests.score(request)  # already a ScoreResult: serialised once, not validated again
     return Response(result.model_dump_json(), media_type="application/json")

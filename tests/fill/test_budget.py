@@ -235,6 +235,6 @@ def test_the_heavy_lane_runs_at_a_lower_cpu_priority(engine):
     base = os.getpriority(os.PRIO_PROCESS, 0)
     assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == max(base, 9)
     assert os.getpriority(os.PRIO_PROCESS, state.serving.batcher._thread.native_id) == base  # the light lane's
-    worker = state.heavy_workers.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result()
+    worker = state.requests.workers.heavy.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result()
     assert worker == max(base, 9)
     state.close()

@@ -1,11 +1,16 @@
-"""fill.engine.FillEngine's own API beyond the fill steps (those: test_engine_bruteforce, test_modes)."""
+"""fill.engine.FillEngine's own API beyond the fill steps (those: test_engine_bruteforce, test_modes): its driver
+and the lanes it runs the steps through, the next generation."""
 
 from __future__ import annotations
 
+import pytest
+
+from common.errors import AppError
 from corpus.readers import Document
+from fill.budget import Budget, Deadline
 from fill.config import EngineConfig
 from fill.engine import FillEngine
-from fill.schemas import FillRequest
+from fill.schemas import FillRequest, FillResult, ScoreRequest, ScoreResult
 from indexer.update import IndexUpdate
 
 
@@ -29,4 +34,54 @@ def test_the_next_generation_serves_an_update_with_the_same_models(tiny_index, f
         assert "zq" not in docs(before) and "zq" in docs(following.fill(request))  # BM25 finds the new block
     finally:
         following.close()
+        engine.close()
+
+
+class RecordingLanes:
+    """Lanes that run the steps here, recording what the driver hands them."""
+
+    def __init__(self, engine: FillEngine) -> None:
+        self.engine, self.steps = engine, []
+
+    def prepare(self, planned, deadline):
+        self.steps.append(("prepare", planned.request.text, deadline))
+        return self.engine.prepare([planned])[0]
+
+    def finish(self, planned, work):
+        self.steps.append(("finish", planned.request.text))
+        return work()
+
+
+def test_the_driver_runs_every_step_through_the_lanes_it_is_given(tiny_index):
+    engine = FillEngine.open(EngineConfig(index=tiny_index, device="cpu", dtype="fp32", reader_dir=None,
+                                          use_reader=False))
+    try:
+        lanes, deadline = RecordingLanes(engine), Deadline(60)
+        fill = FillRequest(text="Marie Curie was born in <mask> .", evidence=2)
+        score = ScoreRequest(text="Marie Curie was born in <mask> .", choices=["Warsaw", "Paris"])
+        through = engine.run(fill, deadline=deadline, lanes=lanes)
+        scored = engine.run(score, deadline=deadline, lanes=lanes)
+        assert lanes.steps == [("prepare", fill.text, deadline), ("finish", fill.text),
+                               ("prepare", score.text, deadline), ("finish", score.text)]
+        alone = engine.fill(fill)
+        assert isinstance(through, FillResult) and isinstance(scored, ScoreResult)
+        assert through.model_dump(exclude={"took_ms", "timings_ms"}) == alone.model_dump(
+            exclude={"took_ms", "timings_ms"})
+        assert scored.model_dump(exclude={"took_ms", "timings_ms"}) == engine.score(score).model_dump(
+            exclude={"took_ms", "timings_ms"})
+        result, features = engine.fill_detailed(fill)  # the same driver, finishing with the features
+        assert result.filled == alone.filled and len(features) == 1 and features[0].shape[0] > 0
+    finally:
+        engine.close()
+
+
+def test_the_budget_is_checked_by_the_driver_before_any_step(tiny_index):
+    engine = FillEngine.open(EngineConfig(index=tiny_index, device="cpu", dtype="fp32", reader_dir=None,
+                                          use_reader=False))
+    try:
+        lanes = RecordingLanes(engine)
+        with pytest.raises(AppError, match="FILL_MAX_SEARCH"):
+            engine.run(FillRequest(text="<mask>", k=4096), budget=Budget(10**9, 10**9, max_search=100), lanes=lanes)
+        assert lanes.steps == []
+    finally:
         engine.close()

@@ -82,7 +82,7 @@ def test_unknown_mode_and_missing_bm25_are_refused(engine, tiny_index, fresh_cop
         no_bm25.fill(FillRequest(text="a <mask>", mode="restricted"))
     assert no_bm25.fill(FillRequest(text="a <mask>", mode="dense")).masks
     # a request that names no mode: hybrid where there is BM25, dense where there is none (not an error)
-    assert no_bm25.default_mode == "dense" and engine.default_mode == "hybrid"
+    assert no_bm25.default_mode() == "dense" and engine.default_mode() == "hybrid"
     dense = no_bm25.fill(FillRequest(text="Paris is the capital of <mask> .", mode="dense"))
     unnamed = no_bm25.fill(FillRequest(text="Paris is the capital of <mask> ."))
     assert unnamed.masks == dense.masks

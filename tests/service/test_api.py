@@ -532,7 +532,7 @@ def test_overloaded_gives_429(client, state, settings):
     acquired = 0
     try:
         for _ in range(settings.max_concurrency):
-            assert state.slots.acquire(blocking=False)
+            assert state.requests.slots.acquire(blocking=False)
             acquired += 1
         r = client.post("/fill", json={"text": "<mask>"})
         assert r.status_code == 429, r.text
@@ -541,7 +541,7 @@ def test_overloaded_gives_429(client, state, settings):
         assert str(settings.max_concurrency) in data["error"]
     finally:
         for _ in range(acquired):
-            state.slots.release()
+            state.requests.slots.release()
     # the slots are back: requests go through again, and nothing leaked
     r = client.post("/fill", json={"text": "<mask>"})
     assert r.status_code == 200, r.text
@@ -552,12 +552,12 @@ def assert_all_slots_free(state, settings) -> None:
     """Every concurrency slot can be taken (none leaked); they are given back afterwards."""
     got = 0
     try:
-        while got < settings.max_concurrency and state.slots.acquire(blocking=False):
+        while got < settings.max_concurrency and state.requests.slots.acquire(blocking=False):
             got += 1
         assert got == settings.max_concurrency
     finally:
         for _ in range(got):
-            state.slots.release()
+            state.requests.slots.release()
 
 
 def test_slots_released_after_errors(client, state, settings):

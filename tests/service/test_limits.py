@@ -108,12 +108,12 @@ def test_head_probes(client, path):
 def test_429_says_when_to_retry(client, state, settings):
     taken = 0
     try:
-        while state.slots.acquire(blocking=False):
+        while state.requests.slots.acquire(blocking=False):
             taken += 1
         r = client.post("/fill", json={"text": "<mask>"})
     finally:
         for _ in range(taken):
-            state.slots.release()
+            state.requests.slots.release()
     assert r.status_code == 429, r.text
     assert int(r.headers["retry-after"]) >= 1
 
