@@ -1,4 +1,5 @@
-"""The build job: corpus -> blocks -> shards (plan, encode, write) -> BM25 and manifest (finish).
+"""The build job: config resolved once (ResolvedBuild) -> corpus -> blocks -> shards (plan, encode, write) ->
+BM25 and manifest (finish).
 
 Shards are deterministic functions of (corpus, model, config), so an interrupted build resumes:
 finished shards (those with a shard.json) are kept and their blocks are skipped without encoding.
@@ -17,6 +18,7 @@ import time
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pydantic import ConfigDict, Field
@@ -28,7 +30,7 @@ from common.files import file_record
 from corpus.blocking import Block, iter_blocks
 from corpus.readers import count_documents, detect_format, read_corpus
 from encoder.device import choose_device
-from encoder.model import Encoder, model_fingerprint
+from encoder.model import Encoder
 from indexer.ann import check_index_type, resolve_factory
 from indexer.bm25 import build_bm25
 from indexer.encode import default_batch_tokens, encode_shard
@@ -48,6 +50,66 @@ class BuildConfig(BuildSettings):
     model_config = ConfigDict(extra="ignore")  # the recorded settings keep unknown keys; a job's config does not
 
     overwrite: bool = Field(False, description="replace an existing different index in --out")
+
+
+@dataclass(frozen=True)
+class ResolvedBuild:
+    """A build's config resolved once against its corpus and loaded encoder: what the job, the output directory's
+    identity and the manifest read, so that none of them derives it again."""
+
+    config: BuildConfig  # validated: the block size fits the model; index_type checked against its dimension
+    corpus_format: str
+    dim: int
+    dtype: str  # the encoder's torch dtype, e.g. "float32"
+    engine: str  # the encoder's resolved engine
+    fingerprint: str  # model_fingerprint of the model directory (computed once, by the encoder)
+    batch_tokens: int  # padded tokens per encoder batch: the config's, or the device's default
+    model: ModelInfo  # the manifest's record of the model
+    settings: BuildSettings  # the manifest's record of the build: the config less the job's own flags
+    identity_settings: dict[str, Any]  # the settings an existing --out must match to be resumed (indexer.outdir)
+
+    @classmethod
+    def resolve(cls, cfg: BuildConfig, encoder: Encoder, corpus_format: str) -> ResolvedBuild:
+        """Check `cfg` against the loaded encoder (AppError when the blocks do not fit the model or the index type
+        is unknown) and derive everything the build needs of the pair."""
+        overhead = encoder.pair_overhead + cfg.title_tokens if cfg.title_tokens else encoder.block_overhead
+        if cfg.block_tokens + overhead > encoder.max_length:
+            raise AppError(
+                f"--block-tokens {cfg.block_tokens} plus {cfg.title_tokens} title tokens and special tokens exceeds "
+                f"the model limit of {encoder.max_length}; lower --block-tokens"
+            )
+        cfg = cfg.model_copy(update={"index_type": check_index_type(cfg.index_type, encoder.dim)})
+        dtype = str(encoder.dtype).replace("torch.", "")
+        tokenizer = encoder.tokenizer
+        model = ModelInfo(path=str(encoder.model_dir), fingerprint=encoder.fingerprint,
+                          model_type=encoder.model.config.model_type, tokenizer=type(tokenizer).__name__,
+                          vocab_size=len(tokenizer), mask_token=tokenizer.mask_token)
+        identity_settings = cfg.model_dump(include={"block_tokens", "shard_tokens", "title_tokens", "index_type",
+                                                    "memory_budget", "vector_dtype"})
+        identity_settings.update(dtype=dtype, engine=encoder.engine)
+        return cls(
+            config=cfg, corpus_format=corpus_format, dim=encoder.dim, dtype=dtype, engine=encoder.engine,
+            fingerprint=model.fingerprint, batch_tokens=cfg.batch_tokens or default_batch_tokens(encoder.device),
+            model=model, settings=BuildSettings.model_validate(cfg.model_dump(exclude={"overwrite"})),
+            identity_settings=identity_settings,
+        )
+
+    def manifest(self, counts: Counts, shards: list[ShardInfo], bm25: FileInfo) -> Manifest:
+        """The manifest of a finished build of these settings (created now)."""
+        cfg = self.config
+        return Manifest(
+            created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            model=self.model,
+            dim=self.dim,
+            index_type=cfg.index_type,
+            vector_dtype=cfg.vector_dtype,
+            similarity_scale=1.0 / math.sqrt(self.dim),
+            build=self.settings,
+            corpus={"path": str(cfg.corpus.resolve()), "format": self.corpus_format},
+            counts=counts,
+            shards=shards,
+            bm25=bm25,
+        )
 
 
 @dataclass
@@ -87,23 +149,20 @@ class BuildJob:
     """One `indexer build`: `run()` plans shards, encodes and writes this process's, then finishes."""
 
     def __init__(self, cfg: BuildConfig) -> None:
-        self.format = detect_format(cfg.corpus)
+        corpus_format = detect_format(cfg.corpus)  # first: a bad corpus is refused before any model is loaded
         self.place: Place = join("gloo", timeout=dt.timedelta(hours=24))  # gloo: barriers only, GPU or not
         device = choose_device(cfg.device, self.place.local_rank)
         self.encoder = Encoder(cfg.model, device=device, dtype=cfg.dtype, engine=cfg.engine).for_inference()
-        overhead = self.encoder.pair_overhead + cfg.title_tokens if cfg.title_tokens else self.encoder.block_overhead
-        if cfg.block_tokens + overhead > self.encoder.max_length:
-            raise AppError(
-                f"--block-tokens {cfg.block_tokens} plus {cfg.title_tokens} title tokens and special tokens exceeds "
-                f"the model limit of {self.encoder.max_length}; lower --block-tokens"
-            )
-        self.cfg = cfg.model_copy(update={"index_type": check_index_type(cfg.index_type, self.encoder.dim)})
-        self.fingerprint = model_fingerprint(self.encoder.model_dir)
-        self.batch_tokens = cfg.batch_tokens or default_batch_tokens(self.encoder.device)
+        self.resolved = ResolvedBuild.resolve(cfg, self.encoder, corpus_format)
         self.templates = Templates(cfg.out)
         self.factories: list[str] = []  # every shard's factory so far (all processes compute all of them)
         self.stats: dict[str, int] = {}
         self.encoded = 0
+
+    @property
+    def cfg(self) -> BuildConfig:
+        """The resolved (validated) config."""
+        return self.resolved.config
 
     # ---- the steps ------------------------------------------------------------------------------
     def run(self) -> BuildSummary:
@@ -112,11 +171,7 @@ class BuildJob:
         if not self.place.leader:
             return self._run()
         cfg = self.cfg
-        settings = cfg.model_dump(include={"block_tokens", "shard_tokens", "title_tokens", "index_type",
-                                           "memory_budget", "vector_dtype"})
-        settings["dtype"] = str(self.encoder.dtype).replace("torch.", "")
-        settings["engine"] = self.encoder.engine
-        ident = identity(cfg.corpus, self.fingerprint, settings)
+        ident = identity(cfg.corpus, self.resolved.fingerprint, self.resolved.identity_settings)
         if (cfg.out / MANIFEST_NAME).is_file() or (cfg.out / BUILD_STATE).is_file():
             with writer_lock(cfg.out, "indexer build"):
                 prepare_out(cfg.out, ident, cfg.overwrite)
@@ -140,7 +195,7 @@ class BuildJob:
         blocks = iter_blocks(read_corpus(cfg.corpus), self.encoder.tokenizer, cfg.block_tokens, cfg.title_tokens,
                              stats=self.stats)
         for chunk in chunk_blocks(blocks, cfg.shard_tokens):
-            plan = self.plan(chunk, plans[-1] if plans else None, total_docs, bar)
+            plan = self.plan_shard(chunk, plans[-1] if plans else None, total_docs, bar)
             plans.append(plan)
             if plan.number % self.place.world == self.place.rank:
                 self.build_shard(plan, chunk, bar)
@@ -154,7 +209,7 @@ class BuildJob:
             self.finish(plans)
         return self.summary(plans, time.perf_counter() - t0)
 
-    def plan(self, blocks: list[Block], previous: ShardPlan | None, total_docs: int | None, bar: tqdm) -> ShardPlan:
+    def plan_shard(self, blocks: list[Block], previous: ShardPlan | None, total_docs: int | None, bar: tqdm) -> ShardPlan:
         """The next shard: its bases follow the previous shard; its factory fits its share of the memory budget."""
         token_base = previous.token_base + previous.tokens if previous else 0
         block_base = previous.block_base + previous.blocks if previous else 0
@@ -178,7 +233,7 @@ class BuildJob:
             bar.update(info.tokens)
             return info
         t_enc = time.perf_counter()
-        vectors = encode_shard(self.encoder, blocks, self.batch_tokens, bar)
+        vectors = encode_shard(self.encoder, blocks, self.resolved.batch_tokens, bar)
         t_ann = time.perf_counter()
         info = write_shard(self.cfg.out, plan, ShardContent.from_blocks(blocks, vectors), self.cfg.vector_dtype,
                            trained=self.trained(plan, vectors))
@@ -206,7 +261,7 @@ class BuildJob:
 
     def finish(self, plans: list[ShardPlan]) -> Manifest:
         """Check every shard (written by any process), write BM25 over all blocks, then the manifest."""
-        cfg, enc = self.cfg, self.encoder
+        cfg = self.cfg
         shards = []
         for plan in plans:
             info = read_shard_info(cfg.out, plan.number)
@@ -216,24 +271,11 @@ class BuildJob:
             shards.append(info)
         remove_stale_shards(cfg.out, {s.name for s in shards})
         t_bm25 = time.perf_counter()
-        bm25 = build_bm25(cfg.out, [Shard(cfg.out, info, enc.dim) for info in shards])
+        bm25 = build_bm25(cfg.out, [Shard(cfg.out, info, self.resolved.dim) for info in shards])
         logger.info("bm25 over %d blocks in %.1f s", sum(s.blocks for s in shards), time.perf_counter() - t_bm25)
-        manifest = Manifest(
-            created_at=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            model=ModelInfo(path=str(enc.model_dir), fingerprint=self.fingerprint, model_type=enc.model.config.model_type,
-                            tokenizer=type(enc.tokenizer).__name__, vocab_size=len(enc.tokenizer),
-                            mask_token=enc.tokenizer.mask_token),
-            dim=enc.dim,
-            index_type=cfg.index_type,
-            vector_dtype=cfg.vector_dtype,
-            similarity_scale=1.0 / math.sqrt(enc.dim),
-            build=BuildSettings.model_validate(cfg.model_dump(exclude={"overwrite"})),
-            corpus={"path": str(cfg.corpus.resolve()), "format": self.format},
-            counts=Counts(documents=self.stats["documents"], empty_documents=self.stats["empty_documents"],
-                          blocks=sum(s.blocks for s in shards), tokens=sum(s.tokens for s in shards), shards=len(shards)),
-            shards=shards,
-            bm25=FileInfo(**file_record(bm25)),
-        )
+        counts = Counts(documents=self.stats["documents"], empty_documents=self.stats["empty_documents"],
+                        blocks=sum(s.blocks for s in shards), tokens=sum(s.tokens for s in shards), shards=len(shards))
+        manifest = self.resolved.manifest(counts, shards, FileInfo(**file_record(bm25)))
         manifest.save(cfg.out)
         return manifest
 

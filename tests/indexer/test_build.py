@@ -15,7 +15,7 @@ from common.errors import AppError
 from common.files import sha256_file
 from corpus.tokens import WORD_START, tokenize_documents
 from encoder.model import BlockInput, Encoder
-from indexer.build import BuildConfig, build_index
+from indexer.build import BuildConfig, ResolvedBuild, build_index
 from indexer.manifest import MANIFEST_NAME, Manifest
 from indexer.phrase_index import PhraseIndex
 from indexer.shard import SHARD_FILES
@@ -309,6 +309,42 @@ def test_block_tokens_beyond_model_limit_refused(tmp_path, tiny_corpus, tiny_ber
     with pytest.raises(AppError, match="--block-tokens"):
         build_index(_config(tiny_corpus, tmp_path / "idx", tiny_bert_dir, block_tokens=127, title_tokens=0))
     assert not (tmp_path / "idx").exists()
+
+
+def test_resolved_build_derives_everything_once(tmp_path, tiny_corpus, encoders):
+    """One resolution: the index type checked, the encoder's facts, the identity settings and the manifest's
+    records of the model and the build (the job's own --overwrite left out)."""
+    enc = encoders["bert"]
+    cfg = _config(tiny_corpus, tmp_path / "idx", enc.model_dir, index_type="FLAT", batch_tokens=None, overwrite=True)
+    resolved = ResolvedBuild.resolve(cfg, enc, "jsonl")
+    assert resolved.config.index_type == "flat" and cfg.index_type == "FLAT"
+    assert (resolved.dim, resolved.dtype, resolved.engine) == (enc.dim, "float32", enc.engine)
+    assert resolved.fingerprint == enc.fingerprint == resolved.model.fingerprint
+    assert resolved.batch_tokens == 2048  # the CPU default
+    assert resolved.model.model_type == "bert" and resolved.model.vocab_size == len(enc.tokenizer)
+    assert resolved.identity_settings == {"block_tokens": BLOCK_TOKENS, "shard_tokens": SHARD_TOKENS,
+                                          "title_tokens": TITLE_TOKENS, "index_type": "flat", "memory_budget": None,
+                                          "vector_dtype": "float16", "dtype": "float32", "engine": enc.engine}
+    assert "overwrite" not in resolved.settings.model_dump() and resolved.settings.index_type == "flat"
+    assert ResolvedBuild.resolve(cfg.model_copy(update={"batch_tokens": 64}), enc, "jsonl").batch_tokens == 64
+
+
+def test_resolved_build_refuses_a_bad_config(tmp_path, tiny_corpus, encoders):
+    enc = encoders["bert"]
+    with pytest.raises(AppError, match="--index-type 'nonsense'"):
+        ResolvedBuild.resolve(_config(tiny_corpus, tmp_path, enc.model_dir, index_type="nonsense"), enc, "jsonl")
+    with pytest.raises(AppError, match="--block-tokens 127 plus 4 title tokens"):
+        ResolvedBuild.resolve(_config(tiny_corpus, tmp_path, enc.model_dir, block_tokens=127), enc, "jsonl")
+
+
+def test_the_manifest_is_written_from_the_resolved_build(built, tiny_corpus, encoders):
+    which, out, _, index = built
+    cfg = _config(tiny_corpus, out, encoders[which].model_dir)
+    resolved = ResolvedBuild.resolve(cfg, encoders[which], "jsonl")
+    m = index.manifest
+    assert (m.model, m.build, m.dim, m.index_type) == (resolved.model, resolved.settings, resolved.dim, "auto")
+    again = resolved.manifest(m.counts, m.shards, m.bm25)
+    assert again.model_dump(exclude={"created_at"}) == m.model_dump(exclude={"created_at"})
 
 
 def test_all_empty_corpus_refused(tmp_path, tiny_bert_dir):
