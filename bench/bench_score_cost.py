@@ -1,11 +1,11 @@
-"""What a closed-set score costs against a default fill, in process (issue 37, item 6): the budget's weight
-(fill.budget.Budget.weight) must track the measured time, so that no accepted /score is heavier than the heavy
+"""What a closed-set score costs against a default fill, in process (issue 37, item 6): the budget's cost
+(fill.budget.Budget.cost) must track the measured time, so that no accepted /score is heavier than the heavy
 lane's guarantee says.
 
     python bench/bench_score_cost.py --index data-local/eval/default_model/idx_imdb [--repeats 5] [--json OUT]
 
 Each request is run --repeats times after one warm-up; printed per request: the median ms, that over the default
-fill's median (a one-mask hybrid fill with the default fields), the budget's weight, the phrase matches
+fill's median (a one-mask hybrid fill with the default fields), the budget's cost, the phrase matches
 (masks x queries x retrieved tokens x distinct phrases) and whether the default budget accepts it. The phrases
 are distinct words of the index's own documents, so they match as often as real verbalizers do.
 """
@@ -86,12 +86,12 @@ def main() -> None:
         ms = statistics.median(times)
         unit = unit or ms
         try:
-            (budget.check if isinstance(request, FillRequest) else budget.check_score)(request, mode, block_tokens)
+            budget.check(request, mode, block_tokens)
             accepted = "yes"
         except AppError as exc:
             accepted = "no: " + exc.message.split(",")[0]
         rows.append({"request": name, "ms": round(ms, 1), "default_fills": round(ms / unit, 2),
-                     "weight": round(Budget.weight(request, mode, block_tokens), 2),
+                     "weight": round(Budget.cost(request, mode, block_tokens), 2),
                      "matches": Budget.matches(request, mode, block_tokens), "accepted": accepted})
         print(f"| {name} | {ms:.1f} | {ms / unit:.2f} | {rows[-1]['weight']} | {rows[-1]['matches']:,} | {accepted} |",
               flush=True)

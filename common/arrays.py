@@ -1,4 +1,5 @@
-"""Distinct values of a 1-D integer array by one sort: what `np.unique` returns, faster on the hot path.
+"""Distinct values of a 1-D integer array by one sort: what `np.unique` returns, faster on the hot path;
+and where each of a run of consecutive pieces starts (`piece_starts`).
 
 numpy 2.4's `np.unique(x)` finds the values with a hash table and then sorts them, and with
 `return_index` it sorts stably (timsort for 64-bit keys); on the 10^4-10^5 int64 keys of a fill both
@@ -39,3 +40,10 @@ def unique_inverse(x: np.ndarray, first: bool = False):
         return values, inverse
     index = np.minimum.reduceat(order, np.flatnonzero(step)) if s.size else np.empty(0, dtype=np.int64)
     return values, index.astype(np.int64, copy=False), inverse
+
+
+def piece_starts(sizes) -> np.ndarray:
+    """Where each of consecutive pieces of these sizes starts (int64): the sum of the sizes before it, so
+    piece i is [out[i], out[i] + sizes[i]) of their concatenation; np.cumsum(sizes) - sizes."""
+    sizes = np.asarray(sizes).astype(np.int64, copy=False)
+    return np.cumsum(sizes) - sizes

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 
 
 @dataclass(frozen=True)
-class Place:
+class Rank:
+    """This process's rank in its job, the job's world size and the process's rank on its machine."""
+
     rank: int = 0
     world: int = 1
     local_rank: int = 0
@@ -29,15 +31,15 @@ class Place:
             dist.barrier()
 
 
-def join(backend: str, timeout: dt.timedelta | None = None) -> Place:
+def join(backend: str, timeout: dt.timedelta | None = None) -> Rank:
     """(rank, world size, local rank) of this process; the process group is initialised with `backend`
     (gloo or nccl) when torchrun started several processes."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     if world <= 1:
-        return Place()
+        return Rank()
     import torch.distributed as dist
 
     if not dist.is_initialized():
         kwargs = {"timeout": timeout} if timeout is not None else {}
         dist.init_process_group(backend, **kwargs)
-    return Place(dist.get_rank(), world, int(os.environ.get("LOCAL_RANK", "0")))
+    return Rank(dist.get_rank(), world, int(os.environ.get("LOCAL_RANK", "0")))

@@ -28,7 +28,7 @@ class Budget:
       at every retrieved token (6-12 ns each measured, bench/bench_score_cost.py: 64 choices x 32 phrases made
       a default score ~5 default fills).
 
-    `weight` is a request's cost in default fills (a one-mask hybrid fill with the default fields): the larger
+    `cost` is what a request costs in default fills (a one-mask hybrid fill with the default fields): the larger
     of its search and its candidates over a default fill's, plus a score's matches over MATCHES_PER_FILL; the
     service serves heavier requests in a lane of their own (service.state)."""
 
@@ -77,7 +77,7 @@ class Budget:
             * Budget.phrases(request)
 
     @staticmethod
-    def weight(request: FillRequest | ScoreRequest, mode: str, block_tokens: int) -> float:
+    def cost(request: FillRequest | ScoreRequest, mode: str, block_tokens: int) -> float:
         """The request's cost in default fills (see the class doc)."""
         return max(Budget.search(request, mode) / Budget.search(DEFAULT_FILL, "hybrid"),
                    Budget.candidates(request, mode, block_tokens) / Budget.candidates(DEFAULT_FILL, "hybrid", block_tokens)
@@ -95,28 +95,15 @@ class Budget:
                            "(synonyms included)",
                 "over_budget": 422}
 
-    def check(self, request: FillRequest, mode: str, block_tokens: int) -> None:
-        """AppError (validation, 422) naming the fields when the request is over a bound."""
-        masks = count_masks(request.text)
+    def check(self, request: FillRequest | ScoreRequest, mode: str, block_tokens: int) -> None:
+        """AppError (validation, 422) naming the fields when the request is over a bound: its search first, then
+        a fill's candidate spans and evidence (`_check_fill`), a closed-set score's retrieved tokens, phrase
+        matches and evidence (`_check_score`)."""
         self._check_search(request, mode)
-        cost = self.candidates(request, mode, block_tokens)
-        if cost > self.max_candidates:
-            terms = []
-            if mode != "restricted":
-                terms.append(f"k {request.k}")
-            if mode != "dense":
-                terms.append(f"blocks {request.blocks} x {block_tokens} block tokens")
-            raise AppError(
-                f"request too expensive: {_masks(masks)} x ({' + '.join(terms)}) x max_span_tokens "
-                f"{request.max_span_tokens} = {cost:,} candidate spans, over the server's budget of "
-                f"{self.max_candidates:,} (FILL_MAX_CANDIDATES); lower k, blocks, max_span_tokens or the masks",
-                kind="validation")
-        evidence = masks * request.top_k * request.evidence
-        if evidence > self.max_evidence:
-            raise AppError(
-                f"request too expensive: {_masks(masks)} x top_k {request.top_k} x evidence {request.evidence} = "
-                f"{evidence:,} occurrences, over the server's budget of {self.max_evidence:,} "
-                "(FILL_MAX_EVIDENCE); lower top_k, evidence or the masks", kind="validation")
+        if isinstance(request, ScoreRequest):
+            self._check_score(request, mode, block_tokens)
+        else:
+            self._check_fill(request, mode, block_tokens)
 
     def _check_search(self, request: FillRequest | ScoreRequest, mode: str) -> None:
         hits = self.search(request, mode)
@@ -126,23 +113,45 @@ class Budget:
                 f"{request.k} = {hits:,} hits searched and re-scored, over the server's budget of {self.max_search:,} "
                 "(FILL_MAX_SEARCH); lower k or the masks", kind="validation")
 
-    def check_score(self, request: ScoreRequest, mode: str, block_tokens: int) -> None:
-        """`check` for a closed-set score: its search, then masks x queries x (k + blocks x block tokens), the
-        retrieved tokens scored exactly and matched, against the candidate budget; its phrase matches (`matches`)
-        against the matches budget; masks x choices x evidence against the evidence budget."""
+    def _check_fill(self, request: FillRequest, mode: str, block_tokens: int) -> None:
+        """A fill's candidate spans (`candidates`) against the candidate budget; masks x top_k x evidence against
+        the evidence budget."""
+        masks = count_masks(request.text)
+        spans = self.candidates(request, mode, block_tokens)
+        if spans > self.max_candidates:
+            terms = []
+            if mode != "restricted":
+                terms.append(f"k {request.k}")
+            if mode != "dense":
+                terms.append(f"blocks {request.blocks} x {block_tokens} block tokens")
+            raise AppError(
+                f"request too expensive: {_masks(masks)} x ({' + '.join(terms)}) x max_span_tokens "
+                f"{request.max_span_tokens} = {spans:,} candidate spans, over the server's budget of "
+                f"{self.max_candidates:,} (FILL_MAX_CANDIDATES); lower k, blocks, max_span_tokens or the masks",
+                kind="validation")
+        evidence = masks * request.top_k * request.evidence
+        if evidence > self.max_evidence:
+            raise AppError(
+                f"request too expensive: {_masks(masks)} x top_k {request.top_k} x evidence {request.evidence} = "
+                f"{evidence:,} occurrences, over the server's budget of {self.max_evidence:,} "
+                "(FILL_MAX_EVIDENCE); lower top_k, evidence or the masks", kind="validation")
+
+    def _check_score(self, request: ScoreRequest, mode: str, block_tokens: int) -> None:
+        """A closed-set score's masks x queries x (k + blocks x block tokens), the retrieved tokens scored exactly
+        and matched, against the candidate budget; its phrase matches (`matches`) against the matches budget;
+        masks x choices x evidence against the evidence budget."""
         masks, searches = count_masks(request.text), self.queries(request)
-        self._check_search(request, mode)
         tokens = self.retrieved(request, mode, block_tokens)
-        cost = masks * searches * tokens
-        if cost > self.max_candidates:
+        scored = masks * searches * tokens
+        if scored > self.max_candidates:
             raise AppError(
                 f"request too expensive: {_masks(masks)} x {searches} queries x {tokens:,} retrieved tokens = "
-                f"{cost:,}, over the server's budget of {self.max_candidates:,} (FILL_MAX_CANDIDATES); lower k, "
+                f"{scored:,}, over the server's budget of {self.max_candidates:,} (FILL_MAX_CANDIDATES); lower k, "
                 "blocks or the masks, or use the npm_single scorer", kind="validation")
         matches = self.matches(request, mode, block_tokens)
         if matches > self.max_matches:
             raise AppError(
-                f"request too expensive: {cost:,} retrieved tokens (masks x queries) x {self.phrases(request)} "
+                f"request too expensive: {scored:,} retrieved tokens (masks x queries) x {self.phrases(request)} "
                 f"distinct phrases = {matches:,} phrase matches, over the server's budget of {self.max_matches:,} "
                 "(FILL_MAX_MATCHES); lower k, blocks, the masks, the phrases or synonyms", kind="validation")
         evidence = masks * len(request.choices) * request.evidence
@@ -153,7 +162,7 @@ class Budget:
                 "(FILL_MAX_EVIDENCE); lower evidence, the choices or the masks", kind="validation")
 
 
-DEFAULT_FILL = FillRequest(text="<mask>")  # the unit of Budget.weight
+DEFAULT_FILL = FillRequest(text="<mask>")  # the unit of Budget.cost
 MATCHES_PER_FILL = 2**23  # phrase matches that cost about one default fill (~12 ns each at worst, measured)
 
 

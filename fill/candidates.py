@@ -17,7 +17,7 @@ from typing import Callable
 import numpy as np
 
 from common.arrays import unique, unique_inverse
-from fill.phrases import Ragged, shard_span_texts, strip
+from fill.phrases import Ragged, shard_span_texts, strip_phrases
 from fill.spans import BlockPrior, spans_from_hits
 from indexer.shard import Shard
 
@@ -119,7 +119,7 @@ def span_candidates(shard: Shard, shard_no: int, first: np.ndarray, last: np.nda
     start_logits, start_max = start_logits_of(starts)
     end_logits, end_max = end_logits_of(ends)
     raw, char_a = shard_span_texts(shard, local_block, first, last)
-    keys = strip(raw)
+    keys = strip_phrases(raw)
     char = char_a + (keys.start - raw.start)
     tokens = _phrase_tokens(shard, first, last, char, char + keys.length) if count_tokens else None
     distinct = unique(local_block)  # (ascending already: the spans are ordered by first token)

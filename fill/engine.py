@@ -141,9 +141,9 @@ class FillEngine:
                            "`reader` out or set it false", kind="validation", field="reader")
         block_tokens = self.index.manifest.build.block_tokens
         if budget is not None:
-            budget.check_score(request, mode, block_tokens) if scoring else budget.check(request, mode, block_tokens)
+            budget.check(request, mode, block_tokens)
         ids, mask_at = self.encoder.query_layout(request.text)
-        return Planned(request, mode, ids, mask_at, t0, Budget.weight(request, mode, block_tokens), phrases)
+        return Planned(request, mode, ids, mask_at, t0, Budget.cost(request, mode, block_tokens), phrases)
 
     def prepare(self, planned: list[Planned], shape: Callable[[int, int], tuple[int, int]] | None = None
                 ) -> list[Prepared]:

@@ -4,7 +4,7 @@ grouping the stripped span texts as strings (the reference in tests/fill/referen
 Every span's text is a segment of one code-point buffer per shard (`shard_span_texts`, in the candidate
 stage), in which the overlapping spans of a block share one piece (ASCII blocks read straight from the
 shard's UTF-8 bytes, other blocks decoded once each; indexer.doc_text); the ranker joins the shards'
-buffers. Each span is stripped of surrounding white space and punctuation (`strip`) and grouped by exact
+buffers. Each span is stripped of surrounding white space and punctuation (`strip_phrases`) and grouped by exact
 content from arrays computed once over the buffer (next / previous kept char, prefix sums of a polynomial
 hash): the hash finds the groups, then every key is compared with its group's first key element by
 element, and a group whose keys differ (a hash collision) is split by their strings, so two phrases are
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.arrays import unique, unique_inverse
+from common.arrays import piece_starts, unique, unique_inverse
 from encoder.stopwords import STOPWORD_SET, broken_span, poor_fill
 from fill.spans import masses, strip_chars, top_values
 
@@ -80,7 +80,7 @@ class Ragged:
     def flat_index(self) -> tuple[np.ndarray, np.ndarray]:
         """(segment of each element, its position within the segment) over all segments in order."""
         seg = np.repeat(np.arange(self.length.size), self.length)
-        first = np.cumsum(self.length) - self.length
+        first = piece_starts(self.length)
         return seg, np.arange(seg.size) - first[seg]
 
     def text(self, i: int) -> str:
@@ -99,7 +99,7 @@ def _prev_true(flag: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(np.where(flag, np.arange(flag.size), -1)) if flag.size else np.empty(0, np.int64)
 
 
-def group(keys: Ragged) -> tuple[np.ndarray, np.ndarray]:
+def group_phrases(keys: Ragged) -> tuple[np.ndarray, np.ndarray]:
     """(group of each segment, numbered in order of first appearance; the first segment of each group) for
     non-empty segments, by exact content: groups by hash, each key checked against its group's first key
     element by element; a group holding different keys (a hash collision) is split by their strings."""
@@ -123,7 +123,7 @@ def group(keys: Ragged) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _split(keys: Ragged, groups: np.ndarray, collided: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`group` where the groups of the segments marked `collided` hashed different keys alike: those segments
+    """`group_phrases` where the groups of the segments marked `collided` hashed different keys alike: those segments
     are grouped by their strings, the others keep their hash group; all renumbered by first appearance."""
     labels: list = groups.tolist()
     for i in np.flatnonzero(collided).tolist():
@@ -137,7 +137,7 @@ def _split(keys: Ragged, groups: np.ndarray, collided: np.ndarray) -> tuple[np.n
     return out, firsts
 
 
-def poor(keys: Ragged) -> np.ndarray:
+def poor_fills(keys: Ragged) -> np.ndarray:
     """`encoder.stopwords.poor_fill` of each non-empty segment: vectorized where a segment is ASCII. A word
     is a maximal run of [A-Za-z0-9] inside the segment; the first and the last word may be runs of `codes`
     cut by the segment's ends, the words between them are whole runs of `codes`."""
@@ -156,26 +156,28 @@ def poor(keys: Ragged) -> np.ndarray:
     first_of_run = alnum & ~np.concatenate([[False], alnum[:-1]])
     run_start = _prev_true(first_of_run)  # of the run holding an alnum position
     run_end = _next_true(alnum & ~np.concatenate([alnum[1:], [False]])) + 1  # one past it
-    fa = _next_true(alnum)[s]  # the first word's first char
-    has = fa < e
-    la = _prev_true(alnum)[np.maximum(e - 1, 0)]  # the last word's last char
-    fa_c, la_c = np.minimum(fa, max(c.size - 1, 0)), np.maximum(la, 0)
-    fe = np.minimum(run_end[fa_c], e)  # the first word is [fa, fe)
-    ls = np.maximum(run_start[la_c], s)  # the last word is [ls, la + 1)
-    starts = np.zeros(c.size + 1, dtype=np.int64)
-    np.cumsum(first_of_run, out=starts[1:])
-    n_words = 1 + starts[e] - starts[np.minimum(fa + 1, c.size)]
-    single_letter = (n_words == 1) & (fe - fa == 1) & alpha[fa_c]
+    first_at = _next_true(alnum)[s]  # the first word's first char
+    has = first_at < e
+    last_at = _prev_true(alnum)[np.maximum(e - 1, 0)]  # the last word's last char
+    first_in, last_in = np.minimum(first_at, max(c.size - 1, 0)), np.maximum(last_at, 0)  # clipped into `codes`
+    first_end = np.minimum(run_end[first_in], e)  # the first word is [first_at, first_end)
+    last_start = np.maximum(run_start[last_in], s)  # the last word is [last_start, last_at + 1)
+    runs_before = np.zeros(c.size + 1, dtype=np.int64)  # runs starting before each position
+    np.cumsum(first_of_run, out=runs_before[1:])
+    n_words = 1 + runs_before[e] - runs_before[np.minimum(first_at + 1, c.size)]
+    single_letter = (n_words == 1) & (first_end - first_at == 1) & alpha[first_in]
     exact, folded = _word_codes(c), _word_codes(lower_c)
-    in_first = _is_stopword(exact, fa_c, fe - fa)
-    in_last = _is_stopword(exact, ls, la + 1 - ls)
-    # words between the first and the last: whole runs starting in [fe, ls); count those not stopwords
+    in_first = _is_stopword(exact, first_in, first_end - first_at)
+    in_last = _is_stopword(exact, last_start, last_at + 1 - last_start)
+    # words between the first and the last: whole runs starting in [first_end, last_start); count those not stopwords
     runs = np.flatnonzero(first_of_run)
     not_stop = np.zeros(c.size + 1, dtype=np.int64)
     not_stop[runs + 1] = ~_is_stopword(folded, runs, run_end[runs] - runs)
     np.cumsum(not_stop, out=not_stop)
-    inner = np.where(n_words >= 3, not_stop[np.maximum(ls, fe)] - not_stop[np.minimum(fe, ls)], 0)
-    all_stop = _is_stopword(folded, fa_c, fe - fa) & _is_stopword(folded, ls, la + 1 - ls) & (inner == 0)
+    inner = np.where(n_words >= 3, not_stop[np.maximum(last_start, first_end)]
+                     - not_stop[np.minimum(first_end, last_start)], 0)
+    all_stop = (_is_stopword(folded, first_in, first_end - first_at)
+                & _is_stopword(folded, last_start, last_at + 1 - last_start) & (inner == 0))
     out = has & (single_letter | in_first | in_last | all_stop)
     for i in np.flatnonzero(non_ascii).tolist():
         out[i] = poor_fill(keys.text(i))
@@ -209,7 +211,7 @@ def _is_stopword(packed: np.ndarray, at: np.ndarray, length: np.ndarray) -> np.n
     return out
 
 
-def lower(keys: Ragged) -> Ragged:
+def lower_phrases(keys: Ragged) -> Ragged:
     """Each segment case-folded as str.lower() does: ASCII by table, the others by str.lower (which may
     change a segment's length)."""
     seg, rel = keys.flat_index()
@@ -218,9 +220,9 @@ def lower(keys: Ragged) -> Ragged:
     non_ascii[seg[c >= 128]] = True
     c = np.where((c >= 65) & (c <= 90), c + 32, c).astype(np.uint32)
     if not non_ascii.any():
-        return Ragged(c, np.cumsum(keys.length) - keys.length, keys.length.copy())
+        return Ragged(c, piece_starts(keys.length), keys.length.copy())
     pieces, lengths = [], keys.length.copy()
-    first = np.cumsum(keys.length) - keys.length
+    first = piece_starts(keys.length)
     for i in range(keys.length.size):
         if non_ascii[i]:
             piece = np.frombuffer(keys.text(i).lower().encode("utf-32-le"), dtype="<u4")
@@ -228,10 +230,10 @@ def lower(keys: Ragged) -> Ragged:
             piece = c[first[i] : first[i] + keys.length[i]]
         pieces.append(piece)
         lengths[i] = piece.size
-    return Ragged(np.concatenate(pieces).astype(np.uint32), np.cumsum(lengths) - lengths, lengths)
+    return Ragged(np.concatenate(pieces).astype(np.uint32), piece_starts(lengths), lengths)
 
 
-def strip(raw: Ragged) -> Ragged:
+def strip_phrases(raw: Ragged) -> Ragged:
     """Each segment without its surrounding white space and punctuation (`fill.spans.strip_phrase`); a
     segment of only such characters becomes empty (length 0)."""
     keep = ~_strip_table()[raw.codes]
@@ -263,7 +265,7 @@ def shard_span_texts(shard, block: np.ndarray, first: np.ndarray, last: np.ndarr
     heads = order[new]  # a piece's first span: its block and first char
     p_block, p_a = block[heads], char_a[heads]
     p_len = np.maximum.reduceat(key_b[order], np.flatnonzero(new)) - key_a[heads] if n else np.empty(0, np.int64)
-    p_at = np.cumsum(p_len + 1) - (p_len + 1)  # where each piece starts in the buffer
+    p_at = piece_starts(p_len + 1)  # where each piece starts in the buffer
     codes = _piece_codes(shard.text, p_block, p_a, p_len, p_at)
     return Ragged(codes, p_at[piece_of] + (char_a - p_a[piece_of]), char_b - char_a), char_a
 
@@ -285,11 +287,11 @@ def _piece_codes(text, p_block: np.ndarray, p_a: np.ndarray, p_len: np.ndarray, 
     return codes
 
 
-def join(parts: list[Ragged]) -> Ragged:
+def join_ragged(parts: list[Ragged]) -> Ragged:
     """The segments of several buffers as segments of one (buffers one after the other)."""
     if not parts:
         return Ragged(np.zeros(0, dtype=np.uint32), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
-    shift = np.cumsum([0] + [p.codes.size for p in parts[:-1]])
+    shift = piece_starts([p.codes.size for p in parts])
     return Ragged(np.concatenate([p.codes for p in parts]), np.concatenate([p.start + d for p, d in zip(parts, shift)]),
                   np.concatenate([p.length for p in parts]))
 
@@ -316,13 +318,13 @@ def phrase_table(keys: Ragged, scores: np.ndarray, span_tokens: np.ndarray, case
                  drop_stopwords: bool, strict_spans: bool = False) -> PhraseTable:
     """The phrases of the spans whose stripped texts are `keys` (empty: dropped): each span's phrase, each
     phrase's mass over its spans (max or sum) and its length in tokens (that of its first span). Dropped too:
-    with `drop_stopwords`, poor fills (`poor`); with `strict_spans`, spans breaking NPM's rule (`broken_span`)."""
+    with `drop_stopwords`, poor fills (`poor_fills`); with `strict_spans`, spans breaking NPM's rule (`broken_span`)."""
     keep = np.flatnonzero(keys.length > 0)
     kept = Ragged(keys.codes, keys.start[keep], keys.length[keep])
-    exact, exact_first = group(kept)  # distinct keys, case kept
+    exact, exact_first = group_phrases(kept)  # distinct keys, case kept
     distinct = Ragged(kept.codes, kept.start[exact_first], kept.length[exact_first])
     if drop_stopwords or strict_spans:
-        good = ~poor(distinct) if drop_stopwords else np.ones(distinct.length.size, dtype=bool)
+        good = ~poor_fills(distinct) if drop_stopwords else np.ones(distinct.length.size, dtype=bool)
         if strict_spans:
             good &= ~np.array([broken_span(distinct.text(i)) for i in range(distinct.length.size)], dtype=bool)
         keep, exact = keep[good[exact]], exact[good[exact]]
@@ -331,7 +333,7 @@ def phrase_table(keys: Ragged, scores: np.ndarray, span_tokens: np.ndarray, case
     if case_sensitive:
         code_of_distinct = np.arange(distinct.length.size)
     else:
-        code_of_distinct, _ = group(lower(distinct))
+        code_of_distinct, _ = group_phrases(lower_phrases(distinct))
     # phrases numbered by their first kept span (a distinct key's first span is its group's first)
     pre = code_of_distinct[exact] if exact.size else np.empty(0, dtype=np.int64)
     n_pre = int(pre.max()) + 1 if pre.size else 0

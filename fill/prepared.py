@@ -24,7 +24,7 @@ class Planned:
     ids: list[int]  # query token ids, each mask as MASK_s MASK_e
     mask_at: list[int]  # the token index of each mask's MASK_s
     t0: float  # when the fill started (perf_counter)
-    cost: float  # the request's cost in default fills (fill.budget.Budget.weight): the service's lane
+    cost: float  # the request's cost in default fills (fill.budget.Budget.cost): the service's lane
     phrases: Phrases | None = None  # a ScoreRequest's choices as token ids
 
     @property

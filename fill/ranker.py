@@ -13,8 +13,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.arrays import piece_starts
 from fill.candidates import ShardCandidates
-from fill.phrases import PhraseTable, join, phrase_table, rank_table
+from fill.phrases import PhraseTable, join_ragged, phrase_table, rank_table
 from fill.schemas import FillOptions
 from fill.spans import softmax
 
@@ -32,7 +33,7 @@ class CandidatePool:
     @classmethod
     def of(cls, parts: list[ShardCandidates]) -> "CandidatePool":
         sizes = np.array([p.size for p in parts], dtype=np.int64)
-        offsets = np.cumsum(sizes) - sizes
+        offsets = piece_starts(sizes)
         if not parts:
             return cls(parts, offsets, np.empty(0), float("-inf"), float("-inf"))
         p_start = _probabilities([p.start_logits for p in parts], [p.start_of for p in parts])
@@ -52,7 +53,7 @@ class CandidatePool:
 def _probabilities(logits: list[np.ndarray], rows: list[np.ndarray]) -> np.ndarray:
     """Per span: the softmax over every part's distinct positions, read at the span's own position."""
     sizes = np.array([x.size for x in logits], dtype=np.int64)
-    shift = np.cumsum(sizes) - sizes
+    shift = piece_starts(sizes)
     return softmax(np.concatenate(logits))[np.concatenate([r + d for r, d in zip(rows, shift)])]
 
 
@@ -90,7 +91,7 @@ def rank_mask(parts: list[ShardCandidates], options: FillOptions) -> RankedMask:
         tokens = np.concatenate([p.tokens for p in parts])
     else:
         tokens = np.concatenate([p.last - p.first + 1 for p in parts])
-    table = phrase_table(join([p.keys for p in parts]), pool.score, tokens, options.case_sensitive,
+    table = phrase_table(join_ragged([p.keys for p in parts]), pool.score, tokens, options.case_sensitive,
                          options.aggregate, options.drop_stopwords, options.strict_spans)
     ranked = rank_table(table, options.alpha, max(options.top_k, 2))  # the shown phrases and the runner-up
     return RankedMask.of(pool, table, ranked, options.top_k)

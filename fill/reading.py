@@ -20,9 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from common.arrays import piece_starts
 from encoder.reader import Reader, ReaderInput, ReadingSpec
 from fill.candidates import ShardCandidates
-from fill.phrases import join, phrase_table
+from fill.phrases import join_ragged, phrase_table
 from fill.ranker import CandidatePool, RankedMask
 from fill.schemas import FillOptions
 from fill.shard_group import Shards
@@ -36,14 +37,14 @@ def joint_pool(parts: list[ShardCandidates]) -> CandidatePool:
     """The window spans with P(span) = softmax over all spans of start(first) + end(last)."""
     sizes = np.array([p.size for p in parts], dtype=np.int64)
     logits = np.concatenate([p.start_logits[p.start_of] + p.end_logits[p.end_of] for p in parts])
-    return CandidatePool(parts, np.cumsum(sizes) - sizes, softmax(logits), max(p.start_max for p in parts),
+    return CandidatePool(parts, piece_starts(sizes), softmax(logits), max(p.start_max for p in parts),
                          max(p.end_max for p in parts))
 
 
 def rerank(pool: CandidatePool, retrieval: RankedMask, weight: float, options: FillOptions) -> RankedMask:
     """The window phrases ranked by reader mass * retrieval value ** weight (see the module doc)."""
     parts = pool.parts
-    table = phrase_table(join([p.keys for p in parts]), pool.score, np.concatenate([p.last - p.first + 1 for p in parts]),
+    table = phrase_table(join_ragged([p.keys for p in parts]), pool.score, np.concatenate([p.last - p.first + 1 for p in parts]),
                          options.case_sensitive, "sum", options.drop_stopwords,
                          options.strict_spans)
     if table.mass.size == 0:

@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import ConfigDict, Field
 from tqdm import tqdm
 
-from common.distributed import Place, join
+from common.distributed import Rank, join
 from common.errors import AppError
 from common.files import file_record
 from corpus.blocking import Block, iter_blocks
@@ -150,7 +150,7 @@ class BuildJob:
 
     def __init__(self, cfg: BuildConfig) -> None:
         corpus_format = detect_format(cfg.corpus)  # first: a bad corpus is refused before any model is loaded
-        self.place: Place = join("gloo", timeout=dt.timedelta(hours=24))  # gloo: barriers only, GPU or not
+        self.place: Rank = join("gloo", timeout=dt.timedelta(hours=24))  # gloo: barriers only, GPU or not
         device = choose_device(cfg.device, self.place.local_rank)
         self.encoder = Encoder(cfg.model, device=device, dtype=cfg.dtype, engine=cfg.engine).for_inference()
         self.resolved = ResolvedBuild.resolve(cfg, self.encoder, corpus_format)

@@ -121,54 +121,58 @@ def connect(settings: Settings) -> None:
         serve.start(proxy_location="Disabled")
 
 
-def deploy_groups(settings: Settings, root: Path) -> list[Group]:
-    """Run (or update) the index's shard groups as Serve applications `<prefix>-group-<n>` and wait until
-    each has its replicas; their handles."""
+def shard_groups(settings: Settings, root: Path, deploy: bool, wait: float = ATTACH_WAIT) -> list[Group]:
+    """The handles of the index's shard groups, Serve applications `<prefix>-group-<n>`, one per group of this
+    server's plan (FILL_RAY_GROUPS): with `deploy`, run (or updated) here, waiting until each has its replicas
+    (`_deploy`); else deployed by a Serve config (FILL_RAY_DEPLOY=false) and attached to (`_attach`)."""
     manifest = Manifest.load(root)
     out = []
     for number, shard_nos in enumerate(group_plan(len(manifest.shards), settings.ray_groups)):
-        name = app_name(settings.ray_app, number)
-        t0 = time.perf_counter()
-        app = ShardGroupReplica.options(num_replicas=settings.ray_replicas).bind(
-            str(root.resolve()), shard_nos, settings.nprobe, settings.ef_search, settings.refine, settings.warm, 0.0,
-            generation_of(manifest))
-        handle = serve.run(app, name=name, route_prefix=None)
-        logger.info("shard group %s (shards %s) running with %d replicas in %.1f s", name, shard_nos,
-                    settings.ray_replicas, time.perf_counter() - t0)
-        out.append(Group(name, shard_nos, handle))
-    return out
-
-
-def attach_groups(settings: Settings, root: Path, wait: float = ATTACH_WAIT) -> list[Group]:
-    """The handles of shard groups deployed by a Serve config (FILL_RAY_DEPLOY=false), waiting up to `wait`
-    seconds for each to exist; each must hold the shards of this server's plan (FILL_RAY_GROUPS)."""
-    out, manifest = [], Manifest.load(root)
-    for number, shard_nos in enumerate(group_plan(len(manifest.shards), settings.ray_groups)):
         group = Group(app_name(settings.ray_app, number), shard_nos, None)
-        deadline = time.monotonic() + wait
-        while group.handle is None:
-            try:
-                group.handle = serve.get_app_handle(group.name)
-            except RayServeException:
-                if time.monotonic() > deadline:
-                    raise AppError(f"{group.label} is not deployed on the Ray cluster after {wait:g} s; deploy it "
-                                   "(deploy/ray/serve.yaml) or let this server deploy it (FILL_RAY_DEPLOY=true)",
-                                   kind="not_ready") from None
-                time.sleep(1.0)
-        held = RayShards([group], settings.ray_timeout)._call([(0, "held", ())])[0]
-        if held["shard_nos"] != shard_nos:
-            raise AppError(f"{group.label} holds shards {held['shard_nos']}, not those of this server's plan; give the "
-                           "ingress and the groups the same index and the same number of groups (FILL_RAY_GROUPS)")
-        if held["generation"] != generation_of(manifest):
-            raise AppError(f"{group.label} serves another generation of {root} ({held['generation']}, here "
-                           f"{generation_of(manifest)}); redeploy the groups (serve deploy) after changing the index")
+        if deploy:
+            _deploy(settings, root, manifest, group)
+        else:
+            _attach(settings, root, manifest, group, wait)
         out.append(group)
     return out
+
+
+def _deploy(settings: Settings, root: Path, manifest: Manifest, group: Group) -> None:
+    """Run (or update) the group's application and wait until it has its replicas; its handle into `group`."""
+    t0 = time.perf_counter()
+    app = ShardGroupReplica.options(num_replicas=settings.ray_replicas).bind(
+        str(root.resolve()), group.shard_nos, settings.nprobe, settings.ef_search, settings.refine, settings.warm, 0.0,
+        generation_of(manifest))
+    group.handle = serve.run(app, name=group.name, route_prefix=None)
+    logger.info("shard group %s (shards %s) running with %d replicas in %.1f s", group.name, group.shard_nos,
+                settings.ray_replicas, time.perf_counter() - t0)
+
+
+def _attach(settings: Settings, root: Path, manifest: Manifest, group: Group, wait: float) -> None:
+    """The group's handle into `group`, waiting up to `wait` seconds for it to exist; it must hold the shards
+    of this server's plan and this generation of the index."""
+    deadline = time.monotonic() + wait
+    while group.handle is None:
+        try:
+            group.handle = serve.get_app_handle(group.name)
+        except RayServeException:
+            if time.monotonic() > deadline:
+                raise AppError(f"{group.label} is not deployed on the Ray cluster after {wait:g} s; deploy it "
+                               "(deploy/ray/serve.yaml) or let this server deploy it (FILL_RAY_DEPLOY=true)",
+                               kind="not_ready") from None
+            time.sleep(1.0)
+    held = RayShards([group], settings.ray_timeout)._call([(0, "held", ())])[0]
+    if held["shard_nos"] != group.shard_nos:
+        raise AppError(f"{group.label} holds shards {held['shard_nos']}, not those of this server's plan; give the "
+                       "ingress and the groups the same index and the same number of groups (FILL_RAY_GROUPS)")
+    if held["generation"] != generation_of(manifest):
+        raise AppError(f"{group.label} serves another generation of {root} ({held['generation']}, here "
+                       f"{generation_of(manifest)}); redeploy the groups (serve deploy) after changing the index")
 
 
 def open_engine(settings: Settings) -> FillEngine:
     """The engine of a Ray ingress: encoder, reader, manifest and BM25 here, the shards in their groups."""
     connect(settings)
     root = settings.index_dir()
-    groups = deploy_groups(settings, root) if settings.ray_deploy else attach_groups(settings, root)
+    groups = shard_groups(settings, root, deploy=settings.ray_deploy)
     return FillEngine.open(settings.engine_config(), shards=lambda index: RayShards(groups, settings.ray_timeout))

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from common.arrays import unique, unique_inverse
+from common.arrays import piece_starts, unique, unique_inverse
 
 
 def _cases():
@@ -28,3 +28,16 @@ def test_same_as_numpy(x):
     np.testing.assert_array_equal(index, ref_index)  # the first occurrence of each value
     np.testing.assert_array_equal(inverse, ref_inverse.ravel())
     assert values.dtype == x.dtype and index.dtype == np.int64 and inverse.dtype == np.int64
+
+
+def test_piece_starts_are_the_sums_of_the_sizes_before():
+    sizes = np.array([3, 0, 2, 5, 0], dtype=np.int32)
+    starts = piece_starts(sizes)
+    assert starts.tolist() == [0, 3, 3, 5, 10] and starts.dtype == np.int64
+    pieces = [np.arange(n) + 10 * i for i, n in enumerate(sizes.tolist())]
+    joined = np.concatenate(pieces)
+    for i, piece in enumerate(pieces):  # piece i is [start, start + size) of the concatenation
+        np.testing.assert_array_equal(joined[starts[i] : starts[i] + sizes[i]], piece)
+    assert piece_starts(np.empty(0, dtype=np.int64)).tolist() == []
+    assert piece_starts([4]).tolist() == [0]
+    assert piece_starts(np.array([2, 3], dtype=np.uint32)).dtype == np.int64  # not uint64, not float

@@ -56,7 +56,7 @@ def _choices(labels: int, phrases: int) -> list[dict]:
     return [{"label": f"c{c}", "phrases": [f"w{c}x{p}" for p in range(phrases)]} for c in range(labels)]
 
 
-def test_a_scores_phrase_matches_count_in_its_budget_and_its_weight():
+def test_a_scores_phrase_matches_count_in_its_budget_and_its_cost():
     """Every distinct phrase is matched at every retrieved token: 64 choices x 32 phrases at the default k and
     blocks is 105M matches (~5 default fills measured), refused by the default bound; 64 x 16 is accepted
     without synonyms, refused with the default 20 more per choice."""
@@ -67,20 +67,20 @@ def test_a_scores_phrase_matches_count_in_its_budget_and_its_weight():
     assert Budget.phrases(two) == 2 and Budget.phrases(many) == 2048
     assert Budget.phrases(two.model_copy(update={"synonyms": 20})) == 42
     assert Budget.matches(many, "restricted", 256) == 1 * 2 * 100 * 256 * 2048
-    budget.check_score(two, "restricted", 256)
-    budget.check_score(ScoreRequest(text="It was <mask> .", choices=["great", "terrible"]), "restricted", 256)
+    budget.check(two, "restricted", 256)
+    budget.check(ScoreRequest(text="It was <mask> .", choices=["great", "terrible"]), "restricted", 256)
     sixteen = ScoreRequest(text="It was <mask> .", choices=_choices(64, 16), synonyms=0)
-    budget.check_score(sixteen, "restricted", 256)
+    budget.check(sixteen, "restricted", 256)
     with pytest.raises(Exception, match="2304 distinct phrases.*or synonyms"):
-        budget.check_score(sixteen.model_copy(update={"synonyms": 20}), "restricted", 256)
+        budget.check(sixteen.model_copy(update={"synonyms": 20}), "restricted", 256)
     with pytest.raises(Exception, match="2048 distinct phrases = 104,857,600 phrase matches.*FILL_MAX_MATCHES"):
-        budget.check_score(many, "restricted", 256)
+        budget.check(many, "restricted", 256)
     duplicated = ScoreRequest(text="It was <mask> .", choices=[{"label": "a", "phrases": ["x", "x", "y"]}, "b"],
                               synonyms=0)
     assert Budget.phrases(duplicated) == 3  # a phrase repeated within a choice is matched once
-    assert Budget.weight(many, "restricted", 256) == pytest.approx(
-        Budget.weight(two, "restricted", 256) + 2046 * 2 * 100 * 256 / MATCHES_PER_FILL)
-    assert Budget.weight(many, "restricted", 256) > 12  # the heavy lane's, whatever its search
+    assert Budget.cost(many, "restricted", 256) == pytest.approx(
+        Budget.cost(two, "restricted", 256) + 2046 * 2 * 100 * 256 / MATCHES_PER_FILL)
+    assert Budget.cost(many, "restricted", 256) > 12  # the heavy lane's, whatever its search
 
 
 def test_over_budget_is_422_naming_the_fields_and_the_setting(engine):
@@ -160,11 +160,11 @@ def test_search_cost_counts_masks_queries_and_k_and_refuses_the_heaviest_dense_r
         budget.check(heaviest, "dense", 256)
 
 
-def test_weight_is_the_cost_in_default_fills():
-    assert Budget.weight(FillRequest(text="<mask>"), "hybrid", 256) == 1.0
-    assert Budget.weight(FillRequest(text="<mask> <mask>"), "hybrid", 256) == 2.0
-    assert Budget.weight(FillRequest(text="<mask>", k=4096, max_span_tokens=1), "dense", 256) == 4.0  # its search
-    assert Budget.weight(FillRequest(text="<mask>", max_span_tokens=1), "restricted", 256) < 1.0
+def test_cost_is_in_default_fills():
+    assert Budget.cost(FillRequest(text="<mask>"), "hybrid", 256) == 1.0
+    assert Budget.cost(FillRequest(text="<mask> <mask>"), "hybrid", 256) == 2.0
+    assert Budget.cost(FillRequest(text="<mask>", k=4096, max_span_tokens=1), "dense", 256) == 4.0  # its search
+    assert Budget.cost(FillRequest(text="<mask>", max_span_tokens=1), "restricted", 256) < 1.0
 
 
 def test_the_plan_carries_the_cost_the_service_chooses_a_lane_by(engine):
@@ -176,7 +176,7 @@ def test_the_plan_carries_the_cost_the_service_chooses_a_lane_by(engine):
     costs = []
     for request in requests:
         planned = engine.plan(request)
-        assert planned.cost == Budget.weight(request, planned.mode, block_tokens)
+        assert planned.cost == Budget.cost(request, planned.mode, block_tokens)
         costs.append(planned.cost)
     assert len(set(costs)) == len(costs)  # four different costs: the cost follows the request
 

@@ -10,7 +10,16 @@ import pytest
 
 import fill.phrases as phrases
 from encoder.stopwords import STOPWORDS, broken_span, poor_fill
-from fill.phrases import Ragged, group, join, lower, phrase_table, poor, rank_table, strip
+from fill.phrases import (
+    Ragged,
+    group_phrases,
+    join_ragged,
+    lower_phrases,
+    phrase_table,
+    poor_fills,
+    rank_table,
+    strip_phrases,
+)
 from fill.spans import strip_phrase
 from tests.fill.reference import aggregate, rank
 
@@ -57,13 +66,13 @@ def _overlapping(n: int, seed: int) -> tuple[Ragged, list[str]]:
 def test_overlapping_segments_of_one_buffer():
     raw, texts = _overlapping(3000, 5)
     assert [raw.text(i) for i in range(len(texts))] == texts
-    stripped = strip(raw)
+    stripped = strip_phrases(raw)
     keys = [stripped.text(i) for i in range(len(texts))]
     assert keys == [t[slice(*strip_phrase(t))] if strip_phrase(t)[1] > strip_phrase(t)[0] else "" for t in texts]
     kept = [i for i, k in enumerate(keys) if k]
     stripped = Ragged(raw.codes, stripped.start[kept], stripped.length[kept])
-    assert poor(stripped).tolist() == [poor_fill(keys[i]) for i in kept]
-    groups, firsts = group(stripped)
+    assert poor_fills(stripped).tolist() == [poor_fill(keys[i]) for i in kept]
+    groups, firsts = group_phrases(stripped)
     seen: dict[str, int] = {}
     assert groups.tolist() == [seen.setdefault(keys[i], len(seen)) for i in kept]
     assert [keys[kept[i]] for i in firsts.tolist()] == list(seen)
@@ -73,7 +82,7 @@ def test_overlapping_segments_of_one_buffer():
 def test_strip_equals_strip_phrase():
     texts = _strings(3000, 0) + ["", " ", "...", "«a»", "a", " a b ", "—"]
     raw = _ragged(texts)
-    keys = strip(raw)
+    keys = strip_phrases(raw)
     for i, t in enumerate(texts):
         a = int(keys.start[i] - raw.start[i])
         ref = strip_phrase(t)
@@ -82,20 +91,20 @@ def test_strip_equals_strip_phrase():
 
 def test_poor_equals_poor_fill():
     texts = [t for t in _strings(4000, 1) if t] + ["a", "A", "7", "in London", "The Hague", "the Hague", "of the", "Of"]
-    got = poor(_ragged(texts))
+    got = poor_fills(_ragged(texts))
     assert got.tolist() == [poor_fill(t) for t in texts]
     assert got.any() and not got.all()
 
 
 def test_lower_equals_str_lower_even_when_it_changes_the_length():
     texts = _strings(500, 2) + ["İstanbul", "\u212a", "ABC"]
-    low = lower(_ragged(texts))
+    low = lower_phrases(_ragged(texts))
     assert [low.text(i) for i in range(len(texts))] == [t.lower() for t in texts]
 
 
 def test_group_is_exact_and_numbers_groups_by_first_appearance():
     texts = [t for t in _strings(2000, 3) if t]
-    groups, firsts = group(_ragged(texts))
+    groups, firsts = group_phrases(_ragged(texts))
     seen: dict[str, int] = {}
     ref = [seen.setdefault(t, len(seen)) for t in texts]
     assert groups.tolist() == ref
@@ -104,9 +113,9 @@ def test_group_is_exact_and_numbers_groups_by_first_appearance():
 
 def test_a_hash_collision_is_split_not_merged(monkeypatch):
     monkeypatch.setattr(phrases, "_hashes", lambda keys: np.zeros(keys.length.size, dtype=np.uint64))  # every key alike
-    groups, firsts = group(_ragged(["ab", "ba", "ab", "abc", "ba"]))  # same hash; lengths and texts differ
+    groups, firsts = group_phrases(_ragged(["ab", "ba", "ab", "abc", "ba"]))  # same hash; lengths and texts differ
     assert groups.tolist() == [0, 1, 0, 2, 1] and firsts.tolist() == [0, 1, 3]
-    groups, _ = group(_ragged(["ab", "ab"]))  # equal keys still group
+    groups, _ = group_phrases(_ragged(["ab", "ab"]))  # equal keys still group
     assert groups.tolist() == [0, 0]
 
 
@@ -122,7 +131,7 @@ def test_a_collision_leaves_the_other_groups_alone(monkeypatch):
         return h
 
     monkeypatch.setattr(phrases, "_hashes", collide)
-    groups, firsts = group(_ragged(texts))
+    groups, firsts = group_phrases(_ragged(texts))
     seen: dict[str, int] = {}
     assert groups.tolist() == [seen.setdefault(t, len(seen)) for t in texts]
     assert [texts[i] for i in firsts.tolist()] == list(seen)
@@ -130,9 +139,9 @@ def test_a_collision_leaves_the_other_groups_alone(monkeypatch):
 
 def test_join_keeps_each_segment():
     a, b = _ragged(["ab", "c"]), _ragged(["de"])
-    joined = join([a, b])
+    joined = join_ragged([a, b])
     assert [joined.text(i) for i in range(3)] == ["ab", "c", "de"]
-    assert join([]).length.size == 0
+    assert join_ragged([]).length.size == 0
 
 
 @pytest.mark.parametrize("case_sensitive", [True, False])
@@ -145,7 +154,7 @@ def test_phrase_table_and_rank_equal_aggregate_and_rank(case_sensitive, how, dro
     texts = _strings(1500, 4)
     scores = rng.random(len(texts))
     tokens = rng.integers(1, 11, len(texts))
-    table = phrase_table(strip(_ragged(texts)), scores, tokens, case_sensitive, how, drop, strict)
+    table = phrase_table(strip_phrases(_ragged(texts)), scores, tokens, case_sensitive, how, drop, strict)
     got = [(table.text(p), v, table.occurrences(p).tolist()) for p, v in rank_table(table, alpha, 40)]
     keys = []
     for t in texts:
@@ -166,4 +175,4 @@ def test_broken_span_is_npms_rule():
 
 def test_poor_of_empty_segments_over_an_empty_buffer():
     empty = Ragged(np.empty(0, dtype=np.uint32), np.zeros(2, dtype=np.int64), np.zeros(2, dtype=np.int64))
-    assert poor(empty).tolist() == [poor_fill(""), poor_fill("")]
+    assert poor_fills(empty).tolist() == [poor_fill(""), poor_fill("")]
