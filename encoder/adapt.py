@@ -19,7 +19,8 @@ from pydantic import BaseModel, Field
 
 from encoder.export import export_model
 from encoder.model import default_model_dir
-from encoder.train import TrainConfig, train
+from encoder.train import train
+from encoder.train_config import TrainConfig
 
 logger = logging.getLogger(__name__)
 

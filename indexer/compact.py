@@ -161,18 +161,23 @@ def compact_index(root: Path) -> CompactSummary:
     opened = [Shard(root, info, m.dim) for info in new_shards]
     generation = m.generation + 1
     bm25 = build_bm25(root, opened, name=f"bm25_{generation:06d}.sqlite") if m.bm25 is not None else None
-    counts = m.counts.model_copy(update={
-        "blocks": sum(s.blocks for s in new_shards), "tokens": sum(s.tokens for s in new_shards),
-        "shards": len(new_shards), "deleted_documents": 0, "deleted_tokens": 0})
-    compacted = m.model_copy(update={
-        "shards": new_shards, "counts": counts, "generation": generation, "tombstones": None,
-        "bm25": FileInfo(**file_record(bm25)) if bm25 is not None else None,
-        "bm25_name": bm25.name if bm25 is not None else m.bm25_name,
-        "updated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+    compacted = _compacted_manifest(m, new_shards, bm25)
     compacted.save(root)
     collect_garbage(root, compacted, keep=m)
     return CompactSummary(root.name, generation, len(m.shards), len(new_shards), sum(s.tokens for s in written),
                           m.counts.deleted_documents, time.perf_counter() - t0)
+
+
+def _compacted_manifest(m: Manifest, new_shards: list[ShardInfo], bm25: Path | None) -> Manifest:
+    """`m`'s next generation: `new_shards` (and `bm25`, rebuilt over them) with no delta and no tombstone left."""
+    counts = m.counts.model_copy(update={
+        "blocks": sum(s.blocks for s in new_shards), "tokens": sum(s.tokens for s in new_shards),
+        "shards": len(new_shards), "deleted_documents": 0, "deleted_tokens": 0})
+    return m.model_copy(update={
+        "shards": new_shards, "counts": counts, "generation": m.generation + 1, "tombstones": None,
+        "bm25": FileInfo(**file_record(bm25)) if bm25 is not None else None,
+        "bm25_name": bm25.name if bm25 is not None else m.bm25_name,
+        "updated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
 
 
 def _write(root: Path, m: Manifest, blocks: list[StoredBlock], number: int, previous: ShardInfo | None,

@@ -84,26 +84,36 @@ class PhraseIndex:
         if verify:
             self.verify()
         self.tombstones = Tombstones.load(self.root, self.manifest)
-        lent = reuse.shards_by_name() if same else {}
-        infos = [self.manifest.shards[n] for n in self.numbers]
-        self.shards = [lent[info.name] if info.name in lent and lent[info.name].info == info
-                       else Shard(self.root, info, self.manifest.dim) for info in infos]
-        self._search_params = (nprobe, ef_search)
-        for shard in self.shards:
-            set_search_params(shard.index, nprobe, ef_search)
-        self.live = [Liveness(s.blocks, len(s), self.tombstones.of(s.info.name))
-                     if self.tombstones.of(s.info.name).size else None for s in self.shards]
+        self._open_shards(reuse if same else None, nprobe, ef_search)
         self.scale = self.manifest.similarity_scale
         self._block_bases = np.array([info.block_base for info in self.manifest.shards], dtype=np.int64)
         self.bm25 = self._open_bm25(reuse if same else None) if bm25 else None
         if not bm25:
             self._delta_bm25 = {}
         self._quantizer, self._shared = shared_quantizer(self.shards)
-        # the pool searches shards in parallel, so each FAISS call runs on one thread: FAISS's OpenMP keeps a
-        # team of spinning threads per calling thread, and teams of 8 pool threads would fight over the cores
-        self._pool = ThreadPoolExecutor(max_workers=min(8, len(self.shards)), initializer=faiss.omp_set_num_threads,
-                                        initargs=(1,)) if len(self.shards) > 1 else None
+        self._pool = self._shard_pool()
         logger.info("opened index %s: %d shards, %d tokens", self.root, len(self.shards), self.manifest.counts.tokens)
+
+    def _open_shards(self, reuse: "PhraseIndex | None", nprobe: int | None, ef_search: int | None) -> None:
+        """`shards` (those of `numbers`; lent by `reuse` when their files are the same), with the search
+        parameters set, and `live`: each shard's Liveness, None when it has no tombstone."""
+        lent = reuse.shards_by_name() if reuse is not None else {}
+        infos = [self.manifest.shards[n] for n in self.numbers]
+        unchanged = {info.name for info in infos if info.name in lent and lent[info.name].info == info}
+        self.shards = [lent[i.name] if i.name in unchanged else Shard(self.root, i, self.manifest.dim) for i in infos]
+        self._search_params = (nprobe, ef_search)
+        for shard in self.shards:
+            set_search_params(shard.index, nprobe, ef_search)
+        dead = [self.tombstones.of(s.info.name) for s in self.shards]
+        self.live = [Liveness(s.blocks, len(s), rows) if rows.size else None for s, rows in zip(self.shards, dead)]
+
+    def _shard_pool(self) -> ThreadPoolExecutor | None:
+        """The pool searching shards in parallel, so each FAISS call runs on one thread: FAISS's OpenMP keeps a team
+        of spinning threads per calling thread, and teams of 8 pool threads would fight over the cores."""
+        n = len(self.shards)
+        if n <= 1:
+            return None
+        return ThreadPoolExecutor(max_workers=min(8, n), initializer=faiss.omp_set_num_threads, initargs=(1,))
 
     def next_generation(self) -> "PhraseIndex":
         """This directory opened again, as its manifest now says (after a live update), with the same search

@@ -16,7 +16,8 @@ from safetensors import safe_open
 from encoder.adapt import AdaptConfig, adapt
 from encoder.cli import main as cli_main
 from encoder.model import Encoder, model_fingerprint
-from encoder.train import TrainConfig, lr_lambda
+from encoder.train import lr_lambda
+from encoder.train_config import TrainConfig
 from tests.conftest import write_jsonl
 from tests.encoder.test_train import city_docs
 
