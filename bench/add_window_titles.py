@@ -30,7 +30,7 @@ def ngram_keys(ids: np.ndarray) -> np.ndarray:
     ids = ids.astype(np.uint64)
     key = np.zeros(max(ids.size - K + 1, 0), dtype=np.uint64)
     for k in range(K):
-        key = key * np.uint64(1_000_003) + ids[k: ids.size - K + 1 + k]
+        key = key * np.uint64(1_000_003) + ids[k : ids.size - K + 1 + k]
     return key
 
 
@@ -54,7 +54,7 @@ class ShardTokens:
         lo, hi = np.searchsorted(self.keys, key, "left"), np.searchsorted(self.keys, key, "right")
         out = []
         for at in self.order[lo:hi]:
-            if np.array_equal(self.ids[at: at + len(window)], window):
+            if np.array_equal(self.ids[at : at + len(window)], window):
                 block = int(np.searchsorted(self.blocks[:, 1], at, side="right") - 1)
                 out.append(self.titles[int(self.blocks[block, 0])].as_py() or "")
         return out
@@ -86,8 +86,10 @@ def main() -> None:
         rows.append(json.dumps({**ex, "titles": titles}) + "\n")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(args.out, "".join(rows).encode("utf-8"))
-    print(f"{len(rows)} examples, {windows} windows: {missing} found nowhere, {mixed} in documents of different "
-          f"titles -> {args.out}")
+    print(
+        f"{len(rows)} examples, {windows} windows: {missing} found nowhere, {mixed} in documents of different "
+        f"titles -> {args.out}"
+    )
 
 
 if __name__ == "__main__":

@@ -34,8 +34,9 @@ def main() -> None:
     args = ap.parse_args()
     single_thread_blas()
     engine = FillEngine.open(Settings(index=args.index).engine_config())  # FILL_* variables apply, as in the server
-    requests = [FillRequest(text=t, mode=m) for t in make_probes(args.corpus, args.probes, seed=7)
-                for m in ("dense", "hybrid")]
+    requests = [
+        FillRequest(text=t, mode=m) for t in make_probes(args.corpus, args.probes, seed=7) for m in ("dense", "hybrid")
+    ]
     alone = [engine.fill(r) for r in requests]
     same = top1 = 0
     skip = {"took_ms", "timings_ms"}
@@ -45,8 +46,10 @@ def main() -> None:
             result = engine.finish(prepared)
             same += result.model_dump(exclude=skip) == alone[i + j].model_dump(exclude=skip)
             top1 += result.filled == alone[i + j].filled
-    print(f"{len(requests)} requests in batches of {args.batch}: equal field for field {same}, same filled "
-          f"text (top-1) {top1}")
+    print(
+        f"{len(requests)} requests in batches of {args.batch}: equal field for field {same}, same filled "
+        f"text (top-1) {top1}"
+    )
 
 
 if __name__ == "__main__":

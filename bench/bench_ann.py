@@ -10,7 +10,8 @@ only the start/end token search differs:
 - ivfsq / ivfpq / hnsw / a factory string: FAISS indexes built here from the stored vectors of each
   shard, IVF/PQ trained once on the first shard like `indexer build` does.
 --refine: each ANN shard returns refine * k hits that are re-scored exactly from the stored vectors
-before the top k are kept (the service's FILL_REFINE); one row per value. --shards N restricts every system to the first N shards (HNSW takes ~7 min per 1M vectors to build on
+before the top k are kept (the service's FILL_REFINE); one row per value. --shards N restricts every system to the
+first N shards (HNSW takes ~7 min per 1M vectors to build on
 2 cores). Agreement = the top-1 phrase equals exact search's top-1. Recall@k = share of the exact
 top-k tokens that the ANN search returns in its top-k (and of the exact top-10), per start/end query.
 """
@@ -90,7 +91,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", type=Path, required=True)
     p.add_argument("--corpus", type=Path, required=True, help="corpus the probe queries are drawn from")
-    p.add_argument("--types", default="built;ivfsq", help="semicolon-separated: built, ivfsq, ivfpq, hnsw, FAISS factory")
+    p.add_argument(
+        "--types", default="built;ivfsq", help="semicolon-separated: built, ivfsq, ivfpq, hnsw, FAISS factory"
+    )
     p.add_argument("--refine", default="1,2,4", help="comma-separated refine factors to measure (service default 2)")
     p.add_argument("--shards", type=int, default=None, help="use only the first N shards")
     p.add_argument("--probes", type=int, default=500)
@@ -121,7 +124,9 @@ def main() -> None:
     queries = np.concatenate([np.concatenate([q.q_start, q.q_end]) for q in qvecs]).astype(np.float32)
     t0 = time.perf_counter()
     exact = exact_topk(index.shards, queries, args.k)
-    logging.info("exact top-%d of %d queries over %d tokens in %.0f s", args.k, len(queries), tokens, time.perf_counter() - t0)
+    logging.info(
+        "exact top-%d of %d queries over %d tokens in %.0f s", args.k, len(queries), tokens, time.perf_counter() - t0
+    )
     lookup = {queries[i].tobytes(): exact[i][:2] for i in range(len(queries))}
 
     def exact_search(q: np.ndarray, k: int, groups=None):  # exact: groups change nothing
@@ -137,8 +142,14 @@ def main() -> None:
         return tops, (time.perf_counter() - t) / len(probes) / len(params) * 1000
 
     ref, ref_ms = run(_Searcher(index, exact_search))
-    report = {"tokens": tokens, "shards": len(index.shards), "probes": len(probes), "k": args.k,
-              "exact_fill_ms": round(ref_ms, 1), "types": {}}
+    report = {
+        "tokens": tokens,
+        "shards": len(index.shards),
+        "probes": len(probes),
+        "k": args.k,
+        "exact_fill_ms": round(ref_ms, 1),
+        "types": {},
+    }
     print(f"{len(probes)} probes, {tokens:,} tokens in {len(index.shards)} shards, k = {args.k}")
     originals = [shard.index for shard in index.shards]
     built_factories = [shard.info.factory for shard in index.shards]
@@ -151,7 +162,9 @@ def main() -> None:
             continue
         for refine in (int(r) for r in args.refine.split(",")):
             index.refine = refine
-            _measure(index, run, queries, exact, ref, ref_ms, args.k, report, f"{kind} ({factories[0]}) refine {refine}")
+            _measure(
+                index, run, queries, exact, ref, ref_ms, args.k, report, f"{kind} ({factories[0]}) refine {refine}"
+            )
     if args.json:
         args.json.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
 
@@ -174,10 +187,12 @@ def _measure(index, run, queries, exact, ref, ref_ms, k, report, name) -> None:
         figures[f"recall_top10_in_k_{side}"] = float(rec_10[sl].mean())
     report["types"][name] = figures
     agreement = ", ".join(f"{100 * a:5.1f}% ({agg})" for agg, a in agree.items())
-    print(f"{name:<44} top-1 agreement {agreement}  recall@{k} start/end "
-          f"{100 * figures['recall_at_k_start']:5.1f}/{100 * figures['recall_at_k_end']:5.1f}%  exact top-10 in "
-          f"top-{k} {100 * figures['recall_top10_in_k_start']:5.1f}/{100 * figures['recall_top10_in_k_end']:5.1f}%  "
-          f"fill {ms:6.1f} ms (exact lookup {ref_ms:.1f} ms)")
+    print(
+        f"{name:<44} top-1 agreement {agreement}  recall@{k} start/end "
+        f"{100 * figures['recall_at_k_start']:5.1f}/{100 * figures['recall_at_k_end']:5.1f}%  exact top-10 in "
+        f"top-{k} {100 * figures['recall_top10_in_k_start']:5.1f}/{100 * figures['recall_top10_in_k_end']:5.1f}%  "
+        f"fill {ms:6.1f} ms (exact lookup {ref_ms:.1f} ms)"
+    )
 
 
 if __name__ == "__main__":

@@ -59,8 +59,11 @@ def main() -> None:
     for size in [int(b) for b in args.batches.split(",")]:
         wall, encode, search = min((one_pass(engine, planned, size) for _ in range(args.repeats)), key=lambda r: r[0])
         base = base or wall
-        print(f"batch {size:3d}: {wall:7.2f} ms (encode {encode:6.2f}, search {search:6.2f}), "
-              f"{base / wall:5.2f}x batch 1", flush=True)
+        print(
+            f"batch {size:3d}: {wall:7.2f} ms (encode {encode:6.2f}, search {search:6.2f}), "
+            f"{base / wall:5.2f}x batch 1",
+            flush=True,
+        )
     engine.close()
 
 

@@ -85,23 +85,38 @@ def main() -> None:
     first_rate = collect.first[0] / collect.first[1] if collect.first else float("nan")
     other = build_s - collect.encode - collect.index - collect.bm25
     figures = {
-        "tokens": summary.tokens, "documents": summary.documents, "blocks": summary.blocks, "shards": summary.shards,
-        "device": str(encoder.device), "dtype": str(encoder.dtype).replace("torch.", ""),
-        "build_seconds": round(build_s, 1), "build_tokens_per_s": round(build_rate),
-        "forward_tokens_per_s_same_batches": round(forward_rate), "ratio": round(build_rate / forward_rate, 3),
-        "seconds_encode": round(collect.encode, 1), "seconds_index_and_write": round(collect.index, 1),
-        "seconds_bm25": round(collect.bm25, 1), "seconds_other": round(other, 1),
-        "standalone_forward_tokens": n, "standalone_forward_tokens_per_s": round(alone_rate),
+        "tokens": summary.tokens,
+        "documents": summary.documents,
+        "blocks": summary.blocks,
+        "shards": summary.shards,
+        "device": str(encoder.device),
+        "dtype": str(encoder.dtype).replace("torch.", ""),
+        "build_seconds": round(build_s, 1),
+        "build_tokens_per_s": round(build_rate),
+        "forward_tokens_per_s_same_batches": round(forward_rate),
+        "ratio": round(build_rate / forward_rate, 3),
+        "seconds_encode": round(collect.encode, 1),
+        "seconds_index_and_write": round(collect.index, 1),
+        "seconds_bm25": round(collect.bm25, 1),
+        "seconds_other": round(other, 1),
+        "standalone_forward_tokens": n,
+        "standalone_forward_tokens_per_s": round(alone_rate),
         "first_shard_in_build_tokens_per_s": round(first_rate),
     }
-    print(f"build   {summary.tokens:,} tokens in {build_s:.1f} s = {build_rate:,.0f} tokens/s "
-          f"({summary.shards} shards, {encoder.device} {figures['dtype']})")
+    print(
+        f"build   {summary.tokens:,} tokens in {build_s:.1f} s = {build_rate:,.0f} tokens/s "
+        f"({summary.shards} shards, {encoder.device} {figures['dtype']})"
+    )
     print(f"forward the same batches: {collect.encode:.1f} s = {forward_rate:,.0f} tokens/s (the build's encoder loop)")
     print(f"ratio   {figures['ratio']:.3f} (target >= 0.9)")
-    print(f"build time: encode {collect.encode:.1f} s, int8 + FAISS + shard files {collect.index:.1f} s, "
-          f"BM25 {collect.bm25:.1f} s, reading/tokenizing/loading/other {other:.1f} s")
-    print(f"cross-check: encoder loop alone on the first {n:,} tokens {alone_rate:,.0f} tokens/s; "
-          f"in the build, first shard {first_rate:,.0f} tokens/s")
+    print(
+        f"build time: encode {collect.encode:.1f} s, int8 + FAISS + shard files {collect.index:.1f} s, "
+        f"BM25 {collect.bm25:.1f} s, reading/tokenizing/loading/other {other:.1f} s"
+    )
+    print(
+        f"cross-check: encoder loop alone on the first {n:,} tokens {alone_rate:,.0f} tokens/s; "
+        f"in the build, first shard {first_rate:,.0f} tokens/s"
+    )
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")

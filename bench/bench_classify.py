@@ -86,7 +86,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
     choices = [c.model_dump() for c in parse_choices(args.choice)]
-    given = {f: getattr(args, f) for f in ("scorer", "mode", "blocks", "k", "temperature") if getattr(args, f) is not None}
+    given = {
+        f: getattr(args, f) for f in ("scorer", "mode", "blocks", "k", "temperature") if getattr(args, f) is not None
+    }
     options = {"choices": choices, "evidence": 0, **given}
     server = Server(args.index, args.port, {"FILL_MAX_CANDIDATES": str(10**9)})
     results: dict = {"options": options, "template": args.template, "sets": {}}
@@ -98,15 +100,20 @@ def main(argv: list[str] | None = None) -> None:
                 rows = rows[: args.limit] if args.limit else rows
                 rep = accuracy(client, server.url, rows, args.template, options)
                 results["sets"][path.name] = rep
-                print(f"{path.name}: n {rep['examples']}  accuracy {rep['accuracy']:.1f}  majority {rep['majority']:.1f}"
-                      f"  abstained {rep['abstained']}  ECE {rep['calibration']['ece']:.1f}  recall "
-                      + "  ".join(f"{k} {v:.1f}" for k, v in rep["recall"].items()), flush=True)
+                print(
+                    f"{path.name}: n {rep['examples']}  accuracy {rep['accuracy']:.1f}  majority {rep['majority']:.1f}"
+                    f"  abstained {rep['abstained']}  ECE {rep['calibration']['ece']:.1f}  recall "
+                    + "  ".join(f"{k} {v:.1f}" for k, v in rep["recall"].items()),
+                    flush=True,
+                )
             if args.latency:
                 texts = [fill_template(args.template, r["text"]) for r in load_labelled(args.set[0])]
                 lat = results["latency_ms"] = latency(client, server.url, texts, options, args.latency)
-                print(f"latency ms, 1 client: /score p50 {lat['score']['p50']:.1f} p99 {lat['score']['p99']:.1f}; "
-                      f"/fill p50 {lat['fill']['p50']:.1f} p99 {lat['fill']['p99']:.1f}; "
-                      f"ratio of p50s {lat['ratio_p50']:.2f}")
+                print(
+                    f"latency ms, 1 client: /score p50 {lat['score']['p50']:.1f} p99 {lat['score']['p99']:.1f}; "
+                    f"/fill p50 {lat['fill']['p50']:.1f} p99 {lat['fill']['p99']:.1f}; "
+                    f"ratio of p50s {lat['ratio_p50']:.2f}"
+                )
     finally:
         server.stop()
     if args.json:

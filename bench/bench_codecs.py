@@ -114,7 +114,9 @@ def train_codec(factory: str, shards: list, sample: int, seed: int = 0) -> tuple
     starts = np.concatenate([[0], np.cumsum(sizes)])
     rng = np.random.default_rng(seed)
     take = np.sort(rng.choice(int(starts[-1]), min(sample, int(starts[-1])), replace=False))
-    train = np.concatenate([s.vectors[take[(take >= a) & (take < b)] - a] for s, a, b in zip(shards, starts, starts[1:])])
+    train = np.concatenate(
+        [s.vectors[take[(take >= a) & (take < b)] - a] for s, a, b in zip(shards, starts, starts[1:])]
+    )
     codec = faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
     codec.train(np.ascontiguousarray(train, dtype=np.float32))
     codes, err, norm = [], 0.0, 0.0
@@ -147,8 +149,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sample", type=int, default=65_536, help="vectors the codecs are trained on")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args(argv)
-    cfg = EvalConfig(index=args.index, probes=args.probes, per_relation=args.per_relation, mode=args.mode,
-                     model=args.model, reader=False if args.no_reader else None, use_reader=not args.no_reader)
+    cfg = EvalConfig(
+        index=args.index,
+        probes=args.probes,
+        per_relation=args.per_relation,
+        mode=args.mode,
+        model=args.model,
+        reader=False if args.no_reader else None,
+        use_reader=not args.no_reader,
+    )
     probes = select_probes(cfg.probes, None, "all", cfg.per_relation, cfg.seed)
     single_thread_blas()
     engine = FillEngine.open(cfg.engine_config())
@@ -158,33 +167,57 @@ def main(argv: list[str] | None = None) -> int:
         try:
             faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
         except RuntimeError:
-            raise SystemExit(f"error: --codec {factory!r} is not a FAISS factory string for dimension {dim} "
-                             "(e.g. SQ8, SQ4, PQ48, OPQ48,PQ48, PCAR128,SQ8)") from None
+            raise SystemExit(
+                f"error: --codec {factory!r} is not a FAISS factory string for dimension {dim} "
+                "(e.g. SQ8, SQ4, PQ48, OPQ48,PQ48, PCAR128,SQ8)"
+            ) from None
     originals = [s.vectors for s in shards]
     base_report, base = fills(engine, probes, cfg)
     dtype = shards[0].info.vector_dtype
     base_bytes = shards[0].vectors.data.dtype.itemsize * shards[0].vectors.shape[1] + (2 if dtype == "int8" else 0)
-    rows = [{"codec": f"stored ({dtype})", "bytes": base_bytes, "agreement": 100.0, "macro_em": base_report["macro_em@1"],
-             "micro_em_diff": 0.0, "micro_em_diff_se": 0.0, "rel_mse": 0.0}]
+    rows = [
+        {
+            "codec": f"stored ({dtype})",
+            "bytes": base_bytes,
+            "agreement": 100.0,
+            "macro_em": base_report["macro_em@1"],
+            "micro_em_diff": 0.0,
+            "micro_em_diff_se": 0.0,
+            "rel_mse": 0.0,
+        }
+    ]
     for factory in args.codec:
         for s, v in zip(shards, originals):
             s.vectors = v
         t0 = time.perf_counter()
         codec, codes, rel = train_codec(factory, shards, args.sample)
         seconds = time.perf_counter() - t0
-        stored = estimated(codec, shards, codes) if "RaBitQ" in factory else \
-            [DecodedVectors(c, codec, s.vectors.shape[1]) for s, c in zip(shards, codes)]
+        stored = (
+            estimated(codec, shards, codes)
+            if "RaBitQ" in factory
+            else [DecodedVectors(c, codec, s.vectors.shape[1]) for s, c in zip(shards, codes)]
+        )
         for s, v in zip(shards, stored):
             s.vectors = v
         report, other = fills(engine, probes, cfg)
-        rows.append({"codec": factory, "bytes": int(codec.sa_code_size()), "macro_em": report["macro_em@1"],
-                     "rel_mse": rel, "train_encode_s": seconds, **compare(base, other)})
+        rows.append(
+            {
+                "codec": factory,
+                "bytes": int(codec.sa_code_size()),
+                "macro_em": report["macro_em@1"],
+                "rel_mse": rel,
+                "train_encode_s": seconds,
+                **compare(base, other),
+            }
+        )
     print(f"{len(probes)} probes, mode {args.mode}{' (no reader)' if args.no_reader else ''}, {args.index}")
     print("| codec | bytes/token | top-1 agreement % | macro EM@1 | micro EM diff (SE) | rel. MSE |")
     print("|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['codec']} | {r['bytes']} | {r['agreement']:.1f} | {r['macro_em']:.1f} | "
-              f"{r['micro_em_diff']:+.1f} ({r['micro_em_diff_se']:.1f}) | {r['rel_mse']:.4f} |")
+        print(
+            f"| {r['codec']} | {r['bytes']} | {r['agreement']:.1f} | {r['macro_em']:.1f} | "
+            f"{r['micro_em_diff']:+.1f} ({r['micro_em_diff_se']:.1f}) | {r['rel_mse']:.4f} |"
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=2) + "\n", encoding="utf-8")
     return 0

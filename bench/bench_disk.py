@@ -26,14 +26,21 @@ def main() -> None:
             kind = path.name if path.parent.name.startswith("shard_") else f"{path.relative_to(args.index).parts[0]}"
             by_kind[kind] += path.stat().st_size
     total = sum(by_kind.values())
-    print(f"{args.index}: {tokens:,} tokens, dim {manifest['dim']}, vectors {manifest['vector_dtype']}, "
-          f"index type {manifest['index_type']} ({manifest['shards'][0]['factory']} ...)")
+    print(
+        f"{args.index}: {tokens:,} tokens, dim {manifest['dim']}, vectors {manifest['vector_dtype']}, "
+        f"index type {manifest['index_type']} ({manifest['shards'][0]['factory']} ...)"
+    )
     for kind, size in sorted(by_kind.items(), key=lambda kv: -kv[1]):
         print(f"  {kind:<16} {size / 2**20:10.1f} MiB {size / tokens:8.1f} B/token")
     print(f"  {'total':<16} {total / 2**20:10.1f} MiB {total / tokens:8.1f} B/token (target <= 450)")
     if args.json:
-        args.json.write_text(json.dumps({"tokens": tokens, "bytes": total, "bytes_per_token": total / tokens,
-                                         "by_kind": by_kind}, indent=2) + "\n", encoding="utf-8")
+        args.json.write_text(
+            json.dumps(
+                {"tokens": tokens, "bytes": total, "bytes_per_token": total / tokens, "by_kind": by_kind}, indent=2
+            )
+            + "\n",
+            encoding="utf-8",
+        )
 
 
 if __name__ == "__main__":

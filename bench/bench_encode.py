@@ -44,14 +44,17 @@ def main() -> None:
                 if n >= args.tokens:
                     break
             sizes = np.array([len(b) for b in blocks])
-            print(f"{len(blocks):,} blocks, {n:,} tokens: block length median {np.median(sizes):.0f}, "
-                  f"mean {sizes.mean():.0f}, {100 * (sizes < 32).mean():.0f}% under 32 tokens")
+            print(
+                f"{len(blocks):,} blocks, {n:,} tokens: block length median {np.median(sizes):.0f}, "
+                f"mean {sizes.mean():.0f}, {100 * (sizes < 32).mean():.0f}% under 32 tokens"
+            )
         encode_shard(encoder, blocks[:8], 2048, tqdm(disable=True))  # warm-up
         for budget in (int(b) for b in args.batch_tokens.split(",")):
             t = time.perf_counter()
             encode_shard(encoder, blocks, budget, tqdm(disable=True))
-            print(f"{dtype:>5} batch {budget:>6} tokens: {n / (time.perf_counter() - t):,.0f} tokens/s "
-                  f"({encoder.device})")
+            print(
+                f"{dtype:>5} batch {budget:>6} tokens: {n / (time.perf_counter() - t):,.0f} tokens/s ({encoder.device})"
+            )
 
 
 if __name__ == "__main__":

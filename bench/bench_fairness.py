@@ -8,7 +8,8 @@ For each config a server is started (`python -m service`, the config's FILL_* va
 --settle seconds; then (1) one client sends --light default fills (hybrid, cloze probes from --corpus) alone,
 (2) the same while --heavy-clients clients loop the heavy request until the light client is done. Printed: the
 light client's p50 / p99 alone and beside the heavy load, the heavy requests answered (and their p50) and
-their statuses. Configs: `lanes` (the defaults: the search budget and the heavy lane at nice 10), `lanes_nice0` (the heavy
+their statuses. Configs: `lanes` (the defaults: the search budget and the heavy lane at nice 10), `lanes_nice0` (the
+heavy
 lane at the usual priority), `one_lane` (no heavy
 lane: FILL_HEAVY_WEIGHT=1e9), `before` (no search budget and no lane, as before this issue: the heavy request
 is the outside test's 16 masks, dense, k 4480, max_span_tokens 1, refused by the default budget). The heavy
@@ -35,8 +36,10 @@ CONFIGS = {
     "lanes": ({}, ACCEPTED),
     "lanes_nice0": ({"FILL_HEAVY_NICE": "0"}, ACCEPTED),
     "one_lane": ({"FILL_HEAVY_WEIGHT": "1000000000"}, ACCEPTED),
-    "before": ({"FILL_HEAVY_WEIGHT": "1000000000", "FILL_MAX_SEARCH": "1000000000", "FILL_REQUEST_TIMEOUT": "60"},
-               OUTSIDE),
+    "before": (
+        {"FILL_HEAVY_WEIGHT": "1000000000", "FILL_MAX_SEARCH": "1000000000", "FILL_REQUEST_TIMEOUT": "60"},
+        OUTSIDE,
+    ),
 }
 
 
@@ -60,8 +63,11 @@ def beside_heavy(url: str, light: list[dict], heavy: dict, clients: int) -> tupl
     for r in heavy_runs:
         for status, n in r.statuses.items():
             statuses[str(status)] = statuses.get(str(status), 0) + n
-    return light_summary, {"answered": len(latencies), "statuses": statuses,
-                           "p50_ms": round(latencies[len(latencies) // 2], 1) if latencies else None}
+    return light_summary, {
+        "answered": len(latencies),
+        "statuses": statuses,
+        "p50_ms": round(latencies[len(latencies) // 2], 1) if latencies else None,
+    }
 
 
 def main() -> None:
@@ -90,16 +96,25 @@ def main() -> None:
             loaded, heavy_summary = beside_heavy(server.url, light, heavy, args.heavy_clients)
         finally:
             server.stop()
-        run = {"config": name, "heavy": heavy, "light_alone": alone, "light_beside_heavy": loaded,
-               "heavy_answers": heavy_summary}
+        run = {
+            "config": name,
+            "heavy": heavy,
+            "light_alone": alone,
+            "light_beside_heavy": loaded,
+            "heavy_answers": heavy_summary,
+        }
         report["runs"].append(run)
         print(json.dumps(run), flush=True)
-    print(f"\n{'config':9} {'light alone p50/p99 ms':>23} {'beside heavy p50/p99 ms':>24} {'heavy answered':>14} "
-          f"{'heavy p50 ms':>12}  heavy statuses")
+    print(
+        f"\n{'config':9} {'light alone p50/p99 ms':>23} {'beside heavy p50/p99 ms':>24} {'heavy answered':>14} "
+        f"{'heavy p50 ms':>12}  heavy statuses"
+    )
     for r in report["runs"]:
         a, b, h = r["light_alone"], r["light_beside_heavy"], r["heavy_answers"]
-        print(f"{r['config']:9} {a['p50_ms']:>11} / {a['p99_ms']:<9} {b['p50_ms']:>12} / {b['p99_ms']:<9} "
-              f"{h['answered']:>14} {h['p50_ms']!s:>12}  {h['statuses']}")
+        print(
+            f"{r['config']:9} {a['p50_ms']:>11} / {a['p99_ms']:<9} {b['p50_ms']:>12} / {b['p99_ms']:<9} "
+            f"{h['answered']:>14} {h['p50_ms']!s:>12}  {h['statuses']}"
+        )
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
 

@@ -67,9 +67,15 @@ def main() -> None:
     ap.add_argument("--mode", default="hybrid")
     ap.add_argument("--no-reader", action="store_true")
     ap.add_argument("--engine", default="auto")
-    ap.add_argument("--pad", choices=("both", "reader", "queries", "none"), default="both",
-                    help="which passes pad their length to a multiple of encoder.model.WIDTH_STEP (default: both)")
-    ap.add_argument("--ov-cache-capacity", type=int, help="OpenVINO's CPU_RUNTIME_CACHE_CAPACITY for the compiled models")
+    ap.add_argument(
+        "--pad",
+        choices=("both", "reader", "queries", "none"),
+        default="both",
+        help="which passes pad their length to a multiple of encoder.model.WIDTH_STEP (default: both)",
+    )
+    ap.add_argument(
+        "--ov-cache-capacity", type=int, help="OpenVINO's CPU_RUNTIME_CACHE_CAPACITY for the compiled models"
+    )
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
     set_levers(args.pad, args.ov_cache_capacity)
@@ -90,15 +96,21 @@ def main() -> None:
     rows = [{"fills": 0, "anon_mb": round(anonymous_mb(), 1), "seconds": 0.0}]
     t0 = time.perf_counter()
     for n in range(1, args.fills + 1):
-        engine.fill(FillRequest(text=queries[(n - 1) % len(queries)], mode=args.mode, reader=False if args.no_reader else None))
+        engine.fill(
+            FillRequest(text=queries[(n - 1) % len(queries)], mode=args.mode, reader=False if args.no_reader else None)
+        )
         if n in MARKS or n == args.fills:
-            rows.append({"fills": n, "anon_mb": round(anonymous_mb(), 1), "seconds": round(time.perf_counter() - t0, 2)})
+            rows.append(
+                {"fills": n, "anon_mb": round(anonymous_mb(), 1), "seconds": round(time.perf_counter() - t0, 2)}
+            )
     for row in rows:
         print(f"after {row['fills']:5d} fills: anonymous {row['anon_mb']:8.1f} MB ({row['seconds']:.1f} s)")
     print(f"growth over {args.fills} fills: {rows[-1]['anon_mb'] - rows[0]['anon_mb']:.1f} MB")
     if args.json:
-        args.json.write_text(json.dumps({"mode": args.mode, "reader": not args.no_reader, "pad": args.pad,
-                                         "rows": rows}, indent=2) + "\n")
+        args.json.write_text(
+            json.dumps({"mode": args.mode, "reader": not args.no_reader, "pad": args.pad, "rows": rows}, indent=2)
+            + "\n"
+        )
 
 
 if __name__ == "__main__":

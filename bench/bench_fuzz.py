@@ -28,8 +28,13 @@ def main() -> None:
         count_file = Path(tmp) / "cases.txt"
         env = {**os.environ, "FUZZ_EXAMPLES": str(args.examples), "FUZZ_COUNT_FILE": str(count_file)}
         t0 = time.perf_counter()
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                               "tests/service/test_fuzz.py"], cwd=ROOT, env=env, capture_output=True, text=True)
+        done = subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/service/test_fuzz.py"],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+        )
         seconds = time.perf_counter() - t0
         lines = count_file.read_text().splitlines() if count_file.exists() else []
     by = collections.Counter(tuple(line.split()) for line in lines)

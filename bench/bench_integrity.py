@@ -68,8 +68,11 @@ def corruption(server: Server, index: Path) -> dict:
         while time.perf_counter() - t0 < 120:
             r = client.get("/readyz")
             if r.status_code == 503:
-                return {"seconds": round(time.perf_counter() - t0, 2), "fills_meanwhile": fills,
-                        "readyz": r.json()["error"][:160]}
+                return {
+                    "seconds": round(time.perf_counter() - t0, 2),
+                    "fills_meanwhile": fills,
+                    "readyz": r.json()["error"][:160],
+                }
             fills += client.post("/fill", json={"text": "It was <mask> ."}).status_code == 200
             time.sleep(0.1)
     return {"seconds": None, "fills_meanwhile": fills}
@@ -84,8 +87,12 @@ def sigterm(index: Path, port: int, megabytes: float, after: float) -> dict:
 
     def post() -> None:
         r = httpx.post(server.url + "/admin/documents", json=[{"id": "big", "text": text}], headers=KEY, timeout=300)
-        out.update(status=r.status_code, content_type=r.headers.get("content-type"),
-                   retry_after=r.headers.get("retry-after"), error=r.text[:160])
+        out.update(
+            status=r.status_code,
+            content_type=r.headers.get("content-type"),
+            retry_after=r.headers.get("retry-after"),
+            error=r.text[:160],
+        )
 
     thread = threading.Thread(target=post)
     thread.start()
@@ -116,15 +123,19 @@ def main() -> None:
     shutil.copytree(args.index, index)
     result: dict = {"index_bytes": sum(p.stat().st_size for p in index.rglob("*") if p.is_file())}
     if "ready" in checks:
-        result["ready_s"] = {"check_before_ready": round(ready_seconds(index, args.port, True), 2),
-                             "checked_in_background": round(ready_seconds(index, args.port, False), 2)}
+        result["ready_s"] = {
+            "check_before_ready": round(ready_seconds(index, args.port, True), 2),
+            "checked_in_background": round(ready_seconds(index, args.port, False), 2),
+        }
         print(json.dumps(result), flush=True)
     if checks & {"descriptors", "corruption"}:
         server = Server(index, args.port, ENV)
         try:
             server.wait_ready()
-            for name, run in (("descriptors", lambda: descriptors(server, args.updates)),
-                              ("corruption", lambda: corruption(server, index))):
+            for name, run in (
+                ("descriptors", lambda: descriptors(server, args.updates)),
+                ("corruption", lambda: corruption(server, index)),
+            ):
                 if name in checks:
                     result[name] = run()
                     print(json.dumps(result[name]), flush=True)

@@ -67,23 +67,29 @@ def main() -> None:
                 cpu0, t0 = cpu_seconds(proc.pid), time.perf_counter()
                 summary = run_load(server.url, bodies, c, total).summary()
                 cpu, wall = cpu_seconds(proc.pid) - cpu0, time.perf_counter() - t0
-                summary.update(config=name, rss_mb_before=round(rss_before / 2**20, 1),
-                               rss_mb_after=round(rss_bytes(proc.pid) / 2**20, 1),
-                               server_cpu_ms_per_fill=round(cpu * 1000 / max(1, summary["statuses"].get("200", 0)),
-                                                            1),
-                               server_cores=round(cpu / wall, 2))
+                summary.update(
+                    config=name,
+                    rss_mb_before=round(rss_before / 2**20, 1),
+                    rss_mb_after=round(rss_bytes(proc.pid) / 2**20, 1),
+                    server_cpu_ms_per_fill=round(cpu * 1000 / max(1, summary["statuses"].get("200", 0)), 1),
+                    server_cores=round(cpu / wall, 2),
+                )
                 report["runs"].append(summary)
                 print(json.dumps(summary), flush=True)
                 if args.load:
                     break
         finally:
             server.stop()
-    print(f"\n{'config':10} {'clients':>7} {'fills/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/fill':>11} "
-          f"{'cores':>5}  statuses  RSS MB before/after")
+    print(
+        f"\n{'config':10} {'clients':>7} {'fills/s':>8} {'p50 ms':>8} {'p99 ms':>8} {'CPU ms/fill':>11} "
+        f"{'cores':>5}  statuses  RSS MB before/after"
+    )
     for r in report["runs"]:
-        print(f"{r['config']:10} {r['concurrency']:>7} {r['fills_per_s']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} "
-              f"{r['server_cpu_ms_per_fill']:>11} {r['server_cores']:>5}  {r['statuses']}  "
-              f"{r['rss_mb_before']}/{r['rss_mb_after']}")
+        print(
+            f"{r['config']:10} {r['concurrency']:>7} {r['fills_per_s']:>8} {r['p50_ms']:>8} {r['p99_ms']:>8} "
+            f"{r['server_cpu_ms_per_fill']:>11} {r['server_cores']:>5}  {r['statuses']}  "
+            f"{r['rss_mb_before']}/{r['rss_mb_after']}"
+        )
     if args.json:
         args.json.write_text(json.dumps(report, indent=1))
 

@@ -7,7 +7,8 @@ far its mask vectors are from the served path's (`Encoder` with its run-time dty
 largest absolute difference and the smallest cosine. Tokenization (`Encoder.query_layout`) and the
 whole `encode_queries` are timed too, so the share of each part is visible. Runtimes: fp32, bf16
 autocast, torch.compile of each, torch.jit.trace (fp32), ONNX Runtime (fp32; when onnxruntime is installed:
-`.venv/bin/pip install onnxruntime==1.32.0 onnx==1.23.2`, not dependencies of the project). All in one run: compare ratios, not
+`.venv/bin/pip install onnxruntime==1.32.0 onnx==1.23.2`, not dependencies of the project). All in one run: compare
+ratios, not
 absolute figures (the machines are shared).
 """
 
@@ -61,9 +62,16 @@ def _onnx_runtime(model, example_ids: list[int], threads: int):
     x = torch.tensor([example_ids])
     names = ["input_ids", "attention_mask", "token_type_ids"]
     try:
-        torch.onnx.export(Hidden(model).eval(), (x, torch.ones_like(x), torch.zeros_like(x)), str(path),
-                          input_names=names, output_names=["hidden"], opset_version=17, dynamo=False,
-                          dynamic_axes={n: {0: "batch", 1: "tokens"} for n in names + ["hidden"]})
+        torch.onnx.export(
+            Hidden(model).eval(),
+            (x, torch.ones_like(x), torch.zeros_like(x)),
+            str(path),
+            input_names=names,
+            output_names=["hidden"],
+            opset_version=17,
+            dynamo=False,
+            dynamic_axes={n: {0: "batch", 1: "tokens"} for n in names + ["hidden"]},
+        )
     except Exception as exc:  # exporter support varies by model class and torch version
         print(f"ONNX export failed: {type(exc).__name__}: {str(exc)[:200]}")
         return None
@@ -103,8 +111,10 @@ def main() -> None:
     layouts = [served.query_layout(t) for t in texts]
     reference = [served.encode_queries([t])[0] for t in texts]
     ref = np.concatenate([np.concatenate([q.q_start, q.q_end]) for q in reference])
-    print(f"{len(texts)} queries, {statistics.mean(len(ids) for ids, _ in layouts):.1f} tokens on average; "
-          f"served dtype {str(served.dtype).replace('torch.', '')}, {torch.get_num_threads()} threads")
+    print(
+        f"{len(texts)} queries, {statistics.mean(len(ids) for ids, _ in layouts):.1f} tokens on average; "
+        f"served dtype {str(served.dtype).replace('torch.', '')}, {torch.get_num_threads()} threads"
+    )
 
     t_tok, _ = _timed(served.query_layout, texts)
     t_all, _ = _timed(lambda t: served.encode_queries([t]), texts)
@@ -121,6 +131,7 @@ def main() -> None:
             h = h[0].float().numpy()
             pos = np.asarray(pos)
             return np.concatenate([h[pos], h[pos + 1]])
+
         return run
 
     eager = lambda ids, att, types: model(input_ids=ids, attention_mask=att, token_type_ids=types).last_hidden_state  # noqa: E731
@@ -131,9 +142,13 @@ def main() -> None:
         example = torch.tensor([layouts[0][0]])
         with torch.inference_mode():
             traced = torch.jit.trace(
-                lambda ids, att, types: model(input_ids=ids, attention_mask=att, token_type_ids=types,
-                                              return_dict=False)[0],
-                (example, torch.ones_like(example), torch.zeros_like(example)), check_trace=False, strict=False)
+                lambda ids, att, types: model(
+                    input_ids=ids, attention_mask=att, token_type_ids=types, return_dict=False
+                )[0],
+                (example, torch.ones_like(example), torch.zeros_like(example)),
+                check_trace=False,
+                strict=False,
+            )
         variants.append(("fp32 torch.jit.trace", traced, False))
     except Exception as exc:  # tracing support varies by model class; report and go on
         print(f"torch.jit.trace failed: {str(exc)[:200]}")
@@ -150,8 +165,10 @@ def main() -> None:
     print(f"{'runtime':<28} {'p50 ms':>8} {'mean ms':>8} {'vs fp32':>8} {'max |diff|':>11} {'min cos':>9}")
     for name, times, diff in rows:
         extra = f"{diff[0]:>11.4f} {diff[1]:>9.5f}" if diff else ""
-        print(f"{name:<28} {statistics.median(times):>8.2f} {statistics.mean(times):>8.2f} "
-              f"{statistics.median(times) / base:>8.2f} {extra}")
+        print(
+            f"{name:<28} {statistics.median(times):>8.2f} {statistics.mean(times):>8.2f} "
+            f"{statistics.median(times) / base:>8.2f} {extra}"
+        )
 
 
 if __name__ == "__main__":

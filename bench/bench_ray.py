@@ -66,9 +66,12 @@ def measure(engine, bodies: list[dict], n: int, clients: int) -> dict:
         t.join()
     wall = time.perf_counter() - t0
     cuts = statistics.quantiles(latencies, n=100)
-    return {"p50_ms": round(statistics.median(latencies), 1), "p99_ms": round(cuts[98], 1),
-            "fills_per_s": round(n / wall, 1),
-            "stage_p50_ms": {stage: round(statistics.median(v), 1) for stage, v in stages.items()}}
+    return {
+        "p50_ms": round(statistics.median(latencies), 1),
+        "p99_ms": round(cuts[98], 1),
+        "fills_per_s": round(n / wall, 1),
+        "stage_p50_ms": {stage: round(statistics.median(v), 1) for stage, v in stages.items()},
+    }
 
 
 class CallLog:
@@ -99,9 +102,11 @@ class CallLog:
         out = {}
         for kind in dict.fromkeys(k for k, _, _ in self.calls):
             own = [(ms, size) for k, ms, size in self.calls if k == kind]
-            out[kind] = {"per_fill": round(len(own) / fills, 2),
-                         "median_ms": round(statistics.median(m for m, _ in own), 2),
-                         "median_kb": round(statistics.median(b for _, b in own) / 1024, 1)}
+            out[kind] = {
+                "per_fill": round(len(own) / fills, 2),
+                "median_ms": round(statistics.median(m for m, _ in own), 2),
+                "median_kb": round(statistics.median(b for _, b in own) / 1024, 1),
+            }
         self.calls.clear()
         return out
 
@@ -171,21 +176,33 @@ def main() -> None:
             engine, names = ray_engine(args.index, g, d, f"b{g}d{int(d)}")
             figures = measure(engine, bodies, args.n, args.clients)
             calls = log.summary(args.n + 20)
-            runs.append({"config": "ray", "groups": len(names), "delay_ms": d, **figures, "calls": calls,
-                         "bare_call_ms": bare_call_ms(engine.shards.groups[0].handle)})
+            runs.append(
+                {
+                    "config": "ray",
+                    "groups": len(names),
+                    "delay_ms": d,
+                    **figures,
+                    "calls": calls,
+                    "bare_call_ms": bare_call_ms(engine.shards.groups[0].handle),
+                }
+            )
             print(json.dumps(runs[-1]), flush=True)
             engine.close()
             for name in names:
                 serve.delete(name)
     base = runs[0]["p50_ms"]
-    print(f"\n{'config':6} {'groups':>6} {'delay ms':>8} {'p50 ms':>7} {'p99 ms':>7} {'fills/s':>7} "
-          f"{'p50 - local':>11}")
+    print(
+        f"\n{'config':6} {'groups':>6} {'delay ms':>8} {'p50 ms':>7} {'p99 ms':>7} {'fills/s':>7} {'p50 - local':>11}"
+    )
     for r in runs:
-        print(f"{r['config']:6} {r['groups']:>6} {r['delay_ms']:>8g} {r['p50_ms']:>7} {r['p99_ms']:>7} "
-              f"{r['fills_per_s']:>7} {r['p50_ms'] - base:>11.1f}")
+        print(
+            f"{r['config']:6} {r['groups']:>6} {r['delay_ms']:>8g} {r['p50_ms']:>7} {r['p99_ms']:>7} "
+            f"{r['fills_per_s']:>7} {r['p50_ms'] - base:>11.1f}"
+        )
     if args.json:
-        args.json.write_text(json.dumps({"index": args.index.name, "mode": args.mode, "clients": args.clients,
-                                         "runs": runs}, indent=1))
+        args.json.write_text(
+            json.dumps({"index": args.index.name, "mode": args.mode, "clients": args.clients, "runs": runs}, indent=1)
+        )
     serve.shutdown()
     ray.shutdown()
 

@@ -31,20 +31,33 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     size = 32
     for bucket in [0, 50] * args.rounds:
-        cfg = ReaderTrainConfig(examples=args.examples, out=Path("/tmp/bench_reader_steps"), init=args.init, layers=4,
-                                epochs=3, batch_size=size, lr=1e-4, freeze_embeddings=True, bucket=bucket, device="cpu")
+        cfg = ReaderTrainConfig(
+            examples=args.examples,
+            out=Path("/tmp/bench_reader_steps"),
+            init=args.init,
+            layers=4,
+            epochs=3,
+            batch_size=size,
+            lr=1e-4,
+            freeze_embeddings=True,
+            bucket=bucket,
+            device="cpu",
+        )
         trainer = ReaderTrainer(cfg)
         rows = [trainer.examples[i] for i in trainer.order]
         lengths = [example_length(ex) for ex in rows]
-        padded = np.mean([max(lengths[at: at + size]) for at in range(0, len(lengths), size)])
+        padded = np.mean([max(lengths[at : at + size]) for at in range(0, len(lengths), size)])
         start = time.monotonic()
         for step in range(args.steps):
-            loss = trainer.loss(rows[step * size: (step + 1) * size])
+            loss = trainer.loss(rows[step * size : (step + 1) * size])
             trainer.optimizer.zero_grad()
             loss.backward()
             trainer.optimizer.step()
-        print(f"bucket {bucket}: mean padded row length {padded:.1f}, "
-              f"{(time.monotonic() - start) / args.steps:.2f} s per step of {size}", flush=True)
+        print(
+            f"bucket {bucket}: mean padded row length {padded:.1f}, "
+            f"{(time.monotonic() - start) / args.steps:.2f} s per step of {size}",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

@@ -33,17 +33,22 @@ def main() -> None:
 
     import faiss  # noqa: F401
     import numpy  # noqa: F401
+
     mark("import numpy + faiss")
     import torch  # noqa: F401
+
     mark("import torch")
     import transformers  # noqa: F401
+
     mark("import transformers")
     from service.api import create_app  # noqa: F401
+
     mark("import the service (FastAPI app)")
     from fill.config import EngineConfig
     from fill.engine import FillEngine
     from fill.loading import open_parts, open_reader
     from service.state import WARMUP
+
     config = EngineConfig(index=args.index)
     encoder, index, scoring = open_parts(config)
     mark(f"open the index ({index.total_tokens:,} tokens, {len(index.shards)} shards) and, beside it, the encoder")

@@ -37,8 +37,11 @@ def main() -> None:
         for i in range(args.rounds):
             result = run_load(server.url, bodies, args.clients, args.requests)
             mem = memory(proc.pid)
-            print(f"round {i}: {result.summary()['fills_per_s']} fills/s, statuses {dict(result.statuses)}, "
-                  f"RSS {mem['VmRSS'] / 2**20:.1f} MB, anonymous {mem['RssAnon'] / 2**20:.1f} MB", flush=True)
+            print(
+                f"round {i}: {result.summary()['fills_per_s']} fills/s, statuses {dict(result.statuses)}, "
+                f"RSS {mem['VmRSS'] / 2**20:.1f} MB, anonymous {mem['RssAnon'] / 2**20:.1f} MB",
+                flush=True,
+            )
     finally:
         server.stop()
 

@@ -45,7 +45,7 @@ def words_of(engine: FillEngine, n: int) -> list[str]:
 
 def requests(words: list[str]) -> dict[str, FillRequest | ScoreRequest]:
     def choices(labels: int, phrases: int) -> list[dict]:
-        return [{"label": f"c{c}", "phrases": words[c * phrases:(c + 1) * phrases]} for c in range(labels)]
+        return [{"label": f"c{c}", "phrases": words[c * phrases : (c + 1) * phrases]} for c in range(labels)]
 
     masks16 = " ".join(["<mask>"] * 16) + " ."
     heavy = {"mode": "hybrid", "k": 512, "blocks": 6, "evidence": 0}
@@ -54,12 +54,15 @@ def requests(words: list[str]) -> dict[str, FillRequest | ScoreRequest]:
         "score, 2 choices, defaults": ScoreRequest(text=SENTENCE, choices=["great", "terrible"]),
         "score, 64 x 16 phrases, defaults": ScoreRequest(text=SENTENCE, choices=choices(64, 16)),
         "score, 64 x 32 phrases, defaults": ScoreRequest(text=SENTENCE, choices=choices(64, 32)),
-        "score, 16 masks, 2 choices, hybrid k 512 blocks 6": ScoreRequest(text=masks16, choices=["great", "terrible"],
-                                                                         **heavy),
+        "score, 16 masks, 2 choices, hybrid k 512 blocks 6": ScoreRequest(
+            text=masks16, choices=["great", "terrible"], **heavy
+        ),
         "score, 16 masks, 64 x 16, hybrid k 512 blocks 6 (at the matches budget)": ScoreRequest(
-            text=masks16, choices=choices(64, 16), **heavy),
+            text=masks16, choices=choices(64, 16), **heavy
+        ),
         "score, 16 masks, 64 x 32, hybrid k 512 blocks 6 (the outside run's, evidence 0)": ScoreRequest(
-            text=masks16, choices=choices(64, 32), **heavy),
+            text=masks16, choices=choices(64, 32), **heavy
+        ),
     }
 
 
@@ -90,11 +93,20 @@ def main() -> None:
             accepted = "yes"
         except AppError as exc:
             accepted = "no: " + exc.message.split(",")[0]
-        rows.append({"request": name, "ms": round(ms, 1), "default_fills": round(ms / unit, 2),
-                     "weight": round(Budget.cost(request, mode, block_tokens), 2),
-                     "matches": Budget.matches(request, mode, block_tokens), "accepted": accepted})
-        print(f"| {name} | {ms:.1f} | {ms / unit:.2f} | {rows[-1]['weight']} | {rows[-1]['matches']:,} | {accepted} |",
-              flush=True)
+        rows.append(
+            {
+                "request": name,
+                "ms": round(ms, 1),
+                "default_fills": round(ms / unit, 2),
+                "weight": round(Budget.cost(request, mode, block_tokens), 2),
+                "matches": Budget.matches(request, mode, block_tokens),
+                "accepted": accepted,
+            }
+        )
+        print(
+            f"| {name} | {ms:.1f} | {ms / unit:.2f} | {rows[-1]['weight']} | {rows[-1]['matches']:,} | {accepted} |",
+            flush=True,
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
     engine.close()

@@ -49,8 +49,10 @@ def bm25(index, texts: list[str]) -> None:
         same += np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
         fast_ms.append(a_ms)
         fts5_ms.append(b_ms)
-    print(f"BM25 top 100, {len(queries)} queries: identical blocks and scores {same}/{len(queries)}; "
-          f"postings {statistics.mean(fast_ms):.2f} ms/query, FTS5 {statistics.mean(fts5_ms):.2f} ms/query")
+    print(
+        f"BM25 top 100, {len(queries)} queries: identical blocks and scores {same}/{len(queries)}; "
+        f"postings {statistics.mean(fast_ms):.2f} ms/query, FTS5 {statistics.mean(fts5_ms):.2f} ms/query"
+    )
 
 
 def faiss_once(index, vectors: list[np.ndarray], k: int) -> None:
@@ -64,15 +66,20 @@ def faiss_once(index, vectors: list[np.ndarray], k: int) -> None:
     shards = range(len(index.shards))
     for q in vectors:
         a_ms, a = _ms(lambda: [index.faiss_search(s, q, k) for s in shards])
-        b_ms, b = _ms(lambda: (lambda assigned: [index.faiss_search(s, q, k, assigned) for s in shards])(index.assign(q)))
+        b_ms, b = _ms(
+            lambda: (lambda assigned: [index.faiss_search(s, q, k, assigned) for s in shards])(index.assign(q))
+        )
         q_ms, _ = _ms(lambda: [index.assign(q) for _ in shards])
         same += all(np.array_equal(x[1], y[1]) for x, y in zip(a, b))
         own.append(a_ms)
         shared.append(b_ms)
         assign.append(q_ms)
-    print(f"FAISS on one thread, {len(vectors)} queries x {len(index.shards)} shards: identical hits {same}/{len(vectors)}; "
-          f"per-shard search p50 {statistics.median(own):.2f} ms, shared assignment + search_preassigned p50 "
-          f"{statistics.median(shared):.2f} ms; the assignment done once per shard p50 {statistics.median(assign):.2f} ms")
+    print(
+        f"FAISS on one thread, {len(vectors)} queries x {len(index.shards)} shards: "
+        f"identical hits {same}/{len(vectors)}; "
+        f"per-shard search p50 {statistics.median(own):.2f} ms, shared assignment + search_preassigned p50 "
+        f"{statistics.median(shared):.2f} ms; the assignment done once per shard p50 {statistics.median(assign):.2f} ms"
+    )
 
 
 def main() -> None:
@@ -90,8 +97,10 @@ def main() -> None:
     if index.bm25 is not None:
         bm25(index, texts)
     encoder = Encoder(Path(index.manifest.model.path))
-    vectors = [np.ascontiguousarray(np.concatenate([v.q_start, v.q_end]), dtype=np.float32)
-               for v in (encoder.encode_queries([t])[0] for t in texts)]
+    vectors = [
+        np.ascontiguousarray(np.concatenate([v.q_start, v.q_end]), dtype=np.float32)
+        for v in (encoder.encode_queries([t])[0] for t in texts)
+    ]
     faiss_once(index, vectors, args.k)
 
 

@@ -9,12 +9,14 @@
   latency run; per token = (RSS - RSS of the same server over a tiny baseline index) / tokens;
 - /fill latency for one client: --probes sequential POST /fill in --mode (default dense, the API's
   default until 2026-11-23, so figures compare with the earlier ones; the API default is now hybrid)
-  and the other API defaults (k=1024), --settle seconds after ready and 10 warm-up requests; client-side wall time; p50 / p99; and the engine's own time per stage
+  and the other API defaults (k=1024), --settle seconds after ready and 10 warm-up requests; client-side wall time;
+  p50 / p99; and the engine's own time per stage
   (the response's timings_ms: encode, search, spans, rank);
 - floors, in this process on the same queries after the server has stopped: the bare encoder
   (`Encoder.encode_queries`: tokenizer + forward, the model and dtype the server runs) and the bare FAISS
   search of the same query vectors (the FAISS calls of `PhraseIndex.search` made in turn on this thread: the
-  shared IVF assignment, then every shard's k hits, refine * k on ANN shards; no re-scoring), and the ratio of /fill p50 to the sum of their p50s: what the service adds over the
+  shared IVF assignment, then every shard's k hits, refine * k on ANN shards; no re-scoring), and the ratio of /fill
+  p50 to the sum of their p50s: what the service adds over the
   two things it cannot skip.
 Targets (issue 4): ready <= 5 s at 10M tokens, <= 100 B of RAM per token, p50 <= 20 ms, p99 <= 60 ms.
 """
@@ -44,8 +46,13 @@ class Server:
         self.url = f"http://127.0.0.1:{port}"
         env = {**os.environ, "FILL_LOG_LEVEL": "warning", **(env or {})}
         self.t0 = time.perf_counter()
-        self.proc = subprocess.Popen([sys.executable, "-m", "service", "--index", str(index), "--port", str(port)],
-                                     cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "service", "--index", str(index), "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
 
     def wait_ready(self, timeout: float = 600) -> float:
         with httpx.Client(timeout=60) as client:
@@ -70,8 +77,22 @@ def _baseline(path: Path | None) -> Path:
         return path
     out = ROOT / "data-local" / "bench" / "idx_baseline"
     if not (out / "manifest.json").is_file():
-        subprocess.run([sys.executable, "-m", "indexer", "build", "--corpus", str(ROOT / "data/sample/encyclopedia.jsonl"),
-                        "--out", str(out), "--overwrite"], cwd=ROOT, check=True, capture_output=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "indexer",
+                "build",
+                "--corpus",
+                str(ROOT / "data/sample/encyclopedia.jsonl"),
+                "--out",
+                str(out),
+                "--overwrite",
+            ],
+            cwd=ROOT,
+            check=True,
+            capture_output=True,
+        )
     return out
 
 
@@ -110,9 +131,13 @@ def main() -> None:
     p.add_argument("--probes", type=int, default=500)
     p.add_argument("--mode", choices=["dense", "restricted", "hybrid"], default="dense")
     p.add_argument("--starts", type=int, default=3)
-    p.add_argument("--settle", type=float, default=15.0,
-                   help="seconds to wait after ready before the latency run (the server maps the vectors' pages "
-                   "in the background after ready, FILL_WARM)")
+    p.add_argument(
+        "--settle",
+        type=float,
+        default=15.0,
+        help="seconds to wait after ready before the latency run (the server maps the vectors' pages "
+        "in the background after ready, FILL_WARM)",
+    )
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
@@ -153,31 +178,51 @@ def main() -> None:
     q = statistics.quantiles(lat, n=100)
     per_token = {k: (rss_after[k] - rss_base[k]) / (tokens - base_tokens) for k in rss_after}
     figures = {
-        "tokens": tokens, "ready_seconds": [round(x, 2) for x in ready], "baseline_tokens": base_tokens,
+        "tokens": tokens,
+        "ready_seconds": [round(x, 2) for x in ready],
+        "baseline_tokens": base_tokens,
         "baseline_ready_seconds": round(base_ready, 2),
-        "rss_baseline": rss_base, "rss_ready": rss_ready, "rss_after_probes": rss_after,
+        "rss_baseline": rss_base,
+        "rss_ready": rss_ready,
+        "rss_after_probes": rss_after,
         "rss_bytes_per_token_after_probes": {k: round(v, 1) for k, v in per_token.items()},
-        "fill_ms_p50": round(q[49], 1), "fill_ms_p99": round(q[98], 1), "fill_ms_mean": round(statistics.mean(lat), 1),
+        "fill_ms_p50": round(q[49], 1),
+        "fill_ms_p99": round(q[98], 1),
+        "fill_ms_mean": round(statistics.mean(lat), 1),
         "probes": len(lat),
         "stage_ms_p50": {k: round(statistics.median(v), 1) for k, v in stages.items()},
         "stage_ms_mean": {k: round(statistics.mean(v), 1) for k, v in stages.items()},
-        "floor_ms_p50": floors, "fill_over_floors": round(q[49] / (floors["encoder"] + floors["faiss"]), 2),
+        "floor_ms_p50": floors,
+        "fill_over_floors": round(q[49] / (floors["encoder"] + floors["faiss"]), 2),
     }
     mib = lambda b: f"{b / 2**20:,.0f} MiB"  # noqa: E731
     print(f"index {args.index}: {tokens:,} tokens")
-    print(f"time to ready: {', '.join(f'{x:.2f} s' for x in ready)} (target <= 5 s); the same server over the "
-          f"{base_tokens:,}-token baseline index: {base_ready:.2f} s")
-    print(f"RSS baseline ({base_tokens:,} tokens): {mib(rss_base['VmRSS'])}; ready: {mib(rss_ready['VmRSS'])} "
-          f"(anon {mib(rss_ready['RssAnon'])}, file {mib(rss_ready['RssFile'])}); after {len(lat)} fills: "
-          f"{mib(rss_after['VmRSS'])} (anon {mib(rss_after['RssAnon'])}, file {mib(rss_after['RssFile'])})")
-    print(f"RSS per token after the fills: {per_token['VmRSS']:.1f} B (anon {per_token['RssAnon']:.1f} B, "
-          f"file-backed {per_token['RssFile']:.1f} B) (target <= 100 B)")
-    print(f"/fill one client, {len(lat)} probes: p50 {q[49]:.1f} ms, p99 {q[98]:.1f} ms, mean {statistics.mean(lat):.1f} ms "
-          f"(targets 20 / 60 ms)")
-    print("engine stages, p50 / mean ms: " + ", ".join(
-        f"{k} {figures['stage_ms_p50'][k]:.1f} / {figures['stage_ms_mean'][k]:.1f}" for k in stages))
-    print(f"floors p50: bare encoder {floors['encoder']:.1f} ms, bare FAISS search {floors['faiss']:.1f} ms; "
-          f"/fill p50 over their sum: {figures['fill_over_floors']:.2f}x")
+    print(
+        f"time to ready: {', '.join(f'{x:.2f} s' for x in ready)} (target <= 5 s); the same server over the "
+        f"{base_tokens:,}-token baseline index: {base_ready:.2f} s"
+    )
+    print(
+        f"RSS baseline ({base_tokens:,} tokens): {mib(rss_base['VmRSS'])}; ready: {mib(rss_ready['VmRSS'])} "
+        f"(anon {mib(rss_ready['RssAnon'])}, file {mib(rss_ready['RssFile'])}); after {len(lat)} fills: "
+        f"{mib(rss_after['VmRSS'])} (anon {mib(rss_after['RssAnon'])}, file {mib(rss_after['RssFile'])})"
+    )
+    print(
+        f"RSS per token after the fills: {per_token['VmRSS']:.1f} B (anon {per_token['RssAnon']:.1f} B, "
+        f"file-backed {per_token['RssFile']:.1f} B) (target <= 100 B)"
+    )
+    print(
+        f"/fill one client, {len(lat)} probes: p50 {q[49]:.1f} ms, p99 {q[98]:.1f} ms, "
+        f"mean {statistics.mean(lat):.1f} ms "
+        f"(targets 20 / 60 ms)"
+    )
+    print(
+        "engine stages, p50 / mean ms: "
+        + ", ".join(f"{k} {figures['stage_ms_p50'][k]:.1f} / {figures['stage_ms_mean'][k]:.1f}" for k in stages)
+    )
+    print(
+        f"floors p50: bare encoder {floors['encoder']:.1f} ms, bare FAISS search {floors['faiss']:.1f} ms; "
+        f"/fill p50 over their sum: {figures['fill_over_floors']:.2f}x"
+    )
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
 

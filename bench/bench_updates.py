@@ -11,7 +11,8 @@ otherwise), left --settle seconds (the background page warming and sha256 check)
               shards of the updates so far), the baseline of that size's p99
   updates     per size N (--repeat times when N < 1,000), under the same load: POST /admin/documents with N new
               documents (the first "Ada Quint<tag> was born in Porto.", the others of other people and cities),
-              then fills of the first one's fact until the top phrase is Porto: the POST's seconds, the seconds from sending the POST to the first right fill,
+              then fills of the first one's fact until the top phrase is Porto: the POST's seconds, the seconds from
+              sending the POST to the first right fill,
               and p50 / p99 / failures of the load's fills that overlapped a POST
   deltas      one client's p50 / p99 over --single requests with 0 delta shards, then after 1, 10 and --many
               one-document updates (the N-document ones included)
@@ -59,6 +60,7 @@ class Load:
 
     async def _run(self) -> None:
         async with httpx.AsyncClient(base_url=self.url, timeout=120, headers=HEADERS) as client:
+
             async def worker(w: int) -> None:
                 i = w
                 while not self._stop.is_set():
@@ -69,6 +71,7 @@ class Load:
                         status = -1
                     self.records.append((t0, time.perf_counter(), status))
                     i += self.clients
+
             await asyncio.gather(*(worker(w) for w in range(self.clients)))
 
     def start(self) -> "Load":
@@ -83,8 +86,12 @@ class Load:
         """The requests that overlapped [a, b]: p50 / p99 ms of the 200s, and the others counted."""
         rows = [r for r in self.records if r[1] >= a and r[0] <= b]
         ms = [(e - s) * 1000 for s, e, st in rows if st == 200]
-        return {"requests": len(rows), "failed": sum(st != 200 for _, _, st in rows), "p50_ms": pct(ms, 0.5),
-                "p99_ms": pct(ms, 0.99)}
+        return {
+            "requests": len(rows),
+            "failed": sum(st != 200 for _, _, st in rows),
+            "p50_ms": pct(ms, 0.5),
+            "p99_ms": pct(ms, 0.99),
+        }
 
 
 def single(url: str, bodies: list[dict], n: int) -> dict:
@@ -107,8 +114,14 @@ def update(url: str, load: Load, size: int, tag: str) -> dict:
     """POST `size` documents under load; seconds to the first fill of the first one's fact."""
     # the fact checked is the first document's, the only "Ada ..." born in Porto; the others are "Bea ..." born in
     # other cities (near-identical made-up names would let a fill take another document's city)
-    docs = [{"id": f"{tag}-{i}", "title": f"Bea Quint{tag}x{i}",
-             "text": f"Bea Quint{tag}x{i} was born in {CITIES[1 + i % (len(CITIES) - 1)]}."} for i in range(size)]
+    docs = [
+        {
+            "id": f"{tag}-{i}",
+            "title": f"Bea Quint{tag}x{i}",
+            "text": f"Bea Quint{tag}x{i} was born in {CITIES[1 + i % (len(CITIES) - 1)]}.",
+        }
+        for i in range(size)
+    ]
     docs[0] = {"id": f"{tag}-0", "title": f"Ada Quint{tag}", "text": f"Ada Quint{tag} was born in {CITIES[0]}."}
     query = f"Ada Quint{tag} was born in <mask> ."
     with httpx.Client(base_url=url, timeout=600, headers=HEADERS) as client:
@@ -123,9 +136,16 @@ def update(url: str, load: Load, size: int, tag: str) -> dict:
             if found == CITIES[0]:
                 break
         t_fill = time.perf_counter()
-    return {"documents": size, "post_s": round(t_post - t0, 3), "filled_s": round(t_fill - t0, 3),
-            "fill_tries": tries, "right": found == CITIES[0], "generation": r.json()["generation"], "t0": t0,
-            "t_post": t_post}
+    return {
+        "documents": size,
+        "post_s": round(t_post - t0, 3),
+        "filled_s": round(t_fill - t0, 3),
+        "fill_tries": tries,
+        "right": found == CITIES[0],
+        "generation": r.json()["generation"],
+        "t0": t0,
+        "t_post": t_post,
+    }
 
 
 def _updates(url: str, load: Load, size: int, repeat: int) -> dict:
@@ -135,12 +155,21 @@ def _updates(url: str, load: Load, size: int, repeat: int) -> dict:
     windows = [(run.pop("t0"), run.pop("t_post")) for run in runs]
     rows = [r for r in load.records if any(r[1] >= a and r[0] <= b for a, b in windows)]
     ms = [(e - s) * 1000 for s, e, st in rows if st == 200]
-    return {"documents": size, "updates": repeat, "post_s_max": max(r["post_s"] for r in runs),
-            "post_s_p50": sorted(r["post_s"] for r in runs)[len(runs) // 2],
-            "filled_s_max": max(r["filled_s"] for r in runs), "all_right": all(r["right"] for r in runs),
-            "load_during_posts": {"requests": len(rows), "failed": sum(st != 200 for _, _, st in rows),
-                                  "p50_ms": pct(ms, 0.5), "p99_ms": pct(ms, 0.99)},
-            "generation": runs[-1]["generation"]}
+    return {
+        "documents": size,
+        "updates": repeat,
+        "post_s_max": max(r["post_s"] for r in runs),
+        "post_s_p50": sorted(r["post_s"] for r in runs)[len(runs) // 2],
+        "filled_s_max": max(r["filled_s"] for r in runs),
+        "all_right": all(r["right"] for r in runs),
+        "load_during_posts": {
+            "requests": len(rows),
+            "failed": sum(st != 200 for _, _, st in rows),
+            "p50_ms": pct(ms, 0.5),
+            "p99_ms": pct(ms, 0.99),
+        },
+        "generation": runs[-1]["generation"],
+    }
 
 
 def main() -> None:
@@ -174,8 +203,9 @@ def main() -> None:
         for size in map(int, args.sizes.split(",")):
             time.sleep(args.steady)  # the steady state of the index as it is now (its delta shards so far)
             steady = load.window(time.perf_counter() - args.steady, time.perf_counter())
-            report["updates"].append({**_updates(server.url, load, size, args.repeat if size < 1000 else 1),
-                                      "steady_before": steady})
+            report["updates"].append(
+                {**_updates(server.url, load, size, args.repeat if size < 1000 else 1), "steady_before": steady}
+            )
         load.stop()
         have = sum(u["updates"] for u in report["updates"])
         report["deltas"][str(have)] = single(server.url, bodies, args.single)
@@ -215,8 +245,12 @@ def _delete(url: str, tag: str) -> dict:
 
 def _compact(url: str, bodies: list[dict], args) -> dict:
     t0 = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "indexer", "compact", "--index", str(args.work / "idx")], cwd=ROOT,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "indexer", "compact", "--index", str(args.work / "idx")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+    )
     compact_s = time.perf_counter() - t0
     assert proc.returncode == 0, proc.stderr
     with httpx.Client(base_url=url, timeout=600, headers=HEADERS) as client:
@@ -224,8 +258,12 @@ def _compact(url: str, bodies: list[dict], args) -> dict:
         r = client.post("/admin/reload", json={})
         reload_s = time.perf_counter() - t0
         assert r.status_code == 200, r.text
-    return {"compact_s": round(compact_s, 1), "summary": proc.stdout.strip().splitlines()[-1],
-            "reload_s": round(reload_s, 1), "after": single(url, bodies, args.single)}
+    return {
+        "compact_s": round(compact_s, 1),
+        "summary": proc.stdout.strip().splitlines()[-1],
+        "reload_s": round(reload_s, 1),
+        "after": single(url, bodies, args.single),
+    }
 
 
 if __name__ == "__main__":

@@ -30,8 +30,11 @@ def write_model(like: Path, tensors: dict[str, torch.Tensor], out: Path) -> None
     """A model directory at `out` (atomically): `like`'s files but its card and fitted files, `tensors` in fp16."""
     with atomic_path(out) as tmp:
         shutil.copytree(like, tmp, ignore=shutil.ignore_patterns(*NOT_COPIED))
-        save_file({k: v.to(torch.float16).contiguous() for k, v in tensors.items()}, str(tmp / WEIGHTS),
-                  metadata={"format": "pt"})
+        save_file(
+            {k: v.to(torch.float16).contiguous() for k, v in tensors.items()},
+            str(tmp / WEIGHTS),
+            metadata={"format": "pt"},
+        )
 
 
 def blend(base: dict[str, torch.Tensor], tuned: dict[str, torch.Tensor], alpha: float) -> dict[str, torch.Tensor]:

@@ -2,7 +2,8 @@
 sample, and the made-up same-type people of tests/encoder/test_default_model.py, each in every mode; prints each
 fill and the number of wrong ones (exit status 1 when any is wrong).
 
-    python bench/check_reader_sample.py [--model DIR] [--reader-dir DIR] [--scoring SCORING.json] [--work data-local/scratch]
+    python bench/check_reader_sample.py [--model DIR] [--reader-dir DIR] [--scoring SCORING.json] \\
+        [--work data-local/scratch]
 
 A check is right when every mask's top fill is the expected phrase, or, for a person the corpus lacks, when no
 fill has confidence 0.5 or more (the demo's min_confidence). Indexes are built once under --work with the
@@ -26,13 +27,22 @@ from indexer.build import BuildConfig, build_index  # noqa: E402
 from tests.conftest import CORPUS, write_jsonl  # noqa: E402
 from tests.encoder.test_default_model import SAME_TYPE  # noqa: E402
 
-SAMPLE = [("Marie Curie was born in <mask> .", "Warsaw"), ("Paris is the capital of <mask> .", "France"),
-          ("Marie Curie was born in <mask> . In 1891 she moved to <mask> .", "Warsaw|Paris"),
-          ("Zorblax Quint was born in <mask> .", None), ("Quillon Varda was born in <mask> .", None)]
-MADE_UP = [("Quillon Varda was born in <mask> .", "Marbleton"), ("Quillon Varda studied in <mask> .", "Fenwick"),
-           ("Tobin Aschel grew up in <mask> .", "Harrowgate"), ("Tobin Aschel worked in <mask> .", "Lindqvist Bay"),
-           ("Marie Curie was born in <mask> .", "Warsaw"), ("The <mask> flows through Paris .", "Seine"),
-           ("Allan Peiper was born in <mask> .", "Alexandra")]
+SAMPLE = [
+    ("Marie Curie was born in <mask> .", "Warsaw"),
+    ("Paris is the capital of <mask> .", "France"),
+    ("Marie Curie was born in <mask> . In 1891 she moved to <mask> .", "Warsaw|Paris"),
+    ("Zorblax Quint was born in <mask> .", None),
+    ("Quillon Varda was born in <mask> .", None),
+]
+MADE_UP = [
+    ("Quillon Varda was born in <mask> .", "Marbleton"),
+    ("Quillon Varda studied in <mask> .", "Fenwick"),
+    ("Tobin Aschel grew up in <mask> .", "Harrowgate"),
+    ("Tobin Aschel worked in <mask> .", "Lindqvist Bay"),
+    ("Marie Curie was born in <mask> .", "Warsaw"),
+    ("The <mask> flows through Paris .", "Seine"),
+    ("Allan Peiper was born in <mask> .", "Alexandra"),
+]
 
 
 def index(work: Path, name: str, corpus: Path, model: Path | None = None) -> Path:
@@ -67,12 +77,15 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     sample = ROOT / "data" / "sample" / "encyclopedia.jsonl"
     same_type = write_jsonl(work / "same_type.jsonl", CORPUS + SAME_TYPE)
-    sets = [(index(work, "idx_sample", sample, args.model), SAMPLE),
-            (index(work, "idx_same_type", same_type, args.model), MADE_UP)]
+    sets = [
+        (index(work, "idx_sample", sample, args.model), SAMPLE),
+        (index(work, "idx_same_type", same_type, args.model), MADE_UP),
+    ]
     wrong = 0
     for root, checks in sets:
-        engine = FillEngine.open(EngineConfig(index=root, model=args.model, reader_dir=args.reader_dir,
-                                              scoring=args.scoring))
+        engine = FillEngine.open(
+            EngineConfig(index=root, model=args.model, reader_dir=args.reader_dir, scoring=args.scoring)
+        )
         for query, want in checks:
             bad, lines = check(engine, query, want)
             wrong += bad

@@ -26,9 +26,11 @@ def main() -> None:
         raise SystemExit("error: the two files hold different probes; run fill-eval with the same options")
     same = sum(top(x) == top(y) for x, y in zip(a, b))
     c = compare(a, b)
-    print(f"top-1 agreement {same}/{len(a)} = {c['agreement']:.1f}%; "
-          f"EM@1 {sum(r['em'] for r in a)} vs {sum(r['em'] for r in b)} probes; "
-          f"paired micro EM diff {c['micro_em_diff']:+.1f} (SE {c['micro_em_diff_se']:.1f})")
+    print(
+        f"top-1 agreement {same}/{len(a)} = {c['agreement']:.1f}%; "
+        f"EM@1 {sum(r['em'] for r in a)} vs {sum(r['em'] for r in b)} probes; "
+        f"paired micro EM diff {c['micro_em_diff']:+.1f} (SE {c['micro_em_diff_se']:.1f})"
+    )
 
 
 def top(row: dict) -> str:
@@ -41,8 +43,11 @@ def compare(a: list[dict], b: list[dict]) -> dict:
     diff = [float(y["em"]) - float(x["em"]) for x, y in zip(a, b)]
     mean = sum(diff) / len(diff)
     se = math.sqrt(sum((d - mean) ** 2 for d in diff) / (len(diff) - 1) / len(diff)) if len(diff) > 1 else 0.0
-    return {"agreement": 100 * sum(top(x) == top(y) for x, y in zip(a, b)) / len(a),
-            "micro_em_diff": 100 * mean, "micro_em_diff_se": 100 * se}
+    return {
+        "agreement": 100 * sum(top(x) == top(y) for x, y in zip(a, b)) / len(a),
+        "micro_em_diff": 100 * mean,
+        "micro_em_diff_se": 100 * se,
+    }
 
 
 def _fill_row(row: dict) -> dict:

@@ -101,8 +101,15 @@ def constraints(metadata: list[Any]) -> list[str]:
     """A field's bounds, lengths and pattern as `≥ 1`, `length ≥ 1`, `pattern ...`."""
     out = []
     for item in metadata:
-        for attr, text in (("gt", "> {}"), ("ge", "≥ {}"), ("lt", "< {}"), ("le", "≤ {}"), ("min_length",
-                           "length ≥ {}"), ("max_length", "length ≤ {}"), ("pattern", "pattern `{}`")):
+        for attr, text in (
+            ("gt", "> {}"),
+            ("ge", "≥ {}"),
+            ("lt", "< {}"),
+            ("le", "≤ {}"),
+            ("min_length", "length ≥ {}"),
+            ("max_length", "length ≤ {}"),
+            ("pattern", "pattern `{}`"),
+        ):
             value = getattr(item, attr, None)
             if value is not None:
                 out.append(text.format(value))
@@ -144,8 +151,16 @@ def field_rows(config: CommandConfig) -> list[list[str]]:
             default = REQUIRED
         else:
             default = value_text(field.default if field.default_factory is None else field.default_factory())
-        rows.append([f"`{name}`", f"`{declared_flags(name, field)}`", f"`{envvar(config.env_prefix, name)}`", kind,
-                     default, field.description or ""])
+        rows.append(
+            [
+                f"`{name}`",
+                f"`{declared_flags(name, field)}`",
+                f"`{envvar(config.env_prefix, name)}`",
+                kind,
+                default,
+                field.description or "",
+            ]
+        )
     return rows
 
 
@@ -175,8 +190,16 @@ def own_rows(callback: Any, skip: set[str]) -> list[list[str]]:
             flag = ", ".join(f"`{d}`" for d in (info.param_decls if info else ())) or f"`--{name.replace('_', '-')}`"
         required = default is ... or default is inspect.Parameter.empty
         variable = f"`{info.envvar}`" if info is not None and isinstance(info.envvar, str) else "—"
-        rows.append([f"`{name}`", flag, variable, f"`{type_text(annotation)}`", REQUIRED if required else
-                     value_text(default), (info.help if info else "") or ""])
+        rows.append(
+            [
+                f"`{name}`",
+                flag,
+                variable,
+                f"`{type_text(annotation)}`",
+                REQUIRED if required else value_text(default),
+                (info.help if info else "") or "",
+            ]
+        )
     return rows
 
 
@@ -200,11 +223,14 @@ def section(job: Job) -> list[str]:
         lines += ["No config object: flags only, no environment variables.", ""]
         return lines + table(own_rows(job.callback, set()), with_variables=False) + [""]
     model = config.model
-    lines.append(f"Config object: `{model.__module__}.{model.__qualname__}`; environment variables "
-                 f"`{envvar(config.env_prefix, '')}*`.")
+    lines.append(
+        f"Config object: `{model.__module__}.{model.__qualname__}`; environment variables "
+        f"`{envvar(config.env_prefix, '')}*`."
+    )
     if config.exclude:
-        lines.append("Fields of the model that are not flags of this job: "
-                     + ", ".join(f"`{n}`" for n in config.exclude) + ".")
+        lines.append(
+            "Fields of the model that are not flags of this job: " + ", ".join(f"`{n}`" for n in config.exclude) + "."
+        )
     rows = field_rows(config) + own_rows(job.callback, set(config.fields()))
     return lines + [""] + table(rows, with_variables=True) + [""]
 
@@ -212,9 +238,17 @@ def section(job: Job) -> list[str]:
 def render() -> str:
     """The whole of docs/CONFIGURATION.md."""
     all_jobs = jobs()
-    lines = ["# Configuration reference", "",
-             f"Generated from the jobs' config objects by `{REGENERATE}`: do not edit it by hand "
-             "(tests/bench/test_config_docs.py fails when it is stale).", "", INTRO, "", "Jobs:", ""]
+    lines = [
+        "# Configuration reference",
+        "",
+        f"Generated from the jobs' config objects by `{REGENERATE}`: do not edit it by hand "
+        "(tests/bench/test_config_docs.py fails when it is stale).",
+        "",
+        INTRO,
+        "",
+        "Jobs:",
+        "",
+    ]
     lines += [f"- [`{job.command}`](#{anchor(job.command)})" for job in all_jobs]
     lines.append("")
     for job in all_jobs:

@@ -39,8 +39,11 @@ def cmd_pack(args: argparse.Namespace) -> int:
     words = tensors.pop(key).float()
     scale = words.abs().amax(dim=1, keepdim=True).clamp_min(1e-12) / 127.0
     write_model(args.model, tensors, args.out / "model")
-    save_file({"codes": torch.round(words / scale).to(torch.int8), "scale": scale}, str(args.out / PACKED),
-              metadata={"key": key})
+    save_file(
+        {"codes": torch.round(words / scale).to(torch.int8), "scale": scale},
+        str(args.out / PACKED),
+        metadata={"key": key},
+    )
     with open(args.corpus, "rb") as src, gzip.open(args.out / "corpus.jsonl.gz", "wb", compresslevel=9) as dst:
         shutil.copyfileobj(src, dst)
     if args.probes:

@@ -3,7 +3,8 @@
     .venv/bin/python bench/engine_speed.py [--threads 1] [--rounds 3] [--engines torch openvino ...] [--compile]
 
 Per engine (torch with its autocast dtype, the reference; OpenVINO in the same precision; ONNX Runtime
-fp32; ONNX Runtime with int8 weights; torch.compile with --compile), the median milliseconds of: a query pass (one 18-token query, the
+fp32; ONNX Runtime with int8 weights; torch.compile with --compile), the median milliseconds of: a query pass (one
+18-token query, the
 fill's encoder pass), a block pass (8 blocks of 128 tokens, the index build's unit), and a reader pass (one
 mask with 16 windows, ~200 tokens, the reader's input). The engines run in alternating rounds, so a shared
 machine's noise falls on all of them alike; each figure is also given as a ratio to torch's in the same round.
@@ -56,8 +57,12 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=30)
-    ap.add_argument("--engines", nargs="+", default=["torch", "openvino", "onnx", "onnx-int8"],
-                    help="engines to time (torch, the reference, always)")
+    ap.add_argument(
+        "--engines",
+        nargs="+",
+        default=["torch", "openvino", "onnx", "onnx-int8"],
+        help="engines to time (torch, the reference, always)",
+    )
     ap.add_argument("--compile", action="store_true", help="also torch.compile (slow to start)")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -83,8 +88,10 @@ def main() -> None:
         for engine, work in engines.items():
             for name, fn in work.items():
                 results.setdefault((engine, name), []).append(timed(fn, args.repeat))
-    print(f"\n{args.threads} thread(s), {args.rounds} alternating rounds of {args.repeat}; median ms "
-          "(ratio to torch in the same round)")
+    print(
+        f"\n{args.threads} thread(s), {args.rounds} alternating rounds of {args.repeat}; median ms "
+        "(ratio to torch in the same round)"
+    )
     print(f"{'engine':<14}" + "".join(f"{name:>20}" for name in ("query", "blocks", "reader")))
     for engine in engines:
         cells = []

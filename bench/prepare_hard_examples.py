@@ -45,14 +45,14 @@ TITLE_TOKENS = 10  # a title's tokens kept, as fill-reader-data --title-tokens (
 def find(seq: list[int], part: list[int]) -> list[int]:
     """Start positions of `part` in `seq`."""
     n = len(part)
-    return [i for i in range(len(seq) - n + 1) if n and seq[i: i + n] == part]
+    return [i for i in range(len(seq) - n + 1) if n and seq[i : i + n] == part]
 
 
 def answer_ids(ex: dict) -> list[list[int]]:
     """The token ids of each distinct gold span."""
     out = []
     for w, i, j in ex["gold"]:
-        ids = list(ex["windows"][w][i: j + 1])
+        ids = list(ex["windows"][w][i : j + 1])
         if ids not in out:
             out.append(ids)
     return out
@@ -83,13 +83,14 @@ class Names:
         return ids, flags
 
 
-def replace(window: list[int], flags: list[int], old: list[int], new: list[int], new_flags: list[int]
-            ) -> tuple[list[int], list[int]]:
+def replace(
+    window: list[int], flags: list[int], old: list[int], new: list[int], new_flags: list[int]
+) -> tuple[list[int], list[int]]:
     """Every word-aligned occurrence of `old` in the window replaced by `new` (with its flags)."""
     out_w, out_f, i = [], [], 0
     while i < len(window):
         end = i + len(old)
-        if (old and window[i:end] == old and flags[i] & WORD_START and flags[end - 1] & WORD_END):
+        if old and window[i:end] == old and flags[i] & WORD_START and flags[end - 1] & WORD_END:
             out_w += new
             out_f += new_flags
             i = end
@@ -110,16 +111,19 @@ def person(ex: dict, names: Names) -> str | None:
     return title if title in names.text(ex["query_ids"]) else None
 
 
-def relative_window(ex: dict, subject: str, donor: dict, donor_name: str, names: Names
-                    ) -> tuple[list[int], list[int], list[int]] | None:
+def relative_window(
+    ex: dict, subject: str, donor: dict, donor_name: str, names: Names
+) -> tuple[list[int], list[int], list[int]] | None:
     """The donor's answer window renamed to the donor's first name(s) + the subject's last name: (window, flags,
     title ids); None when it would hold the example's own answer."""
     w = gold_window(donor)
     window, flags = list(donor["windows"][w]), list(donor["flags"][w])
     relative = " ".join(donor_name.split()[:-1] + subject.split()[-1:])
     full, full_f = names.ids(relative)
-    for old, (new, new_f) in [(names.ids(donor_name)[0], (full, full_f)),
-                              (names.ids(donor_name.split()[-1])[0], names.ids(subject.split()[-1]))]:
+    for old, (new, new_f) in [
+        (names.ids(donor_name)[0], (full, full_f)),
+        (names.ids(donor_name.split()[-1])[0], names.ids(subject.split()[-1])),
+    ]:
         window, flags = replace(window, flags, old, new, new_f)
     if any(find(window, a) for a in answer_ids(ex)):
         return None
@@ -175,7 +179,8 @@ def relatives(examples: list[dict], names: Names, rng: random.Random, n: int) ->
             break
         pool = by_pattern[words] if rng.random() < 0.8 else people
         pool = [d for d in pool if d[1].split()[-1] != subject.split()[-1]] or [
-            d for d in people if d[1].split()[-1] != subject.split()[-1]]
+            d for d in people if d[1].split()[-1] != subject.split()[-1]
+        ]
         if not pool:
             continue
         donor, donor_name, _ = rng.choice(pool)
@@ -219,8 +224,9 @@ def query_titles(probes: list[Path], names: Names) -> dict[str, str]:
     return out
 
 
-def two_masks(examples: list[dict], titles: dict[str, str], names: Names, rng: random.Random, n: int,
-              per_doc: int = 6) -> list[dict]:
+def two_masks(
+    examples: list[dict], titles: dict[str, str], names: Names, rng: random.Random, n: int, per_doc: int = 6
+) -> list[dict]:
     """At most n examples from pairs of answered examples whose queries come from one document (`titles`:
     query_titles), at most per_doc pairs a document."""
     by_doc = defaultdict(list)
@@ -254,8 +260,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--examples", type=Path, action="append", required=True, help="titled example files; repeat")
     ap.add_argument("--out", type=Path, required=True, help="folder for the three files")
-    ap.add_argument("--probes", type=Path, action="append", default=[],
-                    help="the probes the examples were made from, with their document titles (two-mask pairs); repeat")
+    ap.add_argument(
+        "--probes",
+        type=Path,
+        action="append",
+        default=[],
+        help="the probes the examples were made from, with their document titles (two-mask pairs); repeat",
+    )
     ap.add_argument("--model", type=Path, default=None, help="tokenizer's directory (default: the bundled encoder)")
     ap.add_argument("--relatives", type=int, default=4000, help="relative examples, answered and no-answer each")
     ap.add_argument("--two-mask", type=int, default=4000, help="two-mask examples (two per pair)")
@@ -268,8 +279,7 @@ def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     write(args.out / "relatives.jsonl", answered)
     write(args.out / "relatives_null.jsonl", null)
-    write(args.out / "two_mask.jsonl", two_masks(examples, query_titles(args.probes, names), names, rng,
-                                                        args.two_mask))
+    write(args.out / "two_mask.jsonl", two_masks(examples, query_titles(args.probes, names), names, rng, args.two_mask))
 
 
 if __name__ == "__main__":

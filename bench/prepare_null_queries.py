@@ -25,8 +25,32 @@ from pathlib import Path
 from common.files import write_bytes_atomic
 from evaluation.evaluate import GOOGLE_RE_TEMPLATES
 
-SYLLABLES = ("ka", "vel", "dra", "mor", "tis", "qua", "bren", "lo", "zet", "rin", "sul", "ox", "pha", "dun", "mir",
-             "gal", "trev", "yon", "cas", "bel", "nor", "vik", "eth", "ul")
+SYLLABLES = (
+    "ka",
+    "vel",
+    "dra",
+    "mor",
+    "tis",
+    "qua",
+    "bren",
+    "lo",
+    "zet",
+    "rin",
+    "sul",
+    "ox",
+    "pha",
+    "dun",
+    "mir",
+    "gal",
+    "trev",
+    "yon",
+    "cas",
+    "bel",
+    "nor",
+    "vik",
+    "eth",
+    "ul",
+)
 
 
 def subject_of(query: str) -> tuple[str, str] | None:

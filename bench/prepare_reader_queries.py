@@ -75,8 +75,9 @@ def query_forms(title: str, sentence: str, phrase: str) -> dict[str, str]:
     return forms
 
 
-def make_round(articles: list[tuple[str, str]], r: int, rounds: int, per_sentence: int, seed: int,
-               other_rate: float = 0.5):
+def make_round(
+    articles: list[tuple[str, str]], r: int, rounds: int, per_sentence: int, seed: int, other_rate: float = 0.5
+):
     """(corpus rows, queries) of round r."""
     rng = random.Random(seed * 1000 + r)
     corpus, queries = [], []
@@ -91,8 +92,16 @@ def make_round(articles: list[tuple[str, str]], r: int, rounds: int, per_sentenc
                 forms = query_forms(title, sentence, phrase)
                 other = sorted(set(forms) - {"natural"})
                 for form in ["natural"] + ([rng.choice(other)] if other and rng.random() < other_rate else []):
-                    queries.append({"relation": kind, "query": forms[form], "answers": [phrase], "title": title,
-                                    "form": form, "same_type": paired})
+                    queries.append(
+                        {
+                            "relation": kind,
+                            "query": forms[form],
+                            "answers": [phrase],
+                            "title": title,
+                            "form": form,
+                            "same_type": paired,
+                        }
+                    )
     return corpus, queries
 
 
@@ -102,8 +111,12 @@ def main() -> None:
     p.add_argument("--out", type=Path, required=True)
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--per-sentence", type=int, default=6, help="phrases asked per sentence beyond same-type pairs")
-    p.add_argument("--other-form", type=float, default=0.5,
-                   help="chance that a phrase is also asked in a second form (clause or template)")
+    p.add_argument(
+        "--other-form",
+        type=float,
+        default=0.5,
+        help="chance that a phrase is also asked in a second form (clause or template)",
+    )
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args()
     train = [(t, x) for t, x in read_articles(args.wheel) if x and on_side(t, "train")]

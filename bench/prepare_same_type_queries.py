@@ -9,7 +9,8 @@ text already in an index (the Wikipedia leads without the dev fold, the Google-R
 
 A slot is a preposition (in, at, from, to) after one to three lowercase words ("was born", "later worked")
 and before a capitalised phrase ("Lindqvist Bay") or a year; a sentence with two or more slots of one kind
-(names, years), their words and phrases all different, gives one query per slot, in the form users write: the document's title, the slot's words,
+(names, years), their words and phrases all different, gives one query per slot, in the form users write: the
+document's title, the slot's words,
 the mask ("Tobin Aschel later worked in <mask> ."). Both slots are asked (so the first is not learnt as
 always wrong). Writes JSON lines {"relation": "same_type", "query", "answers", "title", "form": "template",
 "same_type": true}. Train side only: never the held side or the dev fold.
@@ -26,8 +27,31 @@ from pathlib import Path
 from common.files import write_bytes_atomic
 
 PREPOSITIONS = ("in", "at", "from", "to")
-STOP = {"and", "but", "then", "which", "who", "where", "while", "when", "the", "a", "an", "of", "or", "that", "he", "she",
-        "it", "they", "we", "his", "her", "its", "their"}
+STOP = {
+    "and",
+    "but",
+    "then",
+    "which",
+    "who",
+    "where",
+    "while",
+    "when",
+    "the",
+    "a",
+    "an",
+    "of",
+    "or",
+    "that",
+    "he",
+    "she",
+    "it",
+    "they",
+    "we",
+    "his",
+    "her",
+    "its",
+    "their",
+}
 CAPITAL = r"[A-Z][\w'\u2019-]*"
 YEAR = r"1\d{3}|20\d{2}"
 SLOT = re.compile(rf"\b((?:[a-z]+ ){{1,3}})({'|'.join(PREPOSITIONS)}) ({YEAR}|{CAPITAL}(?: {CAPITAL}){{0,3}})\b")
@@ -39,7 +63,7 @@ def slot_words(words: str) -> str:
     kept = words.split()
     for i in range(len(kept) - 1, -1, -1):
         if kept[i] in STOP:
-            kept = kept[i + 1:]
+            kept = kept[i + 1 :]
             break
     return " ".join(kept)
 
@@ -71,8 +95,16 @@ def queries(title: str, text: str) -> list[dict]:
             for words, prep, phrase in same:
                 if phrase in title or title in phrase:
                     continue
-                out.append({"relation": "same_type", "query": f"{title} {words} {prep} <mask> .",
-                            "answers": [phrase], "title": title, "form": "template", "same_type": True})
+                out.append(
+                    {
+                        "relation": "same_type",
+                        "query": f"{title} {words} {prep} <mask> .",
+                        "answers": [phrase],
+                        "title": title,
+                        "form": "template",
+                        "same_type": True,
+                    }
+                )
     return out
 
 

@@ -99,8 +99,11 @@ def make_probes(held: list[tuple[str, str]], per_type: int, seed: int) -> tuple[
             if len(sentence.split()) < 6:
                 continue
             rest = text.replace(sentence, " ", 1)
-            options += [(kind, phrase, sentence) for kind, phrase, at in matches(sentence)
-                        if at > 0 and count[kind] < per_type and occurs(phrase, rest) and once(phrase, sentence)]
+            options += [
+                (kind, phrase, sentence)
+                for kind, phrase, at in matches(sentence)
+                if at > 0 and count[kind] < per_type and occurs(phrase, rest) and once(phrase, sentence)
+            ]
         if not options:
             continue
         kind, phrase, sentence = rng.choice(options)
@@ -113,8 +116,10 @@ def make_probes(held: list[tuple[str, str]], per_type: int, seed: int) -> tuple[
 
 def held_out(articles: list[tuple[str, str]], taken: dict[str, str]) -> list[dict]:
     """The articles as corpus rows, each without the sentence its probe was made from."""
-    return [{"id": t, "title": t, "text": " ".join(x.replace(taken[t], " ", 1).split()) if t in taken else x}
-            for t, x in articles]
+    return [
+        {"id": t, "title": t, "text": " ".join(x.replace(taken[t], " ", 1).split()) if t in taken else x}
+        for t, x in articles
+    ]
 
 
 def _jsonl(rows: list[dict]) -> bytes:
@@ -136,7 +141,9 @@ def main() -> None:
     held_docs = held_out(held, taken)
     for side in ("train", "held"):
         (args.out / side).mkdir(parents=True, exist_ok=True)
-    write_bytes_atomic(args.out / "train" / "corpus.jsonl", _jsonl([{"id": t, "title": t, "text": x} for t, x in train]))
+    write_bytes_atomic(
+        args.out / "train" / "corpus.jsonl", _jsonl([{"id": t, "title": t, "text": x} for t, x in train])
+    )
     write_bytes_atomic(args.out / "held" / "corpus.jsonl", _jsonl(held_docs))
     write_bytes_atomic(args.out / "held" / "probes.jsonl", _jsonl(probes))
     for r in range(args.train_rounds):
@@ -145,8 +152,9 @@ def main() -> None:
         write_bytes_atomic(args.out / "train" / f"round{r}" / "corpus.jsonl", _jsonl(held_out(train, removed)))
         in_dev = [hashlib.sha256(q["title"].encode("utf-8")).hexdigest()[0] == DEV_DIGIT for q in queries]
         dev = [q for q, d in zip(queries, in_dev) if d]
-        write_bytes_atomic(args.out / "train" / f"round{r}" / "probes.jsonl",
-                           _jsonl([q for q, d in zip(queries, in_dev) if not d]))
+        write_bytes_atomic(
+            args.out / "train" / f"round{r}" / "probes.jsonl", _jsonl([q for q, d in zip(queries, in_dev) if not d])
+        )
         write_bytes_atomic(args.out / "train" / f"round{r}" / "dev.jsonl", _jsonl(dev))
         print(f"train round {r}: {len(queries) - len(dev)} cloze queries to train on, {len(dev)} in the dev fold")
     by_type = {k: sum(p["relation"] == k for p in probes) for k in TYPES}

@@ -27,13 +27,18 @@ def rows(path: Path) -> list[dict]:
 
 
 def accuracy(read: set[str], predictions: list[dict]) -> dict:
-    right = [bool(p["predictions"]) and normalize(p["predictions"][0]) in {normalize(a) for a in p["answers"]}
-             for p in predictions]
+    right = [
+        bool(p["predictions"]) and normalize(p["predictions"][0]) in {normalize(a) for a in p["answers"]}
+        for p in predictions
+    ]
     in_front = [p["query"] in read for p in predictions]
     n_read = sum(in_front)
-    return {"probes": len(predictions), "answer_read": round(100 * n_read / max(1, len(predictions)), 1),
-            "em@1": round(100 * sum(right) / max(1, len(predictions)), 1),
-            "reading_accuracy": round(100 * sum(r for r, f in zip(right, in_front) if f) / max(1, n_read), 1)}
+    return {
+        "probes": len(predictions),
+        "answer_read": round(100 * n_read / max(1, len(predictions)), 1),
+        "em@1": round(100 * sum(right) / max(1, len(predictions)), 1),
+        "reading_accuracy": round(100 * sum(r for r, f in zip(right, in_front) if f) / max(1, n_read), 1),
+    }
 
 
 def main() -> None:

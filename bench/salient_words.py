@@ -42,13 +42,19 @@ def adjectives(data_adj: Path) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True)
-    ap.add_argument("--wordnet", type=Path, default=Path("/usr/share/wordnet"),
-                    help="folder of WordNet's database files (Debian: wordnet-base)")
+    ap.add_argument(
+        "--wordnet",
+        type=Path,
+        default=Path("/usr/share/wordnet"),
+        help="folder of WordNet's database files (Debian: wordnet-base)",
+    )
     args = ap.parse_args(argv)
     data_adj = args.wordnet / "data.adj"
     if not data_adj.is_file():
-        sys.exit(f"error: {data_adj} not found: install Debian's wordnet-base (apt-get install wordnet-base) "
-                 "or pass --wordnet DIR")
+        sys.exit(
+            f"error: {data_adj} not found: install Debian's wordnet-base (apt-get install wordnet-base) "
+            "or pass --wordnet DIR"
+        )
     words = adjectives(data_adj)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(args.out, "".join(w + "\n" for w in words).encode("utf-8"))

@@ -30,8 +30,15 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-VARIANT = {"top_k": 20, "alpha": 0.5, "aggregate": "sum", "case_sensitive": False, "evidence": 5, "k": 2048,
-           "max_span_tokens": 16}
+VARIANT = {
+    "top_k": 20,
+    "alpha": 0.5,
+    "aggregate": "sum",
+    "case_sensitive": False,
+    "evidence": 5,
+    "k": 2048,
+    "max_span_tokens": 16,
+}
 
 
 def take(args: argparse.Namespace) -> None:
@@ -48,8 +55,9 @@ def take(args: argparse.Namespace) -> None:
         texts = make_probes(args.corpus, args.n)
     single_thread_blas()
     # FILL_* variables apply, as in the server; --backend ray: the shard groups on a Ray started here
-    engine = open_engine(Settings(index=args.index, backend=args.backend, ray_groups=args.groups,
-                                  ray_replicas=args.replicas))
+    engine = open_engine(
+        Settings(index=args.index, backend=args.backend, ray_groups=args.groups, ray_replicas=args.replicas)
+    )
     cases = [(mode, "default", {}) for mode in args.modes]
     cases += [(mode, "variant", VARIANT) for mode in args.modes]
     tmp = args.out.with_suffix(".tmp")
@@ -57,13 +65,20 @@ def take(args: argparse.Namespace) -> None:
         for mode, name, options in cases:
             for i, text in enumerate(texts[: args.variants] if name == "variant" else texts):
                 result = engine.fill(FillRequest(text=text, mode=mode, **options))
-                record = {"probe": i, "mode": mode, "options": name, "text": text,
-                          **result.model_dump(exclude={"took_ms", "timings_ms"})}
+                record = {
+                    "probe": i,
+                    "mode": mode,
+                    "options": name,
+                    "text": text,
+                    **result.model_dump(exclude={"took_ms", "timings_ms"}),
+                }
                 out.write(json.dumps(record) + "\n")
     tmp.replace(args.out)
     engine.close()
-    print(f"wrote {args.out}: {len(texts)} probes x {len(args.modes)} modes, +{min(args.variants, len(texts))} "
-          f"x {len(args.modes)} with the variant options")
+    print(
+        f"wrote {args.out}: {len(texts)} probes x {len(args.modes)} modes, +{min(args.variants, len(texts))} "
+        f"x {len(args.modes)} with the variant options"
+    )
 
 
 def _numbers(a, b, path=""):
@@ -102,9 +117,11 @@ def compare(args: argparse.Namespace) -> None:
         same_shape = sum(d is not None for d in diffs)
         worst = max((d for d in diffs if d is not None), default=0.0)
         failed |= agree < len(pairs) or same_shape < len(pairs)
-        print(f"{mode:10s} {options:8s} {len(pairs):4d} probes: top-1 agreement {agree}/{len(pairs)}; "
-              f"equal field for field {equal}; same phrases, evidence and order {same_shape}; "
-              f"largest score/confidence difference {worst:.3g}")
+        print(
+            f"{mode:10s} {options:8s} {len(pairs):4d} probes: top-1 agreement {agree}/{len(pairs)}; "
+            f"equal field for field {equal}; same phrases, evidence and order {same_shape}; "
+            f"largest score/confidence difference {worst:.3g}"
+        )
     if failed:
         raise SystemExit(1)
 
@@ -121,8 +138,12 @@ def main() -> None:
     t.add_argument("--variants", type=int, default=100, help="probes also run with the variant options")
     t.add_argument("--modes", nargs="+", default=["dense", "restricted", "hybrid"])
     t.add_argument("--out", type=Path, required=True)
-    t.add_argument("--backend", choices=["local", "ray"], default="local",
-                   help="ray: the same fills through shard groups on Ray Serve (FILL_BACKEND=ray)")
+    t.add_argument(
+        "--backend",
+        choices=["local", "ray"],
+        default="local",
+        help="ray: the same fills through shard groups on Ray Serve (FILL_BACKEND=ray)",
+    )
     t.add_argument("--groups", type=int, default=2, help="shard groups (--backend ray)")
     t.add_argument("--replicas", type=int, default=1, help="replicas per group (--backend ray)")
     c = sub.add_parser("compare")

@@ -32,7 +32,9 @@ def main() -> None:
     taken, total = [], 0
     for a in range(0, len(lines), 2000):
         chunk = lines[a : a + 2000]
-        counts = [len(ids) for ids in tok([json.loads(x)["text"] for x in chunk], add_special_tokens=False)["input_ids"]]
+        counts = [
+            len(ids) for ids in tok([json.loads(x)["text"] for x in chunk], add_special_tokens=False)["input_ids"]
+        ]
         for line, n in zip(chunk, counts):
             if total >= args.tokens:
                 break

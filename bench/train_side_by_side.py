@@ -73,8 +73,19 @@ def cmd_run(args: argparse.Namespace) -> int:
     for spec in args.run:
         name, _, flags = spec.partition("=")
         log = open(args.out / f"{name}.log", "w")  # noqa: SIM115 (closed below)
-        cmd = [sys.executable, "-m", "encoder", "train", *shlex.split(args.common), *shlex.split(flags),
-               "--init", str(args.init), "--out", str(args.work / name), "--resume"]
+        cmd = [
+            sys.executable,
+            "-m",
+            "encoder",
+            "train",
+            *shlex.split(args.common),
+            *shlex.split(flags),
+            "--init",
+            str(args.init),
+            "--out",
+            str(args.work / name),
+            "--resume",
+        ]
         log.write(" ".join(map(shlex.quote, cmd)) + "\n")
         log.flush()
         procs.append((name, subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT), log))

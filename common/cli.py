@@ -93,8 +93,14 @@ def _parameter(name: str, field, env_prefix: str) -> inspect.Parameter:
         option = typer.Option(None, declared_flags(name, field), help=help_text, envvar=variable, show_default=False)
         hint = Optional[bool]
     else:
-        option = typer.Option(... if required else None, flag(name), help=help_text, envvar=variable,
-                              metavar=_metavar(annotation), show_default=False)
+        option = typer.Option(
+            ... if required else None,
+            flag(name),
+            help=help_text,
+            envvar=variable,
+            metavar=_metavar(annotation),
+            show_default=False,
+        )
         hint = Optional[list[str]] if many else Optional[str]
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=hint)
 

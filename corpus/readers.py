@@ -20,11 +20,19 @@ from common.errors import AppError
 logger = logging.getLogger(__name__)
 
 FORMATS = ("hf_dataset", "arrow", "parquet", "jsonl", "text", "text_dir")
-SUPPORTED = ("a HuggingFace `save_to_disk` directory (with state.json), a .arrow file (IPC stream or file), "
-             "a .parquet file, a .jsonl/.json file (one JSON object per line), a .txt file (one document "
-             "per line) or a directory of .txt files (one document per file)")
-_SUFFIXES = {".arrow": "arrow", ".parquet": "parquet", ".jsonl": "jsonl", ".json": "jsonl",
-             ".ndjson": "jsonl", ".txt": "text"}
+SUPPORTED = (
+    "a HuggingFace `save_to_disk` directory (with state.json), a .arrow file (IPC stream or file), "
+    "a .parquet file, a .jsonl/.json file (one JSON object per line), a .txt file (one document "
+    "per line) or a directory of .txt files (one document per file)"
+)
+_SUFFIXES = {
+    ".arrow": "arrow",
+    ".parquet": "parquet",
+    ".jsonl": "jsonl",
+    ".json": "jsonl",
+    ".ndjson": "jsonl",
+    ".txt": "text",
+}
 _COLUMNS = ("id", "title", "text")
 _ARROW_ERRORS = (pa.ArrowException, OSError)
 Raw = tuple[Any, Any, Any]  # (id, title, text) before normalisation; row numbers are added later
@@ -37,10 +45,18 @@ class DocumentRecord(BaseModel):
     """One document of a live update, as POST /admin/documents and `indexer add` take it (the one validation of
     both): added to the index, or replacing the document with its id."""
 
-    id: str = Field(min_length=1, max_length=1024, pattern=PRINTABLE_ID,
-                    description="the document's id (printable: no control characters); an id in the index is replaced")
-    text: str = Field(min_length=1, max_length=10_000_000, pattern=r"\S",
-                      description="the document's text (not empty nor blank: delete a document to remove it)")
+    id: str = Field(
+        min_length=1,
+        max_length=1024,
+        pattern=PRINTABLE_ID,
+        description="the document's id (printable: no control characters); an id in the index is replaced",
+    )
+    text: str = Field(
+        min_length=1,
+        max_length=10_000_000,
+        pattern=r"\S",
+        description="the document's text (not empty nor blank: delete a document to remove it)",
+    )
     title: str = Field("", max_length=10_000, description="its title (indexed as each block's context; null: none)")
 
     @field_validator("title", mode="before")
@@ -73,17 +89,18 @@ def detect_format(path: Path) -> str:
             example = splits[0] if splits else "train"
             raise AppError(
                 f"{path} is a HuggingFace DatasetDict with splits {', '.join(splits) or '(none)'}; "
-                f"pass one split directory instead, e.g. {path / example}")
+                f"pass one split directory instead, e.g. {path / example}"
+            )
         if (path / "state.json").is_file():
             return "hf_dataset"
         if any(p.is_file() for p in path.rglob("*.txt")):
             return "text_dir"
-        raise AppError(f"directory {path} has neither state.json nor .txt files; "
-                           f"supported corpus formats: {SUPPORTED}")
+        raise AppError(f"directory {path} has neither state.json nor .txt files; supported corpus formats: {SUPPORTED}")
     fmt = _SUFFIXES.get(path.suffix.lower())
     if fmt is None:
-        raise AppError(f"unknown corpus format for {path} (suffix {path.suffix!r}); "
-                           f"supported corpus formats: {SUPPORTED}")
+        raise AppError(
+            f"unknown corpus format for {path} (suffix {path.suffix!r}); supported corpus formats: {SUPPORTED}"
+        )
     return fmt
 
 
@@ -132,8 +149,12 @@ def _numbered(path: Path, raw: Iterator[Raw], records: bool = False) -> Iterator
         if records:
             yield _record(path, row, id_, title, text)
         else:
-            yield Document(row=row, id=str(row) if id_ is None else str(id_),
-                           title="" if title is None else str(title), text="" if text is None else str(text))
+            yield Document(
+                row=row,
+                id=str(row) if id_ is None else str(id_),
+                title="" if title is None else str(title),
+                text="" if text is None else str(text),
+            )
         row += 1
     if row == 0:
         raise AppError(f"corpus {path} holds no documents; point to a non-empty corpus")
@@ -143,25 +164,33 @@ def _numbered(path: Path, raw: Iterator[Raw], records: bool = False) -> Iterator
 def _record(path: Path, row: int, id_: Any, title: Any, text: Any) -> Document:
     """Document `row` of an update's corpus, validated as a DocumentRecord (else an AppError naming it)."""
     if id_ is None or id_ == "":
-        raise AppError(f"{path}: document {row + 1} has no `id`; an update needs an id for every document "
-                       "(a document whose id is in the index replaces it)", kind="validation")
+        raise AppError(
+            f"{path}: document {row + 1} has no `id`; an update needs an id for every document "
+            "(a document whose id is in the index replaces it)",
+            kind="validation",
+        )
     try:
         doc = DocumentRecord.model_validate({"id": id_, "title": title, "text": text})
     except ValidationError as exc:
-        raise AppError(f"{path}: document {row + 1} (id {id_!r}): {DocumentRecord.problems(exc)}",
-                       kind="validation") from None
+        raise AppError(
+            f"{path}: document {row + 1} (id {id_!r}): {DocumentRecord.problems(exc)}", kind="validation"
+        ) from None
     return Document(row=row, id=doc.id, title=doc.title, text=doc.text)
 
 
 def _unreadable(path: Path, kind: str, exc: BaseException) -> AppError:
-    return AppError(f"cannot read {path} as {kind}: {exc}; check that the file is complete and "
-                        f"really is {kind} (supported: {SUPPORTED})")
+    return AppError(
+        f"cannot read {path} as {kind}: {exc}; check that the file is complete and "
+        f"really is {kind} (supported: {SUPPORTED})"
+    )
 
 
 def _check_columns(path: Path, names: list[str]) -> list[str]:
     if "text" not in names:
-        raise AppError(f"{path} has no `text` column (columns found: {', '.join(names) or 'none'}); "
-                           f"rename the document text column to `text`")
+        raise AppError(
+            f"{path} has no `text` column (columns found: {', '.join(names) or 'none'}); "
+            f"rename the document text column to `text`"
+        )
     return [c for c in _COLUMNS if c in names]
 
 
@@ -270,14 +299,19 @@ def _read_jsonl(path: Path) -> Iterator[Raw]:
         try:
             obj = json.loads(line)
         except ValueError as exc:
-            raise AppError(f"{path} line {lineno} is not valid JSON: {exc}; "
-                               f"fix the line (one JSON object per line)") from exc
+            raise AppError(
+                f"{path} line {lineno} is not valid JSON: {exc}; fix the line (one JSON object per line)"
+            ) from exc
         if not isinstance(obj, dict):
-            raise AppError(f"{path} line {lineno} is a JSON {type(obj).__name__}, not an object; "
-                               f"write one JSON object with a `text` field per line")
+            raise AppError(
+                f"{path} line {lineno} is a JSON {type(obj).__name__}, not an object; "
+                f"write one JSON object with a `text` field per line"
+            )
         if "text" not in obj:
-            raise AppError(f"{path} line {lineno} has no `text` field (fields found: "
-                               f"{', '.join(obj) or 'none'}); add a `text` field to every line")
+            raise AppError(
+                f"{path} line {lineno} has no `text` field (fields found: "
+                f"{', '.join(obj) or 'none'}); add a `text` field to every line"
+            )
         yield obj.get("id"), obj.get("title"), obj["text"]
 
 

@@ -48,13 +48,29 @@ class AdaptConfig(BaseModel):
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(
-            corpus=[self.corpus], out=self.work or self.out.with_name(self.out.name + ".run"),
-            init=self.init or default_model_dir(), steps=self.max_steps, minutes=self.minutes, lr=self.lr,
-            schedule="constant", warmup_steps=self.warmup_steps, positives=self.positives, grouping=self.grouping,
-            query_window=self.query_window, query_views=2, groups_per_step=2, group_size=16,
-            query_title_dropout=self.query_title_dropout, block_tokens=self.block_tokens,
-            title_tokens=self.title_tokens, seed=self.seed, device=self.device, dtype=self.dtype,
-            save_every=20, keep_checkpoints=1, resume=True,
+            corpus=[self.corpus],
+            out=self.work or self.out.with_name(self.out.name + ".run"),
+            init=self.init or default_model_dir(),
+            steps=self.max_steps,
+            minutes=self.minutes,
+            lr=self.lr,
+            schedule="constant",
+            warmup_steps=self.warmup_steps,
+            positives=self.positives,
+            grouping=self.grouping,
+            query_window=self.query_window,
+            query_views=2,
+            groups_per_step=2,
+            group_size=16,
+            query_title_dropout=self.query_title_dropout,
+            block_tokens=self.block_tokens,
+            title_tokens=self.title_tokens,
+            seed=self.seed,
+            device=self.device,
+            dtype=self.dtype,
+            save_every=20,
+            keep_checkpoints=1,
+            resume=True,
         )
 
 

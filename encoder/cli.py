@@ -35,8 +35,14 @@ def _train(cfg: TrainConfig) -> None:
         typer.echo(f"last checkpoint: {last}")
 
 
-model_command(app, TrainConfig, _train, name="train", env_prefix="ENCODER_",
-              help="Train with the NPM objective; run under `torchrun -m encoder train ...` for several processes.")
+model_command(
+    app,
+    TrainConfig,
+    _train,
+    name="train",
+    env_prefix="ENCODER_",
+    help="Train with the NPM objective; run under `torchrun -m encoder train ...` for several processes.",
+)
 
 
 def _adapt(cfg: AdaptConfig) -> None:
@@ -52,8 +58,14 @@ def _train_reader(cfg: ReaderTrainConfig) -> None:
     typer.echo(f"reader: {train_reader(cfg)}")
 
 
-model_command(app, ReaderTrainConfig, _train_reader, name="train-reader", env_prefix="ENCODER_READER_",
-              help="Train the reader (a cross-encoder re-ranking fills) on examples written by fill-reader-data.")
+model_command(
+    app,
+    ReaderTrainConfig,
+    _train_reader,
+    name="train-reader",
+    env_prefix="ENCODER_READER_",
+    help="Train the reader (a cross-encoder re-ranking fills) on examples written by fill-reader-data.",
+)
 
 
 @app.command()
@@ -71,9 +83,13 @@ def export(
 
 @app.command(name="export-onnx")
 def export_onnx(
-    engine: Annotated[str, typer.Option(help="auto (what a server on this CPU runs), openvino, onnx or onnx-int8")] = "auto",
+    engine: Annotated[
+        str, typer.Option(help="auto (what a server on this CPU runs), openvino, onnx or onnx-int8")
+    ] = "auto",
     model: Annotated[Optional[Path], typer.Option(help="encoder directory (default: the bundled one)")] = None,
-    reader: Annotated[Optional[Path], typer.Option(help="reader directory (default: the bundled one, when there)")] = None,
+    reader: Annotated[
+        Optional[Path], typer.Option(help="reader directory (default: the bundled one, when there)")
+    ] = None,
 ) -> None:
     """Export the encoder and the reader for the engine that will run them, now (at install or image build),
     so that the first server or build does not: cached beside each model by fingerprint. A model the engine

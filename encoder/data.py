@@ -31,7 +31,11 @@ class TrainBlock:
 
 
 def load_blocks(
-    corpora: list[Path], tokenizer, block_tokens: int, title_tokens: int, max_span: int = 10,
+    corpora: list[Path],
+    tokenizer,
+    block_tokens: int,
+    title_tokens: int,
+    max_span: int = 10,
     listed: frozenset[str] = frozenset(),
 ) -> list[TrainBlock]:
     """All blocks of all corpora, in corpus order (so consecutive blocks are related).
@@ -44,10 +48,15 @@ def load_blocks(
         base = blocks[-1].doc + 1 if blocks else 0
         for b in iter_blocks(read_corpus(path), tokenizer, block_tokens, title_tokens):
             t = b.tokens
-            blocks.append(TrainBlock(
-                ids=t.ids, flags=t.flags, title_ids=b.title_ids, doc=base + b.doc.row,
-                salient=salient_spans(b.doc.text or "", t.offsets, t.flags, max_span, listed),
-            ))
+            blocks.append(
+                TrainBlock(
+                    ids=t.ids,
+                    flags=t.flags,
+                    title_ids=b.title_ids,
+                    doc=base + b.doc.row,
+                    salient=salient_spans(b.doc.text or "", t.offsets, t.flags, max_span, listed),
+                )
+            )
         logger.info("loaded %s: %d blocks so far", path, len(blocks))
     return blocks
 
@@ -57,8 +66,10 @@ def read_word_list(path: Path) -> frozenset[str]:
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
-        raise AppError(f"salient word list {path}: cannot read it ({exc}); give a UTF-8 file of one word a line "
-                       "(bench/salient_words.py writes one)") from exc
+        raise AppError(
+            f"salient word list {path}: cannot read it ({exc}); give a UTF-8 file of one word a line "
+            "(bench/salient_words.py writes one)"
+        ) from exc
     words = frozenset(w.strip().lower() for w in lines if w.strip() and not w.lstrip().startswith("#"))
     if not words:
         raise AppError(f"salient word list {path} holds no word: give one word a line")
@@ -165,7 +176,10 @@ class BatchConfig:
 
 
 def make_batch(
-    groups: list[list[TrainBlock]], encoder, rng: np.random.Generator, cfg: BatchConfig,
+    groups: list[list[TrainBlock]],
+    encoder,
+    rng: np.random.Generator,
+    cfg: BatchConfig,
     content: np.ndarray | None = None,
 ) -> Batch:
     """Mask each group; queries are the masked blocks, candidates every token of the unmasked blocks.
@@ -176,8 +190,10 @@ def make_batch(
     rows = _BatchRows(encoder, cfg, allowed)
     for group in groups:
         if cfg.untitled_rate > 0:  # drawn only when asked for: the default keeps the random stream unchanged
-            group = [TrainBlock(b.ids, b.flags, None, b.doc, b.salient) if rng.random() < cfg.untitled_rate else b
-                     for b in group]
+            group = [
+                TrainBlock(b.ids, b.flags, None, b.doc, b.salient) if rng.random() < cfg.untitled_rate else b
+                for b in group
+            ]
         for view in range(cfg.query_views):
             rows.add_queries(group, rng, npm_view=cfg.alternate and view % 2 == 1)
         rows.add_candidates(group)
@@ -212,16 +228,25 @@ class _BatchRows:
         by_document, include_self = (False, False) if npm_view else (cfg.by_document, cfg.include_self)
         regions = [choose_window(b.flags, rng, cfg.query_window) for b in group] if cfg.query_window > 0 else None
         masked = mask_group(
-            [b.ids for b in group], [b.flags for b in group], self.encoder.tokenizer.mask_token_id, rng, cfg.masking,
-            self.allowed, 1 if cfg.single else 2, docs=[b.doc for b in group] if by_document else None,
-            include_self=include_self, regions=regions, salient=[b.salient for b in group],
+            [b.ids for b in group],
+            [b.flags for b in group],
+            self.encoder.tokenizer.mask_token_id,
+            rng,
+            cfg.masking,
+            self.allowed,
+            1 if cfg.single else 2,
+            docs=[b.doc for b in group] if by_document else None,
+            include_self=include_self,
+            regions=regions,
+            salient=[b.salient for b in group],
         )
         for local, (block, mb) in enumerate(zip(group, masked)):
             region = regions[local] if regions is not None else (0, len(block.ids))
             self._add_query(self.seq_base + local, block, mb, region, rng, include_self)
 
-    def _add_query(self, seq: int, block: TrainBlock, mb: MaskedBlock, region: tuple[int, int],
-                   rng: np.random.Generator, own: bool) -> None:
+    def _add_query(
+        self, seq: int, block: TrainBlock, mb: MaskedBlock, region: tuple[int, int], rng: np.random.Generator, own: bool
+    ) -> None:
         """The query of a masked block cropped to `region`, its title kept or dropped; one query row per span."""
         a, b = region
         crop = mb.ids[a : len(mb.ids) - (len(block.ids) - b)]
@@ -272,12 +297,20 @@ class _BatchRows:
         pos_start, pos_end = self.positives()
         lq, lc = q_ids.shape[1], c_ids.shape[1]
         return Batch(
-            q_ids=q_ids, q_attn=q_attn, q_types=q_ty, c_ids=c_ids, c_attn=c_attn, c_types=c_ty,
+            q_ids=q_ids,
+            q_attn=q_attn,
+            q_types=q_ty,
+            c_ids=c_ids,
+            c_attn=c_attn,
+            c_types=c_ty,
             start_at=torch.tensor([b * lq + p for b, p in self.starts], dtype=torch.long),
             end_at=torch.tensor([b * lq + p + end_shift for b, p in self.starts], dtype=torch.long),
             cand_at=torch.tensor([b * lc + p for b, p in self.cand_at], dtype=torch.long),
             cand_seq=torch.tensor(self.cand_seq, dtype=torch.long),
             q_seq=torch.tensor(self.q_seq, dtype=torch.long),
-            cand_doc=torch.tensor(self.cand_doc, dtype=torch.long), q_doc=torch.tensor(self.q_doc, dtype=torch.long),
-            pos_start=pos_start, pos_end=pos_end, own_allowed=torch.tensor(self.q_own, dtype=torch.bool),
+            cand_doc=torch.tensor(self.cand_doc, dtype=torch.long),
+            q_doc=torch.tensor(self.q_doc, dtype=torch.long),
+            pos_start=pos_start,
+            pos_end=pos_end,
+            own_allowed=torch.tensor(self.q_own, dtype=torch.bool),
         )

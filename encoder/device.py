@@ -45,7 +45,9 @@ def choose_device(requested: str = "auto", local_rank: int = 0) -> torch.device:
         return gpu if gpu is not None else torch.device("cpu")
     device = torch.device(requested)
     if device.type == "cuda" and not torch.cuda.is_available():
-        raise AppError(f"device {requested!r} requested but CUDA is not available; pass --device cpu or auto", kind="validation")
+        raise AppError(
+            f"device {requested!r} requested but CUDA is not available; pass --device cpu or auto", kind="validation"
+        )
     return device
 
 

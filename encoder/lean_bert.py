@@ -67,8 +67,9 @@ class _SelfAttention(nn.Module):
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         shape = (*x.shape[:-1], -1, self.head_size)
         q, k, v = (proj(x).view(*shape).transpose(1, 2) for proj in (self.query, self.key, self.value))
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=0.0, scale=self.head_size ** -0.5,
-                                             is_causal=False)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=0.0, scale=self.head_size**-0.5, is_causal=False
+        )
         out = out.reshape(out.shape[0], -1, x.shape[1], self.head_size).transpose(1, 2).contiguous()
         return out.reshape(*x.shape[:-1], -1).contiguous()
 
@@ -131,8 +132,12 @@ class LeanBert(nn.Module):
         self.embeddings = _Embeddings(config)
         self.encoder = _Layers(config)
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None = None,
-                token_type_ids: torch.Tensor | None = None) -> LeanOutput:
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.Tensor | None = None,
+    ) -> LeanOutput:
         x = self.embeddings(input_ids, token_type_ids)
         mask = None  # transformers' sdpa mask: none without padding, else [rows, 1, width, width] booleans
         exporting = torch.jit.is_tracing() or torch.compiler.is_compiling()  # no data-dependent branch then
@@ -145,10 +150,14 @@ class LeanBert(nn.Module):
 
 
 def _supported(c: dict) -> bool:
-    return (c.get("model_type") == "bert" and c.get("hidden_act") == "gelu"
-            and c.get("position_embedding_type", "absolute") in (None, "absolute")
-            and not c.get("is_decoder") and not c.get("add_cross_attention")
-            and c.get("hidden_size", 0) % max(c.get("num_attention_heads", 1), 1) == 0)
+    return (
+        c.get("model_type") == "bert"
+        and c.get("hidden_act") == "gelu"
+        and c.get("position_embedding_type", "absolute") in (None, "absolute")
+        and not c.get("is_decoder")
+        and not c.get("add_cross_attention")
+        and c.get("hidden_size", 0) % max(c.get("num_attention_heads", 1), 1) == 0
+    )
 
 
 def lean_bert(model_dir: Path) -> LeanBert | None:

@@ -25,8 +25,13 @@ def multi_positive_nce(
 
 
 def npm_loss(
-    q_start: torch.Tensor, q_end: torch.Tensor, candidates: torch.Tensor,
-    pos_start: torch.Tensor, pos_end: torch.Tensor, allowed: torch.Tensor, scale: float,
+    q_start: torch.Tensor,
+    q_end: torch.Tensor,
+    candidates: torch.Tensor,
+    pos_start: torch.Tensor,
+    pos_end: torch.Tensor,
+    allowed: torch.Tensor,
+    scale: float,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """(L_start, L_end); the training loss is their sum."""
     return (

@@ -41,7 +41,9 @@ class MaskedBlock:
 _Candidate = tuple[int, int, list[tuple[int, int]]]  # a maskable span: (start, end inclusive, its positives)
 
 
-def ngram_occurrences(blocks: list[np.ndarray], flags: list[np.ndarray], max_span: int) -> dict[tuple, list[tuple[int, int]]]:
+def ngram_occurrences(
+    blocks: list[np.ndarray], flags: list[np.ndarray], max_span: int
+) -> dict[tuple, list[tuple[int, int]]]:
     """Every word-aligned n-gram (n <= max_span) of the group -> its (block, start) occurrences."""
     table: dict[tuple, list[tuple[int, int]]] = {}
     for b, (ids, fl) in enumerate(zip(blocks, flags)):
@@ -155,8 +157,12 @@ def _is_free(taken: np.ndarray, candidate: _Candidate) -> bool:
 
 
 def _choose_spans(
-    by_len: dict[int, list[_Candidate]], named: list[_Candidate], budget: int, size: int,
-    rng: np.random.Generator, cfg: MaskingConfig,
+    by_len: dict[int, list[_Candidate]],
+    named: list[_Candidate],
+    budget: int,
+    size: int,
+    rng: np.random.Generator,
+    cfg: MaskingConfig,
 ) -> list[MaskedSpan]:
     """Draw spans of a block of `size` tokens until `budget` tokens are masked (2 more at most), `cfg.max_spans`
     spans are drawn or `cfg.attempts` draws missed; sorted by start.

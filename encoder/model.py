@@ -132,8 +132,9 @@ def load_tokenizer(model_dir: Path, lean: bool = False):
         if name in BERT_TOKENIZERS:
             from transformers import PreTrainedTokenizerFast  # (importing AutoTokenizer builds that table)
 
-            return PreTrainedTokenizerFast.from_pretrained(str(model_dir), local_files_only=True,
-                                                           model_input_names=BERT_INPUTS)
+            return PreTrainedTokenizerFast.from_pretrained(
+                str(model_dir), local_files_only=True, model_input_names=BERT_INPUTS
+            )
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
@@ -175,13 +176,20 @@ class Encoder:
     @cached_property
     def word_neighbours(self) -> WordNeighbours:
         """The vocabulary's whole words in its input-embedding space (closed-set synonyms), built on first use."""
-        table = self.model.get_input_embeddings() if hasattr(self.model, "get_input_embeddings") \
+        table = (
+            self.model.get_input_embeddings()
+            if hasattr(self.model, "get_input_embeddings")
             else self.model.embeddings.word_embeddings
+        )
         return WordNeighbours(self.tokenizer, table.weight, self.phrase_ids)
 
     def __init__(
-        self, model_dir: str | Path | None = None, device: str | torch.device = "auto", dtype: str = "auto",
-        engine: str = "torch", lean: bool = False,
+        self,
+        model_dir: str | Path | None = None,
+        device: str | torch.device = "auto",
+        dtype: str = "auto",
+        engine: str = "torch",
+        lean: bool = False,
     ) -> None:
         """`lean`: for serving only, a plain BERT runs as encoder.lean_bert.LeanBert (the same hidden states,
         without importing transformers' modeling code) and its tokenizer loads lean (`load_tokenizer`); other
@@ -218,8 +226,13 @@ class Encoder:
         self._special_ids = frozenset(self.tokenizer.all_special_ids)
         self._runner: ThreadPoolExecutor | None = None
         logger.info(
-            "encoder %s on %s (%s, %s), dim %d, max length %d", self.model_dir, describe(self.device),
-            self.engine, str(self.dtype).replace("torch.", ""), self.dim, self.max_length,
+            "encoder %s on %s (%s, %s), dim %d, max length %d",
+            self.model_dir,
+            describe(self.device),
+            self.engine,
+            str(self.dtype).replace("torch.", ""),
+            self.dim,
+            self.max_length,
         )
 
     @property
@@ -275,16 +288,18 @@ class Encoder:
         encoder.onnx_engine); with torch, its Linear weights in the autocast dtype (lower_linear_weights: the
         same vectors, less memory traffic per pass), cast on its inference thread."""
         if self.engine != "torch":
-            self._onnx = engine_pass(self.model_dir, self.fingerprint, "encoder", self.engine, self.dtype,
-                                     self._export_spec)
+            self._onnx = engine_pass(
+                self.model_dir, self.fingerprint, "encoder", self.engine, self.dtype, self._export_spec
+            )
         else:
             self.on_thread(lower_linear_weights, self.model, self.dtype)
         return self
 
     def _export_spec(self) -> tuple[torch.nn.Module, dict[str, torch.Tensor], list[str]]:
         """What encoder.onnx_engine exports: the transformer's last hidden states of a padded batch."""
-        ids, attention, types = pad_sequences([[self.pad_id + 1] * 5, [self.pad_id + 1] * 3], [[0] * 5, [0] * 3],
-                                              self.pad_id)
+        ids, attention, types = pad_sequences(
+            [[self.pad_id + 1] * 5, [self.pad_id + 1] * 3], [[0] * 5, [0] * 3], self.pad_id
+        )
         example = {"ids": ids, "attention": attention}
         if self.uses_token_types:
             example["types"] = types
@@ -310,7 +325,9 @@ class Encoder:
         layouts = [self.layout(b) for b in blocks]
         for (seq, _, _), b in zip(layouts, blocks):
             if len(seq) > self.max_length:
-                raise AppError(f"block of {len(seq)} tokens exceeds the model limit {self.max_length}; lower --block-tokens")
+                raise AppError(
+                    f"block of {len(seq)} tokens exceeds the model limit {self.max_length}; lower --block-tokens"
+                )
         forward = self._forward_here if here else self._forward
         hidden = forward([s for s, _, _ in layouts], [t for _, t, _ in layouts], 0, 0)
         return [hidden[i, first : first + len(b.ids)] for i, ((_, _, first), b) in enumerate(zip(layouts, blocks))]
@@ -336,8 +353,11 @@ class Encoder:
                 ids += [mask_id, mask_id]
         ids += self.template.single_suffix
         if len(ids) > self.max_length:
-            raise AppError(f"query is {len(ids)} tokens long; the model accepts at most {self.max_length}", kind="validation",
-                           field="text")
+            raise AppError(
+                f"query is {len(ids)} tokens long; the model accepts at most {self.max_length}",
+                kind="validation",
+                field="text",
+            )
         return ids, positions
 
     def phrase_ids(self, phrases: list[str]) -> list[list[int]]:
@@ -346,8 +366,10 @@ class Encoder:
         tokenizer call for all."""
         lead = "a "
         enc = self.tokenizer([lead + p.strip() for p in phrases], add_special_tokens=False, return_offsets_mapping=True)
-        return [[i for i, (a, b) in zip(ids, offsets) if b > len(lead) and b > a]
-                for ids, offsets in zip(enc["input_ids"], enc["offset_mapping"])]
+        return [
+            [i for i, (a, b) in zip(ids, offsets) if b > len(lead) and b > a]
+            for ids, offsets in zip(enc["input_ids"], enc["offset_mapping"])
+        ]
 
     def content_tokens(self, ids: list[int]) -> frozenset[int]:
         """The distinct ids of a query layout, special tokens (masks, [CLS], [SEP], ...) left out."""
@@ -357,8 +379,9 @@ class Encoder:
         """(q_start, q_end) for every mask of every text; all in one forward pass."""
         return self.encode_layouts([self.query_layout(t) for t in texts])
 
-    def encode_layouts(self, layouts: list[tuple[list[int], list[int]]],
-                       shape: Callable[[int, int], tuple[int, int]] | None = None) -> list[QueryVectors]:
+    def encode_layouts(
+        self, layouts: list[tuple[list[int], list[int]]], shape: Callable[[int, int], tuple[int, int]] | None = None
+    ) -> list[QueryVectors]:
         """`encode_queries` of texts already laid out by `query_layout`: one forward pass for all.
         `shape(rows, width)` gives the padded (rows, width) of the batch (default: as they are); the width is
         then rounded up by `padded_width`."""

@@ -40,9 +40,11 @@ ENGINES = ("auto", "torch", "openvino", "onnx", "onnx-int8")
 # of held-out probes in every mode (docs/BENCHMARKS.md, "Engines"): OpenVINO for the reader (its pass in
 # ~0.7x the time); the encoder's OpenVINO pass (~0.55x) moved dense fills more (97.1% with both), so torch.
 CPU_DEFAULT = {"encoder": "torch", "reader": "openvino"}
-ENGINE_HELP = ("what runs the models' passes: torch, openvino (bf16 where the CPU has it), onnx or onnx-int8 "
-               "(ONNX Runtime); the last three on the CPU, from an ONNX export made once and cached by "
-               "fingerprint; auto: torch on a GPU; on a CPU, torch for the encoder and openvino for the reader")
+ENGINE_HELP = (
+    "what runs the models' passes: torch, openvino (bf16 where the CPU has it), onnx or onnx-int8 "
+    "(ONNX Runtime); the last three on the CPU, from an ONNX export made once and cached by "
+    "fingerprint; auto: torch on a GPU; on a CPU, torch for the encoder and openvino for the reader"
+)
 
 
 def resolve_engine(requested: str, device: torch.device, kind: str) -> str:
@@ -53,8 +55,9 @@ def resolve_engine(requested: str, device: torch.device, kind: str) -> str:
     if requested == "auto":
         return "torch" if device.type != "cpu" else CPU_DEFAULT[kind]
     if requested != "torch" and device.type != "cpu":
-        raise AppError(f"engine {requested} runs on the CPU; pass --engine torch (or auto) for {device}",
-                       kind="validation")
+        raise AppError(
+            f"engine {requested} runs on the CPU; pass --engine torch (or auto) for {device}", kind="validation"
+        )
     return requested
 
 
@@ -69,8 +72,9 @@ def cache_path(model_dir: Path, fingerprint: str, kind: str, engine: str) -> Pat
     return root / name
 
 
-def export(module: torch.nn.Module, example: dict[str, torch.Tensor], outputs: list[str], path: Path,
-           engine: str) -> Path:
+def export(
+    module: torch.nn.Module, example: dict[str, torch.Tensor], outputs: list[str], path: Path, engine: str
+) -> Path:
     """Write `module` (fp32, eval) as ONNX to `path`, atomically: inputs named as `example`'s keys, whose
     first two dimensions (rows, tokens) are dynamic; int8 weights for `onnx-int8`."""
     import torch
@@ -84,9 +88,18 @@ def export(module: torch.nn.Module, example: dict[str, torch.Tensor], outputs: l
         fp32 = tmp.with_name(tmp.name + ".fp32.onnx") if engine == "onnx-int8" else tmp
         try:
             with torch.no_grad(), quiet():
-                torch.onnx.export(module, tuple(example.values()), str(fp32), input_names=list(example),
-                                  output_names=outputs, dynamic_shapes=shapes, dynamo=True, optimize=True,
-                                  external_data=False, verbose=False)
+                torch.onnx.export(
+                    module,
+                    tuple(example.values()),
+                    str(fp32),
+                    input_names=list(example),
+                    output_names=outputs,
+                    dynamic_shapes=shapes,
+                    dynamo=True,
+                    optimize=True,
+                    external_data=False,
+                    verbose=False,
+                )
         except Exception as exc:  # the exporter raises many types; all mean "cannot export"
             raise AppError(f"cannot export {type(module).__name__} to ONNX ({exc}); pass --engine torch") from exc
         if engine == "onnx-int8":
@@ -161,8 +174,11 @@ class OpenVinoPass:
     def __init__(self, path: Path, threads: int, dtype: torch.dtype) -> None:
         import openvino
 
-        config = {"INFERENCE_NUM_THREADS": threads, "INFERENCE_PRECISION_HINT": OV_PRECISION[str(dtype)],
-                  "PERFORMANCE_HINT": "LATENCY"}
+        config = {
+            "INFERENCE_NUM_THREADS": threads,
+            "INFERENCE_PRECISION_HINT": OV_PRECISION[str(dtype)],
+            "PERFORMANCE_HINT": "LATENCY",
+        }
         # the compiled model cached beside the export (CACHE_DIR, keyed by model and settings; a cache folder
         # OpenVINO cannot make or write is skipped, it compiles without one)
         config["CACHE_DIR"] = str(path.parent / OV_CACHE)
@@ -182,9 +198,14 @@ class OpenVinoPass:
         return [np.array(results[port]) for port in self.compiled.outputs]
 
 
-def engine_pass(model_dir: Path, fingerprint: str, kind: str, engine: str, dtype: torch.dtype,
-                build: Callable[[], tuple[torch.nn.Module, dict[str, torch.Tensor], list[str]]]
-                ) -> OnnxPass | OpenVinoPass:
+def engine_pass(
+    model_dir: Path,
+    fingerprint: str,
+    kind: str,
+    engine: str,
+    dtype: torch.dtype,
+    build: Callable[[], tuple[torch.nn.Module, dict[str, torch.Tensor], list[str]]],
+) -> OnnxPass | OpenVinoPass:
     """The pass of `engine` for `model_dir`, exported first when not cached (`build` gives the fp32 module,
     an example batch and the output names); threads as torch's."""
     import torch

@@ -61,8 +61,9 @@ class ReaderCard(BaseModel):
     phrases: int = Field(8, ge=1, le=64, description="candidate phrases whose best occurrence is read")
     max_tokens: int = Field(160, ge=16, le=480, description="window tokens read per mask, at most")
     null: bool = Field(False, description="trained with a no-answer option: logits are relative to [CLS]'s")
-    title_tokens: int = Field(0, ge=0, le=64, description="tokens of a window's document title read before it "
-                              "(0: none)")
+    title_tokens: int = Field(
+        0, ge=0, le=64, description="tokens of a window's document title read before it (0: none)"
+    )
     trained: dict = Field(default_factory=dict, description="provenance: data, recipe, steps")
 
 
@@ -152,11 +153,12 @@ class ReaderModel(torch.nn.Module):
         for head in (self.start, self.end):
             torch.nn.init.eye_(head.weight)
             torch.nn.init.zeros_(head.bias)
-        self.scale = dim ** -0.5
+        self.scale = dim**-0.5
         self.uses_token_types = (getattr(transformer.config, "type_vocab_size", 1) or 1) > 1
 
-    def forward(self, ids: torch.Tensor, attention: torch.Tensor, types: torch.Tensor, mask_at: torch.Tensor
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, ids: torch.Tensor, attention: torch.Tensor, types: torch.Tensor, mask_at: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Start and end logits [rows, width] of every sequence position for the mask at `mask_at` [rows]."""
         kwargs = {"input_ids": ids, "attention_mask": attention}
         if self.uses_token_types:
@@ -165,18 +167,19 @@ class ReaderModel(torch.nn.Module):
         rows = torch.arange(h.shape[0], device=h.device)
         q_start = self.start(h[rows, mask_at])
         q_end = self.end(h[rows, mask_at + 1])
-        return (torch.einsum("bd,btd->bt", q_start, h) * self.scale,
-                torch.einsum("bd,btd->bt", q_end, h) * self.scale)
+        return (torch.einsum("bd,btd->bt", q_start, h) * self.scale, torch.einsum("bd,btd->bt", q_end, h) * self.scale)
 
 
-def batch_tensors(items: list[ReaderInput], template: Template, pad_id: int, limit: int = 0
-                  ) -> tuple[tuple[torch.Tensor, ...], list[np.ndarray]]:
+def batch_tensors(
+    items: list[ReaderInput], template: Template, pad_id: int, limit: int = 0
+) -> tuple[tuple[torch.Tensor, ...], list[np.ndarray]]:
     """(ids, attention, types, mask_at) of a batch, and each item's window token positions in its row; with a
     `limit` (serving), the batch's length is rounded up by encoder.model.padded_width, at most `limit`."""
     layouts = [layout(item, template) for item in items]
     longest = max(len(s) for s, _, _ in layouts)
-    ids, attention, types = pad_sequences([s for s, _, _ in layouts], [t for _, t, _ in layouts], pad_id,
-                                          padded_width(longest, limit) if limit else 0)
+    ids, attention, types = pad_sequences(
+        [s for s, _, _ in layouts], [t for _, t, _ in layouts], pad_id, padded_width(longest, limit) if limit else 0
+    )
     mask_at = torch.tensor([item.mask_at for item in items], dtype=torch.long)
     sep_len = len(template.single_suffix)
     positions = [first + window_positions(item, sep_len) for item, (_, _, first) in zip(items, layouts)]
@@ -212,8 +215,9 @@ def load_model(reader_dir: Path, lean: bool = False, tokenizer=None) -> tuple[Re
             model.start.load_state_dict({"weight": heads["start.weight"], "bias": heads["start.bias"]})
             model.end.load_state_dict({"weight": heads["end.weight"], "bias": heads["end.bias"]})
         except (KeyError, RuntimeError) as exc:
-            raise AppError(f"{reader_dir / HEAD_NAME} does not hold heads for this transformer ({exc}); "
-                           "re-export the reader") from exc
+            raise AppError(
+                f"{reader_dir / HEAD_NAME} does not hold heads for this transformer ({exc}); re-export the reader"
+            ) from exc
     return model, tokenizer
 
 
@@ -221,8 +225,10 @@ def _config(reader_dir: Path) -> dict:
     try:
         return json.loads((reader_dir / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
-        raise AppError(f"reader {reader_dir} has no readable config.json ({exc}); pass a directory written by "
-                       "`encoder train-reader`") from exc
+        raise AppError(
+            f"reader {reader_dir} has no readable config.json ({exc}); pass a directory written by "
+            "`encoder train-reader`"
+        ) from exc
 
 
 def read_card(reader_dir: Path) -> ReaderCard:
@@ -230,8 +236,9 @@ def read_card(reader_dir: Path) -> ReaderCard:
     try:
         return ReaderCard.model_validate(json.loads(path.read_text(encoding="utf-8")))
     except (OSError, UnicodeDecodeError, ValueError, ValidationError) as exc:
-        raise AppError(f"reader card {path} is missing or invalid ({exc}); pass a directory written by "
-                       "`encoder train-reader`") from exc
+        raise AppError(
+            f"reader card {path} is missing or invalid ({exc}); pass a directory written by `encoder train-reader`"
+        ) from exc
 
 
 def save_reader(model: ReaderModel, tokenizer, card: ReaderCard, out: Path, half: bool = True) -> None:
@@ -242,8 +249,11 @@ def save_reader(model: ReaderModel, tokenizer, card: ReaderCard, out: Path, half
     dtype = torch.float16 if half else torch.float32
     model.transformer.to(dtype).save_pretrained(out, safe_serialization=True)
     model.transformer.float()
-    heads = {f"{name}.{k}": v.detach().to(dtype).contiguous()
-             for name, head in (("start", model.start), ("end", model.end)) for k, v in head.state_dict().items()}
+    heads = {
+        f"{name}.{k}": v.detach().to(dtype).contiguous()
+        for name, head in (("start", model.start), ("end", model.end))
+        for k, v in head.state_dict().items()
+    }
     save_file(heads, str(out / HEAD_NAME))
     tokenizer.save_pretrained(out)
     write_json_atomic(out / CARD_NAME, card.model_dump(mode="json"))
@@ -253,8 +263,9 @@ class Reader:
     """A loaded reader on its device, for inference. `logits` is thread-safe only when called from one
     thread at a time (the engine calls it on the encoder's inference thread)."""
 
-    def __init__(self, reader_dir: Path, device: str | torch.device = "auto", dtype: str = "auto",
-                 engine: str = "torch") -> None:
+    def __init__(
+        self, reader_dir: Path, device: str | torch.device = "auto", dtype: str = "auto", engine: str = "torch"
+    ) -> None:
         self.dir = Path(reader_dir)
         self.card = read_card(self.dir)
         self.tokenizer = reader_tokenizer(self.dir, lean=True)
@@ -270,8 +281,9 @@ class Reader:
         self.model: ReaderModel | None = None
         self._onnx: OnnxPass | OpenVinoPass | None = None
         if self.engine != "torch":  # the engine holds its own weights: a torch copy is built only to export it
-            self._onnx = engine_pass(self.dir, model_fingerprint(self.dir), "reader", self.engine, self.dtype,
-                                     self._export_spec)
+            self._onnx = engine_pass(
+                self.dir, model_fingerprint(self.dir), "reader", self.engine, self.dtype, self._export_spec
+            )
         else:
             self.model = load_model(self.dir, lean=True, tokenizer=self.tokenizer)[0].to(self.device).eval()
             lower_linear_weights(self.model, self.dtype)  # for inference only: the same logits, less memory traffic
@@ -287,8 +299,10 @@ class Reader:
 
     def _export_spec(self) -> tuple[torch.nn.Module, dict[str, torch.Tensor], list[str]]:
         """What encoder.onnx_engine exports: the start and end logits of a padded batch (fp32 weights)."""
-        items = [ReaderInput([self.pad_id + 1] * 6, 1, [np.full(4, self.pad_id + 1)]),
-                 ReaderInput([self.pad_id + 1] * 5, 2, [np.full(3, self.pad_id + 1)] * 2)]
+        items = [
+            ReaderInput([self.pad_id + 1] * 6, 1, [np.full(4, self.pad_id + 1)]),
+            ReaderInput([self.pad_id + 1] * 5, 2, [np.full(3, self.pad_id + 1)] * 2),
+        ]
         tensors, _ = batch_tensors(items, self.template, self.pad_id)
         model = load_model(self.dir, lean=True, tokenizer=self.tokenizer)[0].eval()
         return model, dict(zip(READER_INPUTS, tensors)), ["start", "end"]

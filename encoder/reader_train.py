@@ -47,7 +47,9 @@ class ReaderTrainConfig(BaseModel):
 
     examples: list[Path] = Field(description="example files written by fill-reader-data; repeat for several")
     out: Path = Field(description="run directory: checkpoint, metrics.jsonl, and the reader in out/reader")
-    init: Path | None = Field(None, description="encoder or reader directory to start from (default: the bundled encoder)")
+    init: Path | None = Field(
+        None, description="encoder or reader directory to start from (default: the bundled encoder)"
+    )
     layers: int | None = Field(None, ge=1, description="keep the first N transformer layers (default: all)")
     epochs: float = Field(1.0, gt=0)
     batch_size: int = Field(16, ge=1)
@@ -61,12 +63,24 @@ class ReaderTrainConfig(BaseModel):
     seed: int = 0
     device: str = "auto"
     freeze_embeddings: bool = Field(False, description="keep the word embeddings fixed (those of the init encoder)")
-    bucket: int = Field(50, ge=0, description="batches of similar length: sort each run of this many batches by "
-                        "length, then shuffle the batches (0: plain shuffled batches, padded to the longest)")
-    title_tokens: int = Field(0, ge=0, le=64, description="read each window after the first N tokens of its "
-                              "document title (the examples' `titles`; 0: no titles)")
-    null: bool = Field(False, description="train a no-answer option ([CLS] as the fill 'none of these'): "
-                       "examples without a gold span target it")
+    bucket: int = Field(
+        50,
+        ge=0,
+        description="batches of similar length: sort each run of this many batches by "
+        "length, then shuffle the batches (0: plain shuffled batches, padded to the longest)",
+    )
+    title_tokens: int = Field(
+        0,
+        ge=0,
+        le=64,
+        description="read each window after the first N tokens of its "
+        "document title (the examples' `titles`; 0: no titles)",
+    )
+    null: bool = Field(
+        False,
+        description="train a no-answer option ([CLS] as the fill 'none of these'): "
+        "examples without a gold span target it",
+    )
     window: int = Field(10, description="the windows' settings the examples were made with (recorded in the card)")
     phrases: int = 8
     max_tokens: int = 160
@@ -107,8 +121,9 @@ def example_length(ex: dict) -> int:
     return len(ex["query_ids"]) + sum(len(w) for w in ex["windows"]) + sum(len(t) for t in ex.get("titles") or ())
 
 
-def targets(examples: list[dict], positions: list[np.ndarray], width: int, null: bool = False
-            ) -> tuple[torch.Tensor, ...]:
+def targets(
+    examples: list[dict], positions: list[np.ndarray], width: int, null: bool = False
+) -> tuple[torch.Tensor, ...]:
     """Per row of a batch: (start allowed, start gold, end allowed, end gold) as [rows, width] booleans
     (with `null`, position 0 is allowed in every row and the gold of a row without gold spans)."""
     rows = len(examples)
@@ -158,7 +173,8 @@ class ReaderTrainer:
         self.optimizer = torch.optim.AdamW(trained, lr=cfg.lr, weight_decay=cfg.weight_decay)
         warm = max(1, int(cfg.warmup * self.steps))
         self.schedule = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda s: min((s + 1) / warm, max(0.0, (self.steps - s) / max(1, self.steps - warm))))
+            self.optimizer, lambda s: min((s + 1) / warm, max(0.0, (self.steps - s) / max(1, self.steps - warm)))
+        )
         self.step = 0
         if cfg.resume and (cfg.out / "checkpoint" / STATE).is_file():
             state = torch.load(cfg.out / "checkpoint" / STATE, weights_only=True)
@@ -188,17 +204,23 @@ class ReaderTrainer:
         run = size * self.cfg.bucket
         out = []
         for at in range(0, need, run):
-            chunk = order[at: at + run]
+            chunk = order[at : at + run]
             chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
-            batches = [chunk[i: i + size] for i in range(0, len(chunk), size)]
+            batches = [chunk[i : i + size] for i in range(0, len(chunk), size)]
             out.extend(batches[i] for i in rng.permutation(len(batches)))
         return np.concatenate(out)
 
     def loss(self, batch: list[dict]) -> torch.Tensor:
         n = self.cfg.title_tokens
-        items = [ReaderInput(ex["query_ids"], int(ex["mask_at"]), [np.asarray(w) for w in ex["windows"]],
-                             [np.asarray(t[:n], dtype=np.int64) for t in ex["titles"]] if n else None)
-                 for ex in batch]
+        items = [
+            ReaderInput(
+                ex["query_ids"],
+                int(ex["mask_at"]),
+                [np.asarray(w) for w in ex["windows"]],
+                [np.asarray(t[:n], dtype=np.int64) for t in ex["titles"]] if n else None,
+            )
+            for ex in batch
+        ]
         tensors, positions = batch_tensors(items, self.template, self.pad_id)
         start, end = self.model(*(t.to(self.device) for t in tensors))
         wanted = targets(batch, positions, start.shape[1], self.cfg.null)
@@ -213,7 +235,7 @@ class ReaderTrainer:
         with open(cfg.out / "metrics.jsonl", "a", encoding="utf-8") as log:
             while self.step < self.steps:
                 at = self.step * cfg.batch_size
-                loss = self.loss([self.examples[i] for i in self.order[at: at + cfg.batch_size]])
+                loss = self.loss([self.examples[i] for i in self.order[at : at + cfg.batch_size]])
                 self.optimizer.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.clip)
@@ -221,8 +243,9 @@ class ReaderTrainer:
                 self.schedule.step()
                 self.step += 1
                 loss = float(loss.detach())
-                log.write(json.dumps({"step": self.step, "loss": round(loss, 5),
-                                      "lr": self.schedule.get_last_lr()[0]}) + "\n")
+                log.write(
+                    json.dumps({"step": self.step, "loss": round(loss, 5), "lr": self.schedule.get_last_lr()[0]}) + "\n"
+                )
                 if self.step % 10 == 0:
                     log.flush()
                     logger.info("step %d/%d loss %.4f", self.step, self.steps, loss)
@@ -234,18 +257,30 @@ class ReaderTrainer:
         return self.export()
 
     def card(self) -> ReaderCard:
-        return ReaderCard(vocab=vocab_fingerprint(self.tokenizer), window=self.cfg.window, phrases=self.cfg.phrases,
-                          max_tokens=self.cfg.max_tokens, null=self.cfg.null, title_tokens=self.cfg.title_tokens,
-                          trained={"config": self.cfg.model_dump(mode="json"), "steps": self.step,
-                                   "of_steps": self.steps, "examples": len(self.examples)})
+        return ReaderCard(
+            vocab=vocab_fingerprint(self.tokenizer),
+            window=self.cfg.window,
+            phrases=self.cfg.phrases,
+            max_tokens=self.cfg.max_tokens,
+            null=self.cfg.null,
+            title_tokens=self.cfg.title_tokens,
+            trained={
+                "config": self.cfg.model_dump(mode="json"),
+                "steps": self.step,
+                "of_steps": self.steps,
+                "examples": len(self.examples),
+            },
+        )
 
     def save_checkpoint(self) -> None:
         with atomic_path(self.cfg.out / "checkpoint") as tmp:
             self.model.eval()
             save_reader(self.model, self.tokenizer, self.card(), tmp, half=False)
             self.model.train()
-            torch.save({"optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict(),
-                        "step": self.step}, tmp / STATE)
+            torch.save(
+                {"optimizer": self.optimizer.state_dict(), "schedule": self.schedule.state_dict(), "step": self.step},
+                tmp / STATE,
+            )
 
     def export(self) -> Path:
         """The reader as it is now, in out/reader (fp16), replaced atomically."""

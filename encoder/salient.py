@@ -67,7 +67,8 @@ def salient_spans(
     close()
     if listed:  # listed words outside the runs (a capitalised listed word is in a run already)
         covered = {t for a, b in out for t in range(a, b + 1)}
-        out += [(a, b) for a, b, word in words if word.lower() in listed and a not in covered
-                and b - a + 1 <= max_tokens]
+        out += [
+            (a, b) for a, b, word in words if word.lower() in listed and a not in covered and b - a + 1 <= max_tokens
+        ]
         out.sort()
     return np.asarray(out, dtype=np.int32).reshape(-1, 2)

@@ -1,6 +1,6 @@
 """`encoder train`: train an encoder with the NPM objective (single process or `torchrun`).
 
-    torchrun --nproc_per_node 2 -m encoder train --corpus a.jsonl --out runs/x   (gloo on CPU, nccl on GPU)
+torchrun --nproc_per_node 2 -m encoder train --corpus a.jsonl --out runs/x   (gloo on CPU, nccl on GPU)
 """
 
 from __future__ import annotations
@@ -57,13 +57,21 @@ def _group_order(n_groups: int, epoch: int, cfg: TrainConfig, lengths: np.ndarra
 def _batch_config(cfg: TrainConfig) -> BatchConfig:
     """How a job's groups are masked into queries and candidates (encoder.data.make_batch)."""
     masking = MaskingConfig(
-        budget=cfg.mask_budget, max_span=1 if cfg.single else cfg.max_span, salient_rate=0.0 if cfg.single else cfg.salient_rate
+        budget=cfg.mask_budget,
+        max_span=1 if cfg.single else cfg.max_span,
+        salient_rate=0.0 if cfg.single else cfg.salient_rate,
     )
     return BatchConfig(
-        masking=masking, query_title_dropout=cfg.query_title_dropout, single=cfg.single,
-        by_document=cfg.positives != "group", include_self=cfg.positives in ("self", "mixed"),
-        alternate=cfg.positives == "mixed", query_window=cfg.query_window,
-        query_views=cfg.query_views, inline_title=cfg.inline_title, untitled_rate=cfg.untitled_rate,
+        masking=masking,
+        query_title_dropout=cfg.query_title_dropout,
+        single=cfg.single,
+        by_document=cfg.positives != "group",
+        include_self=cfg.positives in ("self", "mixed"),
+        alternate=cfg.positives == "mixed",
+        query_window=cfg.query_window,
+        query_views=cfg.query_views,
+        inline_title=cfg.inline_title,
+        untitled_rate=cfg.untitled_rate,
     )
 
 
@@ -105,8 +113,9 @@ class Trainer:
         self.memory_doc = torch.zeros(0, dtype=torch.long)
         if resume_dir is not None:
             self._load_state(resume_dir)
-        logger.info("training: %d blocks, %d groups, world %d, start step %d", n_blocks, len(self.groups), self.world,
-                    self.step)
+        logger.info(
+            "training: %d blocks, %d groups, world %d, start step %d", n_blocks, len(self.groups), self.world, self.step
+        )
 
     # ---- data -------------------------------------------------------------------------------
     def _make_groups(self, content: np.ndarray) -> int:
@@ -114,7 +123,9 @@ class Trainer:
         tokens, for `grouping` similar) and their `lengths` in tokens; returns the number of blocks."""
         cfg = self.cfg
         listed = read_word_list(cfg.salient_words) if cfg.salient_words else frozenset()
-        blocks = load_blocks(cfg.corpus, self.encoder.tokenizer, cfg.block_tokens, cfg.title_tokens, cfg.max_span, listed)
+        blocks = load_blocks(
+            cfg.corpus, self.encoder.tokenizer, cfg.block_tokens, cfg.title_tokens, cfg.max_span, listed
+        )
         if cfg.single:
             blocks = [TrainBlock(b.ids, np.full_like(b.flags, 3), b.title_ids, b.doc) for b in blocks]
         distinct = max(1, cfg.group_size // cfg.views)
@@ -193,8 +204,10 @@ class Trainer:
         for r, size in enumerate(sizes):
             size = int(size.item())
             if r == self.rank:
+
                 def fill(x):
                     return torch.cat([x, torch.zeros((m, width - size), dtype=torch.bool, device=x.device)], 1)
+
                 cols_allowed.append(fill(allowed))
                 cols_ps.append(fill(pos_s))
                 cols_pe.append(fill(pos_e))
@@ -232,8 +245,12 @@ class Trainer:
         self.opt.zero_grad(set_to_none=True)
         self.step += 1
         return {
-            "step": self.step, "loss": totals["loss_start"] + totals["loss_end"], **totals,
-            "lr": self.sched.get_last_lr()[0], "grad_norm": float(grad_norm), "seconds": time.perf_counter() - t0,
+            "step": self.step,
+            "loss": totals["loss_start"] + totals["loss_end"],
+            **totals,
+            "lr": self.sched.get_last_lr()[0],
+            "grad_norm": float(grad_norm),
+            "seconds": time.perf_counter() - t0,
         }
 
     def run(self) -> Path | None:
@@ -284,10 +301,15 @@ class Trainer:
                 (tmp / "train_config.json").write_text(self.cfg.model_dump_json(indent=2), encoding="utf-8")
                 torch.save(
                     {
-                        "step": self.step, "position": self.position, "optimizer": self.opt.state_dict(),
-                        "scheduler": self.sched.state_dict(), "torch_rng": torch.get_rng_state(),
-                        "python_rng": random.getstate(), "scaler": self.scaler.state_dict(),
-                        "memory": self.memory, "memory_doc": self.memory_doc,
+                        "step": self.step,
+                        "position": self.position,
+                        "optimizer": self.opt.state_dict(),
+                        "scheduler": self.sched.state_dict(),
+                        "torch_rng": torch.get_rng_state(),
+                        "python_rng": random.getstate(),
+                        "scaler": self.scaler.state_dict(),
+                        "memory": self.memory,
+                        "memory_doc": self.memory_doc,
                     },
                     tmp / STATE_FILE,
                 )
@@ -324,4 +346,3 @@ class Trainer:
 
 def train(cfg: TrainConfig) -> Path | None:
     return Trainer(cfg).run()
-

@@ -20,7 +20,8 @@ class TrainConfig(BaseModel):
     minutes: float | None = Field(None, gt=0, description="stop after this many minutes of training (time budget)")
     lr: float = 5e-5
     schedule: Literal["linear", "constant"] = Field(
-        "linear", description="after warm-up: linear decay to 0 at `steps`, or constant (for time-budgeted runs)")
+        "linear", description="after warm-up: linear decay to 0 at `steps`, or constant (for time-budgeted runs)"
+    )
     weight_decay: float = 0.01
     warmup_steps: int = 100
     clip: float = 2.0
@@ -32,7 +33,9 @@ class TrainConfig(BaseModel):
         "same document, in the same document including its own position in the unmasked block (self), or "
         "self and NPM's by turns (mixed: odd query views get NPM's; needs --query-views >= 2)",
     )
-    query_window: int = Field(0, ge=0, description="crop each masked query to a window of at most this many tokens (0: whole block)")
+    query_window: int = Field(
+        0, ge=0, description="crop each masked query to a window of at most this many tokens (0: whole block)"
+    )
     query_views: int = Field(1, ge=1, description="masked queries drawn per block")
     inline_title: bool = Field(False, description="write a query's title in front of its text (one segment)")
     memory_tokens: int = Field(
@@ -40,27 +43,35 @@ class TrainConfig(BaseModel):
     )
     groups_per_step: int = Field(1, ge=1, description="groups per micro-batch per process")
     grouping: Literal["corpus", "similar"] = Field(
-        "corpus", description="groups of blocks consecutive in the corpus (NPM), or of blocks sharing rare content tokens"
+        "corpus",
+        description="groups of blocks consecutive in the corpus (NPM), or of blocks sharing rare content tokens",
     )
     grad_accum: int = Field(1, ge=1)
     block_tokens: int = 128
     title_tokens: int = 32
     query_title_dropout: float = Field(0.5, ge=0.0, le=1.0, description="drop the title from masked blocks")
     untitled_rate: float = Field(
-        0.0, ge=0.0, le=1.0, description="share of blocks seen without their title on both sides (untitled corpora)")
+        0.0, ge=0.0, le=1.0, description="share of blocks seen without their title on both sides (untitled corpora)"
+    )
     mask_budget: float = 0.15
     max_span: int = 10
     salient_rate: float = Field(
-        0.0, ge=0.0, le=1.0, description="chance that a masked span is a whole entity / number run (salient span masking)"
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="chance that a masked span is a whole entity / number run (salient span masking)",
     )
     salient_words: Path | None = Field(
-        None, description="a word list (one a line) whose words are salient spans too, e.g. adjectives "
-        "(bench/salient_words.py); drawn at --salient-rate like names")
+        None,
+        description="a word list (one a line) whose words are salient spans too, e.g. adjectives "
+        "(bench/salient_words.py); drawn at --salient-rate like names",
+    )
     single: bool = False  # NPM-single: one mask token per masked token
     content_spans_only: bool = True  # never mask spans made only of stopwords / punctuation
     group_by_length: bool = True  # order groups of a window by length (less padding)
     freeze_embeddings: bool = Field(
-        False, description="keep the word embeddings fixed (a fine-tuning stage then changes the layers only)")
+        False, description="keep the word embeddings fixed (a fine-tuning stage then changes the layers only)"
+    )
     seed: int = 0
     dtype: str = "auto"
     device: str = "auto"

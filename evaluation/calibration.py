@@ -26,17 +26,28 @@ def calibration(confidence: list[float | None], correct: list[bool], bins: int =
     table = []
     for t in THRESHOLDS:
         kept = conf >= t
-        table.append({"threshold": t, "coverage": 100 * float(kept.sum()) / total,
-                      "accuracy": 100 * float(hit[kept].mean()) if kept.any() else None})
-    return {"ece": 100 * ece, "mean_confidence": 100 * float(conf.mean()) if conf.size else None,
-            "accuracy": 100 * float(hit.mean()) if hit.size else None, "risk_coverage": table}
+        table.append(
+            {
+                "threshold": t,
+                "coverage": 100 * float(kept.sum()) / total,
+                "accuracy": 100 * float(hit[kept].mean()) if kept.any() else None,
+            }
+        )
+    return {
+        "ece": 100 * ece,
+        "mean_confidence": 100 * float(conf.mean()) if conf.size else None,
+        "accuracy": 100 * float(hit.mean()) if hit.size else None,
+        "risk_coverage": table,
+    }
 
 
 def format_calibration(cal: dict, what: str = "top fill", metric: str = "EM@1") -> list[str]:
     answered = "-" if cal["accuracy"] is None else f"{cal['accuracy']:.1f}"
     mean = "-" if cal["mean_confidence"] is None else f"{cal['mean_confidence']:.1f}"
-    lines = [f"{what}: accuracy {answered}  mean confidence {mean}  ECE (10 bins) {cal['ece']:.1f}",
-             f"{'confidence >=':<14} {'kept %':>7} {metric + ' of kept':>13}"]
+    lines = [
+        f"{what}: accuracy {answered}  mean confidence {mean}  ECE (10 bins) {cal['ece']:.1f}",
+        f"{'confidence >=':<14} {'kept %':>7} {metric + ' of kept':>13}",
+    ]
     for row in cal["risk_coverage"]:
         acc = "-" if row["accuracy"] is None else f"{row['accuracy']:.1f}"
         lines.append(f"{row['threshold']:<14} {row['coverage']:>7.1f} {acc:>13}")

@@ -35,8 +35,9 @@ def parse_choices(specs: list[str]) -> list[Choice]:
         label, _, phrases = spec.partition("=")
         words = [p.strip() for p in phrases.split(",")] if phrases else [label.strip()]
         if not label.strip() or not all(words):
-            raise AppError(f"--choices {spec!r}: write a label, or label=phrase,phrase (no empty phrase)",
-                           kind="validation")
+            raise AppError(
+                f"--choices {spec!r}: write a label, or label=phrase,phrase (no empty phrase)", kind="validation"
+            )
         out.append(Choice(label=label.strip(), phrases=words))
     return out
 
@@ -84,9 +85,18 @@ def classify(engine: FillEngine, rows: list[dict], template: str, options: dict,
         correct.append(ok)
         winning.append(None if mask.abstained else max(c.probability for c in mask.choices))
         if out:
-            lines.append(json.dumps({**row, "predicted": mask.predicted, "correct": ok,
-                                     "probabilities": {c.label: round(c.probability, 5) for c in mask.choices}},
-                                    ensure_ascii=False) + "\n")
+            lines.append(
+                json.dumps(
+                    {
+                        **row,
+                        "predicted": mask.predicted,
+                        "correct": ok,
+                        "probabilities": {c.label: round(c.probability, 5) for c in mask.choices},
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
     if out:
         write_bytes_atomic(out, "".join(lines).encode("utf-8"))
     return report(rows, correct, winning, latencies)
@@ -94,19 +104,28 @@ def classify(engine: FillEngine, rows: list[dict], template: str, options: dict,
 
 def report(rows: list[dict], correct: list[bool], winning: list[float | None], latencies: list[float]) -> dict:
     counts = Counter(r["label"] for r in rows)
-    recall = {label: 100 * sum(ok for r, ok in zip(rows, correct) if r["label"] == label) / n
-              for label, n in sorted(counts.items())}
+    recall = {
+        label: 100 * sum(ok for r, ok in zip(rows, correct) if r["label"] == label) / n
+        for label, n in sorted(counts.items())
+    }
     lat = np.array(latencies) if latencies else np.zeros(1)
-    return {"examples": len(rows), "accuracy": 100 * float(np.mean(correct)), "recall": recall,
-            "majority": 100 * counts.most_common(1)[0][1] / len(rows),
-            "abstained": sum(w is None for w in winning), "calibration": calibration(winning, correct),
-            "latency_ms": {"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99))}}
+    return {
+        "examples": len(rows),
+        "accuracy": 100 * float(np.mean(correct)),
+        "recall": recall,
+        "majority": 100 * counts.most_common(1)[0][1] / len(rows),
+        "abstained": sum(w is None for w in winning),
+        "calibration": calibration(winning, correct),
+        "latency_ms": {"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99))},
+    }
 
 
 def format_classify(rep: dict) -> str:
-    lines = [f"examples {rep['examples']}  accuracy {rep['accuracy']:.1f}  majority baseline {rep['majority']:.1f}  "
-             f"abstained {rep['abstained']}",
-             "recall: " + "  ".join(f"{label} {r:.1f}" for label, r in rep["recall"].items())]
+    lines = [
+        f"examples {rep['examples']}  accuracy {rep['accuracy']:.1f}  majority baseline {rep['majority']:.1f}  "
+        f"abstained {rep['abstained']}",
+        "recall: " + "  ".join(f"{label} {r:.1f}" for label, r in rep["recall"].items()),
+    ]
     lines += format_calibration(rep["calibration"], "winning choice", "accuracy")
     lines.append(f"latency ms: p50 {rep['latency_ms']['p50']:.1f}  p99 {rep['latency_ms']['p99']:.1f}")
     return "\n".join(lines)

@@ -78,26 +78,38 @@ class EvalConfig(FillOptions, EngineConfig):
 
     index: Path = Field(description="index directory built by `indexer build`")
     task: Literal["fill", "classify"] = Field(
-        "fill", description="fill: EM of fills on probes; classify: accuracy of closed-set scoring (POST /score) on "
-        "--data with --template and --choices")
+        "fill",
+        description="fill: EM of fills on probes; classify: accuracy of closed-set scoring (POST /score) on "
+        "--data with --template and --choices",
+    )
     data: Path | None = Field(None, description='classify: JSON lines {"text", "label"}')
-    template: str | None = Field(None, description="classify: the query, {text} standing for each row's text, e.g. "
-                                 "'{text} It was <mask> .'")
-    choices: list[str] | None = Field(None, description="classify: a label, or label=phrase,phrase (repeat the flag "
-                                      "per choice)")
-    temperature: float | None = Field(None, gt=0.0, description="classify: softmax temperature over the retrieved "
-                                      "tokens (default: POST /score's)")
-    scorer: Scorer | None = Field(None, description="classify: npm (start and end queries) or npm_single (start only) "
-                                  "(default: POST /score's)")
-    synonyms: int | None = Field(None, ge=0, description="classify: words added per choice from the encoder's "
-                                 "word-embedding space (default: POST /score's)")
-    calibrate: bool | None = Field(None, description="classify: divide each choice's mass by its base rate in the "
-                                   "index (default: POST /score's)")
+    template: str | None = Field(
+        None, description="classify: the query, {text} standing for each row's text, e.g. '{text} It was <mask> .'"
+    )
+    choices: list[str] | None = Field(
+        None, description="classify: a label, or label=phrase,phrase (repeat the flag per choice)"
+    )
+    temperature: float | None = Field(
+        None, gt=0.0, description="classify: softmax temperature over the retrieved tokens (default: POST /score's)"
+    )
+    scorer: Scorer | None = Field(
+        None, description="classify: npm (start and end queries) or npm_single (start only) (default: POST /score's)"
+    )
+    synonyms: int | None = Field(
+        None,
+        ge=0,
+        description="classify: words added per choice from the encoder's word-embedding space (default: POST /score's)",
+    )
+    calibrate: bool | None = Field(
+        None, description="classify: divide each choice's mass by its base rate in the index (default: POST /score's)"
+    )
     probes: Path | None = Field(None, description='JSON lines {"relation", "query", "answers"}')
     google_re: Path | None = Field(None, description="directory with LAMA Google-RE *_test.jsonl files")
     side: Side = Field(
-        "held", description="Google-RE probes of the held side (reported numbers), the train side (fitting), "
-        "one of its folds train_a / train_b, or all")
+        "held",
+        description="Google-RE probes of the held side (reported numbers), the train side (fitting), "
+        "one of its folds train_a / train_b, or all",
+    )
     per_relation: int | None = Field(None, ge=1, description="evaluate a fixed random sample per relation")
     seed: int = Field(0, description="seed of the per-relation sample")
     out: Path | None = Field(None, description="write every prediction as JSON lines")
@@ -128,11 +140,13 @@ def load_probes(path: Path | None = None, google_re: Path | None = None, side: S
                 d = _json(file, n, line)
                 if not on_side(d["sub_label"], side):
                     continue
-                probes.append({
-                    "relation": relation,
-                    "query": template.replace("[X]", d["sub_label"]).replace("[Y]", "<mask>"),
-                    "answers": [d["obj_label"], *d.get("obj_aliases", [])],
-                })
+                probes.append(
+                    {
+                        "relation": relation,
+                        "query": template.replace("[X]", d["sub_label"]).replace("[Y]", "<mask>"),
+                        "answers": [d["obj_label"], *d.get("obj_aliases", [])],
+                    }
+                )
     if path is not None:
         for n, line in enumerate(_read_lines(path), 1):
             if line.strip():
@@ -145,8 +159,9 @@ def load_probes(path: Path | None = None, google_re: Path | None = None, side: S
     return probes
 
 
-def select_probes(path: Path | None, google_re: Path | None, side: Side, per_relation: int | None,
-                  seed: int) -> list[dict]:
+def select_probes(
+    path: Path | None, google_re: Path | None, side: Side, per_relation: int | None, seed: int
+) -> list[dict]:
     """The probes a job runs on (`fill-eval`, `fill-fit`): loaded, then sampled per relation."""
     if not path and not google_re:
         raise AppError("give --probes FILE or --google-re DIR", kind="validation")
@@ -193,14 +208,27 @@ def evaluate(engine: FillEngine, probes: list[dict], options: FillOptions, out: 
         s["em"] += em
         s["r5"] += r5
         if out:
-            lines.append(json.dumps({
-                **probe, "predictions": [c.phrase for c in top], "scores": [round(c.score, 5) for c in top],
-                "confidence": [round(c.confidence, 5) for c in top],
-                "evidence": [c.evidence[0].doc_id if c.evidence else None for c in top], "em": em, "r5": r5,
-            }, ensure_ascii=False) + "\n")
+            lines.append(
+                json.dumps(
+                    {
+                        **probe,
+                        "predictions": [c.phrase for c in top],
+                        "scores": [round(c.score, 5) for c in top],
+                        "confidence": [round(c.confidence, 5) for c in top],
+                        "evidence": [c.evidence[0].doc_id if c.evidence else None for c in top],
+                        "em": em,
+                        "r5": r5,
+                    },
+                    ensure_ascii=False,
+                )
+                + "\n"
+            )
     if out:
         write_bytes_atomic(out, "".join(lines).encode("utf-8"))
-    relations = {r: {"n": s["n"], "em@1": 100 * s["em"] / s["n"], "recall@5": 100 * s["r5"] / s["n"]} for r, s in sorted(stats.items())}
+    relations = {
+        r: {"n": s["n"], "em@1": 100 * s["em"] / s["n"], "recall@5": 100 * s["r5"] / s["n"]}
+        for r, s in sorted(stats.items())
+    }
     lat = np.array(latencies) if latencies else np.zeros(1)
     return {
         "relations": relations,
@@ -208,7 +236,11 @@ def evaluate(engine: FillEngine, probes: list[dict], options: FillOptions, out: 
         "macro_recall@5": float(np.mean([r["recall@5"] for r in relations.values()])) if relations else 0.0,
         "probes": len(probes),
         "calibration": calibration(confidences, correct),
-        "latency_ms": {"p50": float(np.percentile(lat, 50)), "p99": float(np.percentile(lat, 99)), "mean": float(lat.mean())},
+        "latency_ms": {
+            "p50": float(np.percentile(lat, 50)),
+            "p99": float(np.percentile(lat, 99)),
+            "mean": float(lat.mean()),
+        },
     }
 
 
@@ -241,8 +273,9 @@ def score_options(cfg: EvalConfig) -> dict:
     """The ScoreRequest fields of a classify run: the flags given, the request's defaults for the others (k, mode,
     blocks, temperature and scorer default differently for fills)."""
     if not cfg.choices or cfg.data is None or cfg.template is None:
-        raise AppError("--task classify needs --data FILE, --template TEXT and --choices (two or more)",
-                       kind="validation")
+        raise AppError(
+            "--task classify needs --data FILE, --template TEXT and --choices (two or more)", kind="validation"
+        )
     fields = ("k", "mode", "blocks", "temperature", "scorer", "synonyms", "calibrate")
     given = {f: getattr(cfg, f) for f in fields if f in cfg.model_fields_set}
     return {"choices": parse_choices(cfg.choices), "evidence": 0, **given}

@@ -69,18 +69,31 @@ class FitConfig(EngineConfig):
     top_k: int = Field(5, ge=1, le=100, description="candidates per probe the calibration is fitted on")
     c: float = Field(1.0, gt=0, description="inverse L2 strength of the logistic regression")
     part: Literal["all", "reader"] = Field(
-        "all", description="all: lexical weights and confidence of fills without the reader; reader: keep the "
-        "model's scoring and fit only the reader's weight and confidence (needs a reader)")
+        "all",
+        description="all: lexical weights and confidence of fills without the reader; reader: keep the "
+        "model's scoring and fit only the reader's weight and confidence (needs a reader)",
+    )
     reader_grid: list[float] = Field(READER_GRID, min_length=1, description="reader retrieval weights tried")
-    keep_weights: bool = Field(False, description="--part reader: keep the reader weights of the model's scoring "
-                               "(no grid) and fit only the confidence")
-    save_fills: Path | None = Field(None, description="--part reader: write this run's fills (features, correctness) "
-                                    "per mode, for another run's --with-fills")
-    with_fills: list[Path] = Field([], description="--part reader: fills saved by other runs, fitted on together "
-                                   "with this run's (the reader weight is this run's)")
+    keep_weights: bool = Field(
+        False,
+        description="--part reader: keep the reader weights of the model's scoring "
+        "(no grid) and fit only the confidence",
+    )
+    save_fills: Path | None = Field(
+        None,
+        description="--part reader: write this run's fills (features, correctness) "
+        "per mode, for another run's --with-fills",
+    )
+    with_fills: list[Path] = Field(
+        [],
+        description="--part reader: fills saved by other runs, fitted on together "
+        "with this run's (the reader weight is this run's)",
+    )
 
 
-def run_probes(engine: FillEngine, probes: list[dict], options: FillOptions) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def run_probes(
+    engine: FillEngine, probes: list[dict], options: FillOptions
+) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """Per probe: the candidates' confidence features and whether each candidate is correct."""
     feats, labels = [], []
     opts = options.model_dump(exclude={"reader"})
@@ -102,8 +115,10 @@ def macro_em(probes: list[dict], labels: list[np.ndarray]) -> float:
 
 def fit_confidence(feats: list[np.ndarray], labels: list[np.ndarray], c: float = 1.0) -> Confidence:
     """`top` fitted on each probe's first candidate, `rest` on the others."""
-    return Confidence(top=fit_calibration([f[:1] for f in feats], [lab[:1] for lab in labels], c),
-                      rest=fit_calibration([f[1:] for f in feats], [lab[1:] for lab in labels], c))
+    return Confidence(
+        top=fit_calibration([f[:1] for f in feats], [lab[:1] for lab in labels], c),
+        rest=fit_calibration([f[1:] for f in feats], [lab[1:] for lab in labels], c),
+    )
 
 
 def fit_calibration(feats: list[np.ndarray], labels: list[np.ndarray], c: float = 1.0) -> Calibration:
@@ -115,8 +130,9 @@ def fit_calibration(feats: list[np.ndarray], labels: list[np.ndarray], c: float 
     x = np.concatenate([np.zeros((0, len(FEATURES))), *feats])
     y = np.concatenate([np.zeros(0, dtype=bool), *labels])
     if x.shape[0] == 0 or y.all() or not y.any():
-        raise AppError("cannot fit a confidence: the fitting fills are all right or all wrong (or none); "
-                       "use more or other probes")
+        raise AppError(
+            "cannot fit a confidence: the fitting fills are all right or all wrong (or none); use more or other probes"
+        )
     mean, scale = x.mean(axis=0), x.std(axis=0)
     scale[scale < 1e-9] = 1.0
     z = (x - mean) / scale
@@ -129,8 +145,9 @@ def fit_calibration(feats: list[np.ndarray], labels: list[np.ndarray], c: float 
         if not negative:
             break
         used[negative] = False
-    return Calibration(coef=coef.tolist(), intercept=float(model.intercept_[0]), mean=mean.tolist(),
-                       scale=scale.tolist())
+    return Calibration(
+        coef=coef.tolist(), intercept=float(model.intercept_[0]), mean=mean.tolist(), scale=scale.tolist()
+    )
 
 
 def fit(engine: FillEngine, probes: list[dict], cfg: FitConfig) -> Scoring:
@@ -142,8 +159,9 @@ def fit(engine: FillEngine, probes: list[dict], cfg: FitConfig) -> Scoring:
     for mode in cfg.modes:
         passes, scores = {}, {}
         for w in sorted(cfg.grid) if mode != "dense" else [0.0]:
-            passes[w] = run_probes(engine, probes, FillOptions(mode=mode, lexical_weight=w, top_k=cfg.top_k,
-                                                               reader=False))
+            passes[w] = run_probes(
+                engine, probes, FillOptions(mode=mode, lexical_weight=w, top_k=cfg.top_k, reader=False)
+            )
             scores[w] = macro_em(probes, passes[w][1])
             logger.warning("fit %s lexical_weight %g: macro EM@1 %.1f", mode, w, scores[w])
         if mode != "dense":
@@ -153,17 +171,27 @@ def fit(engine: FillEngine, probes: list[dict], cfg: FitConfig) -> Scoring:
         cal = calibrations[mode] = fit_confidence(feats, labels, cfg.c)
         top_conf = [float(cal(f[:1])[0]) if len(f) else None for f in feats]
         top_ok = [bool(lab.size and lab[0]) for lab in labels]
-        quality[mode] = {"macro_em@1": round(macro_em(probes, labels), 2),
-                         "ece": round(float(calibration(top_conf, top_ok)["ece"]), 2)}
+        quality[mode] = {
+            "macro_em@1": round(macro_em(probes, labels), 2),
+            "ece": round(float(calibration(top_conf, top_ok)["ece"]), 2),
+        }
         logger.warning("fit %s confidence: %s", mode, quality[mode])
     manifest = engine.index.manifest
     fitted = {
-        "by": "fill-fit", "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "data": {"google_re_side": cfg.side if cfg.google_re else None,
-                 "probes_file": cfg.probes.name if cfg.probes else None, "probes": len(probes),
-                 "per_relation": cfg.per_relation, "seed": cfg.seed, "index_tokens": manifest.counts.tokens},
+        "by": "fill-fit",
+        "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "data": {
+            "google_re_side": cfg.side if cfg.google_re else None,
+            "probes_file": cfg.probes.name if cfg.probes else None,
+            "probes": len(probes),
+            "per_relation": cfg.per_relation,
+            "seed": cfg.seed,
+            "index_tokens": manifest.counts.tokens,
+        },
         "model": {"name": engine.encoder.model_dir.name, "fingerprint": model_fingerprint(engine.encoder.model_dir)},
-        "grid_macro_em@1": grid_report, "on_fit_data": quality, "features": list(FEATURES),
+        "grid_macro_em@1": grid_report,
+        "on_fit_data": quality,
+        "features": list(FEATURES),
     }
     return Scoring(lexical_weight=weights, confidence=calibrations, fitted=fitted)
 
@@ -186,11 +214,14 @@ def load_fills(path: Path, mode: str) -> tuple[list[np.ndarray], list[np.ndarray
         with np.load(path) as data:
             feats, labels, sizes = data[f"{mode}.feats"], data[f"{mode}.labels"], data[f"{mode}.sizes"]
     except (OSError, ValueError, KeyError) as exc:
-        raise AppError(f"{path}: no saved fills of mode {mode} ({exc}); write them with fill-fit --part reader "
-                       f"--save-fills") from exc
+        raise AppError(
+            f"{path}: no saved fills of mode {mode} ({exc}); write them with fill-fit --part reader --save-fills"
+        ) from exc
     if feats.ndim != 2 or feats.shape[1] != len(FEATURES):
-        raise AppError(f"{path}: its fills have {feats.shape[-1]} features, this version has {len(FEATURES)} "
-                       f"({', '.join(FEATURES)}); save them again with fill-fit --part reader --save-fills")
+        raise AppError(
+            f"{path}: its fills have {feats.shape[-1]} features, this version has {len(FEATURES)} "
+            f"({', '.join(FEATURES)}); save them again with fill-fit --part reader --save-fills"
+        )
     cuts = np.cumsum(sizes)[:-1]
     return np.split(feats, cuts), np.split(labels, cuts)
 
@@ -211,32 +242,50 @@ def fit_reader(engine: FillEngine, probes: list[dict], cfg: FitConfig) -> Scorin
         grids[mode] = {str(w): round(v, 2) for w, v in scores.items()}
         feats, labels = fills[mode] = passes[weights[mode]]
         more = [load_fills(path, mode) for path in cfg.with_fills]
-        cal = calibrations[mode] = fit_confidence(feats + [f for fs, _ in more for f in fs],
-                                                  labels + [lab for _, labs in more for lab in labs], cfg.c)
+        cal = calibrations[mode] = fit_confidence(
+            feats + [f for fs, _ in more for f in fs], labels + [lab for _, labs in more for lab in labs], cfg.c
+        )
         top_conf = [float(cal(f[:1])[0]) if len(f) else None for f in feats]
         top_ok = [bool(lab.size and lab[0]) for lab in labels]
-        quality[mode] = {"macro_em@1": round(macro_em(probes, labels), 2),
-                         "ece": round(float(calibration(top_conf, top_ok)["ece"]), 2)}
+        quality[mode] = {
+            "macro_em@1": round(macro_em(probes, labels), 2),
+            "ece": round(float(calibration(top_conf, top_ok)["ece"]), 2),
+        }
         logger.warning("fit reader %s confidence (this run's fills): %s", mode, quality[mode])
     engine.scoring = base
     if cfg.save_fills:
         save_fills(cfg.save_fills, fills)
-    fitted = {**base.fitted, "reader": {
-        "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "reader": engine.reader.name, "probes_file": cfg.probes.name if cfg.probes else None,
-        "google_re_side": cfg.side if cfg.google_re else None, "probes": len(probes),
-        "grid_macro_em@1": grids, "with_fills": [p.name for p in cfg.with_fills], "on_fit_data": quality,
-        "features": list(FEATURES)}}
-    return base.model_copy(update={"reader_weight": {**base.reader_weight, **weights},
-                                   "reader_confidence": {**base.reader_confidence, **calibrations},
-                                   "fitted": fitted})
+    fitted = {
+        **base.fitted,
+        "reader": {
+            "at": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+            "reader": engine.reader.name,
+            "probes_file": cfg.probes.name if cfg.probes else None,
+            "google_re_side": cfg.side if cfg.google_re else None,
+            "probes": len(probes),
+            "grid_macro_em@1": grids,
+            "with_fills": [p.name for p in cfg.with_fills],
+            "on_fit_data": quality,
+            "features": list(FEATURES),
+        },
+    }
+    return base.model_copy(
+        update={
+            "reader_weight": {**base.reader_weight, **weights},
+            "reader_confidence": {**base.reader_confidence, **calibrations},
+            "fitted": fitted,
+        }
+    )
 
 
 def run(cfg: FitConfig) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     if cfg.google_re and cfg.side in ("held", "all"):
-        raise AppError(f"--side {cfg.side} includes the held side, which is for reporting only; fit on train, "
-                       "train_a or train_b", kind="validation", field="side")
+        raise AppError(
+            f"--side {cfg.side} includes the held side, which is for reporting only; fit on train, train_a or train_b",
+            kind="validation",
+            field="side",
+        )
     probes = select_probes(cfg.probes, cfg.google_re, cfg.side, cfg.per_relation, cfg.seed)
     if not probes:
         raise AppError("no probes to fit on", kind="validation")
@@ -254,8 +303,10 @@ def run(cfg: FitConfig) -> None:
         engine.close()
     write_json_atomic(cfg.out, scoring.model_dump(mode="json"))
     quality = scoring.fitted["reader"]["on_fit_data"] if cfg.part == "reader" else scoring.fitted["on_fit_data"]
-    print(f"wrote {cfg.out}: lexical weights {scoring.lexical_weight}, reader weight {scoring.reader_weight}; "
-          f"fit quality {quality}")
+    print(
+        f"wrote {cfg.out}: lexical weights {scoring.lexical_weight}, reader weight {scoring.reader_weight}; "
+        f"fit quality {quality}"
+    )
 
 
 app = typer.Typer(add_completion=False)

@@ -48,12 +48,21 @@ class ReaderDataConfig(EngineConfig):
     phrases: int = Field(8, ge=1, le=64, description="candidate phrases whose best occurrence is read")
     max_tokens: int = Field(160, ge=16, le=480, description="window tokens per query, at most")
     max_span_tokens: int = Field(10, ge=1, le=32)
-    title_tokens: int = Field(10, ge=0, le=64, description="tokens of each window's document title recorded "
-                              "(`titles`) for a reader of titles (train-reader --title-tokens; 0: none)")
-    unanswered: bool = Field(False, description="also write queries whose answer is in no window, as no-answer "
-                             "examples (empty gold)")
-    absent: bool = Field(False, description="the queries' subjects are not in the index: every query is a "
-                         "no-answer example, whatever its windows hold")
+    title_tokens: int = Field(
+        10,
+        ge=0,
+        le=64,
+        description="tokens of each window's document title recorded "
+        "(`titles`) for a reader of titles (train-reader --title-tokens; 0: none)",
+    )
+    unanswered: bool = Field(
+        False, description="also write queries whose answer is in no window, as no-answer examples (empty gold)"
+    )
+    absent: bool = Field(
+        False,
+        description="the queries' subjects are not in the index: every query is a "
+        "no-answer example, whatever its windows hold",
+    )
     use_reader: bool = Field(False, description="(retrieval only: the windows do not depend on a reader)")
 
 
@@ -67,32 +76,47 @@ def gold_spans(reading: MaskReading, answers: list[str]) -> list[list[int]]:
             if normalize(part.keys.text(j)) not in gold:
                 continue
             first, last = int(part.first[j]), int(part.last[j])
-            w = next(n for n, win in enumerate(reading.windows)
-                     if win.shard_no == part.shard_no and win.a <= first < win.b)
+            w = next(
+                n for n, win in enumerate(reading.windows) if win.shard_no == part.shard_no and win.a <= first < win.b
+            )
             out.append([w, first - reading.windows[w].a, last - reading.windows[w].a])
     return out
 
 
-def examples(engine: FillEngine, probes: list[dict], spec: ReadingSpec, options: FillOptions,
-             unanswered: bool = False, absent: bool = False) -> list[dict]:
+def examples(
+    engine: FillEngine,
+    probes: list[dict],
+    spec: ReadingSpec,
+    options: FillOptions,
+    unanswered: bool = False,
+    absent: bool = False,
+) -> list[dict]:
     """The examples of the probes: one per probe whose answer is in its windows (with `unanswered`, one
     per probe; with `absent`, one per probe, none with gold spans)."""
     shards = engine.shards
     out = []
     for probe in probes:
         request = FillRequest(text=probe["query"], **options.model_dump(exclude={"reader"}), reader=False)
-        planned, ranked = engine.run(request, finish=lambda prepared, _: (prepared.planned,
-                                                                          engine.retrieve(prepared, read=True)[0]))
+        planned, ranked = engine.run(
+            request, finish=lambda prepared, _: (prepared.planned, engine.retrieve(prepared, read=True)[0])
+        )
         reading = plan_reading(spec, shards, planned.ids, planned.mask_at[0], ranked[0], options.max_span_tokens)
         if reading is None:
             continue
         gold = [] if absent else gold_spans(reading, probe["answers"])
         if gold or unanswered or absent:
-            out.append({"query_ids": planned.ids, "mask_at": planned.mask_at[0],
-                        "windows": [w.tolist() for w in reading.item.windows],
-                        "flags": [np.asarray(shards.shard(w.shard_no).flags[w.a:w.b]).tolist() for w in reading.windows],
-                        **({"titles": [t.tolist() for t in reading.item.titles]} if reading.item.titles else {}),
-                        "gold": gold, "answers": probe["answers"], "query": probe["query"]})
+            out.append(
+                {
+                    "query_ids": planned.ids,
+                    "mask_at": planned.mask_at[0],
+                    "windows": [w.tolist() for w in reading.item.windows],
+                    "flags": [np.asarray(shards.shard(w.shard_no).flags[w.a : w.b]).tolist() for w in reading.windows],
+                    **({"titles": [t.tolist() for t in reading.item.titles]} if reading.item.titles else {}),
+                    "gold": gold,
+                    "answers": probe["answers"],
+                    "query": probe["query"],
+                }
+            )
     return out
 
 
@@ -101,16 +125,33 @@ def run(cfg: ReaderDataConfig) -> None:
     probes = load_probes(cfg.probes)
     single_thread_blas()
     engine = FillEngine.open(cfg.engine_config())
-    card = ReaderCard(vocab=vocab_fingerprint(engine.encoder.tokenizer), window=cfg.window, phrases=cfg.phrases,
-                      max_tokens=cfg.max_tokens, title_tokens=cfg.title_tokens)
-    spec = ReadingSpec(card, len(engine.encoder.template.single_suffix), engine.encoder.max_length,
-                       TitleIds(engine.encoder.tokenizer, cfg.title_tokens))
-    rows = examples(engine, probes, spec, FillOptions(mode=cfg.mode, max_span_tokens=cfg.max_span_tokens),
-                    cfg.unanswered, cfg.absent)
+    card = ReaderCard(
+        vocab=vocab_fingerprint(engine.encoder.tokenizer),
+        window=cfg.window,
+        phrases=cfg.phrases,
+        max_tokens=cfg.max_tokens,
+        title_tokens=cfg.title_tokens,
+    )
+    spec = ReadingSpec(
+        card,
+        len(engine.encoder.template.single_suffix),
+        engine.encoder.max_length,
+        TitleIds(engine.encoder.tokenizer, cfg.title_tokens),
+    )
+    rows = examples(
+        engine,
+        probes,
+        spec,
+        FillOptions(mode=cfg.mode, max_span_tokens=cfg.max_span_tokens),
+        cfg.unanswered,
+        cfg.absent,
+    )
     read = sum(1 for r in rows if r["gold"])
     write_bytes_atomic(cfg.out, "".join(json.dumps(r) + "\n" for r in rows).encode("utf-8"))
-    print(f"{len(probes)} queries, answer read for {read} ({100 * read / max(len(probes), 1):.1f}%), "
-          f"{len(rows) - read} no-answer examples -> {cfg.out}")
+    print(
+        f"{len(probes)} queries, answer read for {read} ({100 * read / max(len(probes), 1):.1f}%), "
+        f"{len(rows) - read} no-answer examples -> {cfg.out}"
+    )
 
 
 app = typer.Typer(add_completion=False)

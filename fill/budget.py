@@ -32,8 +32,9 @@ class Budget:
     of its search and its candidates over a default fill's, plus a score's matches over MATCHES_PER_FILL; the
     service serves heavier requests in a lane of their own (service.state)."""
 
-    def __init__(self, max_candidates: int, max_evidence: int, max_search: int = 16384,
-                 max_matches: int = 2**26) -> None:
+    def __init__(
+        self, max_candidates: int, max_evidence: int, max_search: int = 16384, max_matches: int = 2**26
+    ) -> None:
         self.max_candidates = max_candidates
         self.max_evidence = max_evidence
         self.max_search = max_search
@@ -73,27 +74,41 @@ class Budget:
     @staticmethod
     def matches(request: FillRequest | ScoreRequest, mode: str, block_tokens: int) -> int:
         """A score's phrase matches: masks x queries x retrieved tokens x distinct phrases (0 for a fill)."""
-        return count_masks(request.text) * Budget.queries(request) * Budget.retrieved(request, mode, block_tokens) \
+        return (
+            count_masks(request.text)
+            * Budget.queries(request)
+            * Budget.retrieved(request, mode, block_tokens)
             * Budget.phrases(request)
+        )
 
     @staticmethod
     def cost(request: FillRequest | ScoreRequest, mode: str, block_tokens: int) -> float:
         """The request's cost in default fills (see the class doc)."""
-        return max(Budget.search(request, mode) / Budget.search(DEFAULT_FILL, "hybrid"),
-                   Budget.candidates(request, mode, block_tokens) / Budget.candidates(DEFAULT_FILL, "hybrid", block_tokens)
-                   ) + Budget.matches(request, mode, block_tokens) / MATCHES_PER_FILL
+        return (
+            max(
+                Budget.search(request, mode) / Budget.search(DEFAULT_FILL, "hybrid"),
+                Budget.candidates(request, mode, block_tokens)
+                / Budget.candidates(DEFAULT_FILL, "hybrid", block_tokens),
+            )
+            + Budget.matches(request, mode, block_tokens) / MATCHES_PER_FILL
+        )
 
     def describe(self) -> dict:
         """The bounds and how a request's cost is counted (the OpenAPI schema's `x-cost-budget`)."""
-        return {"max_search": self.max_search, "max_candidates": self.max_candidates, "max_evidence": self.max_evidence,
-                "max_matches": self.max_matches,
-                "search": "masks x queries (fill: 2; score: 2 with the npm scorer, else 1) x k (0 in restricted mode)",
-                "candidates": "fill: masks x (k + blocks x block_tokens) x max_span_tokens; score: masks x queries x "
-                              "(k + blocks x block_tokens); k counts in dense and hybrid modes, blocks in restricted "
-                              "and hybrid", "evidence": "fill: masks x top_k x evidence; score: masks x choices x evidence",
-                "matches": "score: masks x queries x (k + blocks x block_tokens) x distinct phrases of the choices "
-                           "(synonyms included)",
-                "over_budget": 422}
+        return {
+            "max_search": self.max_search,
+            "max_candidates": self.max_candidates,
+            "max_evidence": self.max_evidence,
+            "max_matches": self.max_matches,
+            "search": "masks x queries (fill: 2; score: 2 with the npm scorer, else 1) x k (0 in restricted mode)",
+            "candidates": "fill: masks x (k + blocks x block_tokens) x max_span_tokens; score: masks x queries x "
+            "(k + blocks x block_tokens); k counts in dense and hybrid modes, blocks in restricted "
+            "and hybrid",
+            "evidence": "fill: masks x top_k x evidence; score: masks x choices x evidence",
+            "matches": "score: masks x queries x (k + blocks x block_tokens) x distinct phrases of the choices "
+            "(synonyms included)",
+            "over_budget": 422,
+        }
 
     def check(self, request: FillRequest | ScoreRequest, mode: str, block_tokens: int) -> None:
         """AppError (validation, 422) naming the fields when the request is over a bound: its search first, then
@@ -111,7 +126,9 @@ class Budget:
             raise AppError(
                 f"request too expensive: {_masks(count_masks(request.text))} x {self.queries(request)} searches x k "
                 f"{request.k} = {hits:,} hits searched and re-scored, over the server's budget of {self.max_search:,} "
-                "(FILL_MAX_SEARCH); lower k or the masks", kind="validation")
+                "(FILL_MAX_SEARCH); lower k or the masks",
+                kind="validation",
+            )
 
     def _check_fill(self, request: FillRequest, mode: str, block_tokens: int) -> None:
         """A fill's candidate spans (`candidates`) against the candidate budget; masks x top_k x evidence against
@@ -128,13 +145,16 @@ class Budget:
                 f"request too expensive: {_masks(masks)} x ({' + '.join(terms)}) x max_span_tokens "
                 f"{request.max_span_tokens} = {spans:,} candidate spans, over the server's budget of "
                 f"{self.max_candidates:,} (FILL_MAX_CANDIDATES); lower k, blocks, max_span_tokens or the masks",
-                kind="validation")
+                kind="validation",
+            )
         evidence = masks * request.top_k * request.evidence
         if evidence > self.max_evidence:
             raise AppError(
                 f"request too expensive: {_masks(masks)} x top_k {request.top_k} x evidence {request.evidence} = "
                 f"{evidence:,} occurrences, over the server's budget of {self.max_evidence:,} "
-                "(FILL_MAX_EVIDENCE); lower top_k, evidence or the masks", kind="validation")
+                "(FILL_MAX_EVIDENCE); lower top_k, evidence or the masks",
+                kind="validation",
+            )
 
     def _check_score(self, request: ScoreRequest, mode: str, block_tokens: int) -> None:
         """A closed-set score's masks x queries x (k + blocks x block tokens), the retrieved tokens scored exactly
@@ -147,19 +167,25 @@ class Budget:
             raise AppError(
                 f"request too expensive: {_masks(masks)} x {searches} queries x {tokens:,} retrieved tokens = "
                 f"{scored:,}, over the server's budget of {self.max_candidates:,} (FILL_MAX_CANDIDATES); lower k, "
-                "blocks or the masks, or use the npm_single scorer", kind="validation")
+                "blocks or the masks, or use the npm_single scorer",
+                kind="validation",
+            )
         matches = self.matches(request, mode, block_tokens)
         if matches > self.max_matches:
             raise AppError(
                 f"request too expensive: {scored:,} retrieved tokens (masks x queries) x {self.phrases(request)} "
                 f"distinct phrases = {matches:,} phrase matches, over the server's budget of {self.max_matches:,} "
-                "(FILL_MAX_MATCHES); lower k, blocks, the masks, the phrases or synonyms", kind="validation")
+                "(FILL_MAX_MATCHES); lower k, blocks, the masks, the phrases or synonyms",
+                kind="validation",
+            )
         evidence = masks * len(request.choices) * request.evidence
         if evidence > self.max_evidence:
             raise AppError(
                 f"request too expensive: {_masks(masks)} x {len(request.choices)} choices x evidence "
                 f"{request.evidence} = {evidence:,} occurrences, over the server's budget of {self.max_evidence:,} "
-                "(FILL_MAX_EVIDENCE); lower evidence, the choices or the masks", kind="validation")
+                "(FILL_MAX_EVIDENCE); lower evidence, the choices or the masks",
+                kind="validation",
+            )
 
 
 DEFAULT_FILL = FillRequest(text="<mask>")  # the unit of Budget.cost
@@ -182,15 +208,19 @@ class Deadline:
             raise self.error(stage)
 
     def error(self, stage: str) -> AppError:
-        return AppError(f"request timed out after {self.seconds:g} s (FILL_REQUEST_TIMEOUT), in its {stage} "
-                           "stage; retry later, or ask for less (k, max_span_tokens, masks)", kind="timeout")
+        return AppError(
+            f"request timed out after {self.seconds:g} s (FILL_REQUEST_TIMEOUT), in its {stage} "
+            "stage; retry later, or ask for less (k, max_span_tokens, masks)",
+            kind="timeout",
+        )
 
 
 class StageClock:
     """The engine's time per stage of one fill (FillResult.timings_ms), checking the deadline at each lap."""
 
-    def __init__(self, encode_ms: float, search_ms: float, deadline: Deadline | None,
-                 stages: tuple[str, ...] = STAGES) -> None:
+    def __init__(
+        self, encode_ms: float, search_ms: float, deadline: Deadline | None, stages: tuple[str, ...] = STAGES
+    ) -> None:
         self.spent = dict.fromkeys(stages, 0.0)
         self.spent["encode"], self.spent["search"] = encode_ms, search_ms
         self.deadline = deadline

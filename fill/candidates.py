@@ -95,20 +95,34 @@ class CandidateTask:
         return shard_candidates(shard, self.shard_no, start, end, self.query)
 
 
-def shard_candidates(shard: Shard, shard_no: int, start_hits: np.ndarray, end_hits: np.ndarray, query: MaskQuery
-                     ) -> ShardCandidates | None:
+def shard_candidates(
+    shard: Shard, shard_no: int, start_hits: np.ndarray, end_hits: np.ndarray, query: MaskQuery
+) -> ShardCandidates | None:
     """The candidates of shard `shard` (number `shard_no`) from the positions of its start and end hits, or
     None when they form no valid span."""
     first, last = _spans(shard, start_hits, end_hits, query.max_span_tokens)
     if first.size == 0:
         return None
-    return span_candidates(shard, shard_no, first, last,
-                           lambda at: exact_logits(shard, at, query.q_start, query.scale, query.bonus),
-                           lambda at: exact_logits(shard, at, query.q_end, query.scale, query.bonus), query.count_tokens)
+    return span_candidates(
+        shard,
+        shard_no,
+        first,
+        last,
+        lambda at: exact_logits(shard, at, query.q_start, query.scale, query.bonus),
+        lambda at: exact_logits(shard, at, query.q_end, query.scale, query.bonus),
+        query.count_tokens,
+    )
 
 
-def span_candidates(shard: Shard, shard_no: int, first: np.ndarray, last: np.ndarray, start_logits_of: Logits,
-                    end_logits_of: Logits, count_tokens: bool) -> ShardCandidates:
+def span_candidates(
+    shard: Shard,
+    shard_no: int,
+    first: np.ndarray,
+    last: np.ndarray,
+    start_logits_of: Logits,
+    end_logits_of: Logits,
+    count_tokens: bool,
+) -> ShardCandidates:
     """The candidates of the given spans of one shard (ordered by (first, last), each once): the logits of
     their distinct starts and ends (`start_logits_of(positions)` -> (logits, best before any bonus)), blocks,
     documents and stripped phrase texts. The reader (fill.reading) scores its window spans through it too."""
@@ -124,10 +138,23 @@ def span_candidates(shard: Shard, shard_no: int, first: np.ndarray, last: np.nda
     tokens = _phrase_tokens(shard, first, last, char, char + keys.length) if count_tokens else None
     distinct = unique(local_block)  # (ascending already: the spans are ordered by first token)
     return ShardCandidates(
-        shard_no=shard_no, first=first, last=last, start_logits=start_logits, start_of=start_of,
-        end_logits=end_logits, end_of=end_of, start_max=start_max, end_max=end_max, block=local_block + block_base,
-        row=shard.blocks[local_block, 0].astype(np.int64), char=char, keys=keys, tokens=tokens,
-        blocks=distinct + block_base, bounds=np.asarray(shard.blocks[distinct, 1:3], dtype=np.int64))
+        shard_no=shard_no,
+        first=first,
+        last=last,
+        start_logits=start_logits,
+        start_of=start_of,
+        end_logits=end_logits,
+        end_of=end_of,
+        start_max=start_max,
+        end_max=end_max,
+        block=local_block + block_base,
+        row=shard.blocks[local_block, 0].astype(np.int64),
+        char=char,
+        keys=keys,
+        tokens=tokens,
+        blocks=distinct + block_base,
+        bounds=np.asarray(shard.blocks[distinct, 1:3], dtype=np.int64),
+    )
 
 
 def _spans(shard: Shard, start_hits: np.ndarray, end_hits: np.ndarray, max_len: int) -> tuple[np.ndarray, np.ndarray]:
@@ -146,8 +173,9 @@ def _spans(shard: Shard, start_hits: np.ndarray, end_hits: np.ndarray, max_len: 
     return first, first + (keys & ((1 << _LEN_BITS) - 1))
 
 
-def exact_logits(shard: Shard, positions: np.ndarray, q: np.ndarray, scale: float, bonus: LexicalBonus | None
-                 ) -> tuple[np.ndarray, float]:
+def exact_logits(
+    shard: Shard, positions: np.ndarray, q: np.ndarray, scale: float, bonus: LexicalBonus | None
+) -> tuple[np.ndarray, float]:
     """Exact logits of the (ascending, distinct) positions for query q, and the best before the bonus."""
     logits = np.empty(positions.size, dtype=np.float64)
     logits[:] = shard.vectors.dot(positions, q) * scale  # ascending rows: sequential reads

@@ -54,8 +54,11 @@ class Phrases:
         tokens = encoder.phrase_ids([p for _, p in listed])
         for (c, p), ids in zip(listed, tokens):
             if not ids:
-                raise AppError(f"choice {choices[c].label!r}: the phrase {p!r} has no token in this model's "
-                               "vocabulary", kind="validation", field="choices")
+                raise AppError(
+                    f"choice {choices[c].label!r}: the phrase {p!r} has no token in this model's vocabulary",
+                    kind="validation",
+                    field="choices",
+                )
         ids, owner = [np.asarray(t, dtype=np.int64) for t in tokens], [c for c, _ in listed]
         added: list[list[str]] = [[] for _ in choices]
         if synonyms > 0:
@@ -78,7 +81,9 @@ def match(shard: Shard, positions: np.ndarray, ids: np.ndarray, forward: bool) -
     at = np.flatnonzero(ok)
     if at.size:
         a, b = first[at], last[at]
-        good = (np.asarray(shard.flags[a]) & WORD_START).astype(bool) & (np.asarray(shard.flags[b]) & WORD_END).astype(bool)
+        good = (np.asarray(shard.flags[a]) & WORD_START).astype(bool) & (np.asarray(shard.flags[b]) & WORD_END).astype(
+            bool
+        )
         if n > 1:
             window = np.asarray(shard.token_ids[a[:, None] + np.arange(n)[None, :]])
             good &= (window == ids[None, :]).all(axis=1) & (shard.block_of(a) == shard.block_of(b))
@@ -129,8 +134,11 @@ class VotesTask:
 
     def run(self, shard: Shard) -> Votes:
         positions = unique(np.concatenate([self.hits, shard.block_positions(self.blocks)]))
-        return Votes(positions, exact_logits(shard, positions, self.q, self.scale, None)[0],
-                     votes(shard, positions, self.phrases, self.forward))
+        return Votes(
+            positions,
+            exact_logits(shard, positions, self.q, self.scale, None)[0],
+            votes(shard, positions, self.phrases, self.forward),
+        )
 
 
 @dataclass(frozen=True)
@@ -150,8 +158,9 @@ def choice_counts(shards: Shards, shard_nos: list[int], phrases: Phrases) -> np.
     votes from any query; a score divided by this is NPM's score relative to the label's prior (the PMI of
     "calibrate before use", with the index as the content-free input)."""
     firsts = np.asarray([int(ids[0]) for ids in phrases.ids], dtype=np.int64)
-    total = np.sum(shards.run([CountsTask(s, firsts) for s in shard_nos]), axis=0) if shard_nos \
-        else np.zeros_like(firsts)
+    total = (
+        np.sum(shards.run([CountsTask(s, firsts) for s in shard_nos]), axis=0) if shard_nos else np.zeros_like(firsts)
+    )
     out = np.zeros(len(phrases.labels), dtype=np.float64)
     np.add.at(out, np.asarray(phrases.choice, dtype=np.int64), total)
     return np.maximum(out, 1.0)
@@ -166,8 +175,9 @@ class VoteEvidenceTask:
     places: tuple[tuple[int, bool, tuple[tuple[int, ...], ...]], ...]
 
     def run(self, shard: Shard) -> list[Place]:
-        return read_places(shard, [_spot(shard, position, forward, phrase_ids)
-                                   for position, forward, phrase_ids in self.places])
+        return read_places(
+            shard, [_spot(shard, position, forward, phrase_ids) for position, forward, phrase_ids in self.places]
+        )
 
 
 def _spot(shard: Shard, position: int, forward: bool, phrase_ids: tuple[tuple[int, ...], ...]) -> SpotAt:
@@ -178,9 +188,19 @@ def _spot(shard: Shard, position: int, forward: bool, phrase_ids: tuple[tuple[in
     return int(shard.blocks[int(block[0]), 0]), int(block[0]) + shard.info.block_base, int(a[0]), int(b[0])
 
 
-def score_masks(shards: Shards, hits: list[MaskHits], blocks: dict[int, np.ndarray], q_start: np.ndarray, q_end: np.ndarray,
-                scale: float, phrases: Phrases, temperature: float, both: bool, evidence: int,
-                prior: np.ndarray | None = None) -> list[MaskScore]:
+def score_masks(
+    shards: Shards,
+    hits: list[MaskHits],
+    blocks: dict[int, np.ndarray],
+    q_start: np.ndarray,
+    q_end: np.ndarray,
+    scale: float,
+    phrases: Phrases,
+    temperature: float,
+    both: bool,
+    evidence: int,
+    prior: np.ndarray | None = None,
+) -> list[MaskScore]:
     """Every mask's choices scored from its hits (start hits; with `both`, end hits too) plus the tokens of
     `blocks` (per shard, restricted / hybrid), with up to `evidence` occurrences per choice: the votes of every
     mask are one call to the shards (fill.shard_group), the evidence of every choice another. With `prior`
@@ -188,8 +208,13 @@ def score_masks(shards: Shards, hits: list[MaskHits], blocks: dict[int, np.ndarr
     tasks = []
     for m, h in enumerate(hits):
         sides = [(h.start, q_start[m], True)] + ([(h.end, q_end[m], False)] if both else [])
-        tasks.append([VotesTask(s, side.in_shard(s), blocks.get(s, _NONE), q, scale, phrases, forward)
-                      for side, q, forward in sides for s in sorted(set(side.shard_nos()) | set(blocks))])
+        tasks.append(
+            [
+                VotesTask(s, side.in_shard(s), blocks.get(s, _NONE), q, scale, phrases, forward)
+                for side, q, forward in sides
+                for s in sorted(set(side.shard_nos()) | set(blocks))
+            ]
+        )
     found = iter(shards.run([t for own in tasks for t in own]))
     scored = [_score(m, own, [next(found) for _ in own], phrases, temperature, prior) for m, own in enumerate(tasks)]
     wants = [want for _, own_wants in scored for want in own_wants(evidence)] if evidence else []
@@ -197,14 +222,16 @@ def score_masks(shards: Shards, hits: list[MaskHits], blocks: dict[int, np.ndarr
     out = []
     for score, own_wants in scored:
         if evidence and not score.abstained:
-            score = score.model_copy(update={"choices": [c.model_copy(update={"evidence": next(places)})
-                                                         for c in score.choices]})
+            score = score.model_copy(
+                update={"choices": [c.model_copy(update={"evidence": next(places)}) for c in score.choices]}
+            )
         out.append(score)
     return out
 
 
-def _score(m: int, tasks: list[VotesTask], sides: list[Votes], phrases: Phrases, temperature: float,
-           prior: np.ndarray | None):
+def _score(
+    m: int, tasks: list[VotesTask], sides: list[Votes], phrases: Phrases, temperature: float, prior: np.ndarray | None
+):
     """Mask m's score from its sides' (positions, logits, votes), and a function giving its evidence wants."""
     if not sides:
         return _abstained(m, phrases), lambda limit: []
@@ -218,8 +245,15 @@ def _score(m: int, tasks: list[VotesTask], sides: list[Votes], phrases: Phrases,
     relative = mass if prior is None else mass / prior
     probability = relative / float(relative.sum())
     best = int(np.argmax(probability))
-    choices = [ChoiceScore(label=phrases.labels[c], probability=float(probability[c]), mass=float(mass[c]),
-                           synonyms=phrases.synonyms[c]) for c in range(len(phrases.labels))]
+    choices = [
+        ChoiceScore(
+            label=phrases.labels[c],
+            probability=float(probability[c]),
+            mass=float(mass[c]),
+            synonyms=phrases.synonyms[c],
+        )
+        for c in range(len(phrases.labels))
+    ]
     bounds = np.cumsum([0] + [side.positions.size for side in sides])
 
     def place(i: int, ids: tuple) -> tuple[int, tuple]:
@@ -229,12 +263,17 @@ def _score(m: int, tasks: list[VotesTask], sides: list[Votes], phrases: Phrases,
     def wants(limit: int) -> list[Want]:
         out = []
         for c in range(len(phrases.labels)):
-            ids = tuple(tuple(x.tolist()) for x in sorted((ids for ids, owner in zip(phrases.ids, phrases.choice)
-                                                           if owner == c), key=len, reverse=True))
+            ids = tuple(
+                tuple(x.tolist())
+                for x in sorted(
+                    (ids for ids, owner in zip(phrases.ids, phrases.choice) if owner == c), key=len, reverse=True
+                )
+            )
             voting = np.flatnonzero(voted[:, c])
             order = voting[np.argsort(-p[voting], kind="stable")]  # only the voters are sorted
-            out.append(Want(Lazy(order.size, lambda j, order=order, ids=ids: place(int(order[j]), ids)),
-                            p[order], limit))
+            out.append(
+                Want(Lazy(order.size, lambda j, order=order, ids=ids: place(int(order[j]), ids)), p[order], limit)
+            )
         return out
 
     return MaskScore(index=m, choices=choices, predicted=phrases.labels[best], abstained=False), wants
@@ -242,12 +281,20 @@ def _score(m: int, tasks: list[VotesTask], sides: list[Votes], phrases: Phrases,
 
 def _abstained(m: int, phrases: Phrases) -> MaskScore:
     n = len(phrases.labels)
-    return MaskScore(index=m, choices=[ChoiceScore(label=label, probability=1.0 / n, mass=0.0, synonyms=words)
-                                       for label, words in zip(phrases.labels, phrases.synonyms)],
-                     predicted=None, abstained=True)
+    return MaskScore(
+        index=m,
+        choices=[
+            ChoiceScore(label=label, probability=1.0 / n, mass=0.0, synonyms=words)
+            for label, words in zip(phrases.labels, phrases.synonyms)
+        ],
+        predicted=None,
+        abstained=True,
+    )
 
 
-def _span(shard: Shard, position: np.ndarray, forward: bool, phrase_ids: tuple[tuple[int, ...], ...]) -> tuple[int, int]:
+def _span(
+    shard: Shard, position: np.ndarray, forward: bool, phrase_ids: tuple[tuple[int, ...], ...]
+) -> tuple[int, int]:
     """The first and last token of the longest of the phrases (token ids, longest first) at a voting position."""
     for ids in phrase_ids:
         ok, first = match(shard, position, np.asarray(ids, dtype=np.int64), forward)

@@ -18,19 +18,27 @@ class EngineConfig(BaseModel):
     index: Path | None = Field(None, description="index directory built by `indexer build` (required)")
     model: Path | None = Field(None, description="encoder directory (default: the one named in the manifest)")
     scoring: Path | None = Field(
-        None, description="fitted lexical weights and confidence calibration (default: scoring.json in the model "
-        "directory, if there; written by fill-fit)")
+        None,
+        description="fitted lexical weights and confidence calibration (default: scoring.json in the model "
+        "directory, if there; written by fill-fit)",
+    )
     reader_dir: Path | None = Field(
-        None, description="reader directory (default: the bundled reader, encoder/default_reader, when present)")
+        None, description="reader directory (default: the bundled reader, encoder/default_reader, when present)"
+    )
     use_reader: bool = Field(
-        True, description="load the reader and use it for fills that do not say `reader`; false: no reader at all")
+        True, description="load the reader and use it for fills that do not say `reader`; false: no reader at all"
+    )
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
     dtype: str = Field("auto", description="auto, fp32, bf16 or fp16")
     engine: str = Field("auto", description=ENGINE_HELP)
     verify: bool = Field(False, description="check every index file's sha256 at start (slow on big indexes)")
-    nprobe: int | None = Field(None, ge=1, description="IVF lists searched per query (default: 1/16 of the lists, >= 16)")
+    nprobe: int | None = Field(
+        None, ge=1, description="IVF lists searched per query (default: 1/16 of the lists, >= 16)"
+    )
     ef_search: int | None = Field(None, ge=1, description="HNSW search breadth (default 256)")
-    refine: int | None = Field(None, ge=1, description="ANN shards return refine * k hits (default 2), re-scored exactly")
+    refine: int | None = Field(
+        None, ge=1, description="ANN shards return refine * k hits (default 2), re-scored exactly"
+    )
 
     def index_dir(self) -> Path:
         """The index directory, or a validation AppError saying how to give one."""

@@ -54,8 +54,14 @@ class FillEngine:
     """`index` gives the manifest and BM25; `shards` does every step that reads a shard's files (default: all of
     the index's shards in this process; service.ray_backend.RayShards: shard groups on a Ray cluster)."""
 
-    def __init__(self, encoder: Encoder, index: PhraseIndex, scoring: Scoring | None = None,
-                 reader: Reader | None = None, shards: Shards | None = None) -> None:
+    def __init__(
+        self,
+        encoder: Encoder,
+        index: PhraseIndex,
+        scoring: Scoring | None = None,
+        reader: Reader | None = None,
+        shards: Shards | None = None,
+    ) -> None:
         self.encoder = encoder
         self.index = index
         self.shards: Shards = shards if shards is not None else ShardGroup(index)
@@ -64,16 +70,18 @@ class FillEngine:
         self._priors: dict[tuple, np.ndarray] = {}  # closed-set choices' base rates (_prior)
 
     @classmethod
-    def open(cls, config: EngineConfig, scoring: Scoring | None = None,
-             shards: Callable[[PhraseIndex], Shards] | None = None) -> "FillEngine":
+    def open(
+        cls, config: EngineConfig, scoring: Scoring | None = None, shards: Callable[[PhraseIndex], Shards] | None = None
+    ) -> "FillEngine":
         """Open the index and the encoder it was built with (refusing a model whose fingerprint differs),
         and the reader (fill.loading.open_reader); `scoring` replaces the fitted scoring named by the config /
         found beside the model. `shards(index)` gives shards that live elsewhere (the index is then opened
         without its shards: manifest and BM25 only)."""
         encoder, index, scoring = open_parts(config, scoring, with_shards=shards is None)
         try:
-            return cls(encoder, index, scoring, open_reader(config, encoder),
-                       shards(index) if shards is not None else None)
+            return cls(
+                encoder, index, scoring, open_reader(config, encoder), shards(index) if shards is not None else None
+            )
         except BaseException:
             index.close()
             raise
@@ -97,9 +105,14 @@ class FillEngine:
             return "dense"
         return "restricted" if isinstance(request, ScoreRequest) else "hybrid"
 
-    def run(self, request: FillRequest | ScoreRequest, budget: Budget | None = None, deadline: Deadline | None = None,
-            lanes: Lanes | None = None, finish: Callable[[Prepared, Deadline | None], T] | None = None
-            ) -> FillResult | ScoreResult | T:
+    def run(
+        self,
+        request: FillRequest | ScoreRequest,
+        budget: Budget | None = None,
+        deadline: Deadline | None = None,
+        lanes: Lanes | None = None,
+        finish: Callable[[Prepared, Deadline | None], T] | None = None,
+    ) -> FillResult | ScoreResult | T:
         """A fill or a closed-set score, start to end: plan (checked against `budget`) -> prepare -> finish
         (`deadline` checked between its steps; the step: `finish`, default `finish` for a fill and
         `finish_score` for a score). `lanes` runs the prepare and finish steps (the server: batched with
@@ -133,20 +146,26 @@ class FillEngine:
         if mode not in MODES:
             raise AppError(f"mode must be one of {MODES}, got {mode!r}", kind="validation", field="mode")
         if mode != "dense" and self.index.bm25 is None:
-            raise AppError(f"mode {mode!r} needs a BM25 index; this index has none (rebuild it)",
-                           kind="validation", field="mode")
+            raise AppError(
+                f"mode {mode!r} needs a BM25 index; this index has none (rebuild it)", kind="validation", field="mode"
+            )
         phrases = Phrases.of(self.encoder, request.choice_list(), request.synonyms) if scoring else None
         if not scoring and request.reader and self.reader is None:
-            raise AppError("this server has no reader (started without one, or with --no-use-reader); leave "
-                           "`reader` out or set it false", kind="validation", field="reader")
+            raise AppError(
+                "this server has no reader (started without one, or with --no-use-reader); leave "
+                "`reader` out or set it false",
+                kind="validation",
+                field="reader",
+            )
         block_tokens = self.index.manifest.build.block_tokens
         if budget is not None:
             budget.check(request, mode, block_tokens)
         ids, mask_at = self.encoder.query_layout(request.text)
         return Planned(request, mode, ids, mask_at, t0, Budget.cost(request, mode, block_tokens), phrases)
 
-    def prepare(self, planned: list[Planned], shape: Callable[[int, int], tuple[int, int]] | None = None
-                ) -> list[Prepared]:
+    def prepare(
+        self, planned: list[Planned], shape: Callable[[int, int], tuple[int, int]] | None = None
+    ) -> list[Prepared]:
         """Encode the queries in one forward pass and run one FAISS search per distinct k for all their
         masks (start and end queries of every dense / hybrid request). `shape(rows, width)` gives the
         padded shape of the encoder's batch (Encoder.encode_layouts)."""
@@ -158,8 +177,11 @@ class FillEngine:
         for k in sorted({p.request.k for p in planned if p.mode != "restricted"}):
             members = [i for i, p in enumerate(planned) if p.mode != "restricted" and p.request.k == k]
             sizes = [2 * queries[i].q_start.shape[0] for i in members]  # each request's start and end queries
-            found = self.shards.search(np.concatenate([np.concatenate([queries[i].q_start, queries[i].q_end])
-                                                      for i in members]), k, groups=sizes)
+            found = self.shards.search(
+                np.concatenate([np.concatenate([queries[i].q_start, queries[i].q_end]) for i in members]),
+                k,
+                groups=sizes,
+            )
             at = 0
             for i, n in zip(members, sizes):
                 own = [Hits(found[at + j].shard_no, found[at + j].positions) for j in range(n)]
@@ -174,25 +196,38 @@ class FillEngine:
         masks (AppError kind timeout)."""
         return self.finish_detailed(prepared, deadline)[0]
 
-    def finish_detailed(self, prepared: Prepared, deadline: Deadline | None = None
-                        ) -> tuple[FillResult, list[np.ndarray]]:
+    def finish_detailed(
+        self, prepared: Prepared, deadline: Deadline | None = None
+    ) -> tuple[FillResult, list[np.ndarray]]:
         """`finish`, and per mask the confidence features of its candidates (`fill_detailed`)."""
         request, mode = prepared.planned.request, prepared.planned.mode
         laps = StageClock(prepared.encode_ms, prepared.search_ms, deadline)
         read = self.reader is not None and request.reader is not False
         ranked, prior = self.retrieve(prepared, read, laps)
         if read:
-            ranked = read_masks(self.reader, self.encoder, self.shards, prepared.planned.ids,
-                                prepared.planned.mask_at, ranked, self.scoring.reader_weight_of(mode),
-                                request)
+            ranked = read_masks(
+                self.reader,
+                self.encoder,
+                self.shards,
+                prepared.planned.ids,
+                prepared.planned.mask_at,
+                ranked,
+                self.scoring.reader_weight_of(mode),
+                request,
+            )
             laps.lap("read")
-        masks, features = self._answers(ranked, request, mode, prior, read, self.encoder.content_tokens(
-            prepared.planned.ids))
+        masks, features = self._answers(
+            ranked, request, mode, prior, read, self.encoder.content_tokens(prepared.planned.ids)
+        )
         laps.lap("rank")
         tops = iter([mf.candidates[0].phrase if mf.candidates else None for mf in masks])
         filled = MASK_PATTERN.sub(lambda match: _or(next(tops), match.group(0)), request.text)
-        return FillResult(filled=filled, masks=masks, took_ms=(time.perf_counter() - prepared.planned.t0) * 1000,
-                          timings_ms=laps.timings()), features
+        return FillResult(
+            filled=filled,
+            masks=masks,
+            took_ms=(time.perf_counter() - prepared.planned.t0) * 1000,
+            timings_ms=laps.timings(),
+        ), features
 
     def finish_score(self, prepared: Prepared, deadline: Deadline | None = None) -> ScoreResult:
         """The closed-set scores of a prepared ScoreRequest (fill.choices): per mask, its hits (with the BM25
@@ -207,9 +242,19 @@ class FillEngine:
         prior = self._prior(planned.phrases) if request.calibrate else None
         masks = []
         for m, hits in enumerate(prepared.hits):  # a mask at a time: the deadline is checked between masks
-            scored = score_masks(self.shards, [hits], blocks, q.q_start[m:m + 1], q.q_end[m:m + 1], self.index.scale,
-                                 planned.phrases, request.temperature, request.scorer == "npm", request.evidence,
-                                 prior)[0]
+            scored = score_masks(
+                self.shards,
+                [hits],
+                blocks,
+                q.q_start[m : m + 1],
+                q.q_end[m : m + 1],
+                self.index.scale,
+                planned.phrases,
+                request.temperature,
+                request.scorer == "npm",
+                request.evidence,
+                prior,
+            )[0]
             masks.append(scored.model_copy(update={"index": m}))
             laps.lap("score")
         return ScoreResult(masks=masks, took_ms=(time.perf_counter() - planned.t0) * 1000, timings_ms=laps.timings())
@@ -224,8 +269,9 @@ class FillEngine:
             self._priors[key] = choice_counts(self.shards, list(range(len(self.index.manifest.shards))), phrases)
         return self._priors[key]
 
-    def retrieve(self, prepared: Prepared, read: bool = False, laps: StageClock | None = None
-                 ) -> tuple[list[RankedMask], BlockPrior | None]:
+    def retrieve(
+        self, prepared: Prepared, read: bool = False, laps: StageClock | None = None
+    ) -> tuple[list[RankedMask], BlockPrior | None]:
         """Per mask, its phrases ranked by retrieval (with `read`: as many as the reader's windows and prior
         come from), and the BM25 block prior (None in dense mode). A mask's candidates in every shard are one
         call to the shards."""
@@ -239,14 +285,22 @@ class FillEngine:
             bonus = LexicalBonus(prior, weight) if weight else None
             blocks = self._by_shard(found[: request.blocks])
         laps.lap("search")
-        options = request.model_copy(update={"top_k": self._retrieved(request.top_k, prepared.planned.mode)}) \
-            if read else request
+        options = (
+            request.model_copy(update={"top_k": self._retrieved(request.top_k, prepared.planned.mode)})
+            if read
+            else request
+        )
         q, ranked = prepared.queries, []
         for m, hits in enumerate(prepared.hits):  # a call per mask: the deadline is checked between masks
-            query = MaskQuery(q.q_start[m], q.q_end[m], self.index.scale, request.max_span_tokens, bonus,
-                              bool(request.alpha))
-            parts = self.shards.run([CandidateTask(s, hits.start.in_shard(s), hits.end.in_shard(s), blocks.get(s, _NONE),
-                                                   query) for s in sorted(set(hits.shard_nos()) | set(blocks))])
+            query = MaskQuery(
+                q.q_start[m], q.q_end[m], self.index.scale, request.max_span_tokens, bonus, bool(request.alpha)
+            )
+            parts = self.shards.run(
+                [
+                    CandidateTask(s, hits.start.in_shard(s), hits.end.in_shard(s), blocks.get(s, _NONE), query)
+                    for s in sorted(set(hits.shard_nos()) | set(blocks))
+                ]
+            )
             laps.lap("spans")
             ranked.append(rank_mask([p for p in parts if p is not None], options))
             laps.lap("rank")
@@ -265,8 +319,15 @@ class FillEngine:
         prior = PRIOR_PHRASES if self.scoring.reader_weight_of(mode) else 0
         return max(top_k, self.reader.card.phrases, prior)
 
-    def _answers(self, ranked: list[RankedMask], request: FillRequest, mode: str, prior: BlockPrior | None,
-                 read: bool, terms: frozenset[int]) -> tuple[list[MaskFill], list[np.ndarray]]:
+    def _answers(
+        self,
+        ranked: list[RankedMask],
+        request: FillRequest,
+        mode: str,
+        prior: BlockPrior | None,
+        read: bool,
+        terms: frozenset[int],
+    ) -> tuple[list[MaskFill], list[np.ndarray]]:
         """Each mask's shown phrases with confidence and evidence (`terms`: the query's content tokens); the
         tokens of each top phrase's best block (the query overlap) come with the evidence's first call."""
         blocks = [np.array([r.pool.block(r.shown[0].occurrences[0])]) if r.shown else None for r in ranked]
@@ -274,16 +335,26 @@ class FillEngine:
         extra = [BlockTokensTask(s, int(blocks[m][0])) for m, s in tops]
         wants = [pool_want(r.pool, p.occurrences, request.evidence) for r in ranked for p in r.shown[: request.top_k]]
         evidence, block_tokens = gather(self.shards, wants, along=extra)
-        overlaps = {m: query_overlap(terms, tokens) if tokens.size else 0.0 for (m, _), tokens in zip(tops, block_tokens)}
+        overlaps = {
+            m: query_overlap(terms, tokens) if tokens.size else 0.0 for (m, _), tokens in zip(tops, block_tokens)
+        }
         masks, features, found = [], [], iter(evidence)
         for m, r in enumerate(ranked):
             shown = r.shown[: request.top_k]
             lexical = float(prior(blocks[m])[0]) if shown and prior is not None else 0.0
-            feats = mask_features(np.array([p.value for p in shown]), r.runner_up, lexical, r.pool.start_max,
-                                  r.pool.end_max, overlaps.get(m, 0.0))
+            feats = mask_features(
+                np.array([p.value for p in shown]),
+                r.runner_up,
+                lexical,
+                r.pool.start_max,
+                r.pool.end_max,
+                overlaps.get(m, 0.0),
+            )
             confidence = self.scoring.confidence_of(mode, feats, read).tolist()
-            candidates = [Candidate(phrase=p.text, score=p.value, confidence=min(1.0, max(0.0, conf)),
-                                    evidence=next(found)) for p, conf in zip(shown, confidence)]
+            candidates = [
+                Candidate(phrase=p.text, score=p.value, confidence=min(1.0, max(0.0, conf)), evidence=next(found))
+                for p, conf in zip(shown, confidence)
+            ]
             abstained = not candidates or candidates[0].confidence < request.min_confidence
             masks.append(MaskFill(index=m, candidates=[] if abstained else candidates, abstained=abstained))
             features.append(feats)

@@ -93,8 +93,12 @@ class Want:
     limit: int
 
 
-def gather(shards: Shards, wants: list[Want], along: Sequence[ShardTask[R]] = (),
-           task: Callable[[int, tuple], ShardTask[list[Place]]] = PlacesTask) -> tuple[list[list[Evidence]], list[R]]:
+def gather(
+    shards: Shards,
+    wants: list[Want],
+    along: Sequence[ShardTask[R]] = (),
+    task: Callable[[int, tuple], ShardTask[list[Place]]] = PlacesTask,
+) -> tuple[list[list[Evidence]], list[R]]:
     """The evidence of every want, asked of the shards in as few calls as there are rounds: the first round
     asks for each want's first AHEAD x `limit` places, a later round only for the wants still short (places found
     twice) that have places left. `task(shard_no, places)` makes one shard's task. The tasks `along` travel with
@@ -118,14 +122,22 @@ def gather(shards: Shards, wants: list[Want], along: Sequence[ShardTask[R]] = ()
         tasks = [task(s, tuple(items)) for s, items in per.items()]
         results: list = shards.run([*tasks, *along] if first else tasks)
         if first:
-            along_results, first = results[len(tasks):], False
-        found: dict[int, list[Place]] = dict(zip(per, results[:len(tasks)]))
+            along_results, first = results[len(tasks) :], False
+        found: dict[int, list[Place]] = dict(zip(per, results[: len(tasks)]))
         for (w, i), (s, j) in zip(asks, where):
             place = found[s][j]
             if len(out[w]) < wants[w].limit and (place.doc_id, place.start, place.end) not in seen[w]:
                 seen[w].add((place.doc_id, place.start, place.end))
-                out[w].append(Evidence(doc_id=place.doc_id, block=place.block, start=place.start, end=place.end,
-                                       context=place.context, score=wants[w].scores[i]))
+                out[w].append(
+                    Evidence(
+                        doc_id=place.doc_id,
+                        block=place.block,
+                        start=place.start,
+                        end=place.end,
+                        context=place.context,
+                        score=wants[w].scores[i],
+                    )
+                )
         if not asks:
             break
     return out, along_results
@@ -133,10 +145,12 @@ def gather(shards: Shards, wants: list[Want], along: Sequence[ShardTask[R]] = ()
 
 def pool_want(pool: CandidatePool, occurrences: list[int], limit: int) -> Want:
     """The want of up to `limit` of a ranked phrase's occurrences (pool spans, best first) as evidence."""
+
     def place(j: int) -> tuple[int, SpotAt]:
         part, k = pool.where(occurrences[j])
         start = int(part.char[k])
         return part.shard_no, (int(part.row[k]), int(part.block[k]), start, start + int(part.keys.length[k]))
 
-    return Want(Lazy(len(occurrences), place), Lazy(len(occurrences), lambda j: float(pool.score[occurrences[j]])),
-                limit)
+    return Want(
+        Lazy(len(occurrences), place), Lazy(len(occurrences), lambda j: float(pool.score[occurrences[j]])), limit
+    )

@@ -19,8 +19,9 @@ from indexer.phrase_index import PhraseIndex
 logger = logging.getLogger(__name__)
 
 
-def open_parts(config: EngineConfig, scoring: Scoring | None = None, with_shards: bool = True
-               ) -> tuple[Encoder, PhraseIndex, Scoring]:
+def open_parts(
+    config: EngineConfig, scoring: Scoring | None = None, with_shards: bool = True
+) -> tuple[Encoder, PhraseIndex, Scoring]:
     """The encoder, the index (`with_shards` false: its manifest and BM25 only) and the scoring of an engine.
     The model defaults to the one the manifest names and must have the fingerprint the index was built with;
     `scoring` replaces the fitted scoring of `config.scoring` or of scoring.json beside the model."""
@@ -30,14 +31,18 @@ def open_parts(config: EngineConfig, scoring: Scoring | None = None, with_shards
     if not model_dir.is_dir():
         if config.model:
             raise AppError(f"model directory {model_dir} (--model) does not exist")
-        raise AppError(f"the index was built with the model at {model_dir}, which does not exist here; pass "
-                       "--model with that model's directory")
+        raise AppError(
+            f"the index was built with the model at {model_dir}, which does not exist here; pass "
+            "--model with that model's directory"
+        )
 
     def load_encoder() -> Encoder:
         fingerprint = model_fingerprint(model_dir)
         if fingerprint != manifest.model.fingerprint:
-            raise AppError(f"model {model_dir} differs from the model the index {root} was built with "
-                           f"(fingerprint {manifest.model.fingerprint[:12]}); pass the right --model or rebuild")
+            raise AppError(
+                f"model {model_dir} differs from the model the index {root} was built with "
+                f"(fingerprint {manifest.model.fingerprint[:12]}); pass the right --model or rebuild"
+            )
         encoder = Encoder(model_dir, device=config.device, dtype=config.dtype, engine=config.engine, lean=True)
         encoder.fingerprint = fingerprint  # checked: neither the ONNX export nor an update need hash it again
         return encoder.for_inference()
@@ -45,8 +50,14 @@ def open_parts(config: EngineConfig, scoring: Scoring | None = None, with_shards
     # the encoder loads (mostly Python imports) while the index opens (mostly file mapping, GIL released)
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="load-encoder") as pool:
         loading = pool.submit(load_encoder)
-        index = PhraseIndex(root, verify=config.verify, nprobe=config.nprobe, ef_search=config.ef_search,
-                            refine=config.refine, shard_nos=None if with_shards else [])
+        index = PhraseIndex(
+            root,
+            verify=config.verify,
+            nprobe=config.nprobe,
+            ef_search=config.ef_search,
+            refine=config.refine,
+            shard_nos=None if with_shards else [],
+        )
         try:
             encoder = loading.result()
         except BaseException:
@@ -55,9 +66,12 @@ def open_parts(config: EngineConfig, scoring: Scoring | None = None, with_shards
     if scoring is None:
         scoring = Scoring.beside(model_dir, config.scoring)
         if not scoring.lexical_weight:
-            logger.warning("no fitted scoring for model %s (no %s there, no --scoring): lexical weight 0, so "
-                           "hybrid fills as dense does, and confidence is the uncalibrated score; see fill-fit",
-                           model_dir.name, SCORING_NAME)
+            logger.warning(
+                "no fitted scoring for model %s (no %s there, no --scoring): lexical weight 0, so "
+                "hybrid fills as dense does, and confidence is the uncalibrated score; see fill-fit",
+                model_dir.name,
+                SCORING_NAME,
+            )
     return encoder, index, scoring
 
 
@@ -76,14 +90,17 @@ def open_reader(config: EngineConfig, encoder: Encoder) -> Reader | None:
     # ~2x in a process whose threads spin-wait (docs/BENCHMARKS.md, "One OpenMP team").
     reader = encoder.on_thread(Reader, path, encoder.device, config.dtype, config.engine)
     if reader.card.vocab != vocab_fingerprint(encoder.tokenizer):
-        raise AppError(f"reader {path} was trained on another vocabulary than the encoder {encoder.model_dir.name} "
-                       "(it reads the index's token ids); pass a reader made for this encoder with --reader-dir, "
-                       "or --no-use-reader")
+        raise AppError(
+            f"reader {path} was trained on another vocabulary than the encoder {encoder.model_dir.name} "
+            "(it reads the index's token ids); pass a reader made for this encoder with --reader-dir, "
+            "or --no-use-reader"
+        )
     return reader
 
 
-def describe(index: PhraseIndex, encoder: Encoder, scoring: Scoring, default_mode: str,
-             reader: Reader | None = None) -> dict:
+def describe(
+    index: PhraseIndex, encoder: Encoder, scoring: Scoring, default_mode: str, reader: Reader | None = None
+) -> dict:
     """What is being served: the index, the model and how it runs, the build settings (names, not the
     server's absolute paths)."""
     m = index.manifest
@@ -93,8 +110,13 @@ def describe(index: PhraseIndex, encoder: Encoder, scoring: Scoring, default_mod
         "created_at": m.created_at,
         "generation": m.generation,
         "updated_at": m.updated_at,
-        "model": {"name": encoder.model_dir.name, "fingerprint": m.model.fingerprint, "type": m.model.model_type,
-                  "device": str(encoder.device), "dtype": str(encoder.dtype).replace("torch.", "")},
+        "model": {
+            "name": encoder.model_dir.name,
+            "fingerprint": m.model.fingerprint,
+            "type": m.model.model_type,
+            "device": str(encoder.device),
+            "dtype": str(encoder.dtype).replace("torch.", ""),
+        },
         "dim": m.dim,
         "index_type": m.index_type,
         "factories": sorted({s.factory for s in m.shards}),
@@ -102,11 +124,16 @@ def describe(index: PhraseIndex, encoder: Encoder, scoring: Scoring, default_mod
         "counts": m.counts.model_dump(),
         "build": {k: Path(v).name if isinstance(v, str) and Path(v).is_absolute() else v for k, v in build.items()},
         "default_mode": default_mode,
-        "scoring": {"lexical_weight": {mode: scoring.weight(mode) for mode in MODES},
-                    "calibrated": {mode: mode in scoring.confidence for mode in MODES},
-                    "fitted": scoring.fitted},
-        "reader": {"on": reader is not None, "name": reader.name if reader is not None else None,
-                   "weight": {mode: scoring.reader_weight_of(mode) for mode in MODES},
-                   "calibrated": {mode: mode in scoring.reader_confidence for mode in MODES},
-                   "card": reader.card.model_dump(exclude={"trained"}) if reader is not None else None},
+        "scoring": {
+            "lexical_weight": {mode: scoring.weight(mode) for mode in MODES},
+            "calibrated": {mode: mode in scoring.confidence for mode in MODES},
+            "fitted": scoring.fitted,
+        },
+        "reader": {
+            "on": reader is not None,
+            "name": reader.name if reader is not None else None,
+            "weight": {mode: scoring.reader_weight_of(mode) for mode in MODES},
+            "calibrated": {mode: mode in scoring.reader_confidence for mode in MODES},
+            "card": reader.card.model_dump(exclude={"trained"}) if reader is not None else None,
+        },
     }

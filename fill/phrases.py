@@ -174,10 +174,14 @@ def poor_fills(keys: Ragged) -> np.ndarray:
     not_stop = np.zeros(c.size + 1, dtype=np.int64)
     not_stop[runs + 1] = ~_is_stopword(folded, runs, run_end[runs] - runs)
     np.cumsum(not_stop, out=not_stop)
-    inner = np.where(n_words >= 3, not_stop[np.maximum(last_start, first_end)]
-                     - not_stop[np.minimum(first_end, last_start)], 0)
-    all_stop = (_is_stopword(folded, first_in, first_end - first_at)
-                & _is_stopword(folded, last_start, last_at + 1 - last_start) & (inner == 0))
+    inner = np.where(
+        n_words >= 3, not_stop[np.maximum(last_start, first_end)] - not_stop[np.minimum(first_end, last_start)], 0
+    )
+    all_stop = (
+        _is_stopword(folded, first_in, first_end - first_at)
+        & _is_stopword(folded, last_start, last_at + 1 - last_start)
+        & (inner == 0)
+    )
     out = has & (single_letter | in_first | in_last | all_stop)
     for i in np.flatnonzero(non_ascii).tolist():
         out[i] = poor_fill(keys.text(i))
@@ -292,8 +296,11 @@ def join_ragged(parts: list[Ragged]) -> Ragged:
     if not parts:
         return Ragged(np.zeros(0, dtype=np.uint32), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
     shift = piece_starts([p.codes.size for p in parts])
-    return Ragged(np.concatenate([p.codes for p in parts]), np.concatenate([p.start + d for p, d in zip(parts, shift)]),
-                  np.concatenate([p.length for p in parts]))
+    return Ragged(
+        np.concatenate([p.codes for p in parts]),
+        np.concatenate([p.start + d for p, d in zip(parts, shift)]),
+        np.concatenate([p.length for p in parts]),
+    )
 
 
 @dataclass
@@ -314,8 +321,15 @@ class PhraseTable:
         return np.flatnonzero(self.code == phrase)
 
 
-def phrase_table(keys: Ragged, scores: np.ndarray, span_tokens: np.ndarray, case_sensitive: bool, how: str,
-                 drop_stopwords: bool, strict_spans: bool = False) -> PhraseTable:
+def phrase_table(
+    keys: Ragged,
+    scores: np.ndarray,
+    span_tokens: np.ndarray,
+    case_sensitive: bool,
+    how: str,
+    drop_stopwords: bool,
+    strict_spans: bool = False,
+) -> PhraseTable:
     """The phrases of the spans whose stripped texts are `keys` (empty: dropped): each span's phrase, each
     phrase's mass over its spans (max or sum) and its length in tokens (that of its first span). Dropped too:
     with `drop_stopwords`, poor fills (`poor_fills`); with `strict_spans`, spans breaking NPM's rule (`broken_span`)."""

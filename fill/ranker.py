@@ -91,7 +91,14 @@ def rank_mask(parts: list[ShardCandidates], options: FillOptions) -> RankedMask:
         tokens = np.concatenate([p.tokens for p in parts])
     else:
         tokens = np.concatenate([p.last - p.first + 1 for p in parts])
-    table = phrase_table(join_ragged([p.keys for p in parts]), pool.score, tokens, options.case_sensitive,
-                         options.aggregate, options.drop_stopwords, options.strict_spans)
+    table = phrase_table(
+        join_ragged([p.keys for p in parts]),
+        pool.score,
+        tokens,
+        options.case_sensitive,
+        options.aggregate,
+        options.drop_stopwords,
+        options.strict_spans,
+    )
     ranked = rank_table(table, options.alpha, max(options.top_k, 2))  # the shown phrases and the runner-up
     return RankedMask.of(pool, table, ranked, options.top_k)

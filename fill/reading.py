@@ -37,16 +37,23 @@ def joint_pool(parts: list[ShardCandidates]) -> CandidatePool:
     """The window spans with P(span) = softmax over all spans of start(first) + end(last)."""
     sizes = np.array([p.size for p in parts], dtype=np.int64)
     logits = np.concatenate([p.start_logits[p.start_of] + p.end_logits[p.end_of] for p in parts])
-    return CandidatePool(parts, piece_starts(sizes), softmax(logits), max(p.start_max for p in parts),
-                         max(p.end_max for p in parts))
+    return CandidatePool(
+        parts, piece_starts(sizes), softmax(logits), max(p.start_max for p in parts), max(p.end_max for p in parts)
+    )
 
 
 def rerank(pool: CandidatePool, retrieval: RankedMask, weight: float, options: FillOptions) -> RankedMask:
     """The window phrases ranked by reader mass * retrieval value ** weight (see the module doc)."""
     parts = pool.parts
-    table = phrase_table(join_ragged([p.keys for p in parts]), pool.score, np.concatenate([p.last - p.first + 1 for p in parts]),
-                         options.case_sensitive, "sum", options.drop_stopwords,
-                         options.strict_spans)
+    table = phrase_table(
+        join_ragged([p.keys for p in parts]),
+        pool.score,
+        np.concatenate([p.last - p.first + 1 for p in parts]),
+        options.case_sensitive,
+        "sum",
+        options.drop_stopwords,
+        options.strict_spans,
+    )
     if table.mass.size == 0:
         return RankedMask(pool, [], None)
     values = table.mass
@@ -67,8 +74,9 @@ class MaskReading:
     spans: WindowSpans
 
 
-def plan_reading(spec: ReadingSpec, shards: Shards, ids: list[int], mask_at: int, ranked: RankedMask,
-                 max_span_tokens: int) -> MaskReading | None:
+def plan_reading(
+    spec: ReadingSpec, shards: Shards, ids: list[int], mask_at: int, ranked: RankedMask, max_span_tokens: int
+) -> MaskReading | None:
     """The reader's input for one mask (None when there is nothing to read or no room beside the query)."""
     card = spec.card
     budget = min(card.max_tokens, spec.max_length - len(ids) - spec.per_window() * card.phrases)
@@ -83,8 +91,16 @@ def plan_reading(spec: ReadingSpec, shards: Shards, ids: list[int], mask_at: int
     return MaskReading(ReaderInput(ids, mask_at, spans.tokens, titles), windows, spans)
 
 
-def read_masks(reader: Reader, encoder, shards: Shards, ids: list[int], mask_at: list[int], ranked: list[RankedMask],
-               weight: float, options: FillOptions) -> list[RankedMask]:
+def read_masks(
+    reader: Reader,
+    encoder,
+    shards: Shards,
+    ids: list[int],
+    mask_at: list[int],
+    ranked: list[RankedMask],
+    weight: float,
+    options: FillOptions,
+) -> list[RankedMask]:
     """Every mask's retrieval ranking re-ranked by the reader (a mask with nothing to read keeps its own),
     all masks read in one forward pass on the encoder's inference thread."""
     plans = [plan_reading(reader.spec, shards, ids, at, r, options.max_span_tokens) for at, r in zip(mask_at, ranked)]

@@ -34,29 +34,49 @@ class FillOptions(BaseModel):
     evidence: int = Field(3, ge=0, le=20, description="occurrences returned per phrase")
     case_sensitive: bool = Field(True, description="aggregate phrases case-sensitively")
     mode: Mode | None = Field(
-        None, description="hybrid (the default when the index has BM25, else dense): the candidates of both, "
+        None,
+        description="hybrid (the default when the index has BM25, else dense): the candidates of both, "
         "scored with the lexical prior; dense: FAISS top-k start/end tokens; restricted: every token of the top BM25 "
-        "blocks for the query (masks blanked)")
+        "blocks for the query (masks blanked)",
+    )
     blocks: int = Field(3, ge=1, le=100, description="BM25 blocks used by restricted and hybrid modes")
-    drop_stopwords: bool = Field(True, description="drop fills made only of stopwords ('in', 'of the'), single letters, "
-                                 "or phrases starting / ending with a lower-case stopword ('in London')")
-    strict_spans: bool = Field(False, description="NPM's span rule: also drop fills holding a stopword or a "
-                               "punctuation char anywhere ('University of Warsaw', 'Paris, France')")
+    drop_stopwords: bool = Field(
+        True,
+        description="drop fills made only of stopwords ('in', 'of the'), single letters, "
+        "or phrases starting / ending with a lower-case stopword ('in London')",
+    )
+    strict_spans: bool = Field(
+        False,
+        description="NPM's span rule: also drop fills holding a stopword or a "
+        "punctuation char anywhere ('University of Warsaw', 'Paris, France')",
+    )
     aggregate: Aggregate = Field(
-        "max", description="a phrase's mass over its occurrences: max (its best occurrence; the default) or sum "
-        "(NPM's total probability, which favours phrases that occur often among the hits)")
+        "max",
+        description="a phrase's mass over its occurrences: max (its best occurrence; the default) or sum "
+        "(NPM's total probability, which favours phrases that occur often among the hits)",
+    )
     lexical_weight: float | None = Field(
-        None, ge=0.0, le=50.0, description="restricted and hybrid modes: weight of the lexical prior (a block's "
+        None,
+        ge=0.0,
+        le=50.0,
+        description="restricted and hybrid modes: weight of the lexical prior (a block's "
         "BM25 score for the query, masks blanked, over the best block's) added to the start and end logits of "
-        "the block's tokens; default: the value fitted for the mode (GET /info); 0: encoder scores only")
+        "the block's tokens; default: the value fitted for the mode (GET /info); 0: encoder scores only",
+    )
     reader: bool | None = Field(
-        None, description="re-rank the retrieved phrases with the reader, which reads the query together with windows "
+        None,
+        description="re-rank the retrieved phrases with the reader, which reads the query together with windows "
         "around the top candidates (default: on when the server has a reader, GET /info; true on a server without "
         "one is an error). alpha and aggregate shape the retrieval ranking the windows come from; the reader's "
-        "phrase mass is the sum over its spans")
+        "phrase mass is the sum over its spans",
+    )
     min_confidence: float = Field(
-        0.0, ge=0.0, le=1.0, description="abstain below it: a mask whose best fill has a lower confidence comes "
-        "back with no candidates, abstained true, and stays <mask> in `filled`; 0 always answers")
+        0.0,
+        ge=0.0,
+        le=1.0,
+        description="abstain below it: a mask whose best fill has a lower confidence comes "
+        "back with no candidates, abstained true, and stays <mask> in `filled`; 0 always answers",
+    )
 
 
 class MaskedText(BaseModel):
@@ -66,7 +86,9 @@ class MaskedText(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     text: str = Field(
-        ..., min_length=1, max_length=MAX_TEXT_CHARS,
+        ...,
+        min_length=1,
+        max_length=MAX_TEXT_CHARS,
         description="text with 1 to 16 masks written <mask> or [MASK] (any case)",
         examples=["Allan Peiper was born in <mask> ."],
         # the mask requirement in the schema; the validator below checks it with a message that says how
@@ -113,8 +135,11 @@ class Candidate(BaseModel):
     phrase: str
     score: float = Field(description="aggregated mass, normalised over all candidates of the mask")
     confidence: float = Field(
-        ge=0.0, le=1.0, description="probability that this fill is correct, calibrated on held-apart data "
-        "(docs/QUALITY.md); monotone in `score` within a mask")
+        ge=0.0,
+        le=1.0,
+        description="probability that this fill is correct, calibrated on held-apart data "
+        "(docs/QUALITY.md); monotone in `score` within a mask",
+    )
     evidence: list[Evidence] = Field(default_factory=list)
 
 
@@ -122,8 +147,10 @@ class MaskFill(BaseModel):
     index: int
     candidates: list[Candidate]
     abstained: bool = Field(
-        False, description="true when the mask is left unfilled: its best fill's confidence is below "
-        "min_confidence, or the index offered no candidate")
+        False,
+        description="true when the mask is left unfilled: its best fill's confidence is below "
+        "min_confidence, or the index offered no candidate",
+    )
 
 
 STAGES = ("encode", "search", "spans", "rank", "read")
@@ -137,7 +164,7 @@ class FillResult(BaseModel):
         default_factory=dict,
         description="ms per stage: encode (query), search (FAISS / BM25), spans (each shard's candidates: spans, "
         "exact scores, phrase texts), rank (phrases over all shards, confidence, evidence), read (the reader: windows, "
-        "its forward pass, re-ranking)"
+        "its forward pass, re-ranking)",
     )
 
 
@@ -157,8 +184,12 @@ class Choice(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
     label: Word
-    phrases: list[Word] = Field(..., min_length=1, max_length=MAX_PHRASES,
-                               description="phrases counted for the label, e.g. [\"great\", \"excellent\"]")
+    phrases: list[Word] = Field(
+        ...,
+        min_length=1,
+        max_length=MAX_PHRASES,
+        description='phrases counted for the label, e.g. ["great", "excellent"]',
+    )
 
     @field_validator("phrases")
     @classmethod
@@ -173,32 +204,60 @@ class ScoreRequest(MaskedText):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     choices: list[Word | Choice] = Field(
-        ..., min_length=2, max_length=MAX_CHOICES,
+        ...,
+        min_length=2,
+        max_length=MAX_CHOICES,
         description="2 to 64 distinct labels: a string (the label is its own phrase) or {label, phrases}",
-        examples=[["positive", "negative"], [{"label": "positive", "phrases": ["great", "good"]},
-                                             {"label": "negative", "phrases": ["terrible", "bad"]}]])
-    k: int = Field(4096, ge=1, le=8192, description="tokens retrieved by each search (the start and, with the npm "
-                   "scorer, the end query)")
-    temperature: float = Field(1.0, ge=0.01, le=100.0, description="softmax temperature over the retrieved tokens' "
-                               "exact scores (higher: flatter; NPM's READMEs use 5, 1 measured best here)")
+        examples=[
+            ["positive", "negative"],
+            [
+                {"label": "positive", "phrases": ["great", "good"]},
+                {"label": "negative", "phrases": ["terrible", "bad"]},
+            ],
+        ],
+    )
+    k: int = Field(
+        4096,
+        ge=1,
+        le=8192,
+        description="tokens retrieved by each search (the start and, with the npm scorer, the end query)",
+    )
+    temperature: float = Field(
+        1.0,
+        ge=0.01,
+        le=100.0,
+        description="softmax temperature over the retrieved tokens' "
+        "exact scores (higher: flatter; NPM's READMEs use 5, 1 measured best here)",
+    )
     mode: Mode | None = Field(
-        None, description="restricted (the default; dense on an index without BM25): every token of the top "
+        None,
+        description="restricted (the default; dense on an index without BM25): every token of the top "
         "`blocks` BM25 blocks for the query (masks blanked) votes, weighted by its exact score; dense: the FAISS "
-        "top-k tokens (NPM's closed-set setting); hybrid: both")
+        "top-k tokens (NPM's closed-set setting); hybrid: both",
+    )
     blocks: int = Field(100, ge=1, le=100, description="BM25 blocks used by restricted and hybrid modes")
     scorer: Scorer = Field(
-        "npm", description="npm: start and end queries, one softmax over both searches' tokens; a start token votes "
-        "when a choice's phrase begins there, an end token when one ends there. npm_single: the start query only")
+        "npm",
+        description="npm: start and end queries, one softmax over both searches' tokens; a start token votes "
+        "when a choice's phrase begins there, an end token when one ends there. npm_single: the start query only",
+    )
     evidence: int = Field(1, ge=0, le=20, description="occurrences returned per choice, best first")
     synonyms: int = Field(
-        SYNONYMS, ge=0, le=MAX_SYNONYMS, description="NPM's fuzzy verbalizers without a hand-made list: each "
+        SYNONYMS,
+        ge=0,
+        le=MAX_SYNONYMS,
+        description="NPM's fuzzy verbalizers without a hand-made list: each "
         "choice's one-token words are joined by up to this many words nearest to them in the encoder's "
         "word-embedding space, each word kept for the one choice it is nearest to (encoder.synonyms); 0: only "
-        "the phrases given")
+        "the phrases given",
+    )
 
-    calibrate: bool = Field(True, description="divide each choice's mass by its base rate in the index (how often "
-                            "its phrases' first tokens occur) before normalising: a label with more or more frequent "
-                            "words is not favoured by every query")
+    calibrate: bool = Field(
+        True,
+        description="divide each choice's mass by its base rate in the index (how often "
+        "its phrases' first tokens occur) before normalising: a label with more or more frequent "
+        "words is not favoured by every query",
+    )
 
     @field_validator("k", "blocks", "evidence", "synonyms", mode="before")
     @classmethod
@@ -223,14 +282,26 @@ class ScoreRequest(MaskedText):
 
 class ChoiceScore(BaseModel):
     label: str
-    probability: float = Field(ge=0.0, le=1.0, description="the choice's share of the mass of all choices (they sum "
-                               "to 1; uniform when the mask abstained)")
-    mass: float = Field(ge=0.0, description="the retrieved tokens' probability that voted for the choice, "
-                        "unnormalised over the choices (of the softmax over everything retrieved)")
-    evidence: list[Evidence] = Field(default_factory=list, description="the occurrences of its phrases whose tokens "
-                                     "voted most, best first (`score`: the voting token's probability)")
-    synonyms: list[str] = Field(default_factory=list, description="the words added to its phrases (the request's "
-                                "`synonyms`), nearest first; each votes as one of its phrases")
+    probability: float = Field(
+        ge=0.0,
+        le=1.0,
+        description="the choice's share of the mass of all choices (they sum to 1; uniform when the mask abstained)",
+    )
+    mass: float = Field(
+        ge=0.0,
+        description="the retrieved tokens' probability that voted for the choice, "
+        "unnormalised over the choices (of the softmax over everything retrieved)",
+    )
+    evidence: list[Evidence] = Field(
+        default_factory=list,
+        description="the occurrences of its phrases whose tokens "
+        "voted most, best first (`score`: the voting token's probability)",
+    )
+    synonyms: list[str] = Field(
+        default_factory=list,
+        description="the words added to its phrases (the request's "
+        "`synonyms`), nearest first; each votes as one of its phrases",
+    )
 
 
 class MaskScore(BaseModel):

@@ -53,8 +53,9 @@ LOG_FLOOR = 1e-12
 MARGIN_CAP = 10.0
 
 
-def mask_features(scores: np.ndarray, runner_up: float | None, lexical: float, start_max: float,
-                  end_max: float, overlap: float = 0.0) -> np.ndarray:
+def mask_features(
+    scores: np.ndarray, runner_up: float | None, lexical: float, start_max: float, end_max: float, overlap: float = 0.0
+) -> np.ndarray:
     """One row of FEATURES per candidate of a mask (`scores`: the candidates' scores, best first;
     `runner_up`: the second best score of the mask, None when there is a single phrase)."""
     scores = np.asarray(scores, dtype=np.float64)
@@ -95,8 +96,9 @@ class Calibration(BaseModel):
     @model_validator(mode="after")
     def _monotone(self) -> "Calibration":
         if any(self.coef[i] < 0 for i in MONOTONE):
-            raise ValueError("the coefficients of log_score and log_ratio must be >= 0 (confidence monotone in "
-                             "the score)")
+            raise ValueError(
+                "the coefficients of log_score and log_ratio must be >= 0 (confidence monotone in the score)"
+            )
         if any(s <= 0 for s in self.scale):
             raise ValueError("every scale must be > 0")
         if not len(self.coef) == len(self.mean) == len(self.scale):
@@ -137,7 +139,8 @@ class Scoring(BaseModel):
     lexical_weight: dict[Mode, Weight] = Field(default_factory=dict)
     confidence: dict[Mode, Confidence] = Field(default_factory=dict)
     reader_weight: dict[Mode, Weight] = Field(
-        default_factory=dict, description="per mode, the power of the retrieval value in the reader's re-ranking")
+        default_factory=dict, description="per mode, the power of the retrieval value in the reader's re-ranking"
+    )
     reader_confidence: dict[Mode, Confidence] = Field(default_factory=dict)
     fitted: dict = Field(default_factory=dict, description="provenance: data, model, grid, fit quality")
 
@@ -146,8 +149,9 @@ class Scoring(BaseModel):
         try:
             return cls.model_validate(json.loads(path.read_text(encoding="utf-8")))
         except (OSError, UnicodeDecodeError, ValueError, ValidationError) as exc:
-            raise AppError(f"scoring file {path} is unreadable or invalid ({exc}); refit it with fill-fit "
-                           f"or remove it") from exc
+            raise AppError(
+                f"scoring file {path} is unreadable or invalid ({exc}); refit it with fill-fit or remove it"
+            ) from exc
 
     @classmethod
     def beside(cls, model_dir: Path, path: Path | None = None) -> "Scoring":

@@ -125,8 +125,16 @@ def window_spans(shards: Shards, windows: list[Window], max_len: int, titles: bo
     parts = [read.part for read in found if read.part is not None]
     starts = np.concatenate([np.arange(w.a, w.b) for w in windows]) if windows else np.empty(0, dtype=np.int64)
     shard_of = np.concatenate([np.full(w.b - w.a, w.shard_no) for w in windows]) if windows else starts
-    return WindowSpans([p.shard_no for p in parts], [p.first for p in parts], [p.last for p in parts], starts,
-                       shard_of, tokens, [t for read in found for t in read.titles] if titles else None, parts)
+    return WindowSpans(
+        [p.shard_no for p in parts],
+        [p.first for p in parts],
+        [p.last for p in parts],
+        starts,
+        shard_of,
+        tokens,
+        [t for read in found for t in read.titles] if titles else None,
+        parts,
+    )
 
 
 def reader_parts(spans: WindowSpans, start: np.ndarray, end: np.ndarray) -> list[ShardCandidates]:

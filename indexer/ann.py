@@ -34,7 +34,8 @@ def check_index_type(value: str, dim: int) -> str:
     except RuntimeError:
         raise AppError(
             f"--index-type {value!r} is neither one of {', '.join(INDEX_TYPES)} nor a FAISS factory string valid for "
-            f"dimension {dim}", kind="validation"
+            f"dimension {dim}",
+            kind="validation",
         ) from None
     return value
 
@@ -75,7 +76,9 @@ def fastscan_m(dim: int) -> int | None:
 
 def bytes_per_vector(index_type: str, dim: int) -> float:
     """Approximate in-memory / on-disk bytes per vector of each type (IVF adds an 8-byte id per vector)."""
-    return {"flat": 4.0 * dim, "ivfsq": dim + 8.0, "ivfpq": pq_bytes_for(dim) + 8.0, "hnsw": 4.0 * dim + 32 * 8}[index_type]
+    return {"flat": 4.0 * dim, "ivfsq": dim + 8.0, "ivfpq": pq_bytes_for(dim) + 8.0, "hnsw": 4.0 * dim + 32 * 8}[
+        index_type
+    ]
 
 
 def resolve_factory(index_type: str, n: int, dim: int, memory_budget: int | None = None) -> str:
@@ -138,16 +141,26 @@ def search_params(index: faiss.Index, selector: faiss.IDSelector) -> faiss.Searc
     return faiss.SearchParameters(sel=selector)
 
 
-def search_preassigned(index: faiss.Index, q: np.ndarray, k: int, assigned: tuple[np.ndarray, np.ndarray],
-                       params: faiss.SearchParameters) -> tuple[np.ndarray, np.ndarray]:
+def search_preassigned(
+    index: faiss.Index, q: np.ndarray, k: int, assigned: tuple[np.ndarray, np.ndarray], params: faiss.SearchParameters
+) -> tuple[np.ndarray, np.ndarray]:
     """`index.search_preassigned` with search parameters (faiss's Python wrapper refuses them; the C++ method
     takes them): the lists `assigned` = (distances, lists) from the shared quantizer."""
     q = np.ascontiguousarray(q, dtype=np.float32)
     distances = np.ascontiguousarray(assigned[0], dtype=np.float32)
     lists = np.ascontiguousarray(assigned[1], dtype=np.int64)
     scores, ids = np.empty((q.shape[0], k), dtype=np.float32), np.empty((q.shape[0], k), dtype=np.int64)
-    index.search_preassigned_c(q.shape[0], faiss.swig_ptr(q), k, faiss.swig_ptr(lists), faiss.swig_ptr(distances),
-                               faiss.swig_ptr(scores), faiss.swig_ptr(ids), False, params)
+    index.search_preassigned_c(
+        q.shape[0],
+        faiss.swig_ptr(q),
+        k,
+        faiss.swig_ptr(lists),
+        faiss.swig_ptr(distances),
+        faiss.swig_ptr(scores),
+        faiss.swig_ptr(ids),
+        False,
+        params,
+    )
     return scores, ids
 
 

@@ -103,9 +103,14 @@ class BaseStats:
             width = np.dtype(meta["block_dtype"].decode()).itemsize
             found = {}
             for a in range(0, len(terms), 500):
-                chunk = terms[a:a + 500]
-                found.update(con.execute(f"SELECT term, length(blocks) / {width} FROM postings WHERE term IN "
-                                         f"({','.join('?' * len(chunk))})", chunk).fetchall())
+                chunk = terms[a : a + 500]
+                found.update(
+                    con.execute(
+                        f"SELECT term, length(blocks) / {width} FROM postings WHERE term IN "
+                        f"({','.join('?' * len(chunk))})",
+                        chunk,
+                    ).fetchall()
+                )
             return found
         finally:
             con.close()
@@ -127,7 +132,9 @@ def _write_postings(con: sqlite3.Connection, rows: int, base: BaseStats | None =
         base_df = base.frequencies([t for (t,) in con.execute("SELECT DISTINCT term FROM temp.vocab")])
     norm = K1 * ((1 - B) + B * lengths.astype(np.float64) / avgdl)  # k1 * (1 - b + b * D / avgdl)
     block_dtype = "<u4" if rows < 2**32 else "<i8"
-    con.execute("CREATE TABLE postings(term TEXT PRIMARY KEY, blocks BLOB NOT NULL, weights BLOB NOT NULL) WITHOUT ROWID")
+    con.execute(
+        "CREATE TABLE postings(term TEXT PRIMARY KEY, blocks BLOB NOT NULL, weights BLOB NOT NULL) WITHOUT ROWID"
+    )
     con.execute("CREATE TABLE postings_meta(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
 
     def insert(term: str, blocks: list[int], freqs: list[int]) -> None:
@@ -136,7 +143,10 @@ def _write_postings(con: sqlite3.Connection, rows: int, base: BaseStats | None =
         idf = math.log((total - n + 0.5) / (n + 0.5))
         idf = idf if idf > 0.0 else 1e-6
         weights = idf * ((f * (K1 + 1.0)) / (f + norm[b]))
-        con.execute("INSERT INTO postings VALUES (?, ?, ?)", (term, b.astype(block_dtype).tobytes(), weights.astype("<f8").tobytes()))
+        con.execute(
+            "INSERT INTO postings VALUES (?, ?, ?)",
+            (term, b.astype(block_dtype).tobytes(), weights.astype("<f8").tobytes()),
+        )
 
     # second pass, a term at a time (memory: one term's postings)
     term, blocks, freqs = None, [], []
@@ -152,8 +162,9 @@ def _write_postings(con: sqlite3.Connection, rows: int, base: BaseStats | None =
     if term is not None:
         insert(term, blocks, freqs)
     con.execute("DROP TABLE temp.vocab")
-    con.executemany("INSERT INTO postings_meta VALUES (?, ?)",
-                    [("rows", str(rows).encode()), ("block_dtype", block_dtype.encode())])
+    con.executemany(
+        "INSERT INTO postings_meta VALUES (?, ?)", [("rows", str(rows).encode()), ("block_dtype", block_dtype.encode())]
+    )
 
 
 def query_words(text: str) -> list[str]:
@@ -211,17 +222,23 @@ class BM25:
         sums its phrases."""
         plain = [w for w in words if _PLAIN.fullmatch(w)]
         with self._lock:
-            found = {t: (np.frombuffer(b, dtype=self._block_dtype), np.frombuffer(w, dtype="<f8"))
-                     for t, b, w in self._con.execute(
-                         f"SELECT term, blocks, weights FROM postings WHERE term IN ({','.join('?' * len(plain))})", plain)}
+            found = {
+                t: (np.frombuffer(b, dtype=self._block_dtype), np.frombuffer(w, dtype="<f8"))
+                for t, b, w in self._con.execute(
+                    f"SELECT term, blocks, weights FROM postings WHERE term IN ({','.join('?' * len(plain))})", plain
+                )
+            }
             for word in words:
                 if word not in found and not _PLAIN.fullmatch(word):
                     # FTS5 may cut it into several tokens (a phrase) or fold it: its weights by FTS5 itself, as
                     # the bm25() of the one-phrase query, which is minus that phrase's term of the sum
-                    rows = self._con.execute("SELECT rowid, bm25(blocks) FROM blocks WHERE blocks MATCH ?",
-                                             (f'"{word}"',)).fetchall()
-                    found[word] = (np.array([r[0] for r in rows], dtype=np.int64),
-                                   -np.array([r[1] for r in rows], dtype=np.float64))
+                    rows = self._con.execute(
+                        "SELECT rowid, bm25(blocks) FROM blocks WHERE blocks MATCH ?", (f'"{word}"',)
+                    ).fetchall()
+                    found[word] = (
+                        np.array([r[0] for r in rows], dtype=np.int64),
+                        -np.array([r[1] for r in rows], dtype=np.float64),
+                    )
         score = np.zeros(self.rows, dtype=np.float64)
         for word in words:  # a word in no block adds 0 to every block (FTS5's nHit = 0)
             if word in found:

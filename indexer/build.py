@@ -81,16 +81,28 @@ class ResolvedBuild:
         cfg = cfg.model_copy(update={"index_type": check_index_type(cfg.index_type, encoder.dim)})
         dtype = str(encoder.dtype).replace("torch.", "")
         tokenizer = encoder.tokenizer
-        model = ModelInfo(path=str(encoder.model_dir), fingerprint=encoder.fingerprint,
-                          model_type=encoder.model.config.model_type, tokenizer=type(tokenizer).__name__,
-                          vocab_size=len(tokenizer), mask_token=tokenizer.mask_token)
-        identity_settings = cfg.model_dump(include={"block_tokens", "shard_tokens", "title_tokens", "index_type",
-                                                    "memory_budget", "vector_dtype"})
+        model = ModelInfo(
+            path=str(encoder.model_dir),
+            fingerprint=encoder.fingerprint,
+            model_type=encoder.model.config.model_type,
+            tokenizer=type(tokenizer).__name__,
+            vocab_size=len(tokenizer),
+            mask_token=tokenizer.mask_token,
+        )
+        identity_settings = cfg.model_dump(
+            include={"block_tokens", "shard_tokens", "title_tokens", "index_type", "memory_budget", "vector_dtype"}
+        )
         identity_settings.update(dtype=dtype, engine=encoder.engine)
         return cls(
-            config=cfg, corpus_format=corpus_format, dim=encoder.dim, dtype=dtype, engine=encoder.engine,
-            fingerprint=model.fingerprint, batch_tokens=cfg.batch_tokens or default_batch_tokens(encoder.device),
-            model=model, settings=BuildSettings.model_validate(cfg.model_dump(exclude={"overwrite"})),
+            config=cfg,
+            corpus_format=corpus_format,
+            dim=encoder.dim,
+            dtype=dtype,
+            engine=encoder.engine,
+            fingerprint=model.fingerprint,
+            batch_tokens=cfg.batch_tokens or default_batch_tokens(encoder.device),
+            model=model,
+            settings=BuildSettings.model_validate(cfg.model_dump(exclude={"overwrite"})),
             identity_settings=identity_settings,
         )
 
@@ -186,14 +198,23 @@ class BuildJob:
         self.place.barrier()
         if self.place.world > 1:
             p = self.place
-            logger.info("rank %d of %d: encoding shards %d, %d + %d, ... on %s", p.rank, p.world, p.rank, p.rank,
-                        p.world, self.encoder.device)
+            logger.info(
+                "rank %d of %d: encoding shards %d, %d + %d, ... on %s",
+                p.rank,
+                p.world,
+                p.rank,
+                p.rank,
+                p.world,
+                self.encoder.device,
+            )
         total_docs = count_documents(cfg.corpus)
-        bar = tqdm(total=None, unit="tok", unit_scale=True, desc="indexing", dynamic_ncols=True,
-                   disable=not self.place.leader)
+        bar = tqdm(
+            total=None, unit="tok", unit_scale=True, desc="indexing", dynamic_ncols=True, disable=not self.place.leader
+        )
         plans = []
-        blocks = iter_blocks(read_corpus(cfg.corpus), self.encoder.tokenizer, cfg.block_tokens, cfg.title_tokens,
-                             stats=self.stats)
+        blocks = iter_blocks(
+            read_corpus(cfg.corpus), self.encoder.tokenizer, cfg.block_tokens, cfg.title_tokens, stats=self.stats
+        )
         for chunk in chunk_blocks(blocks, cfg.shard_tokens):
             plan = self.plan_shard(chunk, plans[-1] if plans else None, total_docs, bar)
             plans.append(plan)
@@ -209,7 +230,9 @@ class BuildJob:
             self.finish(plans)
         return self.summary(plans, time.perf_counter() - t0)
 
-    def plan_shard(self, blocks: list[Block], previous: ShardPlan | None, total_docs: int | None, bar: tqdm) -> ShardPlan:
+    def plan_shard(
+        self, blocks: list[Block], previous: ShardPlan | None, total_docs: int | None, bar: tqdm
+    ) -> ShardPlan:
         """The next shard: its bases follow the previous shard; its factory fits its share of the memory budget."""
         token_base = previous.token_base + previous.tokens if previous else 0
         block_base = previous.block_base + previous.blocks if previous else 0
@@ -235,10 +258,20 @@ class BuildJob:
         t_enc = time.perf_counter()
         vectors = encode_shard(self.encoder, blocks, self.resolved.batch_tokens, bar)
         t_ann = time.perf_counter()
-        info = write_shard(self.cfg.out, plan, ShardContent.from_blocks(blocks, vectors), self.cfg.vector_dtype,
-                           trained=self.trained(plan, vectors))
-        logger.info("shard %d: %d tokens, encode %.1f s, index and write %.1f s", plan.number, info.tokens,
-                    t_ann - t_enc, time.perf_counter() - t_ann)
+        info = write_shard(
+            self.cfg.out,
+            plan,
+            ShardContent.from_blocks(blocks, vectors),
+            self.cfg.vector_dtype,
+            trained=self.trained(plan, vectors),
+        )
+        logger.info(
+            "shard %d: %d tokens, encode %.1f s, index and write %.1f s",
+            plan.number,
+            info.tokens,
+            t_ann - t_enc,
+            time.perf_counter() - t_ann,
+        )
         self.encoded += info.tokens
         return info
 
@@ -252,8 +285,10 @@ class BuildJob:
         if first == plan.number:
             existing = self.templates.load(plan.factory, wait=False)
             if existing is not None and existing.d != self.encoder.dim:
-                raise AppError(f"{self.templates.path(plan.factory)} is a template of {existing.d}-dimensional "
-                               f"vectors, not {self.encoder.dim} (another model's): remove it, or put this model's there")
+                raise AppError(
+                    f"{self.templates.path(plan.factory)} is a template of {existing.d}-dimensional "
+                    f"vectors, not {self.encoder.dim} (another model's): remove it, or put this model's there"
+                )
             return existing if existing is not None else self.templates.train(vectors, plan.factory, seed=plan.number)
         # wait for the first shard's process unless that shard is already on disk without a template
         trained = self.templates.load(plan.factory, wait=read_shard_info(self.cfg.out, first) is None)
@@ -266,15 +301,21 @@ class BuildJob:
         for plan in plans:
             info = read_shard_info(cfg.out, plan.number)
             if not plan.matches(info):
-                raise AppError(f"shard {plan.number} in {cfg.out} is missing or does not match the corpus; "
-                               "re-run the same command")
+                raise AppError(
+                    f"shard {plan.number} in {cfg.out} is missing or does not match the corpus; re-run the same command"
+                )
             shards.append(info)
         remove_stale_shards(cfg.out, {s.name for s in shards})
         t_bm25 = time.perf_counter()
         bm25 = build_bm25(cfg.out, [Shard(cfg.out, info, self.resolved.dim) for info in shards])
         logger.info("bm25 over %d blocks in %.1f s", sum(s.blocks for s in shards), time.perf_counter() - t_bm25)
-        counts = Counts(documents=self.stats["documents"], empty_documents=self.stats["empty_documents"],
-                        blocks=sum(s.blocks for s in shards), tokens=sum(s.tokens for s in shards), shards=len(shards))
+        counts = Counts(
+            documents=self.stats["documents"],
+            empty_documents=self.stats["empty_documents"],
+            blocks=sum(s.blocks for s in shards),
+            tokens=sum(s.tokens for s in shards),
+            shards=len(shards),
+        )
         manifest = self.resolved.manifest(counts, shards, FileInfo(**file_record(bm25)))
         manifest.save(cfg.out)
         return manifest
@@ -282,9 +323,14 @@ class BuildJob:
     def summary(self, plans: list[ShardPlan], seconds: float) -> BuildSummary:
         last = plans[-1]
         return BuildSummary(
-            out=self.cfg.out, documents=self.stats["documents"], empty_documents=self.stats["empty_documents"],
-            blocks=last.block_base + last.blocks, tokens=last.token_base + last.tokens, shards=len(plans),
-            seconds=seconds, encoded_tokens=self.encoded,
+            out=self.cfg.out,
+            documents=self.stats["documents"],
+            empty_documents=self.stats["empty_documents"],
+            blocks=last.block_base + last.blocks,
+            tokens=last.token_base + last.tokens,
+            shards=len(plans),
+            seconds=seconds,
+            encoded_tokens=self.encoded,
         )
 
 

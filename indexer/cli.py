@@ -34,13 +34,20 @@ def _build(cfg: BuildConfig, verbose: bool = False) -> None:
         typer.echo(summary.line())
 
 
-model_command(app, BuildConfig, _build, name="build", env_prefix="INDEXER_",
-              extra={"verbose": (bool, typer.Option(False, "--verbose", "-v", help="debug logging"))})
+model_command(
+    app,
+    BuildConfig,
+    _build,
+    name="build",
+    env_prefix="INDEXER_",
+    extra={"verbose": (bool, typer.Option(False, "--verbose", "-v", help="debug logging"))},
+)
 
 
 def _logging(verbose: bool) -> None:
-    logging.basicConfig(level=logging.DEBUG if verbose else logging.INFO,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.DEBUG if verbose else logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
 
 
 def _add(cfg: AddConfig, verbose: bool = False) -> None:
@@ -58,10 +65,19 @@ def _compact(cfg: CompactConfig, verbose: bool = False) -> None:
     typer.echo(run_compact(cfg).line())
 
 
-for _name, _config, _run in (("add", AddConfig, _add), ("delete", DeleteConfig, _delete),
-                             ("compact", CompactConfig, _compact)):
-    model_command(app, _config, _run, name=_name, env_prefix="INDEXER_",
-                  extra={"verbose": (bool, typer.Option(False, "--verbose", "-v", help="debug logging"))})
+for _name, _config, _run in (
+    ("add", AddConfig, _add),
+    ("delete", DeleteConfig, _delete),
+    ("compact", CompactConfig, _compact),
+):
+    model_command(
+        app,
+        _config,
+        _run,
+        name=_name,
+        env_prefix="INDEXER_",
+        extra={"verbose": (bool, typer.Option(False, "--verbose", "-v", help="debug logging"))},
+    )
 
 
 def _merge(cfg: MergeConfig, inputs: list[Path] | None = None, verbose: bool = False) -> None:
@@ -69,9 +85,18 @@ def _merge(cfg: MergeConfig, inputs: list[Path] | None = None, verbose: bool = F
     typer.echo(merge_indexes(cfg.model_copy(update={"inputs": list(inputs or [])})).line())
 
 
-model_command(app, MergeConfig, _merge, name="merge", env_prefix="INDEXER_", exclude=("inputs",),
-              extra={"inputs": (list[Path], typer.Argument(..., help="the indexes to merge, in order", show_default=False)),
-                     "verbose": (bool, typer.Option(False, "--verbose", "-v", help="debug logging"))})
+model_command(
+    app,
+    MergeConfig,
+    _merge,
+    name="merge",
+    env_prefix="INDEXER_",
+    exclude=("inputs",),
+    extra={
+        "inputs": (list[Path], typer.Argument(..., help="the indexes to merge, in order", show_default=False)),
+        "verbose": (bool, typer.Option(False, "--verbose", "-v", help="debug logging")),
+    },
+)
 
 
 def main() -> None:

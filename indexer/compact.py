@@ -68,9 +68,11 @@ class CompactSummary:
     def line(self) -> str:
         if self.rewritten_tokens == 0 and self.shards_before == self.shards_after:
             return f"{self.index}: nothing to compact (no delta shard, no deleted document)"
-        return (f"{self.index}: generation {self.generation}: {self.shards_before} shards -> {self.shards_after}, "
-                f"{self.rewritten_tokens} live tokens rewritten, {self.dropped_documents} deleted documents dropped "
-                f"in {self.seconds:.1f} s")
+        return (
+            f"{self.index}: generation {self.generation}: {self.shards_before} shards -> {self.shards_after}, "
+            f"{self.rewritten_tokens} live tokens rewritten, {self.dropped_documents} deleted documents dropped "
+            f"in {self.seconds:.1f} s"
+        )
 
 
 @dataclass(frozen=True)
@@ -114,16 +116,20 @@ def content_of(blocks: list[StoredBlock]) -> ShardContent:
         block_rows.append((rows[b.doc_key], pos, pos + end - first))
         parts.append((shard, first, end))
         pos += end - first
-    scales = [p[0].vectors.scales[p[1]:p[2]] for p in parts if p[0].vectors.scales is not None]
+    scales = [p[0].vectors.scales[p[1] : p[2]] for p in parts if p[0].vectors.scales is not None]
     return ShardContent(
         vectors=np.concatenate([_faiss_vectors(s, a, b) for s, a, b in parts]),
         token_ids=np.concatenate([np.asarray(s.token_ids[a:b]) for s, a, b in parts]),
         offsets=np.concatenate([s.offsets[a:b] for s, a, b in parts]),
         flags=np.concatenate([np.asarray(s.flags[a:b]) for s, a, b in parts]),
         blocks=np.asarray(block_rows, dtype=np.int64).reshape(-1, 3),
-        doc_ids=ids, doc_titles=titles, doc_texts=texts,
-        stored=(np.concatenate([np.asarray(s.vectors.data[a:b]) for s, a, b in parts]),
-                np.concatenate(scales) if scales else None),
+        doc_ids=ids,
+        doc_titles=titles,
+        doc_texts=texts,
+        stored=(
+            np.concatenate([np.asarray(s.vectors.data[a:b]) for s, a, b in parts]),
+            np.concatenate(scales) if scales else None,
+        ),
     )
 
 
@@ -145,18 +151,24 @@ def compact_index(root: Path) -> CompactSummary:
     first = first_changed(m, tombstones, shards)
     if first is None:
         return CompactSummary(root.name, m.generation, len(m.shards), len(m.shards), 0, 0, time.perf_counter() - t0)
-    live = [StoredBlock(s, b, (s.info.name, int(s.blocks[b, 0]))) for s in shards[first:]
-            for b in np.flatnonzero(~np.isin(s.blocks[:, 0], tombstones.of(s.info.name))).tolist()]
+    live = [
+        StoredBlock(s, b, (s.info.name, int(s.blocks[b, 0])))
+        for s in shards[first:]
+        for b in np.flatnonzero(~np.isin(s.blocks[:, 0], tombstones.of(s.info.name))).tolist()
+    ]
     kept = list(m.shards[:first])
     if not kept and not live:
-        raise AppError(f"every document of index {root.name} is deleted; compaction would leave no shard (add "
-                       "documents first, or build a new index)")
+        raise AppError(
+            f"every document of index {root.name} is deleted; compaction would leave no shard (add "
+            "documents first, or build a new index)"
+        )
     number = 1 + max(int(s.name.split("_")[1]) for s in m.shards)
     total = sum(s.tokens for s in kept) + sum(len(b) for b in live)
     written: list[ShardInfo] = []
     for chunk in chunk_blocks(live, m.build.shard_tokens):
-        written.append(_write(root, m, chunk, number + len(written), (kept + written)[-1] if kept + written else None,
-                              total))
+        written.append(
+            _write(root, m, chunk, number + len(written), (kept + written)[-1] if kept + written else None, total)
+        )
     new_shards = kept + written
     opened = [Shard(root, info, m.dim) for info in new_shards]
     generation = m.generation + 1
@@ -164,24 +176,44 @@ def compact_index(root: Path) -> CompactSummary:
     compacted = _compacted_manifest(m, new_shards, bm25)
     compacted.save(root)
     collect_garbage(root, compacted, keep=m)
-    return CompactSummary(root.name, generation, len(m.shards), len(new_shards), sum(s.tokens for s in written),
-                          m.counts.deleted_documents, time.perf_counter() - t0)
+    return CompactSummary(
+        root.name,
+        generation,
+        len(m.shards),
+        len(new_shards),
+        sum(s.tokens for s in written),
+        m.counts.deleted_documents,
+        time.perf_counter() - t0,
+    )
 
 
 def _compacted_manifest(m: Manifest, new_shards: list[ShardInfo], bm25: Path | None) -> Manifest:
     """`m`'s next generation: `new_shards` (and `bm25`, rebuilt over them) with no delta and no tombstone left."""
-    counts = m.counts.model_copy(update={
-        "blocks": sum(s.blocks for s in new_shards), "tokens": sum(s.tokens for s in new_shards),
-        "shards": len(new_shards), "deleted_documents": 0, "deleted_tokens": 0})
-    return m.model_copy(update={
-        "shards": new_shards, "counts": counts, "generation": m.generation + 1, "tombstones": None,
-        "bm25": FileInfo(**file_record(bm25)) if bm25 is not None else None,
-        "bm25_name": bm25.name if bm25 is not None else m.bm25_name,
-        "updated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")})
+    counts = m.counts.model_copy(
+        update={
+            "blocks": sum(s.blocks for s in new_shards),
+            "tokens": sum(s.tokens for s in new_shards),
+            "shards": len(new_shards),
+            "deleted_documents": 0,
+            "deleted_tokens": 0,
+        }
+    )
+    return m.model_copy(
+        update={
+            "shards": new_shards,
+            "counts": counts,
+            "generation": m.generation + 1,
+            "tombstones": None,
+            "bm25": FileInfo(**file_record(bm25)) if bm25 is not None else None,
+            "bm25_name": bm25.name if bm25 is not None else m.bm25_name,
+            "updated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        }
+    )
 
 
-def _write(root: Path, m: Manifest, blocks: list[StoredBlock], number: int, previous: ShardInfo | None,
-           total: int) -> ShardInfo:
+def _write(
+    root: Path, m: Manifest, blocks: list[StoredBlock], number: int, previous: ShardInfo | None, total: int
+) -> ShardInfo:
     """One compacted shard after `previous`, with the factory a build would give it and the build's template."""
     tokens = sum(len(b) for b in blocks)
     budget = None if m.build.memory_budget is None else int(m.build.memory_budget * tokens / max(tokens, total))
@@ -193,8 +225,14 @@ def _write(root: Path, m: Manifest, blocks: list[StoredBlock], number: int, prev
         trained = templates.load(factory, wait=False)
         if trained is None:
             trained = templates.train(content.vectors, factory, seed=number)
-    plan = ShardPlan(number, tokens, len(blocks), previous.token_base + previous.tokens if previous else 0,
-                     previous.block_base + previous.blocks if previous else 0, factory)
+    plan = ShardPlan(
+        number,
+        tokens,
+        len(blocks),
+        previous.token_base + previous.tokens if previous else 0,
+        previous.block_base + previous.blocks if previous else 0,
+        factory,
+    )
     info = write_shard(root, plan, content, m.vector_dtype, trained=trained)
     logger.info("compacted %s: %d tokens in %d blocks (%s)", info.name, tokens, len(blocks), factory)
     return info

@@ -61,7 +61,9 @@ class DocText:
 
                 self.block_bytes = byte_of(self._rows, self.block_chars)
                 self.block_byte_ends = byte_of(self._rows, self.block_char_ends)
-                self.block_ascii = (self.block_byte_ends - self.block_bytes) == (self.block_char_ends - self.block_chars)
+                self.block_ascii = (self.block_byte_ends - self.block_bytes) == (
+                    self.block_char_ends - self.block_chars
+                )
             self._ready = True
 
     def ascii_bytes(self, blocks: np.ndarray, chars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

@@ -24,8 +24,14 @@ def prefix_len(block: Block) -> int:
     return 0 if block.title_ids is None else len(block.title_ids)
 
 
-def encode_shard(encoder: Encoder, blocks: list[Block], batch_tokens: int, bar: tqdm | None = None,
-                 here: bool = False, check: Callable[[], None] | None = None) -> np.ndarray:
+def encode_shard(
+    encoder: Encoder,
+    blocks: list[Block],
+    batch_tokens: int,
+    bar: tqdm | None = None,
+    here: bool = False,
+    check: Callable[[], None] | None = None,
+) -> np.ndarray:
     """fp16 vectors of every block token, in block order; batches of similar length, at most
     `batch_tokens` padded tokens each (special and title tokens included); `here`: on the calling thread
     (Encoder.encode_blocks); `check` is called before each batch (it raises to stop the encoding)."""

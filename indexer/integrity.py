@@ -40,10 +40,12 @@ from indexer.vectors import VECTOR_DTYPES
 
 # the recovery: a damaged delta shard or tombstones file holds live changes that a rebuild from the build's corpus
 # would lose, and `indexer compact` reads the damaged file too
-FIX = ("restore the file (or the index directory) from a backup; without one, rebuild with `indexer build --overwrite` "
-       "from a corpus that holds the documents added live since the build, then delete again those deleted since (a "
-       "rebuild knows only its corpus; `indexer compact` cannot repair a damaged file); `--verify` checks every "
-       "file's sha256")
+FIX = (
+    "restore the file (or the index directory) from a backup; without one, rebuild with `indexer build --overwrite` "
+    "from a corpus that holds the documents added live since the build, then delete again those deleted since (a "
+    "rebuild knows only its corpus; `indexer compact` cannot repair a damaged file); `--verify` checks every "
+    "file's sha256"
+)
 
 # the columns the writer (indexer.shard_writer.write_shard) gives docs.arrow
 DOCS_SCHEMA = pa.schema([("id", pa.string()), ("title", pa.string()), ("text", pa.large_string())])
@@ -105,8 +107,9 @@ def check_npy(path: Path, dtypes: tuple[str, ...], shape: tuple[int, ...]) -> No
         raise damaged(path, f"has no valid .npy header ({exc})") from exc
     if fortran or dtype not in {np.dtype(d) for d in dtypes} or tuple(found) != tuple(shape):
         want = dtypes[0] if len(dtypes) == 1 else "/".join(dtypes)
-        raise damaged(path, f"holds {dtype} {tuple(found)}{' (Fortran order)' if fortran else ''}, expected {want} "
-                            f"{tuple(shape)}")
+        raise damaged(
+            path, f"holds {dtype} {tuple(found)}{' (Fortran order)' if fortran else ''}, expected {want} {tuple(shape)}"
+        )
     size = path.stat().st_size
     if offset + int(np.prod(shape, dtype=np.int64)) * dtype.itemsize != size:
         raise damaged(path, f"has {size} bytes, which its header ({dtype} {tuple(shape)}) does not account for")
@@ -116,8 +119,10 @@ def check_shard_files(directory: Path, info: ShardInfo, dim: int) -> None:
     """Every file of a shard: present at the manifest's size; every .npy header, the flags, the int8 scales
     and the blocks as `check_npy`, `check_values` say. docs.arrow and index.faiss: `open_docs`, `read_faiss`."""
     if info.vector_dtype not in VECTOR_DTYPES:
-        raise AppError(f"the manifest of {directory.parent} gives {info.name} the vector dtype {info.vector_dtype!r}, "
-                       f"not one of {VECTOR_DTYPES}; {FIX}")
+        raise AppError(
+            f"the manifest of {directory.parent} gives {info.name} the vector dtype {info.vector_dtype!r}, "
+            f"not one of {VECTOR_DTYPES}; {FIX}"
+        )
     specs = npy_specs(info, dim)
     for fname in [*specs, "docs.arrow", "index.faiss"]:
         if fname not in info.files:
@@ -242,15 +247,25 @@ def _bm25_problem(con: sqlite3.Connection, blocks: int) -> str | None:
             return "holds no postings" if blocks and fts5_totals_of(con)[1] else None
         term, raw, weights = row
         width = np.dtype(dtype).itemsize
-        if not (isinstance(term, str) and isinstance(raw, bytes) and isinstance(weights, bytes) and raw
-                and len(raw) % width == 0 and len(weights) == 8 * (len(raw) // width)):
+        if not (
+            isinstance(term, str)
+            and isinstance(raw, bytes)
+            and isinstance(weights, bytes)
+            and raw
+            and len(raw) % width == 0
+            and len(weights) == 8 * (len(raw) // width)
+        ):
             return f"has damaged postings for the term {term!r}"
         ids = np.frombuffer(raw, dtype=dtype).astype(np.int64)
         if ids[0] < 0 or ids[-1] >= blocks or np.any(np.diff(ids) <= 0):  # ascending block ids of this index
             return f"has damaged postings for the term {term!r}"
         if _PLAIN.fullmatch(term):  # FTS5's own doclist of the term lists the same first blocks
-            found = [r for (r,) in con.execute("SELECT rowid FROM blocks WHERE blocks MATCH ? ORDER BY rowid LIMIT ?",
-                                               (f'"{term}"', _PROBE_ROWS))]
+            found = [
+                r
+                for (r,) in con.execute(
+                    "SELECT rowid FROM blocks WHERE blocks MATCH ? ORDER BY rowid LIMIT ?", (f'"{term}"', _PROBE_ROWS)
+                )
+            ]
             if found != ids[:_PROBE_ROWS].tolist():
                 return f"has FTS5 entries for the term {term!r} that disagree with its postings"
     return None

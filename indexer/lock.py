@@ -24,11 +24,15 @@ def require_index(root: Path, option: str = "--index") -> None:
     create a lock file in, or write to, a directory that is not one."""
     root = Path(root)
     if not root.is_dir():
-        raise AppError(f"{root} ({option}) does not exist or is not a directory: pass the directory `indexer build` "
-                       "wrote", kind="validation")
+        raise AppError(
+            f"{root} ({option}) does not exist or is not a directory: pass the directory `indexer build` wrote",
+            kind="validation",
+        )
     if not (root / MANIFEST_NAME).is_file():
-        raise AppError(f"{root} ({option}) is not a finished index (no {MANIFEST_NAME}): pass the directory "
-                       "`indexer build` wrote", kind="validation")
+        raise AppError(
+            f"{root} ({option}) is not a finished index (no {MANIFEST_NAME}): pass the directory `indexer build` wrote",
+            kind="validation",
+        )
 
 
 @contextmanager
@@ -41,8 +45,11 @@ def writer_lock(root: Path, what: str) -> Iterator[None]:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             holder = os.pread(fd, 512, 0).decode("utf-8", "replace").strip() or "another process"
-            raise AppError(f"index {Path(root).name} is being changed by another writer ({holder}); wait for it "
-                           "to finish and retry", kind="conflict") from None
+            raise AppError(
+                f"index {Path(root).name} is being changed by another writer ({holder}); wait for it "
+                "to finish and retry",
+                kind="conflict",
+            ) from None
         since = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
         os.ftruncate(fd, 0)
         os.pwrite(fd, f"{what}, pid {os.getpid()}, since {since}".encode(), 0)

@@ -76,7 +76,8 @@ class BuildSettings(BaseModel):
     shard_tokens: int = Field(1_000_000, ge=1, description="tokens per shard")
     title_tokens: int = Field(32, ge=0, description="title tokens prefixed to each block as context (0: none)")
     index_type: str = Field(
-        "auto", description="ANN index per shard: auto, flat, ivfpq, ivfsq, hnsw, or a FAISS factory string (inner product)"
+        "auto",
+        description="ANN index per shard: auto, flat, ivfpq, ivfsq, hnsw, or a FAISS factory string (inner product)",
     )
     memory_budget: int | None = Field(
         None, ge=1, description="RAM for the ANN indexes with --index-type auto, e.g. 2G or 500M"
@@ -119,7 +120,9 @@ class Manifest(BaseModel):
     def save(self, root: Path) -> None:
         """Write the manifest atomically: the commit point of a build and of every update."""
         version = UPDATED_FORMAT_VERSION if self.generation else FORMAT_VERSION
-        write_json_atomic(root / MANIFEST_NAME, self.model_copy(update={"format_version": version}).model_dump(mode="json"))
+        write_json_atomic(
+            root / MANIFEST_NAME, self.model_copy(update={"format_version": version}).model_dump(mode="json")
+        )
 
     @property
     def delta_shards(self) -> int:
@@ -137,8 +140,9 @@ class Manifest(BaseModel):
             raise AppError(f"{path} is not a valid manifest: {exc}") from exc
         version = data.get("format_version", FORMAT_VERSION) if isinstance(data, dict) else FORMAT_VERSION
         if version not in READABLE_VERSIONS:  # before validation: another version's fields may differ
-            raise AppError(f"{path} has format version {version}; this software reads "
-                           f"{' and '.join(map(str, READABLE_VERSIONS))}")
+            raise AppError(
+                f"{path} has format version {version}; this software reads {' and '.join(map(str, READABLE_VERSIONS))}"
+            )
         try:
             return cls.model_validate(data)
         except ValidationError as exc:

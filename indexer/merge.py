@@ -37,8 +37,15 @@ from indexer.templates import TEMPLATE_DIR
 
 logger = logging.getLogger(__name__)
 
-SAME = ("model.fingerprint", "dim", "vector_dtype", "similarity_scale", "metric", "build.block_tokens",
-        "build.title_tokens")
+SAME = (
+    "model.fingerprint",
+    "dim",
+    "vector_dtype",
+    "similarity_scale",
+    "metric",
+    "build.block_tokens",
+    "build.title_tokens",
+)
 
 
 class MergeConfig(BaseModel):
@@ -59,8 +66,10 @@ class MergeSummary:
     seconds: float
 
     def line(self) -> str:
-        return (f"merged {self.inputs} indexes into {self.out}: {self.shards} shards, {self.documents} documents, "
-                f"{self.tokens} tokens in {self.seconds:.1f} s")
+        return (
+            f"merged {self.inputs} indexes into {self.out}: {self.shards} shards, {self.documents} documents, "
+            f"{self.tokens} tokens in {self.seconds:.1f} s"
+        )
 
 
 def _value(manifest: Manifest, dotted: str):
@@ -80,15 +89,19 @@ def check_inputs(inputs: list[Path]) -> list[Manifest]:
     first = manifests[0]
     for path, m in zip(inputs, manifests):
         if m.generation or m.tombstones is not None or any(s.bm25 is not None for s in m.shards):
-            raise AppError(f"{path} has been updated since its build (delta shards or deleted documents); run "
-                           f"`indexer compact --index {path}` first")
+            raise AppError(
+                f"{path} has been updated since its build (delta shards or deleted documents); run "
+                f"`indexer compact --index {path}` first"
+            )
         if m.bm25 is None:
             raise AppError(f"{path} was built without BM25; the merged index needs every input's blocks in BM25")
         for field in SAME:
             if _value(m, field) != _value(first, field):
-                raise AppError(f"{path} differs from {inputs[0]} in {field} ({_value(m, field)!r} against "
-                               f"{_value(first, field)!r}): merge only indexes built by one model with the same "
-                               "settings")
+                raise AppError(
+                    f"{path} differs from {inputs[0]} in {field} ({_value(m, field)!r} against "
+                    f"{_value(first, field)!r}): merge only indexes built by one model with the same "
+                    "settings"
+                )
     _check_templates(inputs)
     return manifests
 
@@ -100,10 +113,12 @@ def _check_templates(inputs: list[Path]) -> None:
         for path in sorted((root / TEMPLATE_DIR).glob("*.faiss")):
             digest = sha256_file(path)
             if path.name in seen and seen[path.name][1] != digest:
-                raise AppError(f"{root} was trained with another FAISS template than {seen[path.name][0]} "
-                               f"({TEMPLATE_DIR}/{path.name} differs): merged shards must share their IVF lists; "
-                               f"copy {seen[path.name][0] / TEMPLATE_DIR} into the second build's output directory "
-                               "before it starts, so that it uses the same template")
+                raise AppError(
+                    f"{root} was trained with another FAISS template than {seen[path.name][0]} "
+                    f"({TEMPLATE_DIR}/{path.name} differs): merged shards must share their IVF lists; "
+                    f"copy {seen[path.name][0] / TEMPLATE_DIR} into the second build's output directory "
+                    "before it starts, so that it uses the same template"
+                )
             seen.setdefault(path.name, (root, digest))
 
 
@@ -117,8 +132,9 @@ def _link(src: Path, dst: Path, copy: bool) -> None:
         dst.symlink_to(src.resolve())
 
 
-def _place_shard(src_root: Path, info: ShardInfo, dst_root: Path, number: int, token_base: int, block_base: int,
-                 copy: bool) -> ShardInfo:
+def _place_shard(
+    src_root: Path, info: ShardInfo, dst_root: Path, number: int, token_base: int, block_base: int, copy: bool
+) -> ShardInfo:
     """Input shard `info` of `src_root` as shard `number` of `dst_root` (files linked, its own shard.json)."""
     new = info.model_copy(update={"name": shard_name(number), "token_base": token_base, "block_base": block_base})
     target = dst_root / new.name
@@ -152,13 +168,23 @@ def merge_indexes(cfg: MergeConfig) -> MergeSummary:
                 _link(template, partial / TEMPLATE_DIR / template.name, cfg.copy_files)
     bm25 = build_bm25(partial, [Shard(partial, info, manifests[0].dim) for info in shards])
     first = manifests[0]
-    counts = Counts(documents=sum(m.counts.documents for m in manifests), blocks=blocks, tokens=tokens,
-                    empty_documents=sum(m.counts.empty_documents for m in manifests), shards=len(shards))
-    merged = first.model_copy(update={
-        "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), "counts": counts,
-        "shards": shards, "bm25": FileInfo(**file_record(bm25)),
-        "build": first.build.model_copy(update={"out": cfg.out}),
-        "corpus": {"merged": [{"index": str(p.resolve()), **m.corpus} for p, m in zip(cfg.inputs, manifests)]}})
+    counts = Counts(
+        documents=sum(m.counts.documents for m in manifests),
+        blocks=blocks,
+        tokens=tokens,
+        empty_documents=sum(m.counts.empty_documents for m in manifests),
+        shards=len(shards),
+    )
+    merged = first.model_copy(
+        update={
+            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            "counts": counts,
+            "shards": shards,
+            "bm25": FileInfo(**file_record(bm25)),
+            "build": first.build.model_copy(update={"out": cfg.out}),
+            "corpus": {"merged": [{"index": str(p.resolve()), **m.corpus} for p, m in zip(cfg.inputs, manifests)]},
+        }
+    )
     merged.save(partial)
     fsync_dir(partial)
     partial.rename(cfg.out)

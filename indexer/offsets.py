@@ -72,7 +72,9 @@ class CharOffsets:
         """(start char of token `first`, end char of token `last`) of spans lying in the given blocks."""
         base = self.block_chars[blocks]
         start = base + np.asarray(self.starts[first], dtype=np.int64)
-        return start, base + np.asarray(self.starts[last], dtype=np.int64) + np.asarray(self.lengths[last], dtype=np.int64)
+        return start, base + np.asarray(self.starts[last], dtype=np.int64) + np.asarray(
+            self.lengths[last], dtype=np.int64
+        )
 
     @property
     def shape(self) -> tuple[int, int]:

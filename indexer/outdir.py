@@ -35,8 +35,10 @@ def identity(corpus: Path, fingerprint: str, settings: dict[str, Any]) -> dict[s
 def _ours(out: Path) -> list[Path]:
     names = (MANIFEST_NAME, BUILD_STATE)
     return [
-        p for p in out.iterdir()
-        if p.name.removesuffix(TMP_SUFFIX) in names or p.name.startswith(("shard_", "bm25", "tombstones_", TEMPLATE_DIR))
+        p
+        for p in out.iterdir()
+        if p.name.removesuffix(TMP_SUFFIX) in names
+        or p.name.startswith(("shard_", "bm25", "tombstones_", TEMPLATE_DIR))
     ]
 
 
@@ -59,9 +61,11 @@ def prepare_out(out: Path, ident: dict[str, Any], overwrite: bool) -> None:
     elif ours:
         generation = _generation(out)
         if generation:
-            raise AppError(f"output directory {out} holds an index changed since its build (generation {generation}: "
-                           "added or deleted documents); `indexer compact` folds the changes in, --overwrite "
-                           "rebuilds it from the corpus")
+            raise AppError(
+                f"output directory {out} holds an index changed since its build (generation {generation}: "
+                "added or deleted documents); `indexer compact` folds the changes in, --overwrite "
+                "rebuilds it from the corpus"
+            )
         previous = json.loads(state_path.read_text(encoding="utf-8")) if state_path.is_file() else None
         if previous != ident:
             raise AppError(

@@ -61,8 +61,14 @@ class PhraseIndex:
     false leaves BM25 closed (a group's work needs none; the ingress holds it)."""
 
     def __init__(
-        self, root: str | Path, verify: bool = False, nprobe: int | None = None, ef_search: int | None = None,
-        refine: int | None = None, reuse: "PhraseIndex | None" = None, shard_nos: list[int] | None = None,
+        self,
+        root: str | Path,
+        verify: bool = False,
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+        refine: int | None = None,
+        reuse: "PhraseIndex | None" = None,
+        shard_nos: list[int] | None = None,
         bm25: bool = True,
     ) -> None:
         self.root = Path(root)
@@ -78,8 +84,10 @@ class PhraseIndex:
         everything = list(range(len(self.manifest.shards)))
         self.numbers = everything if shard_nos is None else sorted(set(shard_nos))
         if not set(self.numbers) <= set(everything):
-            raise AppError(f"index {self.root} has shards 0-{len(everything) - 1}; shard numbers {self.numbers} "
-                           "name others", kind="validation")
+            raise AppError(
+                f"index {self.root} has shards 0-{len(everything) - 1}; shard numbers {self.numbers} name others",
+                kind="validation",
+            )
         self._with_bm25 = bm25
         if verify:
             self.verify()
@@ -119,8 +127,9 @@ class PhraseIndex:
         """This directory opened again, as its manifest now says (after a live update), with the same search
         parameters: the shards both generations hold are lent, not reopened; the files this one did not have
         are checked (sha256) first. The caller serves it and closes this one when done with it."""
-        index = PhraseIndex(self.root, nprobe=self._search_params[0], ef_search=self._search_params[1],
-                            refine=self.refine, reuse=self)
+        index = PhraseIndex(
+            self.root, nprobe=self._search_params[0], ef_search=self._search_params[1], refine=self.refine, reuse=self
+        )
         try:
             old = {p for p, _ in self.files()}
             index.verify([f for f in index.files() if f[0] not in old])  # the update's own files
@@ -137,8 +146,11 @@ class PhraseIndex:
         if self.manifest.bm25 is None:
             return None
         infos = self.manifest.shards
-        check_bm25(self.root / self.manifest.bm25_name, self.manifest.bm25, self.manifest.counts.blocks - sum(
-            info.blocks for info in infos if info.bm25 is not None))
+        check_bm25(
+            self.root / self.manifest.bm25_name,
+            self.manifest.bm25,
+            self.manifest.counts.blocks - sum(info.blocks for info in infos if info.bm25 is not None),
+        )
         lent = reuse._delta_bm25 if reuse is not None else {}
         lent_shards = reuse.shards_by_name() if reuse is not None else {}
         deltas = []
@@ -151,8 +163,9 @@ class PhraseIndex:
                     check_bm25(self.root / delta_bm25_name(name), info.bm25, info.blocks)
                     self._delta_bm25[name] = BM25(self.root / delta_bm25_name(name))
                 deltas.append((info.block_base, self._delta_bm25[name]))
-        return BlockSearch(BM25(self.root / self.manifest.bm25_name), deltas, self._dead_blocks(),
-                           self.manifest.counts.blocks)
+        return BlockSearch(
+            BM25(self.root / self.manifest.bm25_name), deltas, self._dead_blocks(), self.manifest.counts.blocks
+        )
 
     def _dead_blocks(self) -> np.ndarray:
         """The global numbers of every tombstoned block (of shards not opened too: their blocks.npy is read)."""
@@ -161,8 +174,9 @@ class PhraseIndex:
         for number, info in enumerate(self.manifest.shards):
             if not self.tombstones.of(info.name).size:
                 continue
-            live = opened.get(number) or Liveness(np.load(self.root / info.name / "blocks.npy"), info.tokens,
-                                                  self.tombstones.of(info.name))
+            live = opened.get(number) or Liveness(
+                np.load(self.root / info.name / "blocks.npy"), info.tokens, self.tombstones.of(info.name)
+            )
             dead.append(live.dead_blocks + info.block_base)
         return np.concatenate(dead) if dead else np.empty(0, dtype=np.int64)
 
@@ -229,8 +243,13 @@ class PhraseIndex:
                 shard.warm()
         if hashes:
             self.verify(self.unverified())  # BM25, delta BM25, tombstones
-        logger.info("warmed %d shards (pages mapped: %s, sha256 checked: %s) in %.1f s", len(self.shards), pages, hashes,
-                    time.perf_counter() - t)
+        logger.info(
+            "warmed %d shards (pages mapped: %s, sha256 checked: %s) in %.1f s",
+            len(self.shards),
+            pages,
+            hashes,
+            time.perf_counter() - t,
+        )
 
     def block_shards(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(shard number, block number within that shard) of each global block, from the manifest alone."""
@@ -254,8 +273,9 @@ class PhraseIndex:
     def total_tokens(self) -> int:
         return self.manifest.counts.tokens
 
-    def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None
-               ) -> list[tuple[np.ndarray, np.ndarray]]:
+    def search(
+        self, queries: np.ndarray, k: int, groups: list[int] | None = None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
         """Top-k tokens by inner product over all shards, per query: (shard numbers, positions)
         (`search_scored` without the scores)."""
         return [(hits.shard_no, hits.positions) for hits in self.search_scored(queries, k, groups)]
@@ -285,8 +305,9 @@ class PhraseIndex:
         results = list(self._pool.map(one, range(len(self.shards)))) if self._pool else [one(0)]
         scores = np.concatenate([r[0] for r in results], axis=1)
         ids = np.concatenate([r[1] for r in results], axis=1)
-        shard_no = np.concatenate([np.full(r[1].shape, self.numbers[s], dtype=np.int64) for s, r in enumerate(results)],
-                                  axis=1)
+        shard_no = np.concatenate(
+            [np.full(r[1].shape, self.numbers[s], dtype=np.int64) for s, r in enumerate(results)], axis=1
+        )
         out = []
         for row in range(q.shape[0]):
             valid = ids[row] >= 0

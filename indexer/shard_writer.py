@@ -36,7 +36,11 @@ class ShardPlan:
 
     def matches(self, info: ShardInfo | None) -> bool:
         return info is not None and (info.tokens, info.blocks, info.token_base, info.block_base) == (
-            self.tokens, self.blocks, self.token_base, self.block_base)
+            self.tokens,
+            self.blocks,
+            self.token_base,
+            self.block_base,
+        )
 
 
 @dataclass
@@ -81,7 +85,10 @@ class ShardContent:
 
 
 def write_shard(
-    root: Path, plan: ShardPlan, content: ShardContent, vector_dtype: str = "float16",
+    root: Path,
+    plan: ShardPlan,
+    content: ShardContent,
+    vector_dtype: str = "float16",
     trained: faiss.Index | None = None,
 ) -> ShardInfo:
     """Write the shard of `plan` under a temporary name, then put it in place atomically (common.files).
@@ -90,8 +97,10 @@ def write_shard(
     `trained` (an empty trained index of that factory) when given, else trained here."""
     tokens, blocks = int(content.token_ids.shape[0]), int(content.blocks.shape[0])
     if (tokens, blocks) != (plan.tokens, plan.blocks):
-        raise ValueError(f"shard {plan.number} is planned with {plan.tokens} tokens in {plan.blocks} blocks, "
-                         f"its content holds {tokens} in {blocks}")
+        raise ValueError(
+            f"shard {plan.number} is planned with {plan.tokens} tokens in {plan.blocks} blocks, "
+            f"its content holds {tokens} in {blocks}"
+        )
     name = shard_name(plan.number)
     with atomic_path(root / name) as tmp:
         tmp.mkdir(parents=True)
@@ -143,7 +152,8 @@ def _write_arrays(directory: Path, content: ShardContent, vector_dtype: str) -> 
 
 
 def _write_docs(path: Path, content: ShardContent) -> None:
-    """docs.arrow: the id, title and text of each document of the shard, one row each (indexer.integrity.DOCS_SCHEMA)."""
+    """docs.arrow: the id, title and text of each document of the shard, one row each
+    (indexer.integrity.DOCS_SCHEMA)."""
     table = pa.table([content.doc_ids, content.doc_titles, content.doc_texts], schema=DOCS_SCHEMA)
     with pa.OSFile(str(path), "wb") as sink, pa.ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)

@@ -4,7 +4,8 @@ IVF centroids and PQ codebooks are trained ONCE per factory string, on the vecto
 shard that uses it, and saved as `trained/<factory>.faiss` (atomically) next to the shards. Every
 later shard with the same factory copies the template and only adds its vectors: in the 10M-token
 benchmark (docs/BENCHMARKS.md) the first shard's FAISS work took 124 s (training included) and each
-later one ~40 s, against ~250-330 s of encoding per shard. The file stays after the build, so a resumed or distributed build uses the same
+later one ~40 s, against ~250-330 s of encoding per shard. The file stays after the build, so a resumed or distributed
+build uses the same
 centroids as an uninterrupted one.
 """
 

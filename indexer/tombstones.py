@@ -48,9 +48,17 @@ class Tombstones:
             raise damaged(path, f"is not a valid tombstones file ({exc})") from exc
         documents = {s.name: s.documents for s in manifest.shards}
         for name, dead in rows.items():
-            if name not in documents or dead.ndim != 1 or (dead.size and (
-                    int(dead.min()) < 0 or int(dead.max()) >= documents[name] or np.any(np.diff(dead) <= 0))):
-                raise damaged(path, f"lists rows {dead.tolist()[:5]} of {name!r}, which the manifest's shards do not hold")
+            if (
+                name not in documents
+                or dead.ndim != 1
+                or (
+                    dead.size
+                    and (int(dead.min()) < 0 or int(dead.max()) >= documents[name] or np.any(np.diff(dead) <= 0))
+                )
+            ):
+                raise damaged(
+                    path, f"lists rows {dead.tolist()[:5]} of {name!r}, which the manifest's shards do not hold"
+                )
         if sum(int(r.size) for r in rows.values()) != info.rows:
             raise damaged(path, f"does not list the manifest's {info.rows} deleted rows")
         return cls(rows)
@@ -86,8 +94,7 @@ class Liveness:
         self.dead_blocks = np.flatnonzero(dead_block)  # local block numbers
         live = np.ones(tokens, dtype=bool)
         for b in self.dead_blocks.tolist():
-            live[blocks[b, 1]:blocks[b, 2]] = False
+            live[blocks[b, 1] : blocks[b, 2]] = False
         self.dead_tokens = int(tokens - int(live.sum()))
         self._bitmap = np.packbits(live, bitorder="little")  # kept alive: the selector points into it
         self.selector = faiss.IDSelectorBitmap(tokens, faiss.swig_ptr(self._bitmap))
-

@@ -55,10 +55,15 @@ class AddConfig(BaseModel):
     """Add documents to a finished index (a document whose id is in the index replaces it), without a rebuild."""
 
     index: Path = Field(description="index directory built by `indexer build`")
-    corpus: Path = Field(description="documents to add: .jsonl, .arrow, .parquet, HF save_to_disk dir or dir of .txt; "
-                         "every document needs an `id`")
-    model: Path | None = Field(None, description="the index's model directory, where it has moved (default: the one "
-                               "the manifest names; another model is refused)")
+    corpus: Path = Field(
+        description="documents to add: .jsonl, .arrow, .parquet, HF save_to_disk dir or dir of .txt; "
+        "every document needs an `id`"
+    )
+    model: Path | None = Field(
+        None,
+        description="the index's model directory, where it has moved (default: the one "
+        "the manifest names; another model is refused)",
+    )
     device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
     dtype: str = Field("auto", description="auto, fp32, bf16 or fp16")
     engine: str = Field("auto", description=ENGINE_HELP)
@@ -78,8 +83,10 @@ class DeleteConfig(BaseModel):
             try:
                 ids += [line.strip() for line in self.ids_file.read_text(encoding="utf-8").splitlines() if line.strip()]
             except (OSError, UnicodeDecodeError) as exc:
-                raise AppError(f"cannot read the ids file {self.ids_file} (--ids-file): "
-                               f"{exc.strerror if isinstance(exc, OSError) else exc}") from None
+                raise AppError(
+                    f"cannot read the ids file {self.ids_file} (--ids-file): "
+                    f"{exc.strerror if isinstance(exc, OSError) else exc}"
+                ) from None
         if not ids:
             raise AppError("no document id given: pass --ids ID (repeatable) or --ids-file FILE", kind="validation")
         return ids
@@ -121,11 +128,17 @@ def check_documents(documents: Iterable[Document]) -> list[Document]:
         if problem := id_problem(d.id):
             raise AppError(f"document {i} (id {d.id!r}): {problem}", kind="validation", field=f"documents[{i}].id")
         if not d.text.strip():
-            raise AppError(f"document {i} (id {d.id!r}): the text is empty; give it text, or delete the document "
-                           "to remove it", kind="validation", field=f"documents[{i}].text")
+            raise AppError(
+                f"document {i} (id {d.id!r}): the text is empty; give it text, or delete the document to remove it",
+                kind="validation",
+                field=f"documents[{i}].text",
+            )
         if d.id in seen:
-            raise AppError(f"document id {d.id!r} appears twice in one update; give each document once",
-                           kind="validation", field=f"documents[{i}].id")
+            raise AppError(
+                f"document id {d.id!r} appears twice in one update; give each document once",
+                kind="validation",
+                field=f"documents[{i}].id",
+            )
         seen.add(d.id)
     return docs
 
@@ -141,12 +154,15 @@ class UpdateSummary:
     seconds: float
 
     def line(self) -> str:
-        return (f"{self.index}: generation {self.generation}: {self.added} documents added ({self.replaced} "
-                f"replacing), {self.deleted} deleted, {self.tokens} tokens encoded in {self.seconds:.2f} s")
+        return (
+            f"{self.index}: generation {self.generation}: {self.added} documents added ({self.replaced} "
+            f"replacing), {self.deleted} deleted, {self.tokens} tokens encoded in {self.seconds:.2f} s"
+        )
 
 
-def document_rows(root: Path, manifest: Manifest, tombstones: Tombstones, ids: list[str],
-                  opened: dict[str, Shard] | None = None) -> dict[str, list[tuple[str, int]]]:
+def document_rows(
+    root: Path, manifest: Manifest, tombstones: Tombstones, ids: list[str], opened: dict[str, Shard] | None = None
+) -> dict[str, list[tuple[str, int]]]:
     """Per id that the index holds, its live places: [(shard name, row of its docs.arrow), ...]. `opened`: shards
     already open (a server's), whose checked documents table is used instead of opening the file again."""
     wanted = pa.array(sorted(set(ids)), type=pa.string())
@@ -154,8 +170,11 @@ def document_rows(root: Path, manifest: Manifest, tombstones: Tombstones, ids: l
     opened = opened or {}
     for info in manifest.shards:
         shard = opened.get(info.name)
-        docs = shard.docs if shard is not None and shard.info == info else \
-            open_docs(root / info.name / "docs.arrow", info.documents)
+        docs = (
+            shard.docs
+            if shard is not None and shard.info == info
+            else open_docs(root / info.name / "docs.arrow", info.documents)
+        )
         doc_ids = docs.column("id")
         rows = np.flatnonzero(pc.is_in(doc_ids, value_set=wanted).to_numpy(zero_copy_only=False))
         rows = np.setdiff1d(rows, tombstones.of(info.name))
@@ -170,18 +189,28 @@ class IndexUpdate:
     priority (`encode_nice`) at which the documents are encoded, and a `check` called between encoding batches
     that raises to stop the change (a time limit, a shutdown): nothing is committed and its files are removed."""
 
-    def __init__(self, root: Path, encoder: Encoder | None = None, model: Path | None = None,
-                 device: str = "auto", dtype: str = "auto", engine: str = "auto",
-                 opened: dict[str, Shard] | None = None,
-                 encode_nice: int | None = None, check: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        encoder: Encoder | None = None,
+        model: Path | None = None,
+        device: str = "auto",
+        dtype: str = "auto",
+        engine: str = "auto",
+        opened: dict[str, Shard] | None = None,
+        encode_nice: int | None = None,
+        check: Callable[[], None] | None = None,
+    ) -> None:
         self.root = Path(root)
         self.t0 = time.perf_counter()
         self.manifest = Manifest.load(self.root)
         collect_garbage(self.root, self.manifest)  # what a killed writer left
         self.tombstones = Tombstones.load(self.root, self.manifest)
         if self.manifest.bm25 is not None and not self._has_postings():
-            raise AppError(f"index {self.root.name} was built before BM25 postings; rebuild it (`indexer build "
-                           "--overwrite`) to update it")
+            raise AppError(
+                f"index {self.root.name} was built before BM25 postings; rebuild it (`indexer build "
+                "--overwrite`) to update it"
+            )
         self._encoder, self._model, self._device, self._dtype, self._engine = encoder, model, device, dtype, engine
         self.opened = opened or {}  # shards a server has open (document_rows)
         self.encode_nice = encode_nice  # a server's: encode at this CPU priority (common.priority)
@@ -193,13 +222,18 @@ class IndexUpdate:
         if self._encoder is None:
             model_dir = self._model or Path(self.manifest.model.path)
             if not model_dir.is_dir():
-                raise AppError(f"the index was built with the model at {model_dir}, which does not exist here; "
-                               "pass --model with that model's directory")
-            self._encoder = Encoder(model_dir, device=self._device, dtype=self._dtype,
-                                    engine=self._engine).for_inference()
+                raise AppError(
+                    f"the index was built with the model at {model_dir}, which does not exist here; "
+                    "pass --model with that model's directory"
+                )
+            self._encoder = Encoder(
+                model_dir, device=self._device, dtype=self._dtype, engine=self._engine
+            ).for_inference()
         if self._encoder.fingerprint != self.manifest.model.fingerprint:
-            raise AppError(f"model {self._encoder.model_dir.name} is not the model the index {self.root.name} was "
-                           "built with; an update must encode with the index's own model")
+            raise AppError(
+                f"model {self._encoder.model_dir.name} is not the model the index {self.root.name} was "
+                "built with; an update must encode with the index's own model"
+            )
         return self._encoder
 
     def add(self, documents: Iterable[Document]) -> UpdateSummary:
@@ -218,8 +252,9 @@ class IndexUpdate:
             collect_garbage(self.root, self.manifest)  # the delta shards written before the stop
             raise
         self._commit(shards, old, len(docs))
-        return UpdateSummary(self.root.name, self.manifest.generation, len(docs), len(old), 0, tokens,
-                             time.perf_counter() - self.t0)
+        return UpdateSummary(
+            self.root.name, self.manifest.generation, len(docs), len(old), 0, tokens, time.perf_counter() - self.t0
+        )
 
     def delete(self, ids: list[str]) -> UpdateSummary:
         """Tombstone every live row of the documents `ids`; an id the index does not hold is a not_found
@@ -233,11 +268,14 @@ class IndexUpdate:
         unknown = sorted(set(ids) - set(found))
         if unknown:
             shown = ", ".join(repr(i) for i in unknown[:20]) + (" ..." if len(unknown) > 20 else "")
-            raise AppError(f"{len(unknown)} document id(s) are not in index {self.root.name}: {shown}; nothing was "
-                           "deleted", kind="not_found")
+            raise AppError(
+                f"{len(unknown)} document id(s) are not in index {self.root.name}: {shown}; nothing was deleted",
+                kind="not_found",
+            )
         self._commit([], found, 0)
-        return UpdateSummary(self.root.name, self.manifest.generation, 0, 0, len(found), 0,
-                             time.perf_counter() - self.t0)
+        return UpdateSummary(
+            self.root.name, self.manifest.generation, 0, 0, len(found), 0, time.perf_counter() - self.t0
+        )
 
     def _has_postings(self) -> bool:
         bm25 = BM25(self.root / self.manifest.bm25_name)  # rows: None for an index built before the postings
@@ -253,9 +291,11 @@ class IndexUpdate:
         number = 1 + max(int(s.name.split("_")[1]) for s in [*m.shards, *written])
         tokens = sum(len(b) for b in blocks)
         factory, trained = self._factory(tokens)
-        plan = ShardPlan(number, tokens, len(blocks), last.token_base + last.tokens, last.block_base + last.blocks,
-                         factory)
+        plan = ShardPlan(
+            number, tokens, len(blocks), last.token_base + last.tokens, last.block_base + last.blocks, factory
+        )
         encoder = self.encoder
+
         # not on the encoder's inference thread, which a server's queries use (Encoder.encode_blocks); beside a
         # server, on a thread at low priority (the forward pass releases the GIL)
         def encode():
@@ -265,7 +305,12 @@ class IndexUpdate:
         info = write_shard(self.root, plan, ShardContent.from_blocks(blocks, vectors), m.vector_dtype, trained=trained)
         if m.bm25 is not None:
             name = delta_bm25_name(info.name)
-            build_bm25(self.root, [Shard(self.root, info, m.dim)], base=BaseStats.of(self.root / self.manifest.bm25_name), name=name)
+            build_bm25(
+                self.root,
+                [Shard(self.root, info, m.dim)],
+                base=BaseStats.of(self.root / self.manifest.bm25_name),
+                name=name,
+            )
             info = info.model_copy(update={"bm25": FileInfo(**file_record(self.root / name))})
         logger.info("delta %s: %d tokens in %d blocks (%s)", info.name, tokens, len(blocks), factory)
         return info
@@ -297,18 +342,24 @@ class IndexUpdate:
             mask = np.isin(blocks[:, 0], rows)
             dead_tokens += int((blocks[mask, 2] - blocks[mask, 1]).sum())
         generation = m.generation + 1
-        counts = m.counts.model_copy(update={
-            "documents": m.counts.documents + added - len(dead),  # a document may have rows in several shards
-            "blocks": m.counts.blocks + sum(s.blocks for s in shards),
-            "tokens": m.counts.tokens + sum(s.tokens for s in shards),
-            "shards": m.counts.shards + len(shards),
-            "deleted_documents": m.counts.deleted_documents + len(dead),
-            "deleted_tokens": m.counts.deleted_tokens + dead_tokens,
-        })
-        self.manifest = m.model_copy(update={
-            "shards": [*m.shards, *shards], "counts": counts, "generation": generation,
-            "tombstones": tombstones.save(self.root, generation),
-            "updated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        })
+        counts = m.counts.model_copy(
+            update={
+                "documents": m.counts.documents + added - len(dead),  # a document may have rows in several shards
+                "blocks": m.counts.blocks + sum(s.blocks for s in shards),
+                "tokens": m.counts.tokens + sum(s.tokens for s in shards),
+                "shards": m.counts.shards + len(shards),
+                "deleted_documents": m.counts.deleted_documents + len(dead),
+                "deleted_tokens": m.counts.deleted_tokens + dead_tokens,
+            }
+        )
+        self.manifest = m.model_copy(
+            update={
+                "shards": [*m.shards, *shards],
+                "counts": counts,
+                "generation": generation,
+                "tombstones": tombstones.save(self.root, generation),
+                "updated_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+            }
+        )
         self.manifest.save(self.root)
         collect_garbage(self.root, self.manifest, keep=old)

@@ -21,8 +21,9 @@ from service.routes import score as score_routes
 from service.state import ServiceState
 
 
-def create_app(settings: Settings | None = None, state: ServiceState | None = None,
-               load: bool | None = None) -> FastAPI:
+def create_app(
+    settings: Settings | None = None, state: ServiceState | None = None, load: bool | None = None
+) -> FastAPI:
     """The app over `state` (default: a new one). With `load` (default: when no state is given) the
     engine loads in the background at start-up and is closed at shutdown."""
     settings = settings or get_settings()
@@ -36,8 +37,12 @@ def create_app(settings: Settings | None = None, state: ServiceState | None = No
         if load:
             app.state.service.close()
 
-    app = FastAPI(title="NPM phrase fill", version="0.1.0", lifespan=lifespan,
-                  description="Fill <mask>s with phrases retrieved from a corpus, with evidence.")
+    app = FastAPI(
+        title="NPM phrase fill",
+        version="0.1.0",
+        lifespan=lifespan,
+        description="Fill <mask>s with phrases retrieved from a corpus, with evidence.",
+    )
     app.state.service = state or ServiceState(settings)
     keys = settings.keys()
     app.state.admin = bool(keys)
@@ -61,12 +66,16 @@ def _document_budget(app: FastAPI, budget: dict) -> None:
                 component = schema.get("components", {}).get("schemas", {}).get(name)
                 if component is not None:
                     component["x-cost-budget"] = budget
-                    component["description"] = (component.get("description", "") + (
-                        f" Cost budget of this server (over it: 422): search {budget['max_search']:,} hits "
-                        f"({budget['search']}), candidates {budget['max_candidates']:,} ({budget['candidates']}), "
-                        f"evidence {budget['max_evidence']:,} ({budget['evidence']}), phrase matches "
-                        f"{budget['max_matches']:,} ({budget['matches']}); a request over "
-                        f"{budget['heavy_lane_over']:g} default fills is served in the heavy lane.")).strip()
+                    component["description"] = (
+                        component.get("description", "")
+                        + (
+                            f" Cost budget of this server (over it: 422): search {budget['max_search']:,} hits "
+                            f"({budget['search']}), candidates {budget['max_candidates']:,} ({budget['candidates']}), "
+                            f"evidence {budget['max_evidence']:,} ({budget['evidence']}), phrase matches "
+                            f"{budget['max_matches']:,} ({budget['matches']}); a request over "
+                            f"{budget['heavy_lane_over']:g} default fills is served in the heavy lane."
+                        )
+                    ).strip()
             app.openapi_schema = schema
         return app.openapi_schema
 
@@ -79,7 +88,11 @@ def _middleware(app: FastAPI, settings: Settings, keys: list[str]) -> None:
     if keys:
         app.add_middleware(ApiKeys, keys=keys)
     if settings.origins():
-        app.add_middleware(CORSMiddleware, allow_origins=settings.origins(), allow_methods=["GET", "POST", "DELETE"],
-                           allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
-                           expose_headers=["X-Request-ID", "Retry-After"])
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.origins(),
+            allow_methods=["GET", "POST", "DELETE"],
+            allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
+            expose_headers=["X-Request-ID", "Retry-After"],
+        )
     app.add_middleware(Observe, metrics=app.state.service.metrics)

@@ -46,8 +46,16 @@ class _Job:
 
 
 class Batcher:
-    def __init__(self, engine: FillEngine, max_batch: int = 32, max_tokens: int = 4096, max_wait: float = 0.0,
-                 on_batch=None, name: str = "batcher", nice: int = 0) -> None:
+    def __init__(
+        self,
+        engine: FillEngine,
+        max_batch: int = 32,
+        max_tokens: int = 4096,
+        max_wait: float = 0.0,
+        on_batch=None,
+        name: str = "batcher",
+        nice: int = 0,
+    ) -> None:
         self.engine = engine
         self.max_batch = max_batch
         self.max_tokens = max_tokens

@@ -25,96 +25,195 @@ class Settings(EngineConfig, BaseSettings):
 
     host: str = Field("127.0.0.1", description="bind address")
     port: int = Field(8000, ge=0, le=65535, description="port")
-    warm: bool = Field(True, description="after start, map every page of the stored vectors into the process in the "
-                       "background, so re-scoring takes no page faults (the file-backed RSS grows to the vectors' size; "
-                       "those pages stay reclaimable page cache)")
-    max_concurrency: int = Field(64, ge=1, description="requests in flight at once (waiting for a batch or being "
-                                 "computed); more get 429 with Retry-After")
+    warm: bool = Field(
+        True,
+        description="after start, map every page of the stored vectors into the process in the "
+        "background, so re-scoring takes no page faults (the file-backed RSS grows to the vectors' size; "
+        "those pages stay reclaimable page cache)",
+    )
+    max_concurrency: int = Field(
+        64,
+        ge=1,
+        description="requests in flight at once (waiting for a batch or being computed); more get 429 with Retry-After",
+    )
     max_batch: int = Field(32, ge=1, description="most requests encoded and searched together in one batch")
-    batch_tokens: int = Field(4096, ge=1, description="most query tokens in one batch (a longer single query "
-                              "still forms a batch of its own)")
-    batch_wait_ms: float = Field(0.0, ge=0, le=10000, description="after a batch's first request, wait this long "
-                                 "for more (0: batch whatever waits when the previous batch is done)")
-    fill_workers: int = Field(2, ge=1, le=256, description="threads finishing fills after their batch (BM25, "
-                              "candidate spans, ranking)")
-    request_timeout: float = Field(10.0, gt=0, description="seconds a fill may take from admission; later it "
-                                   "stops computing and gets 504")
+    batch_tokens: int = Field(
+        4096, ge=1, description="most query tokens in one batch (a longer single query still forms a batch of its own)"
+    )
+    batch_wait_ms: float = Field(
+        0.0,
+        ge=0,
+        le=10000,
+        description="after a batch's first request, wait this long "
+        "for more (0: batch whatever waits when the previous batch is done)",
+    )
+    fill_workers: int = Field(
+        2, ge=1, le=256, description="threads finishing fills after their batch (BM25, candidate spans, ranking)"
+    )
+    request_timeout: float = Field(
+        10.0, gt=0, description="seconds a fill may take from admission; later it stops computing and gets 504"
+    )
     max_candidates: int = Field(
-        71680, ge=1, description="cost budget: masks x (k + blocks x block tokens) x max_span_tokens, the candidate "
+        71680,
+        ge=1,
+        description="cost budget: masks x (k + blocks x block tokens) x max_span_tokens, the candidate "
         "spans of a request (k counts in dense and hybrid modes, blocks in restricted and hybrid); the default is 4 "
-        "default one-mask hybrid requests (1 x (1024 + 3 x 256) x 10 each); over it: 422")
-    max_evidence: int = Field(600, ge=1, description="cost budget: masks x top_k x evidence, the occurrences a "
-                              "request returns; over it: 422")
-    max_search: int = Field(16384, ge=1, description="cost budget: masks x queries x k, the hits a request's FAISS "
-                            "searches return and re-score (a fill has 2 queries per mask; 0 in restricted mode); the "
-                            "default is 8 default one-mask fills (2 x 1024 each); over it: 422")
-    max_matches: int = Field(2**26, ge=1, description="cost budget of POST /score: masks x queries x retrieved tokens "
-                             "x distinct phrases of the choices, each phrase matched at each retrieved token; the "
-                             "default is ~8 default fills (e.g. 64 choices x 16 phrases at the default k and blocks); "
-                             "over it: 422")
-    heavy_weight: float = Field(2.0, gt=0, description="a request costing more than this many default fills (the "
-                                "larger of its search and candidates over a default fill's) is served in the heavy "
-                                "lane: its own batching thread and workers, so cheap requests never queue behind it")
+        "default one-mask hybrid requests (1 x (1024 + 3 x 256) x 10 each); over it: 422",
+    )
+    max_evidence: int = Field(
+        600, ge=1, description="cost budget: masks x top_k x evidence, the occurrences a request returns; over it: 422"
+    )
+    max_search: int = Field(
+        16384,
+        ge=1,
+        description="cost budget: masks x queries x k, the hits a request's FAISS "
+        "searches return and re-score (a fill has 2 queries per mask; 0 in restricted mode); the "
+        "default is 8 default one-mask fills (2 x 1024 each); over it: 422",
+    )
+    max_matches: int = Field(
+        2**26,
+        ge=1,
+        description="cost budget of POST /score: masks x queries x retrieved tokens "
+        "x distinct phrases of the choices, each phrase matched at each retrieved token; the "
+        "default is ~8 default fills (e.g. 64 choices x 16 phrases at the default k and blocks); "
+        "over it: 422",
+    )
+    heavy_weight: float = Field(
+        2.0,
+        gt=0,
+        description="a request costing more than this many default fills (the "
+        "larger of its search and candidates over a default fill's) is served in the heavy "
+        "lane: its own batching thread and workers, so cheap requests never queue behind it",
+    )
     heavy_workers: int = Field(1, ge=1, le=256, description="threads finishing the heavy lane's requests")
-    heavy_nice: int = Field(10, ge=0, le=19, description="CPU priority (nice, 19 the lowest) of the heavy lane's "
-                            "batching and worker threads (the encoder's and the index's search threads are shared "
-                            "and keep theirs): cheap requests keep the cores")
-    max_body_bytes: int = Field(65536, ge=1024, description="largest request body; a larger one gets 413 before it is "
-                                "read (a fill request with every option is under 3 KB)")
-    max_documents_bytes: int = Field(64 * 2**20, ge=1024, description="largest body of POST /admin/documents (the "
-                                     "documents to add); a larger one gets 413 before it is read")
-    max_delta_shards: int = Field(64, ge=1, description="POST /admin/documents is refused (503 saying how to compact) "
-                                  "once the served index holds this many delta shards: each is searched apart (fills "
-                                  "slow down) and keeps its BM25 file open; `indexer compact` folds them into regular "
-                                  "shards")
-    admin_timeout: float = Field(300.0, gt=0, description="seconds POST /admin/documents may encode its documents; "
-                                 "past them the change stops before it is committed (nothing changes, the writer lock "
-                                 "is released) and gets 504: send fewer documents per request, or run `indexer add` on "
-                                 "the index and POST /admin/reload")
-    update_nice: int = Field(19, ge=0, le=19, description="CPU priority (nice, 19 the lowest) of the thread that "
-                             "encodes the documents of POST /admin/documents, which its encoder threads inherit: the "
-                             "fills running meanwhile keep the cores")
-    check_hashes: bool = Field(True, description="read every index file and compare its sha256 with the manifest's: "
-                               "at start (before ready with check_before_ready, else in the background with the "
-                               "warming: a mismatch turns the server not ready, 503 naming the file), and before a "
-                               "reload swaps (a reload of the served directory that finds a file damaged re-checks the "
-                               "served files too)")
-    check_before_ready: bool = Field(True, description="with check_hashes, stay not ready at start until every file's "
-                                     "sha256 is checked (costs the hashing time, ~1 s per GB read; a damaged index "
-                                     "then serves no fill and the server exits naming the file); false: ready at once, "
-                                     "checked in the background")
-    recheck_seconds: float = Field(10.0, ge=0, description="every this many seconds, look for served index files "
-                                   "written or replaced since they were checked (inode, size, modification time: "
-                                   "microseconds per file; not removed ones: writers beside the server collect a "
-                                   "superseded generation's) and hash those again; a mismatch turns the server not "
-                                   "ready (503 naming the file) until a reload serves a sound index. 0: off")
-    header_timeout: float = Field(10.0, gt=0, description="seconds a client has to send a request's headers; slower "
-                                  "connections are closed")
-    body_timeout: float = Field(30.0, gt=0, description="seconds a client has to send a request's body after its "
-                                "headers; slower connections are closed (a body trickling in holds no connection)")
-    api_keys: str | None = Field(None, description="comma-separated API keys; when set (or api_keys_file), every route "
-                                 "but /healthz and /readyz needs `Authorization: Bearer <key>`, else 401")
-    api_keys_file: Path | None = Field(None, description="file of API keys, one per line (# comments and blank lines "
-                                       "ignored); adds to api_keys")
+    heavy_nice: int = Field(
+        10,
+        ge=0,
+        le=19,
+        description="CPU priority (nice, 19 the lowest) of the heavy lane's "
+        "batching and worker threads (the encoder's and the index's search threads are shared "
+        "and keep theirs): cheap requests keep the cores",
+    )
+    max_body_bytes: int = Field(
+        65536,
+        ge=1024,
+        description="largest request body; a larger one gets 413 before it is "
+        "read (a fill request with every option is under 3 KB)",
+    )
+    max_documents_bytes: int = Field(
+        64 * 2**20,
+        ge=1024,
+        description="largest body of POST /admin/documents (the "
+        "documents to add); a larger one gets 413 before it is read",
+    )
+    max_delta_shards: int = Field(
+        64,
+        ge=1,
+        description="POST /admin/documents is refused (503 saying how to compact) "
+        "once the served index holds this many delta shards: each is searched apart (fills "
+        "slow down) and keeps its BM25 file open; `indexer compact` folds them into regular "
+        "shards",
+    )
+    admin_timeout: float = Field(
+        300.0,
+        gt=0,
+        description="seconds POST /admin/documents may encode its documents; "
+        "past them the change stops before it is committed (nothing changes, the writer lock "
+        "is released) and gets 504: send fewer documents per request, or run `indexer add` on "
+        "the index and POST /admin/reload",
+    )
+    update_nice: int = Field(
+        19,
+        ge=0,
+        le=19,
+        description="CPU priority (nice, 19 the lowest) of the thread that "
+        "encodes the documents of POST /admin/documents, which its encoder threads inherit: the "
+        "fills running meanwhile keep the cores",
+    )
+    check_hashes: bool = Field(
+        True,
+        description="read every index file and compare its sha256 with the manifest's: "
+        "at start (before ready with check_before_ready, else in the background with the "
+        "warming: a mismatch turns the server not ready, 503 naming the file), and before a "
+        "reload swaps (a reload of the served directory that finds a file damaged re-checks the "
+        "served files too)",
+    )
+    check_before_ready: bool = Field(
+        True,
+        description="with check_hashes, stay not ready at start until every file's "
+        "sha256 is checked (costs the hashing time, ~1 s per GB read; a damaged index "
+        "then serves no fill and the server exits naming the file); false: ready at once, "
+        "checked in the background",
+    )
+    recheck_seconds: float = Field(
+        10.0,
+        ge=0,
+        description="every this many seconds, look for served index files "
+        "written or replaced since they were checked (inode, size, modification time: "
+        "microseconds per file; not removed ones: writers beside the server collect a "
+        "superseded generation's) and hash those again; a mismatch turns the server not "
+        "ready (503 naming the file) until a reload serves a sound index. 0: off",
+    )
+    header_timeout: float = Field(
+        10.0, gt=0, description="seconds a client has to send a request's headers; slower connections are closed"
+    )
+    body_timeout: float = Field(
+        30.0,
+        gt=0,
+        description="seconds a client has to send a request's body after its "
+        "headers; slower connections are closed (a body trickling in holds no connection)",
+    )
+    api_keys: str | None = Field(
+        None,
+        description="comma-separated API keys; when set (or api_keys_file), every route "
+        "but /healthz and /readyz needs `Authorization: Bearer <key>`, else 401",
+    )
+    api_keys_file: Path | None = Field(
+        None, description="file of API keys, one per line (# comments and blank lines ignored); adds to api_keys"
+    )
     cors_origins: str = Field("", description="comma-separated origins allowed by CORS (`*` for any); empty: CORS off")
     backend: Literal["local", "ray"] = Field(
-        "local", description="local: every shard in this process; ray: the shards in shard groups on a Ray cluster "
-        "(Ray Serve applications, service.ray_backend) and this server the ingress; needs `pip install .[ray]`")
-    ray_address: str | None = Field(None, description="Ray cluster to join (backend ray): `auto`, `host:6379` or "
-                                    "`ray://host:10001`; none: start a Ray on this machine")
+        "local",
+        description="local: every shard in this process; ray: the shards in shard groups on a Ray cluster "
+        "(Ray Serve applications, service.ray_backend) and this server the ingress; needs `pip install .[ray]`",
+    )
+    ray_address: str | None = Field(
+        None,
+        description="Ray cluster to join (backend ray): `auto`, `host:6379` or "
+        "`ray://host:10001`; none: start a Ray on this machine",
+    )
     ray_namespace: str = Field("npm", min_length=1, description="Ray namespace of the shard groups (backend ray)")
-    ray_app: str = Field("npm", min_length=1, pattern=r"^[A-Za-z0-9_.-]+$", description="name prefix of the shard "
-                         "groups' Serve applications, <prefix>-group-<n> (backend ray; one prefix per index served)")
-    ray_groups: int = Field(1, ge=1, le=1024, description="shard groups (backend ray): the index's shards split into "
-                            "this many runs of consecutive shards (at most one group per shard)")
+    ray_app: str = Field(
+        "npm",
+        min_length=1,
+        pattern=r"^[A-Za-z0-9_.-]+$",
+        description="name prefix of the shard "
+        "groups' Serve applications, <prefix>-group-<n> (backend ray; one prefix per index served)",
+    )
+    ray_groups: int = Field(
+        1,
+        ge=1,
+        le=1024,
+        description="shard groups (backend ray): the index's shards split into "
+        "this many runs of consecutive shards (at most one group per shard)",
+    )
     ray_replicas: int = Field(1, ge=1, le=1024, description="replicas of each shard group (backend ray)")
-    ray_deploy: bool = Field(True, description="deploy the shard groups from this server (backend ray); false: "
-                             "attach to the groups a Serve config deploys (deploy/ray/serve.yaml)")
-    ray_timeout: float = Field(10.0, gt=0, description="seconds a shard group has to answer one call (backend ray); "
-                               "later the request gets 503 naming the group")
+    ray_deploy: bool = Field(
+        True,
+        description="deploy the shard groups from this server (backend ray); false: "
+        "attach to the groups a Serve config deploys (deploy/ray/serve.yaml)",
+    )
+    ray_timeout: float = Field(
+        10.0,
+        gt=0,
+        description="seconds a shard group has to answer one call (backend ray); "
+        "later the request gets 503 naming the group",
+    )
     log_level: str = Field("info", description="debug, info, warning or error")
-    log_format: Literal["json", "text"] = Field("json", description="json: one JSON object per line (time, level, "
-                                                "logger, message, request_id, ...); text: plain lines")
+    log_format: Literal["json", "text"] = Field(
+        "json",
+        description="json: one JSON object per line (time, level, logger, message, request_id, ...); text: plain lines",
+    )
 
     def keys(self) -> list[str]:
         """The API keys from api_keys and api_keys_file (empty: no authentication), or an AppError naming
@@ -124,8 +223,10 @@ class Settings(EngineConfig, BaseSettings):
             try:
                 lines = self.api_keys_file.read_text(encoding="utf-8").splitlines()
             except (OSError, UnicodeDecodeError) as exc:
-                raise AppError(f"cannot read the API keys file {self.api_keys_file} (--api-keys-file / "
-                               f"FILL_API_KEYS_FILE): {exc.strerror if isinstance(exc, OSError) else exc}") from None
+                raise AppError(
+                    f"cannot read the API keys file {self.api_keys_file} (--api-keys-file / "
+                    f"FILL_API_KEYS_FILE): {exc.strerror if isinstance(exc, OSError) else exc}"
+                ) from None
             keys += [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
             if not keys:
                 raise AppError(f"the API keys file {self.api_keys_file} holds no key; write one key per line")

@@ -24,5 +24,7 @@ async def ready_state(state: ServiceState = Depends(get_state)) -> ServiceState:
 def require_admin(request: Request) -> None:
     """Admin routes need API keys configured (else 403: without keys anybody could use them)."""
     if not request.app.state.admin:
-        raise AppError("the admin routes are off: configure API keys (FILL_API_KEYS or FILL_API_KEYS_FILE) "
-                       "to use them", kind="forbidden")
+        raise AppError(
+            "the admin routes are off: configure API keys (FILL_API_KEYS or FILL_API_KEYS_FILE) to use them",
+            kind="forbidden",
+        )

@@ -25,7 +25,10 @@ KIND_HEADERS: dict[str, dict[str, str]] = {
 
 # an absolute path of the server machine ("/home/x/index/shard-00000/vectors.npy"): its last two parts stay;
 # not a route after its HTTP method ("POST /admin/documents")
-_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])(?<!GET )(?<!PUT )(?<!POST )(?<!DELETE )/(?:[^\s/'\"():,]+/)*?((?:[^\s/'\"():,]+/)?[^\s/'\"():,]+)(?![^\s'\"():,])")
+_ABSOLUTE_PATH = re.compile(
+    r"(?<![\w.:/])(?<!GET )(?<!PUT )(?<!POST )(?<!DELETE )"  # not a route after its HTTP method
+    r"/(?:[^\s/'\"():,]+/)*?((?:[^\s/'\"():,]+/)?[^\s/'\"():,]+)(?![^\s'\"():,])"
+)
 
 
 def redact(message: str) -> str:

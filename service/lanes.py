@@ -26,8 +26,12 @@ class Workers:
 
     def __init__(self, settings: Settings) -> None:
         self.light = ThreadPoolExecutor(settings.fill_workers, thread_name_prefix="fill")
-        self.heavy = ThreadPoolExecutor(settings.heavy_workers, thread_name_prefix="fill-heavy",
-                                        initializer=lower_this_thread, initargs=(settings.heavy_nice,))
+        self.heavy = ThreadPoolExecutor(
+            settings.heavy_workers,
+            thread_name_prefix="fill-heavy",
+            initializer=lower_this_thread,
+            initargs=(settings.heavy_nice,),
+        )
 
     def close(self) -> None:
         self.light.shutdown(wait=False)

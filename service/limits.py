@@ -22,8 +22,11 @@ JSON_LINES = ("application/x-ndjson", "application/jsonl", "application/json-lin
 
 def _is_json(content_type: str, lines: bool = False) -> bool:
     media = content_type.split(";", 1)[0].strip().lower()
-    return media == "application/json" or (media.startswith("application/") and media.endswith("+json")) or (
-        lines and media in JSON_LINES)
+    return (
+        media == "application/json"
+        or (media.startswith("application/") and media.endswith("+json"))
+        or (lines and media in JSON_LINES)
+    )
 
 
 class RequestLimits:
@@ -49,7 +52,8 @@ class RequestLimits:
             refused = error_response("validation", f"Content-Length {length!r} is not a number of bytes")
         elif length is not None and int(length) > limit:
             refused = error_response(
-                "payload_too_large", f"request body of {length} bytes is larger than the limit of {limit} bytes")
+                "payload_too_large", f"request body of {length} bytes is larger than the limit of {limit} bytes"
+            )
         if refused is not None:
             await refused(scope, receive, send)
             return
@@ -121,8 +125,11 @@ def header_timeout_protocol(seconds: float, body_seconds: float | None = None) -
             what, self._timer, self._waiting_for = self._waiting_for, None, None
             waiting = self.conn.their_state is (h11.IDLE if what == "head" else h11.SEND_BODY)
             if waiting and not self.transport.is_closing():
-                self.logger.info("closing a connection that sent no complete request %s in %.1f s", what,
-                                 seconds if what == "head" else body_seconds)
+                self.logger.info(
+                    "closing a connection that sent no complete request %s in %.1f s",
+                    what,
+                    seconds if what == "head" else body_seconds,
+                )
                 self.transport.close()
 
     return HeaderTimeout

@@ -32,8 +32,12 @@ class JsonFormatter(logging.Formatter):
     """One JSON object per line: time, level, logger, message, request_id, and a record's `fields`."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = {"time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
-                "level": record.levelname.lower(), "logger": record.name, "message": record.getMessage()}
+        line = {
+            "time": self.formatTime(record, "%Y-%m-%dT%H:%M:%S") + f".{int(record.msecs):03d}",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         request_id = REQUEST_ID.get()
         if request_id is not None:
             line["request_id"] = request_id
@@ -102,7 +106,18 @@ class Observe:
             template = getattr(route, "path", None) or "unmatched"  # bounded label values: no raw paths
             self.metrics.http.labels(template, str(status)).inc()
             self.metrics.http_latency.labels(template).observe(seconds)
-            access_log.info("%s %s %d", scope["method"], scope["path"], status,
-                            extra={"fields": {"method": scope["method"], "path": scope["path"], "status": status,
-                                              "ms": round(seconds * 1000, 3)}})
+            access_log.info(
+                "%s %s %d",
+                scope["method"],
+                scope["path"],
+                status,
+                extra={
+                    "fields": {
+                        "method": scope["method"],
+                        "path": scope["path"],
+                        "status": status,
+                        "ms": round(seconds * 1000, 3),
+                    }
+                },
+            )
             REQUEST_ID.reset(token)

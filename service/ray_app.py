@@ -17,8 +17,9 @@ from service.config import Settings
 def ingress_settings(args: dict) -> Settings:
     """The ingress's Settings: the config's `args` (Settings fields by name, e.g. index, ray_groups, api_keys) over
     the FILL_* variables, always the ray backend attached to the config's groups."""
-    return Settings.model_validate({**Settings().model_dump(exclude_unset=True), **args, "backend": "ray",
-                                    "ray_deploy": False})
+    return Settings.model_validate(
+        {**Settings().model_dump(exclude_unset=True), **args, "backend": "ray", "ray_deploy": False}
+    )
 
 
 @serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=256, graceful_shutdown_timeout_s=15)

@@ -62,12 +62,20 @@ class RayShards:
         self.owner = {s: g for g, group in enumerate(groups) for s in group.shard_nos}
 
     def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None) -> list[ScoredHits]:
-        found: list[list[ScoredHits]] = self._call([(g, "search", (queries, k, groups)) for g in range(len(self.groups))])
+        found: list[list[ScoredHits]] = self._call(
+            [(g, "search", (queries, k, groups)) for g in range(len(self.groups))]
+        )
         out = []
         for row in range(queries.shape[0]):
             parts = [f[row] for f in found]
-            out.append(top_hits(np.concatenate([p.scores for p in parts]), np.concatenate([p.shard_no for p in parts]),
-                                np.concatenate([p.positions for p in parts]), k))
+            out.append(
+                top_hits(
+                    np.concatenate([p.scores for p in parts]),
+                    np.concatenate([p.shard_no for p in parts]),
+                    np.concatenate([p.positions for p in parts]),
+                    k,
+                )
+            )
         return out
 
     def run(self, tasks: Sequence[ShardTask[R]]) -> list[R]:
@@ -102,21 +110,30 @@ class RayShards:
             return response.result(timeout_s=self.timeout)
         except TimeoutError:
             response.cancel()
-            raise AppError(f"{self.groups[g].label} did not answer in {self.timeout:g} s (FILL_RAY_TIMEOUT): it has "
-                           "no running replica (Ray Serve restarts failed replicas) or is overloaded; retry later",
-                           kind="not_ready") from None
+            raise AppError(
+                f"{self.groups[g].label} did not answer in {self.timeout:g} s (FILL_RAY_TIMEOUT): it has "
+                "no running replica (Ray Serve restarts failed replicas) or is overloaded; retry later",
+                kind="not_ready",
+            ) from None
         except DeploymentUnavailableError:
-            raise AppError(f"{self.groups[g].label} is not deployed on the Ray cluster (deleted, or its application "
-                           "failed); redeploy it (reload the server, or `serve run deploy/ray/serve.yaml`)",
-                           kind="not_ready") from None
+            raise AppError(
+                f"{self.groups[g].label} is not deployed on the Ray cluster (deleted, or its application "
+                "failed); redeploy it (reload the server, or `serve run deploy/ray/serve.yaml`)",
+                kind="not_ready",
+            ) from None
 
 
 def connect(settings: Settings) -> None:
     """Join the Ray cluster at FILL_RAY_ADDRESS (none: start one on this machine; inside a Serve replica: the
     replica's) and, to deploy the groups, start Serve without its HTTP proxy (this server is the ingress)."""
     if not ray.is_initialized():
-        ray.init(address=settings.ray_address, namespace=settings.ray_namespace, include_dashboard=False,
-                 log_to_driver=False, configure_logging=False)
+        ray.init(
+            address=settings.ray_address,
+            namespace=settings.ray_namespace,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
     if settings.ray_deploy:
         serve.start(proxy_location="Disabled")
 
@@ -141,11 +158,23 @@ def _deploy(settings: Settings, root: Path, manifest: Manifest, group: Group) ->
     """Run (or update) the group's application and wait until it has its replicas; its handle into `group`."""
     t0 = time.perf_counter()
     app = ShardGroupReplica.options(num_replicas=settings.ray_replicas).bind(
-        str(root.resolve()), group.shard_nos, settings.nprobe, settings.ef_search, settings.refine, settings.warm, 0.0,
-        generation_of(manifest))
+        str(root.resolve()),
+        group.shard_nos,
+        settings.nprobe,
+        settings.ef_search,
+        settings.refine,
+        settings.warm,
+        0.0,
+        generation_of(manifest),
+    )
     group.handle = serve.run(app, name=group.name, route_prefix=None)
-    logger.info("shard group %s (shards %s) running with %d replicas in %.1f s", group.name, group.shard_nos,
-                settings.ray_replicas, time.perf_counter() - t0)
+    logger.info(
+        "shard group %s (shards %s) running with %d replicas in %.1f s",
+        group.name,
+        group.shard_nos,
+        settings.ray_replicas,
+        time.perf_counter() - t0,
+    )
 
 
 def _attach(settings: Settings, root: Path, manifest: Manifest, group: Group, wait: float) -> None:
@@ -157,17 +186,23 @@ def _attach(settings: Settings, root: Path, manifest: Manifest, group: Group, wa
             group.handle = serve.get_app_handle(group.name)
         except RayServeException:
             if time.monotonic() > deadline:
-                raise AppError(f"{group.label} is not deployed on the Ray cluster after {wait:g} s; deploy it "
-                               "(deploy/ray/serve.yaml) or let this server deploy it (FILL_RAY_DEPLOY=true)",
-                               kind="not_ready") from None
+                raise AppError(
+                    f"{group.label} is not deployed on the Ray cluster after {wait:g} s; deploy it "
+                    "(deploy/ray/serve.yaml) or let this server deploy it (FILL_RAY_DEPLOY=true)",
+                    kind="not_ready",
+                ) from None
             time.sleep(1.0)
     held = RayShards([group], settings.ray_timeout)._call([(0, "held", ())])[0]
     if held["shard_nos"] != group.shard_nos:
-        raise AppError(f"{group.label} holds shards {held['shard_nos']}, not those of this server's plan; give the "
-                       "ingress and the groups the same index and the same number of groups (FILL_RAY_GROUPS)")
+        raise AppError(
+            f"{group.label} holds shards {held['shard_nos']}, not those of this server's plan; give the "
+            "ingress and the groups the same index and the same number of groups (FILL_RAY_GROUPS)"
+        )
     if held["generation"] != generation_of(manifest):
-        raise AppError(f"{group.label} serves another generation of {root} ({held['generation']}, here "
-                       f"{generation_of(manifest)}); redeploy the groups (serve deploy) after changing the index")
+        raise AppError(
+            f"{group.label} serves another generation of {root} ({held['generation']}, here "
+            f"{generation_of(manifest)}); redeploy the groups (serve deploy) after changing the index"
+        )
 
 
 def open_engine(settings: Settings) -> FillEngine:

@@ -19,16 +19,27 @@ from fill.shard_group import ShardGroup
 from indexer.phrase_index import PhraseIndex
 
 
-@serve.deployment(ray_actor_options={"num_cpus": 0}, max_ongoing_requests=64, health_check_period_s=2,
-                  graceful_shutdown_timeout_s=5)
+@serve.deployment(
+    ray_actor_options={"num_cpus": 0}, max_ongoing_requests=64, health_check_period_s=2, graceful_shutdown_timeout_s=5
+)
 class ShardGroupReplica:
     """One replica of a shard group: its shards opened (and their pages warmed), answering `search` and `run`."""
 
-    def __init__(self, index: str, shard_nos: list[int], nprobe: int | None = None, ef_search: int | None = None,
-                 refine: int | None = None, warm: bool = True, delay_ms: float = 0.0, generation: str = "") -> None:
+    def __init__(
+        self,
+        index: str,
+        shard_nos: list[int],
+        nprobe: int | None = None,
+        ef_search: int | None = None,
+        refine: int | None = None,
+        warm: bool = True,
+        delay_ms: float = 0.0,
+        generation: str = "",
+    ) -> None:
         single_thread_blas()
-        self.group = ShardGroup(PhraseIndex(index, nprobe=nprobe, ef_search=ef_search, refine=refine,
-                                            shard_nos=shard_nos, bm25=False))
+        self.group = ShardGroup(
+            PhraseIndex(index, nprobe=nprobe, ef_search=ef_search, refine=refine, shard_nos=shard_nos, bm25=False)
+        )
         self.delay = delay_ms / 1000  # a simulated network hop each way (bench/bench_ray.py); 0 when served
         # `generation` (generation_of the index deployed) only tells Serve that a changed index is a new deployment
         if warm:
@@ -94,7 +105,10 @@ def app_builder(args: dict) -> Application:
     manifest = Manifest.load(Path(a.index))
     plan = group_plan(len(manifest.shards), a.groups)
     if a.group >= len(plan):
-        raise ValueError(f"group {a.group} of {a.groups}: the index {a.index} makes only {len(plan)} groups "
-                         f"(one shard each at most); use groups <= {len(plan)}")
-    return ShardGroupReplica.bind(a.index, plan[a.group], a.nprobe, a.ef_search, a.refine, a.warm, 0.0,
-                                  generation_of(manifest))
+        raise ValueError(
+            f"group {a.group} of {a.groups}: the index {a.index} makes only {len(plan)} groups "
+            f"(one shard each at most); use groups <= {len(plan)}"
+        )
+    return ShardGroupReplica.bind(
+        a.index, plan[a.group], a.nprobe, a.ef_search, a.refine, a.warm, 0.0, generation_of(manifest)
+    )

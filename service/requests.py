@@ -38,8 +38,7 @@ class RequestPath:
     def __init__(self, state: Admitting) -> None:
         settings = state.settings
         self.state = state
-        self.budget = Budget(settings.max_candidates, settings.max_evidence, settings.max_search,
-                             settings.max_matches)
+        self.budget = Budget(settings.max_candidates, settings.max_evidence, settings.max_search, settings.max_matches)
         self.slots = threading.BoundedSemaphore(settings.max_concurrency)
         # a request's driver thread waits for its batch and its worker: one per request in flight
         self.drivers = ThreadPoolExecutor(settings.max_concurrency, thread_name_prefix="request")
@@ -71,8 +70,15 @@ class RequestPath:
             with state.using() as serving:
                 lanes = ServerLanes(serving, self.workers, settings.heavy_weight, metrics)
                 loop = asyncio.get_running_loop()  # the driver runs in this request's context (its log id)
-                result = await loop.run_in_executor(self.drivers, contextvars.copy_context().run, serving.engine.run,
-                                                    request, self.budget, deadline, lanes)
+                result = await loop.run_in_executor(
+                    self.drivers,
+                    contextvars.copy_context().run,
+                    serving.engine.run,
+                    request,
+                    self.budget,
+                    deadline,
+                    lanes,
+                )
         except AppError as exc:
             metrics.outcome("invalid" if exc.kind == "validation" else exc.kind)
             raise

@@ -50,10 +50,16 @@ def serve(settings: Settings) -> None:
             server.should_exit = True
 
     state = ServiceState(settings, on_fatal=on_fatal)
-    config = uvicorn.Config(create_app(settings, state, load=True), host=settings.host, port=settings.port,
-                            log_level=settings.log_level, log_config=None, access_log=False,
-                            http=header_timeout_protocol(settings.header_timeout, settings.body_timeout),
-                            timeout_graceful_shutdown=settings.request_timeout + 5)
+    config = uvicorn.Config(
+        create_app(settings, state, load=True),
+        host=settings.host,
+        port=settings.port,
+        log_level=settings.log_level,
+        log_config=None,
+        access_log=False,
+        http=header_timeout_protocol(settings.header_timeout, settings.body_timeout),
+        timeout_graceful_shutdown=settings.request_timeout + 5,
+    )
     server = DrainingServer(config, state)
 
     def on_hangup(*_) -> None:  # reload off the signal handler, which must return at once

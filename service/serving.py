@@ -20,10 +20,12 @@ class Serving:
 
     def __init__(self, engine: FillEngine, settings: Settings, metrics: Metrics) -> None:
         self.engine = engine
-        self.batcher = Batcher(engine, settings.max_batch, settings.batch_tokens, settings.batch_wait_ms / 1000,
-                               on_batch=metrics.batch)
-        self.heavy = Batcher(engine, settings.max_batch, settings.batch_tokens, 0.0, name="batcher-heavy",
-                             nice=settings.heavy_nice)
+        self.batcher = Batcher(
+            engine, settings.max_batch, settings.batch_tokens, settings.batch_wait_ms / 1000, on_batch=metrics.batch
+        )
+        self.heavy = Batcher(
+            engine, settings.max_batch, settings.batch_tokens, 0.0, name="batcher-heavy", nice=settings.heavy_nice
+        )
         self._users = 0
         self._retired = False
         self._lock = threading.Lock()

@@ -44,8 +44,9 @@ def open_engine(settings: Settings) -> FillEngine:
 
 
 class ServiceState:
-    def __init__(self, settings: Settings, engine: FillEngine | None = None,
-                 on_fatal: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, settings: Settings, engine: FillEngine | None = None, on_fatal: Callable[[str], None] | None = None
+    ) -> None:
         self.settings = settings
         self.configured = settings.index  # SIGHUP and an empty reload go back to it, whatever was served since
         self.metrics = Metrics()
@@ -57,8 +58,9 @@ class ServiceState:
         self._closed = threading.Event()  # set by `close`: ends the watching thread
         self.documents = DocumentChanges(self)  # live document changes (service.updates)
         self.requests = RequestPath(self)  # fills and scores (service.requests)
-        self.metrics.queue.set_function(lambda: self.serving.batcher.depth + self.serving.heavy.depth
-                                        if self.serving is not None else 0)
+        self.metrics.queue.set_function(
+            lambda: self.serving.batcher.depth + self.serving.heavy.depth if self.serving is not None else 0
+        )
         if engine is not None:
             self._install(engine)
 
@@ -100,8 +102,12 @@ class ServiceState:
                 self._check_before_ready(engine)
             self._install(engine)
             self.settings = settings.model_copy(update={"verify": self.settings.verify})
-            return {"index": engine.index.root.name, "seconds": round(time.perf_counter() - t0, 3),
-                    "tokens": engine.index.total_tokens, "generation": engine.index.manifest.generation}
+            return {
+                "index": engine.index.root.name,
+                "seconds": round(time.perf_counter() - t0, 3),
+                "tokens": engine.index.total_tokens,
+                "generation": engine.index.manifest.generation,
+            }
 
     @staticmethod
     def _check_before_ready(engine: FillEngine) -> None:
@@ -113,8 +119,11 @@ class ServiceState:
         except BaseException:
             engine.close()
             raise
-        logger.info("index %s: every file's sha256 checked before ready in %.1f s", engine.index.root.name,
-                    time.perf_counter() - t)
+        logger.info(
+            "index %s: every file's sha256 checked before ready in %.1f s",
+            engine.index.root.name,
+            time.perf_counter() - t,
+        )
 
     def serve_update(self, root: Path) -> None:
         """After a live change of `root` committed (service.updates): serve its next generation, the same models
@@ -140,12 +149,14 @@ class ServiceState:
             self.metrics.reloads.labels("failed").inc()
             message = exc.message if isinstance(exc, AppError) else f"{type(exc).__name__}: {exc}"
             if isinstance(exc, AppError) and exc.kind == "input" and self._serves(target) and self.recheck(full=True):
-                raise AppError(f"reload failed and the served index is damaged too, no longer served: {message}",
-                               kind="not_ready") from None
+                raise AppError(
+                    f"reload failed and the served index is damaged too, no longer served: {message}", kind="not_ready"
+                ) from None
             logger.error("reload failed, still serving the previous index: %s", message)
             kind = exc.kind if isinstance(exc, AppError) and exc.kind != "input" else "validation"
-            raise AppError(f"reload failed, still serving the previous index: {message}", kind=kind,
-                           field="index") from None
+            raise AppError(
+                f"reload failed, still serving the previous index: {message}", kind=kind, field="index"
+            ) from None
         self.metrics.reloads.labels("ok").inc()
         return done
 
@@ -214,8 +225,12 @@ class ServiceState:
             index = serving.engine.index
             files = [(p, rec) for p, rec in index.files() if p.is_file()] if full else index.changed()  # gone: gc'd
             if files:
-                logger.warning("index %s: re-checking %d files (%s)", index.root.name, len(files),
-                               "every file" if full else "written since their check")
+                logger.warning(
+                    "index %s: re-checking %d files (%s)",
+                    index.root.name,
+                    len(files),
+                    "every file" if full else "written since their check",
+                )
                 index.verify(files)
         except AppError as exc:
             return self._unserve(serving.engine, exc.message)

@@ -47,19 +47,31 @@ class DocumentChanges:
         that `adds` shards is refused (503) once the index holds FILL_MAX_DELTA_SHARDS delta shards."""
         settings = self.state.settings
         if settings.backend == "ray":
-            raise AppError("documents cannot be changed through a Ray ingress (FILL_BACKEND=ray): its shard groups "
-                           "hold the shards; run `indexer add` / `indexer delete` on the index, then reload",
-                           kind="conflict")
+            raise AppError(
+                "documents cannot be changed through a Ray ingress (FILL_BACKEND=ray): its shard groups "
+                "hold the shards; run `indexer add` / `indexer delete` on the index, then reload",
+                kind="conflict",
+            )
         with self.state.using() as serving:
             engine = serving.engine
             root, deltas = engine.index.root, engine.index.manifest.delta_shards
             if adds and deltas >= settings.max_delta_shards:
-                raise AppError(f"index {root.name} holds {deltas} delta shards (FILL_MAX_DELTA_SHARDS "
-                               f"{settings.max_delta_shards}): compact it first with `indexer compact --index "
-                               f"{root.name}` (fills go on meanwhile), then POST /admin/reload", kind="not_ready")
+                raise AppError(
+                    f"index {root.name} holds {deltas} delta shards (FILL_MAX_DELTA_SHARDS "
+                    f"{settings.max_delta_shards}): compact it first with `indexer compact --index "
+                    f"{root.name}` (fills go on meanwhile), then POST /admin/reload",
+                    kind="not_ready",
+                )
             with writer_lock(root, what):
-                summary = change(IndexUpdate(root, encoder=engine.encoder, opened=engine.index.shards_by_name(),
-                                             encode_nice=settings.update_nice, check=self._check(time.perf_counter())))
+                summary = change(
+                    IndexUpdate(
+                        root,
+                        encoder=engine.encoder,
+                        opened=engine.index.shards_by_name(),
+                        encode_nice=settings.update_nice,
+                        check=self._check(time.perf_counter()),
+                    )
+                )
                 self.state.serve_update(root)
         self.state.metrics.updates.labels(what.split()[0]).inc()
         return summary
@@ -76,10 +88,17 @@ class DocumentChanges:
 
         def check() -> None:
             if self._draining.is_set():
-                raise AppError("the server is shutting down: this change was stopped before it was committed and "
-                               "nothing changed; send it again once the server is back", kind="not_ready")
+                raise AppError(
+                    "the server is shutting down: this change was stopped before it was committed and "
+                    "nothing changed; send it again once the server is back",
+                    kind="not_ready",
+                )
             if time.perf_counter() - t0 > limit:
-                raise AppError(f"the change took longer than {limit:g} s (FILL_ADMIN_TIMEOUT) and was stopped before "
-                               "it was committed: nothing changed; send fewer documents per request, or run `indexer "
-                               "add` on the index and then POST /admin/reload", kind="timeout")
+                raise AppError(
+                    f"the change took longer than {limit:g} s (FILL_ADMIN_TIMEOUT) and was stopped before "
+                    "it was committed: nothing changed; send fewer documents per request, or run `indexer "
+                    "add` on the index and then POST /admin/reload",
+                    kind="timeout",
+                )
+
         return check

@@ -9,7 +9,11 @@ from pathlib import Path
 import pytest
 
 CORPUS = [
-    {"id": "d1", "title": "Allan Peiper", "text": "Allan Peiper (born 26 April 1960) is an Australian cyclist. He was born in Alexandra, Victoria."},
+    {
+        "id": "d1",
+        "title": "Allan Peiper",
+        "text": "Allan Peiper (born 26 April 1960) is an Australian cyclist. He was born in Alexandra, Victoria.",
+    },
     {"id": "d2", "title": "Paris", "text": "Paris is the capital of France. The Seine flows through Paris."},
     {"id": "d3", "title": "", "text": "Marie Curie was born in Warsaw in 1867. She died in Passy, France, in 1934."},
     {"id": "d4", "title": "Empty", "text": ""},
@@ -46,8 +50,14 @@ def tiny_bert_dir(tmp_path_factory) -> Path:
 
     out = tmp_path_factory.mktemp("tiny_bert")
     torch.manual_seed(0)
-    cfg = BertConfig(vocab_size=30522, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                     intermediate_size=64, max_position_embeddings=128)
+    cfg = BertConfig(
+        vocab_size=30522,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=128,
+    )
     BertModel(cfg).save_pretrained(out)
     AutoTokenizer.from_pretrained(str(_minilm_dir())).save_pretrained(out)
     return out
@@ -63,16 +73,33 @@ def tiny_roberta_dir(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("tiny_roberta")
     bpe = ByteLevelBPETokenizer()
     texts = [r["text"] for r in CORPUS] * 5 + ["The quick brown fox jumps over the lazy dog."]
-    bpe.train_from_iterator(texts, vocab_size=400, min_frequency=1,
-                            special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"])
+    bpe.train_from_iterator(
+        texts, vocab_size=400, min_frequency=1, special_tokens=["<s>", "<pad>", "</s>", "<unk>", "<mask>"]
+    )
     bpe._tokenizer.post_processor = processors.RobertaProcessing(("</s>", 2), ("<s>", 0), trim_offsets=True)
-    tok = RobertaTokenizerFast(tokenizer_object=bpe._tokenizer, bos_token="<s>", eos_token="</s>", sep_token="</s>",
-                               cls_token="<s>", unk_token="<unk>", pad_token="<pad>", mask_token="<mask>")
+    tok = RobertaTokenizerFast(
+        tokenizer_object=bpe._tokenizer,
+        bos_token="<s>",
+        eos_token="</s>",
+        sep_token="</s>",
+        cls_token="<s>",
+        unk_token="<unk>",
+        pad_token="<pad>",
+        mask_token="<mask>",
+    )
     tok.save_pretrained(out)
     torch.manual_seed(0)
-    cfg = RobertaConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=130, pad_token_id=tok.pad_token_id,
-                        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id)
+    cfg = RobertaConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=130,
+        pad_token_id=tok.pad_token_id,
+        bos_token_id=tok.bos_token_id,
+        eos_token_id=tok.eos_token_id,
+    )
     RobertaModel(cfg).save_pretrained(out)
     return out
 

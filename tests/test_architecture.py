@@ -22,10 +22,14 @@ MAX_FUNCTION_LINES = 60
 
 def _lint(cwd: Path, config: Path) -> subprocess.CompletedProcess:
     """import-linter's own command line on `config`, importing the packages found in `cwd`."""
-    code = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(config_filename=sys.argv[1], no_cache=True))"
+    code = (
+        "import sys; from importlinter.cli import lint_imports; "
+        "sys.exit(lint_imports(config_filename=sys.argv[1], no_cache=True))"
+    )
     env = {**os.environ, "PYTHONPATH": str(cwd)}
-    return subprocess.run([sys.executable, "-c", code, str(config)], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-c", code, str(config)], cwd=cwd, env=env, capture_output=True, text=True, timeout=300
+    )
 
 
 def test_layer_contract_is_kept():
@@ -43,7 +47,8 @@ def test_layer_contract_catches_an_upward_import_inside_a_function(tmp_path):
         (tmp_path / pkg).mkdir()
         (tmp_path / pkg / "__init__.py").write_text(body)
     config = tmp_path / "pyproject.toml"
-    config.write_text(textwrap.dedent("""
+    config.write_text(
+        textwrap.dedent("""
         [tool.importlinter]
         root_packages = ["low_pkg", "high_pkg"]
 
@@ -51,7 +56,8 @@ def test_layer_contract_catches_an_upward_import_inside_a_function(tmp_path):
         name = "toy layers"
         type = "layers"
         layers = ["high_pkg", "low_pkg"]
-    """))
+    """)
+    )
     proc = _lint(tmp_path, config)
     assert proc.returncode != 0
     assert "BROKEN" in proc.stdout and "low_pkg -> high_pkg" in proc.stdout

@@ -22,13 +22,22 @@ from service.state import ServiceState
 router = APIRouter(prefix="/admin")
 
 RESPONSES = {**ERRORS, 403: {"model": ErrorResponse}, 409: {"model": ErrorResponse}}
-BODY = {"requestBody": {"required": True, "content": {
-    "application/json": {"schema": {"oneOf": [
-        {"type": "array", "minItems": 1, "items": DocumentRecord.model_json_schema()},
-        DocumentRecord.model_json_schema(),
-    ]}},
-    "application/x-ndjson": {"schema": {"type": "string", "description": "one JSON document per line"}},
-}}}
+BODY = {
+    "requestBody": {
+        "required": True,
+        "content": {
+            "application/json": {
+                "schema": {
+                    "oneOf": [
+                        {"type": "array", "minItems": 1, "items": DocumentRecord.model_json_schema()},
+                        DocumentRecord.model_json_schema(),
+                    ]
+                }
+            },
+            "application/x-ndjson": {"schema": {"type": "string", "description": "one JSON document per line"}},
+        },
+    }
+}
 
 
 def parse_documents(body: bytes, content_type: str) -> list[Document]:
@@ -53,19 +62,26 @@ def parse_documents(body: bytes, content_type: str) -> list[Document]:
         form = "JSON lines (one JSON object per line)" if lines else "a JSON array"
         raise AppError(f"body is not {form}: {exc}", kind="validation", field="documents") from None
     except RecursionError:  # json's parser recurses once per nesting level
-        raise AppError("body is nested too deeply: send a JSON array or JSON lines of flat {id, text, title?} "
-                       "records", kind="validation", field="documents") from None
+        raise AppError(
+            "body is nested too deeply: send a JSON array or JSON lines of flat {id, text, title?} records",
+            kind="validation",
+            field="documents",
+        ) from None
     if not records:
-        raise AppError("no document given: send a JSON array or JSON lines of {id, text, title?}",
-                       kind="validation", field="documents")
+        raise AppError(
+            "no document given: send a JSON array or JSON lines of {id, text, title?}",
+            kind="validation",
+            field="documents",
+        )
     out = []
     for i, record in enumerate(records):
         try:
             doc = DocumentRecord.model_validate(record)
         except ValidationError as exc:
             given = f" (id {record.get('id')!r})" if isinstance(record, dict) and "id" in record else ""
-            raise AppError(f"document {i}{given}: {DocumentRecord.problems(exc)}", kind="validation",
-                           field=f"documents[{i}]") from None
+            raise AppError(
+                f"document {i}{given}: {DocumentRecord.problems(exc)}", kind="validation", field=f"documents[{i}]"
+            ) from None
         out.append(Document(row=i, id=doc.id, title=doc.title, text=doc.text))
     return check_documents(out)  # the rules `indexer add` applies too (printable ids, some text, each id once)
 
@@ -77,16 +93,22 @@ async def add_documents(http: Request, state: ServiceState = Depends(ready_state
     object, or JSON lines (Content-Type application/x-ndjson). 409 while another writer changes the index."""
     require_admin(http)
     documents = parse_documents(await http.body(), http.headers.get("content-type", ""))
-    return await run_in_threadpool(state.documents.apply, lambda update: update.add(documents),
-                                   "add documents (POST /admin/documents)", True)
+    return await run_in_threadpool(
+        state.documents.apply, lambda update: update.add(documents), "add documents (POST /admin/documents)", True
+    )
 
 
-@router.delete("/documents/{doc_id:path}", response_model=UpdateSummary,
-               responses={**RESPONSES, 404: {"model": ErrorResponse}})
-async def delete_document(doc_id: Annotated[str, Path(pattern=PRINTABLE_ID, description="a printable document id")],
-                          http: Request, state: ServiceState = Depends(ready_state)) -> UpdateSummary:
+@router.delete(
+    "/documents/{doc_id:path}", response_model=UpdateSummary, responses={**RESPONSES, 404: {"model": ErrorResponse}}
+)
+async def delete_document(
+    doc_id: Annotated[str, Path(pattern=PRINTABLE_ID, description="a printable document id")],
+    http: Request,
+    state: ServiceState = Depends(ready_state),
+) -> UpdateSummary:
     """Delete a document of the served index by id: it is never returned again (candidates, evidence, BM25).
     404 when the index does not hold it."""
     require_admin(http)
-    return await run_in_threadpool(state.documents.apply, lambda update: update.delete([doc_id]),
-                                   "delete documents (DELETE /admin/documents)")
+    return await run_in_threadpool(
+        state.documents.apply, lambda update: update.delete([doc_id]), "delete documents (DELETE /admin/documents)"
+    )

@@ -18,8 +18,13 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _blend(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ROOT / "bench" / "blend_models.py"), *map(str, args)], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "blend_models.py"), *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_blend_is_the_weighted_mean_of_two_models(tiny_bert_dir, tmp_path):

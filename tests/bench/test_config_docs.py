@@ -47,8 +47,9 @@ def _sections(text: str) -> dict[str, str]:
 def test_configuration_md_is_the_fresh_rendering(rendered):
     written = config_docs.DOC.read_text(encoding="utf-8") if config_docs.DOC.is_file() else ""
     if written != rendered:
-        diff = difflib.unified_diff(written.splitlines(), rendered.splitlines(), "docs/CONFIGURATION.md",
-                                    "fresh rendering", lineterm="", n=1)
+        diff = difflib.unified_diff(
+            written.splitlines(), rendered.splitlines(), "docs/CONFIGURATION.md", "fresh rendering", lineterm="", n=1
+        )
         pytest.fail(f"docs/CONFIGURATION.md is stale: run `{config_docs.REGENERATE}`\n" + "\n".join(list(diff)[:40]))
 
 

@@ -19,8 +19,13 @@ SAMPLE = ROOT / "data" / "sample" / "encyclopedia.jsonl"
 
 
 def _run(*args: str) -> str:
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "device_build.py"), *args], cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "device_build.py"), *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout
 

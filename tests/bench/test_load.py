@@ -17,14 +17,20 @@ from load import rss_bytes, run_load  # noqa: E402
 pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
 
 
-TEXTS = ["Marie Curie was born in <mask> .", "The Seine flows through <mask> .", "<mask> is the capital of France .",
-         "Allan Peiper was born in <mask> , Victoria .", "<mask> died in Passy , <mask> , in 1934 ."]
+TEXTS = [
+    "Marie Curie was born in <mask> .",
+    "The Seine flows through <mask> .",
+    "<mask> is the capital of France .",
+    "Allan Peiper was born in <mask> , Victoria .",
+    "<mask> died in Passy , <mask> , in 1934 .",
+]
 
 
 def test_2000_requests_at_32_clients(start_server, tiny_index):
     port = free_port()
-    server = start_server([], clean_env(FILL_INDEX=str(tiny_index), FILL_PORT=str(port), FILL_LOG_LEVEL="warning"),
-                          port)
+    server = start_server(
+        [], clean_env(FILL_INDEX=str(tiny_index), FILL_PORT=str(port), FILL_LOG_LEVEL="warning"), port
+    )
     server.wait_ready()
     bodies = [{"text": t, "top_k": 3} for t in TEXTS]
     warm = run_load(server.url, bodies, 32, 4000)  # the allocators' high-water marks settle in the first rounds

@@ -26,13 +26,35 @@ def test_one_word_lemmas_lower_cased_without_markers(tmp_path):
     (tmp_path / "wn").mkdir()
     (tmp_path / "wn" / "data.adj").write_text(DATA_ADJ, encoding="utf-8")
     out = tmp_path / "adj.txt"
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "salient_words.py"), "--out", str(out),
-                           "--wordnet", str(tmp_path / "wn")], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "salient_words.py"),
+            "--out",
+            str(out),
+            "--wordnet",
+            str(tmp_path / "wn"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 0, done.stderr
     assert out.read_text().split() == ["able", "big", "french", "great", "well-known"]
 
 
 def test_missing_wordnet_is_named(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "salient_words.py"), "--out", str(tmp_path / "x"),
-                           "--wordnet", str(tmp_path)], capture_output=True, text=True, timeout=120)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "salient_words.py"),
+            "--out",
+            str(tmp_path / "x"),
+            "--wordnet",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode != 0 and "wordnet-base" in done.stderr and "data.adj" in done.stderr

@@ -22,8 +22,9 @@ SCRIPT = ROOT / "bench" / "train_side_by_side.py"
 
 
 def _script(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(SCRIPT), *map(str, args)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run(
+        [sys.executable, str(SCRIPT), *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=600
+    )
 
 
 def test_pack_in_parts_and_unpack_round_trip(tiny_bert_dir, tmp_path):
@@ -54,16 +55,42 @@ def test_pack_in_parts_and_unpack_round_trip(tiny_bert_dir, tmp_path):
 
 def test_run_trains_each_run_and_packs_its_changes(tiny_bert_dir, tmp_path):
     corpus = write_jsonl(tmp_path / "cities.jsonl", city_docs())
-    common = (f"--corpus {corpus} --steps 2 --save-every 2 --group-size 4 --device cpu --dtype fp32 "
-              "--block-tokens 32 --title-tokens 8 --lr 1e-3 --warmup-steps 1 --freeze-embeddings")
-    done = _script("run", "--init", tiny_bert_dir, "--work", tmp_path / "runs", "--out", tmp_path / "out",
-                   "--common", common, "--run", "a=--seed 0", "--run", "b=--seed 1 --positives document --views 2")
+    common = (
+        f"--corpus {corpus} --steps 2 --save-every 2 --group-size 4 --device cpu --dtype fp32 "
+        "--block-tokens 32 --title-tokens 8 --lr 1e-3 --warmup-steps 1 --freeze-embeddings"
+    )
+    done = _script(
+        "run",
+        "--init",
+        tiny_bert_dir,
+        "--work",
+        tmp_path / "runs",
+        "--out",
+        tmp_path / "out",
+        "--common",
+        common,
+        "--run",
+        "a=--seed 0",
+        "--run",
+        "b=--seed 1 --positives document --views 2",
+    )
     assert done.returncode == 0, done.stderr + done.stdout
     for name in ("a", "b"):
         parts = sorted((tmp_path / "out").glob(f"{name}.part*.safetensors"))
         keys = {k for p in parts for k in load_file(str(p))}
         assert keys and "embeddings.word_embeddings.weight" not in keys  # frozen: not shipped back
         assert "checkpoint-000002" in (tmp_path / "out" / f"{name}.log").read_text()
-    bad = _script("run", "--init", tiny_bert_dir, "--work", tmp_path / "r2", "--out", tmp_path / "o2",
-                  "--common", common, "--run", "c=--no-such-flag")
+    bad = _script(
+        "run",
+        "--init",
+        tiny_bert_dir,
+        "--work",
+        tmp_path / "r2",
+        "--out",
+        tmp_path / "o2",
+        "--common",
+        common,
+        "--run",
+        "c=--no-such-flag",
+    )
     assert bad.returncode == 1 and "no checkpoint" in bad.stdout

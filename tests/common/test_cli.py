@@ -32,19 +32,42 @@ def app_and_runs():
     def run(cfg: JobConfig, verbose: bool = False) -> None:
         runs.append((cfg, verbose))
 
-    model_command(app, JobConfig, run, name="job", env_prefix="TOY_",
-                  extra={"verbose": (bool, typer.Option(False, "--verbose", "-v"))})
+    model_command(
+        app,
+        JobConfig,
+        run,
+        name="job",
+        env_prefix="TOY_",
+        extra={"verbose": (bool, typer.Option(False, "--verbose", "-v"))},
+    )
     return app, runs
 
 
 def test_flags_and_defaults(app_and_runs):
     app, runs = app_and_runs
-    r = CliRunner().invoke(app, ["--corpus", "a", "--corpus", "b", "--out", "o", "--block-tokens", "16",
-                                 "--dtype", "float16", "--resume", "--no-shuffle", "-v"])
+    r = CliRunner().invoke(
+        app,
+        [
+            "--corpus",
+            "a",
+            "--corpus",
+            "b",
+            "--out",
+            "o",
+            "--block-tokens",
+            "16",
+            "--dtype",
+            "float16",
+            "--resume",
+            "--no-shuffle",
+            "-v",
+        ],
+    )
     assert r.exit_code == 0, r.output
     cfg, verbose = runs[-1]
-    assert cfg == JobConfig(corpus=[Path("a"), Path("b")], out=Path("o"), block_tokens=16, dtype="float16",
-                            resume=True, shuffle=False)
+    assert cfg == JobConfig(
+        corpus=[Path("a"), Path("b")], out=Path("o"), block_tokens=16, dtype="float16", resume=True, shuffle=False
+    )
     assert verbose is True
     r = CliRunner().invoke(app, ["--corpus", "a", "--out", "o"])
     assert r.exit_code == 0 and runs[-1][0] == JobConfig(corpus=[Path("a")], out=Path("o"))
@@ -64,8 +87,16 @@ def test_help_lists_every_field_with_description_default_and_variable(app_and_ru
     app, _ = app_and_runs
     r = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
     assert r.exit_code == 0
-    for text in ("--corpus", "--block-tokens", "tokens per block", "(default: 256)", "TOY_BLOCK_TOKENS",
-                 "--no-shuffle", "[float16|int8]", "Run the toy job"):
+    for text in (
+        "--corpus",
+        "--block-tokens",
+        "tokens per block",
+        "(default: 256)",
+        "TOY_BLOCK_TOKENS",
+        "--no-shuffle",
+        "[float16|int8]",
+        "Run the toy job",
+    ):
         assert text in r.output, text
 
 

@@ -66,7 +66,9 @@ def test_directory_replaces_directory_and_fsyncs(tmp_path, monkeypatch):
 def _open_fds_to(path) -> int:
     import os
 
-    return sum(1 for fd in os.listdir("/proc/self/fd") if os.path.realpath(f"/proc/self/fd/{fd}") == str(path.resolve()))
+    return sum(
+        1 for fd in os.listdir("/proc/self/fd") if os.path.realpath(f"/proc/self/fd/{fd}") == str(path.resolve())
+    )
 
 
 def test_small_arrays_are_read_and_large_ones_mapped_so_small_files_hold_no_descriptor(tmp_path):

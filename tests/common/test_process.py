@@ -14,36 +14,52 @@ pytestmark = pytest.mark.slow  # fresh interpreters: `-m "not slow"` skips it
 
 ROOT = Path(__file__).resolve().parents[2]
 
-BLAS_THREADS = ("from threadpoolctl import threadpool_info; "
-                "blas = [p['num_threads'] for p in threadpool_info() if p['user_api'] == 'blas']; ")
+BLAS_THREADS = (
+    "from threadpoolctl import threadpool_info; "
+    "blas = [p['num_threads'] for p in threadpool_info() if p['user_api'] == 'blas']; "
+)
 
 
 def _run(code: str, env: dict | None = None) -> str:
     # a fresh interpreter's defaults: not the OPENBLAS_NUM_THREADS an earlier test's in-process
     # single_thread_blas() (fill-eval's run) left in this process's environment
     base = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
-    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120,
-                         env={**base, "OMP_NUM_THREADS": "2", **(env or {})})
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**base, "OMP_NUM_THREADS": "2", **(env or {})},
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout.strip()
 
 
 def test_single_thread_blas_limits_blas_to_one_thread_also_for_libraries_loaded_later():
-    code = ("import numpy; from common.process import single_thread_blas; " + BLAS_THREADS +
-            "before = max(blas); single_thread_blas(); import scipy.linalg; " + BLAS_THREADS +
-            "print(before, len(blas), max(blas))")
+    code = (
+        "import numpy; from common.process import single_thread_blas; "
+        + BLAS_THREADS
+        + "before = max(blas); single_thread_blas(); import scipy.linalg; "
+        + BLAS_THREADS
+        + "print(before, len(blas), max(blas))"
+    )
     before, libraries, after = _run(code).split()
     assert int(before) == 2 and int(libraries) >= 2 and int(after) == 1  # numpy's OpenBLAS and scipy's
 
 
 def test_opening_the_engine_leaves_the_blas_threads_alone(tiny_index):
-    code = (f"import numpy; from fill.engine import FillEngine; from fill.config import EngineConfig; "
-            f"FillEngine.open(EngineConfig(index={str(tiny_index)!r})).close(); " + BLAS_THREADS + "print(max(blas))")
+    code = (
+        f"import numpy; from fill.engine import FillEngine; from fill.config import EngineConfig; "
+        f"FillEngine.open(EngineConfig(index={str(tiny_index)!r})).close(); " + BLAS_THREADS + "print(max(blas))"
+    )
     assert _run(code).splitlines()[-1] == "2"
 
 
 def test_passive_openmp_keeps_a_given_policy():
-    code = "import os; from common.process import passive_openmp; passive_openmp(); print(os.environ['OMP_WAIT_POLICY'])"
+    code = (
+        "import os; from common.process import passive_openmp; passive_openmp(); print(os.environ['OMP_WAIT_POLICY'])"
+    )
     assert _run(code, {"OMP_WAIT_POLICY": "active"}) == "active"
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=60, env=env)
@@ -55,9 +71,11 @@ def test_raise_open_files_limit_lifts_the_soft_limit_to_the_hard_one():
 
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     low = min(256, soft)
-    code = ("import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (%d, %d)); "
-            "from common.process import raise_open_files_limit; before, after = raise_open_files_limit(); "
-            "print(before, after, resource.getrlimit(resource.RLIMIT_NOFILE)[0])" % (low, hard))
+    code = (
+        "import resource; resource.setrlimit(resource.RLIMIT_NOFILE, (%d, %d)); "
+        "from common.process import raise_open_files_limit; before, after = raise_open_files_limit(); "
+        "print(before, after, resource.getrlimit(resource.RLIMIT_NOFILE)[0])" % (low, hard)
+    )
     before, after, now = map(int, _run(code).split())
     want = hard if hard != resource.RLIM_INFINITY else max(low, 1 << 20)
     assert (before, after, now) == (low, want, want)

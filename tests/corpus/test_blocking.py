@@ -110,7 +110,11 @@ def _docs(rows: list[dict]) -> list[Document]:
 
 
 ROWS = CORPUS + [
-    {"id": "d5", "title": "Long words", "text": "antidisestablishmentarianism and floccinaucinihilipilification forever"},
+    {
+        "id": "d5",
+        "title": "Long words",
+        "text": "antidisestablishmentarianism and floccinaucinihilipilification forever",
+    },
     {"id": "d6", "title": "A very long title that certainly has more than four tokens", "text": "Short."},
     {"id": "d7", "title": "Blank", "text": "   \n  "},
 ]
@@ -179,7 +183,12 @@ def test_iter_blocks_title_ids_truncated(tok, title_tokens):
 
 
 def test_iter_blocks_empty_documents_counted(tok):
-    rows = [{"id": "a", "text": ""}, {"id": "b", "text": "Hello world."}, {"id": "c", "text": ""}, {"id": "d", "text": " "}]
+    rows = [
+        {"id": "a", "text": ""},
+        {"id": "b", "text": "Hello world."},
+        {"id": "c", "text": ""},
+        {"id": "d", "text": " "},
+    ]
     stats: dict[str, int] = {}
     blocks = list(iter_blocks(_docs(rows), tok, 16, stats=stats, batch_docs=2))
     assert [b.doc.id for b in blocks] == ["b"]

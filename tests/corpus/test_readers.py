@@ -61,8 +61,13 @@ def write_jsonl(path: Path, columns: dict[str, list]) -> Path:
     return path / "corpus.jsonl"
 
 
-COLUMNAR = {"hf": write_hf, "arrow_stream": write_arrow_stream, "arrow_file": write_arrow_file,
-            "parquet": write_parquet, "jsonl": write_jsonl}
+COLUMNAR = {
+    "hf": write_hf,
+    "arrow_stream": write_arrow_stream,
+    "arrow_file": write_arrow_file,
+    "parquet": write_parquet,
+    "jsonl": write_jsonl,
+}
 
 
 def expected(ids: list) -> list[Document]:
@@ -77,9 +82,16 @@ def test_columnar_formats_give_same_documents(tmp_path: Path, writer, ids: list)
     assert list(read_corpus(str(path), batch_rows=1)) == expected(ids)
 
 
-@pytest.mark.parametrize("writer,fmt", [(write_hf, "hf_dataset"), (write_arrow_stream, "arrow"),
-                                        (write_arrow_file, "arrow"), (write_parquet, "parquet"),
-                                        (write_jsonl, "jsonl")])
+@pytest.mark.parametrize(
+    "writer,fmt",
+    [
+        (write_hf, "hf_dataset"),
+        (write_arrow_stream, "arrow"),
+        (write_arrow_file, "arrow"),
+        (write_parquet, "parquet"),
+        (write_jsonl, "jsonl"),
+    ],
+)
 def test_detect_format_and_count(tmp_path: Path, writer, fmt: str) -> None:
     path = writer(tmp_path, _columns(STR_IDS))
     assert detect_format(path) == fmt
@@ -115,7 +127,11 @@ def test_text_dir_one_document_per_file(tmp_path: Path) -> None:
     docs = list(read_corpus(tmp_path))
     assert [d.text for d in docs] == TEXTS
     assert [(d.row, d.id, d.title) for d in docs] == [
-        (0, "a/y.txt", "y"), (1, "m.txt", "m"), (2, "z/b.txt", "b"), (3, "z/c.txt", "c")]
+        (0, "a/y.txt", "y"),
+        (1, "m.txt", "m"),
+        (2, "z/b.txt", "b"),
+        (3, "z/c.txt", "c"),
+    ]
 
 
 @pytest.mark.parametrize("writer", [write_arrow_stream, write_arrow_file])
@@ -159,6 +175,7 @@ def test_dataset_dict_gives_helpful_error(tmp_path: Path) -> None:
 
 # --- errors --------------------------------------------------------------------------------------
 
+
 def test_missing_path(tmp_path: Path) -> None:
     with pytest.raises(AppError, match="nope.parquet.*does not exist"):
         read_corpus(tmp_path / "nope.parquet")
@@ -176,12 +193,15 @@ def test_unknown_format_lists_supported(tmp_path: Path) -> None:
         detect_format(empty_dir)
 
 
-@pytest.mark.parametrize("name,data", [
-    ("garbage.arrow", b"\x00\x01this is not arrow at all" * 10),
-    ("garbage.arrow", b"ARROW1\x00\x00" + b"\xff" * 50),
-    ("garbage.parquet", b"PAR1" + b"\x00" * 40 + b"PAR1"),
-    ("garbage.parquet", b"just text"),
-])
+@pytest.mark.parametrize(
+    "name,data",
+    [
+        ("garbage.arrow", b"\x00\x01this is not arrow at all" * 10),
+        ("garbage.arrow", b"ARROW1\x00\x00" + b"\xff" * 50),
+        ("garbage.parquet", b"PAR1" + b"\x00" * 40 + b"PAR1"),
+        ("garbage.parquet", b"just text"),
+    ],
+)
 def test_corrupt_files(tmp_path: Path, name: str, data: bytes) -> None:
     (tmp_path / name).write_bytes(data)
     with pytest.raises(AppError, match=name.replace(".", r"\.")):
@@ -217,7 +237,7 @@ def test_malformed_jsonl_line(tmp_path: Path) -> None:
 
 def test_jsonl_array_is_rejected(tmp_path: Path) -> None:
     path = tmp_path / "arr.json"
-    path.write_text('[1, 2]\n', encoding="utf-8")
+    path.write_text("[1, 2]\n", encoding="utf-8")
     with pytest.raises(AppError, match=r"arr\.json line 1.*not an object"):
         list(read_corpus(path))
 

@@ -19,8 +19,10 @@ COMPOSE_FILE = ROOT / "docker-compose.yml"
 APP_PREFIXES = ("FILL_", "INDEXER_", "ENCODER_")
 
 # $$ | ${NAME}, ${NAME:-default}, ${NAME-default}, ${NAME:?error}, ${NAME?error} | $NAME
-_VARIABLE = re.compile(r"\$(?:(?P<escaped>\$)|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}"
-                       r"|(?P<named>[A-Za-z_][A-Za-z0-9_]*))")
+_VARIABLE = re.compile(
+    r"\$(?:(?P<escaped>\$)|\{(?P<braced>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}"
+    r"|(?P<named>[A-Za-z_][A-Za-z0-9_]*))"
+)
 
 
 class InterpolationError(ValueError):
@@ -73,8 +75,14 @@ def compose_variables() -> set[str]:
 def run_docker_compose(*args: str) -> subprocess.CompletedProcess:
     """`docker-compose -f docker-compose.yml ARGS` with none of the file's variables set."""
     env = {k: v for k, v in os.environ.items() if k not in compose_variables()}
-    return subprocess.run([docker_compose(), "-f", str(COMPOSE_FILE), *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [docker_compose(), "-f", str(COMPOSE_FILE), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def dockerfile_instructions(path: Path) -> list[tuple[str, str]]:
@@ -140,7 +148,7 @@ class LocalService:
         """A container path (or a string starting with one) rewritten to the local folder it maps to."""
         for target in sorted(self.mounts, key=len, reverse=True):
             if value == target or value.startswith(target.rstrip("/") + "/"):
-                return str(self.mounts[target]) + value[len(target.rstrip("/")):]
+                return str(self.mounts[target]) + value[len(target.rstrip("/")) :]
         return value
 
     def argv(self) -> list[str]:

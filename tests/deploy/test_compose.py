@@ -51,6 +51,7 @@ def require_docker_compose() -> str:
 
 # -- docker-compose itself ------------------------------------------------------------------------------
 
+
 def test_docker_compose_config_accepts_the_file():
     require_docker_compose()
     for args in (("config", "-q"), ("--profile", "gpu", "config", "-q")):
@@ -92,6 +93,7 @@ def test_interpolation_follows_compose_rules():
 
 
 # -- the file's shape -----------------------------------------------------------------------------------
+
 
 def test_indexer_is_a_one_shot_job_and_api_waits_for_it():
     services = load_compose()["services"]
@@ -153,14 +155,19 @@ def test_gpu_image_installs_faiss_gpu_and_not_faiss_cpu():
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_every_copied_path_exists_and_is_in_the_build_context(dockerfile):
-    allowed = [line[1:].strip() for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
-               if line.startswith("!")]
+    allowed = [
+        line[1:].strip()
+        for line in (ROOT / ".dockerignore").read_text(encoding="utf-8").splitlines()
+        if line.startswith("!")
+    ]
     copies = [args.split()[:-1] for instr, args in dockerfile_instructions(dockerfile) if instr == "COPY"]
     assert copies
     for sources in copies:
         for source in sources:
             assert (ROOT / source).exists(), source
-            assert any(source == a or source.startswith(a + "/") for a in allowed), f"{source} not in .dockerignore's list"
+            assert any(source == a or source.startswith(a + "/") for a in allowed), (
+                f"{source} not in .dockerignore's list"
+            )
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
@@ -168,13 +175,16 @@ def test_every_installed_package_is_copied_into_the_image(dockerfile):
     """`pip install .` in the image installs the packages pyproject.toml lists only if they were COPY'd."""
     import tomllib
 
-    find = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"]["find"]
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"][
+        "find"
+    ]
     packages = {pattern.rstrip("*") for pattern in find["include"]}
     copied = {args.split()[0] for instr, args in dockerfile_instructions(dockerfile) if instr == "COPY"}
     assert packages and packages <= copied, f"not copied: {sorted(packages - copied)}"
 
 
 # -- smoke test: the services' commands as local processes ----------------------------------------------
+
 
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -192,8 +202,9 @@ def stack(tmp_path_factory):
     for folder in volume_dirs.values():
         folder.mkdir()
     indexer = LocalService(compose, "indexer", volume_dirs)
-    job = subprocess.run(indexer.argv(), env=indexer.environment(), cwd=tmp, capture_output=True, text=True,
-                         timeout=600)
+    job = subprocess.run(
+        indexer.argv(), env=indexer.environment(), cwd=tmp, capture_output=True, text=True, timeout=600
+    )
     assert job.returncode == 0, job.stdout + job.stderr
 
     api = LocalService(compose, "api", volume_dirs)
@@ -224,8 +235,11 @@ def test_indexer_command_builds_the_index_into_the_volume(stack):
 
 def test_api_command_serves_readyz_and_fill(stack):
     wait_ready(stack)
-    r = httpx.post(f"http://127.0.0.1:{stack['port']}/fill", timeout=60,
-                   json={"text": "Paris is the capital of <mask> .", "top_k": 3})
+    r = httpx.post(
+        f"http://127.0.0.1:{stack['port']}/fill",
+        timeout=60,
+        json={"text": "Paris is the capital of <mask> .", "top_k": 3},
+    )
     assert r.status_code == 200, r.text
     top = r.json()["masks"][0]["candidates"][0]
     assert top["phrase"] == "France", r.text

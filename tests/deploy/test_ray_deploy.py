@@ -62,9 +62,11 @@ def test_the_kuberay_service_carries_the_serve_config():
     assert service["apiVersion"] == "ray.io/v1" and service["kind"] == "RayService"
     assert yaml.safe_load(service["spec"]["serveConfigV2"]) == serve_config()
     pinned = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
-    assert f'ray[serve]=={service["spec"]["rayClusterConfig"]["rayVersion"]}' in pinned["ray"]
+    assert f"ray[serve]=={service['spec']['rayClusterConfig']['rayVersion']}" in pinned["ray"]
     cluster = service["spec"]["rayClusterConfig"]
-    for spec in [cluster["headGroupSpec"]["template"]["spec"]] + [w["template"]["spec"] for w in cluster["workerGroupSpecs"]]:
+    for spec in [cluster["headGroupSpec"]["template"]["spec"]] + [
+        w["template"]["spec"] for w in cluster["workerGroupSpecs"]
+    ]:
         mounts = spec["containers"][0]["volumeMounts"]
         assert {"name": "index", "mountPath": "/index", "readOnly": True} in mounts
 
@@ -98,8 +100,14 @@ def test_serve_run_of_the_config_serves_the_local_engines_fills(tmp_path, tiny_i
     path.write_text(yaml.safe_dump(config), encoding="utf-8")
     log = tmp_path / "serve.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen([os.path.join(os.path.dirname(sys.executable), "serve"), "run", str(path)],
-                                cwd=ROOT, env=clean_env(), stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [os.path.join(os.path.dirname(sys.executable), "serve"), "run", str(path)],
+            cwd=ROOT,
+            env=clean_env(),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 240

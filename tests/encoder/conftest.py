@@ -39,7 +39,10 @@ def make_groups(enc: Encoder, groups=GROUPS) -> list[list[TrainBlock]]:
     for group in groups:
         docs = tokenize_documents(enc.tokenizer, [text for _, text in group])
         titles = enc.tokenizer([title for title, _ in group], add_special_tokens=False)["input_ids"]
-        out.append([
-            TrainBlock(ids=d.ids, flags=d.flags, title_ids=np.asarray(t, dtype=np.int32)) for d, t in zip(docs, titles)
-        ])
+        out.append(
+            [
+                TrainBlock(ids=d.ids, flags=d.flags, title_ids=np.asarray(t, dtype=np.int32))
+                for d, t in zip(docs, titles)
+            ]
+        )
     return out

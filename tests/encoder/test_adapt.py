@@ -73,16 +73,21 @@ def test_adapted_model_builds_an_index(untitled_corpus, tiny_bert_dir, tmp_path)
     from indexer.build import BuildConfig, build_index
 
     model = adapt(AdaptConfig(corpus=untitled_corpus, out=tmp_path / "m", init=tiny_bert_dir, max_steps=1, **SMALL))
-    build_index(BuildConfig(corpus=untitled_corpus, out=tmp_path / "idx", model=model, block_tokens=32,
-                            device="cpu"))
+    build_index(BuildConfig(corpus=untitled_corpus, out=tmp_path / "idx", model=model, block_tokens=32, device="cpu"))
     engine = FillEngine.open(EngineConfig(index=tmp_path / "idx", device="cpu"))
     assert engine.fill(FillRequest(text="Lyon is a city in <mask> .")).masks[0].candidates
 
 
 def _cli(args: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "encoder", "adapt", *args], cwd=ROOT, env=env, capture_output=True,
-                          text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "encoder", "adapt", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 @pytest.mark.slow  # starts a process

@@ -57,7 +57,9 @@ def check_batch(batch, groups, recorded, enc: Encoder, single: bool = False, tit
     assert batch.cand_at.shape == batch.cand_seq.shape == (n,)
     cand_first = []
     for s, block in enumerate(blocks):
-        seq, types, first = _layout(enc, block.ids.tolist(), block.title_ids.tolist() if block.title_ids is not None else None)
+        seq, types, first = _layout(
+            enc, block.ids.tolist(), block.title_ids.tolist() if block.title_ids is not None else None
+        )
         assert batch.c_ids[s, : len(seq)].tolist() == seq
         assert batch.c_types[s, : len(seq)].tolist() == types
         assert batch.c_attn[s].tolist() == [1] * len(seq) + [0] * (lc - len(seq))
@@ -195,25 +197,32 @@ def test_untitled_rate_drops_titles_on_both_sides(bert):
     groups = make_groups(bert)
     cfg = MaskingConfig(budget=0.3)
     blocks = [b for g in groups for b in g]
-    none = make_batch(groups, bert, np.random.default_rng(0),
-                      BatchConfig(cfg, query_title_dropout=0.0, untitled_rate=1.0))
+    none = make_batch(
+        groups, bert, np.random.default_rng(0), BatchConfig(cfg, query_title_dropout=0.0, untitled_rate=1.0)
+    )
     assert (none.q_types == 0).all() and (none.c_types == 0).all()  # no title segment anywhere
     for s, b in enumerate(blocks):  # candidates: [CLS] block [SEP]
         assert none.c_ids[s, 1 : 1 + len(b.ids)].tolist() == b.ids.tolist()
     default = make_batch(groups, bert, np.random.default_rng(0), BatchConfig(cfg, query_title_dropout=0.0))
-    zero = make_batch(groups, bert, np.random.default_rng(0),
-                      BatchConfig(cfg, query_title_dropout=0.0, untitled_rate=0.0))
+    zero = make_batch(
+        groups, bert, np.random.default_rng(0), BatchConfig(cfg, query_title_dropout=0.0, untitled_rate=0.0)
+    )
     assert torch.equal(default.q_ids, zero.q_ids) and torch.equal(default.c_ids, zero.c_ids)  # same stream
-    some = make_batch(groups, bert, np.random.default_rng(3),
-                      BatchConfig(cfg, query_title_dropout=0.0, untitled_rate=0.5))
+    some = make_batch(
+        groups, bert, np.random.default_rng(3), BatchConfig(cfg, query_title_dropout=0.0, untitled_rate=0.5)
+    )
     titled = some.c_types.max(dim=1).values == 1
     assert 0 < int(titled.sum()) < len(blocks)  # seeded: some blocks keep their title, some do not
 
 
 def test_single_mode(bert, recorder):
     groups = make_groups(bert)
-    batch = make_batch(groups, bert, np.random.default_rng(2),
-                       BatchConfig(MaskingConfig(budget=0.3, max_span=1), query_title_dropout=0.5, single=True))
+    batch = make_batch(
+        groups,
+        bert,
+        np.random.default_rng(2),
+        BatchConfig(MaskingConfig(budget=0.3, max_span=1), query_title_dropout=0.5, single=True),
+    )
     check_batch(batch, groups, recorder, bert, single=True)
     assert batch.masks > 0
     assert torch.equal(batch.end_at, batch.start_at)
@@ -242,11 +251,16 @@ def test_batch_without_shared_ngrams(bert):
 
 def test_content_spans_only(bert, recorder):
     # blocks sharing only function words and punctuation, plus one content word ("museum")
-    groups = make_groups(bert, [[
-        ("", "It was the one of the, and it was the museum of them."),
-        ("", "The other of the two, and the museum is in it."),
-        ("", "And so it is the, as it was in the one."),
-    ]])
+    groups = make_groups(
+        bert,
+        [
+            [
+                ("", "It was the one of the, and it was the museum of them."),
+                ("", "The other of the two, and the museum is in it."),
+                ("", "And so it is the, as it was in the one."),
+            ]
+        ],
+    )
     content = content_token_mask(bert.tokenizer)
     cfg = BatchConfig(MaskingConfig(budget=0.5))
     stop_only = 0
@@ -270,8 +284,11 @@ def test_by_document_positives_stay_inside_a_document(bert):
     """Two copies of a block (one document) plus another document sharing phrases: positives never cross."""
     (group,) = make_groups(bert, [GROUPS[0][:2]])
     a, b = group
-    views = [TrainBlock(a.ids, a.flags, a.title_ids, doc=0), TrainBlock(a.ids, a.flags, a.title_ids, doc=0),
-             TrainBlock(b.ids, b.flags, b.title_ids, doc=1)]
+    views = [
+        TrainBlock(a.ids, a.flags, a.title_ids, doc=0),
+        TrainBlock(a.ids, a.flags, a.title_ids, doc=0),
+        TrainBlock(b.ids, b.flags, b.title_ids, doc=1),
+    ]
     cfg = BatchConfig(MaskingConfig(budget=0.3), by_document=True)
     for seed in range(5):
         batch = make_batch([views], bert, np.random.default_rng(seed), cfg)
@@ -293,10 +310,19 @@ def test_self_positives_and_query_windows(bert, recorder):
     mask_id = bert.tokenizer.mask_token_id
     for seed in range(10):
         recorder.clear()
-        batch = make_batch(groups, bert, np.random.default_rng(seed), BatchConfig(
-            MaskingConfig(budget=0.3), query_title_dropout=1.0, by_document=True, include_self=True, query_window=8,
-            query_views=2,
-        ))
+        batch = make_batch(
+            groups,
+            bert,
+            np.random.default_rng(seed),
+            BatchConfig(
+                MaskingConfig(budget=0.3),
+                query_title_dropout=1.0,
+                by_document=True,
+                include_self=True,
+                query_window=8,
+                query_views=2,
+            ),
+        )
         assert batch.own_allowed.all() and batch.masks > 0
         assert batch.q_ids.shape[0] == 2 * len(blocks) and batch.c_ids.shape[0] == len(blocks)
         assert len(recorder) == 2 * len(groups)  # one masking per group and query view
@@ -329,8 +355,14 @@ def test_alternate_views_mix_self_and_npm_positives(bert):
         for g, group in enumerate(make_groups(bert))
     ]
     n_blocks = sum(len(g) for g in groups)
-    cfg = BatchConfig(MaskingConfig(budget=0.3), query_title_dropout=1.0, by_document=True, include_self=True,
-                      query_views=2, alternate=True)
+    cfg = BatchConfig(
+        MaskingConfig(budget=0.3),
+        query_title_dropout=1.0,
+        by_document=True,
+        include_self=True,
+        query_views=2,
+        alternate=True,
+    )
     seen_npm = seen_self = 0
     for seed in range(8):
         batch = make_batch(groups, bert, np.random.default_rng(seed), cfg)

@@ -73,8 +73,11 @@ def default_engine(tmp_path_factory):
 @pytest.mark.parametrize("mode", ["dense", "restricted", "hybrid"])
 @pytest.mark.parametrize(
     "query,answer",
-    [("Marie Curie was born in <mask> .", "Warsaw"), ("The <mask> flows through Paris .", "Seine"),
-     ("Allan Peiper was born in <mask> .", "Alexandra")],
+    [
+        ("Marie Curie was born in <mask> .", "Warsaw"),
+        ("The <mask> flows through Paris .", "Seine"),
+        ("Allan Peiper was born in <mask> .", "Alexandra"),
+    ],
 )
 def test_default_model_fills_facts_of_the_corpus(default_engine, mode, query, answer):
     """The answer is among the top 5 fills. The top fill may overshoot ("Warsaw in 1867") or take the
@@ -98,7 +101,9 @@ DEMO_ANSWERS = {  # the top fill of each mask of each query of deploy/demo.sh (N
     "Marie Curie was born in <mask> .": ["Warsaw"],
     "Paris is the capital of <mask> .": ["France"],
     "Marie Curie was born in <mask> . In 1891 she moved to <mask> .": ["Warsaw", "Paris"],
-    "Zorblax Quint was born in <mask> .": [None],  # nobody of the sample: min_confidence 0.5 abstains (the reader: 0.04)
+    "Zorblax Quint was born in <mask> .": [
+        None
+    ],  # nobody of the sample: min_confidence 0.5 abstains (the reader: 0.04)
 }
 
 
@@ -117,8 +122,9 @@ def test_demo_queries_are_filled_right_from_the_bundled_sample(tmp_path):
     engine = FillEngine.open(EngineConfig(index=tmp_path / "idx", reader_dir=BUNDLED_READER))  # the defaults
     for request in requests:
         result = engine.fill(FillRequest(**request))
-        assert [m.candidates[0].phrase if m.candidates else None for m in result.masks] == \
-            DEMO_ANSWERS[request["text"]], request
+        assert [m.candidates[0].phrase if m.candidates else None for m in result.masks] == DEMO_ANSWERS[
+            request["text"]
+        ], request
     engine.close()
 
 
@@ -138,8 +144,14 @@ def test_demo_scores_are_right_from_the_bundled_reviews(tmp_path):
     text = DEMO.read_text(encoding="utf-8")
     choices = {name: json.loads(value) for name, value in re.findall(r"^(POSITIVE|NEGATIVE)='(\{.*\})'$", text, re.M)}
     lines = re.findall(r"^score '(\{.*\})'$", text, re.M)
-    requests = [json.loads(line.replace("'\"$POSITIVE, $NEGATIVE\"'", json.dumps(choices["POSITIVE"]) + ", "
-                                        + json.dumps(choices["NEGATIVE"]))) for line in lines]
+    requests = [
+        json.loads(
+            line.replace(
+                "'\"$POSITIVE, $NEGATIVE\"'", json.dumps(choices["POSITIVE"]) + ", " + json.dumps(choices["NEGATIVE"])
+            )
+        )
+        for line in lines
+    ]
     assert len(requests) == len(DEMO_LABELS)
     build_index(BuildConfig(corpus=REVIEWS, out=tmp_path / "idx"))
     engine = FillEngine.open(EngineConfig(index=tmp_path / "idx"))
@@ -151,10 +163,16 @@ def test_demo_scores_are_right_from_the_bundled_reviews(tmp_path):
 
 
 SAME_TYPE = [  # made-up people: two places (or years) of the same type in one sentence, asked about each
-    {"id": "fic-1", "title": "Quillon Varda",
-     "text": "Quillon Varda is a fictional chemist. She was born in Marbleton, and studied in Fenwick."},
-    {"id": "fic-2", "title": "Tobin Aschel",
-     "text": "Tobin Aschel is a fictional sculptor. He grew up in Harrowgate, and later worked in Lindqvist Bay."},
+    {
+        "id": "fic-1",
+        "title": "Quillon Varda",
+        "text": "Quillon Varda is a fictional chemist. She was born in Marbleton, and studied in Fenwick.",
+    },
+    {
+        "id": "fic-2",
+        "title": "Tobin Aschel",
+        "text": "Tobin Aschel is a fictional sculptor. He grew up in Harrowgate, and later worked in Lindqvist Bay.",
+    },
 ]
 
 
@@ -172,12 +190,15 @@ def same_type_engine(tmp_path_factory):
 
 
 @pytest.mark.parametrize("mode", ["dense", "restricted", "hybrid"])
-@pytest.mark.parametrize("query,answer", [
-    ("Quillon Varda was born in <mask> .", "Marbleton"),
-    ("Quillon Varda studied in <mask> .", "Fenwick"),
-    ("Tobin Aschel grew up in <mask> .", "Harrowgate"),
-    ("Tobin Aschel worked in <mask> .", "Lindqvist Bay"),
-])
+@pytest.mark.parametrize(
+    "query,answer",
+    [
+        ("Quillon Varda was born in <mask> .", "Marbleton"),
+        ("Quillon Varda studied in <mask> .", "Fenwick"),
+        ("Tobin Aschel grew up in <mask> .", "Harrowgate"),
+        ("Tobin Aschel worked in <mask> .", "Lindqvist Bay"),
+    ],
+)
 def test_the_reader_does_not_overrule_a_right_fill_with_a_same_type_distractor(same_type_engine, mode, query, answer):
     """The case of issue 38: "born in A, and studied in B" must not be read as B for "born in", in any mode."""
     from fill.schemas import FillRequest

@@ -53,7 +53,9 @@ def test_encoder_gpu_path_encodes_in_fp16(gpu_present, tiny_bert_dir, caplog):
         gpu = Encoder(tiny_bert_dir)  # device "auto"
     assert gpu.dtype == torch.float16 and "GPU path" in caplog.text and "float16" in caplog.text
     cpu = Encoder(tiny_bert_dir, device="cpu", dtype="fp32")
-    block = BlockInput(np.asarray(cpu.tokenizer("the river flows through the old town", add_special_tokens=False)["input_ids"]))
+    block = BlockInput(
+        np.asarray(cpu.tokenizer("the river flows through the old town", add_special_tokens=False)["input_ids"])
+    )
     a, b = gpu.encode_blocks([block])[0], cpu.encode_blocks([block])[0]
     assert a.shape == b.shape and np.isfinite(a).all()
     cos = (a * b).sum(1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))

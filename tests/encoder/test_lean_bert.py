@@ -69,12 +69,14 @@ def test_a_lean_encoder_gives_the_vectors_of_transformers_model(tiny_bert_dir):
 
 @pytest.mark.slow  # starts a process
 def test_serving_loads_no_modeling_code(tiny_index):
-    code = (f"import sys; from pathlib import Path; from fill.config import EngineConfig; "
-            f"from fill.engine import FillEngine; from fill.schemas import FillRequest; "
-            f"e = FillEngine.open(EngineConfig(index=Path({str(tiny_index)!r}), use_reader=False)); "
-            f"e.fill(FillRequest(text='Paris is the capital of <mask> .')); "
-            f"print(sorted(m for m in sys.modules if m in ('transformers.modeling_utils', 'torch._dynamo', "
-            f"'transformers.models')))")
+    code = (
+        f"import sys; from pathlib import Path; from fill.config import EngineConfig; "
+        f"from fill.engine import FillEngine; from fill.schemas import FillRequest; "
+        f"e = FillEngine.open(EngineConfig(index=Path({str(tiny_index)!r}), use_reader=False)); "
+        f"e.fill(FillRequest(text='Paris is the capital of <mask> .')); "
+        f"print(sorted(m for m in sys.modules if m in ('transformers.modeling_utils', 'torch._dynamo', "
+        f"'transformers.models')))"
+    )
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"

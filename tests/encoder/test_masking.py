@@ -62,7 +62,14 @@ def _aligned_occurrences(blocks, flags, key: tuple) -> set[tuple[int, int]]:
 
 
 def _check_invariants(
-    blocks, flags, out, cfg: MaskingConfig, tokens_per_span: int = 2, docs=None, include_self: bool = False, regions=None
+    blocks,
+    flags,
+    out,
+    cfg: MaskingConfig,
+    tokens_per_span: int = 2,
+    docs=None,
+    include_self: bool = False,
+    regions=None,
 ) -> None:
     assert len(out) == len(blocks)
     for b, (ids, fl, mb) in enumerate(zip(blocks, flags, out)):
@@ -91,7 +98,9 @@ def _check_invariants(
                 assert tuple(blocks[ob][p : p + len(key)].tolist()) == key
             occurrences = _aligned_occurrences(blocks, flags, key)
             if include_self:
-                expected = {o for o in occurrences if o == (b, span.start) or (docs is not None and docs[o[0]] == docs[b])}
+                expected = {
+                    o for o in occurrences if o == (b, span.start) or (docs is not None and docs[o[0]] == docs[b])
+                }
             else:
                 expected = {o for o in occurrences if o[0] != b and (docs is None or docs[o[0]] == docs[b])}
             assert set(span.positives) == expected
@@ -180,8 +189,7 @@ def test_multi_piece_words_are_masked_whole():
     # shared words are multi-piece; every mask must cover whole words
     shared = [[50, 51], [52, 53, 54], [55, 56]]
     blocks, flags = _group(
-        [[1], [2, 3], *shared, [4], [5, 6, 7], [8]] * 2,
-        [[11, 12], *shared, [13], [14, 15], [16]] * 2,
+        [[1], [2, 3], *shared, [4], [5, 6, 7], [8]] * 2, [[11, 12], *shared, [13], [14, 15], [16]] * 2
     )
     cfg = MaskingConfig(budget=0.5)
     masked_any = False

@@ -130,7 +130,11 @@ def test_prefix_changes_vectors_not_shape(which, encoders):
     enc = encoders[which]
     ids = _ids(enc, "He was born in Alexandra, Victoria.")
     plain, titled, other = enc.encode_blocks(
-        [BlockInput(ids), BlockInput(ids, prefix_ids=_ids(enc, "Allan Peiper")), BlockInput(ids, prefix_ids=_ids(enc, "Paris"))]
+        [
+            BlockInput(ids),
+            BlockInput(ids, prefix_ids=_ids(enc, "Allan Peiper")),
+            BlockInput(ids, prefix_ids=_ids(enc, "Paris")),
+        ]
     )
     assert plain.shape == titled.shape == other.shape == (len(ids), enc.dim)
     assert not np.allclose(plain, titled, atol=1e-3)
@@ -155,7 +159,11 @@ def test_padding_in_a_batch_does_not_change_vectors(which, encoders):
 @pytest.mark.parametrize("which", MODELS)
 def test_encode_blocks_rejects_too_long_block(which, encoders):
     enc = encoders[which]
-    ids = np.full(enc.max_length - enc.block_overhead + 1, enc.tokenizer.convert_tokens_to_ids(enc.tokenizer.unk_token), dtype=np.int32)
+    ids = np.full(
+        enc.max_length - enc.block_overhead + 1,
+        enc.tokenizer.convert_tokens_to_ids(enc.tokenizer.unk_token),
+        dtype=np.int32,
+    )
     with pytest.raises(AppError, match=str(enc.max_length)):
         enc.encode_blocks([BlockInput(ids)])
     (ok,) = enc.encode_blocks([BlockInput(ids[:-1])])  # exactly at the limit
@@ -216,8 +224,10 @@ def test_encode_queries_equals_model_by_hand(which, encoders):
         assert not np.allclose(qv.q_start, qv.q_end, atol=1e-4)  # different positions, different vectors
 
 
-@pytest.mark.parametrize("width, limit, want", [(1, 512, 16), (16, 512, 16), (17, 512, 32), (75, 512, 80),
-                                                (500, 512, 512), (510, 510, 510), (20, 18, 20)])
+@pytest.mark.parametrize(
+    "width, limit, want",
+    [(1, 512, 16), (16, 512, 16), (17, 512, 32), (75, 512, 80), (500, 512, 512), (510, 510, 510), (20, 18, 20)],
+)
 def test_padded_width_rounds_up_to_the_step_within_the_limit(width, limit, want):
     assert WIDTH_STEP == 16
     assert padded_width(width, limit) == want
@@ -227,8 +237,9 @@ def test_a_query_pass_is_padded_to_the_step(encoders, monkeypatch):
     enc = encoders[MODELS[0]]
     seen = []
     forward = enc._forward_here
-    monkeypatch.setattr(enc, "_forward_here", lambda seqs, types, width, rows: seen.append(width) or
-                        forward(seqs, types, width, rows))
+    monkeypatch.setattr(
+        enc, "_forward_here", lambda seqs, types, width, rows: seen.append(width) or forward(seqs, types, width, rows)
+    )
     layout = enc.query_layout("Paris is the <mask> of France.")
     assert len(layout[0]) % WIDTH_STEP != 0
     enc.encode_layouts([layout])
@@ -310,8 +321,15 @@ def test_mpnet_encoder_without_token_types(tiny_roberta_dir, tmp_path):
 
     tok = AutoTokenizer.from_pretrained(str(tiny_roberta_dir))
     torch.manual_seed(0)
-    cfg = MPNetConfig(vocab_size=len(tok), hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                      intermediate_size=64, max_position_embeddings=130, pad_token_id=tok.pad_token_id)
+    cfg = MPNetConfig(
+        vocab_size=len(tok),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=130,
+        pad_token_id=tok.pad_token_id,
+    )
     MPNetModel(cfg).save_pretrained(tmp_path)
     tok.save_pretrained(tmp_path)
     enc = Encoder(tmp_path, device="cpu", dtype="fp32")
@@ -348,13 +366,22 @@ def test_a_lean_bert_tokenizer_gives_what_autotokenizer_gives(tiny_bert_dir, tin
 
     auto, lean = AutoTokenizer.from_pretrained(str(tiny_bert_dir)), load_tokenizer(tiny_bert_dir, lean=True)
     assert type(lean) is PreTrainedTokenizerFast and type(auto) is not PreTrainedTokenizerFast
-    texts = ["Marie Curie was born in Warsaw.", "Skłodowska  naïve café, 1,867; [MASK] x", "ÅNGSTRÖM 東京 tab\there", ""]
+    texts = [
+        "Marie Curie was born in Warsaw.",
+        "Skłodowska  naïve café, 1,867; [MASK] x",
+        "ÅNGSTRÖM 東京 tab\there",
+        "",
+    ]
     for text in texts:
         assert lean(text, return_offsets_mapping=True).data == auto(text, return_offsets_mapping=True).data
-        assert lean(text, text[::-1], return_offsets_mapping=True).data == auto(text, text[::-1],
-                                                                                return_offsets_mapping=True).data
+        assert (
+            lean(text, text[::-1], return_offsets_mapping=True).data
+            == auto(text, text[::-1], return_offsets_mapping=True).data
+        )
     assert lean(texts, padding=True).data == auto(texts, padding=True).data
     assert derive_template(lean) == derive_template(auto) and derive_template(lean).second_type_id == 1
     assert lean.all_special_ids == auto.all_special_ids and lean.get_vocab() == auto.get_vocab()
     assert type(load_tokenizer(tiny_bert_dir)) is type(auto)  # not lean: AutoTokenizer's class (training saves it)
-    assert type(load_tokenizer(tiny_roberta_dir, lean=True)) is type(AutoTokenizer.from_pretrained(str(tiny_roberta_dir)))
+    assert type(load_tokenizer(tiny_roberta_dir, lean=True)) is type(
+        AutoTokenizer.from_pretrained(str(tiny_roberta_dir))
+    )

@@ -97,8 +97,16 @@ def test_a_read_only_model_directory_exports_into_the_user_cache(model_dir, tmp_
 
 
 def test_reader_logits_agree_between_engines(model_dir, tmp_path, monkeypatch):
-    trainer = ReaderTrainer(ReaderTrainConfig(examples=[write_example(model_dir, tmp_path)], out=tmp_path / "run",
-                                              init=model_dir, epochs=1, batch_size=1, device="cpu"))
+    trainer = ReaderTrainer(
+        ReaderTrainConfig(
+            examples=[write_example(model_dir, tmp_path)],
+            out=tmp_path / "run",
+            init=model_dir,
+            epochs=1,
+            batch_size=1,
+            device="cpu",
+        )
+    )
     reader_dir = trainer.run()
     encoder = Encoder(model_dir, device="cpu", dtype="fp32")
     ids, at = encoder.query_layout(QUERIES[0])
@@ -128,8 +136,18 @@ def write_example(model_dir, tmp_path):
     ids, at = tok.query_layout(QUERIES[0])
     window = tok.tokenizer("Paris is the capital of France", add_special_tokens=False)["input_ids"]
     path = tmp_path / "ex.jsonl"
-    path.write_text(json.dumps({"query_ids": ids, "mask_at": at[0], "windows": [window], "flags": [[3] * len(window)],
-                                "gold": [[0, len(window) - 1, len(window) - 1]]}) + "\n")
+    path.write_text(
+        json.dumps(
+            {
+                "query_ids": ids,
+                "mask_at": at[0],
+                "windows": [window],
+                "flags": [[3] * len(window)],
+                "gold": [[0, len(window) - 1, len(window) - 1]],
+            }
+        )
+        + "\n"
+    )
     return path
 
 

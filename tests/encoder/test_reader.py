@@ -80,8 +80,11 @@ def test_identity_heads_score_a_token_as_the_query_vector_does(reader_dir, tiny_
     start, end = reader.logits([x])[0]
     tensors, positions = batch_tensors([x], reader.template, reader.pad_id)
     with torch.inference_mode():
-        h = reader.model.transformer(input_ids=tensors[0], attention_mask=tensors[1],
-                                     token_type_ids=tensors[2]).last_hidden_state[0].float()
+        h = (
+            reader.model.transformer(input_ids=tensors[0], attention_mask=tensors[1], token_type_ids=tensors[2])
+            .last_hidden_state[0]
+            .float()
+        )
     scale = h.shape[1] ** -0.5
     want_start = (h[positions[0]] @ h[x.mask_at]).numpy() * scale
     want_end = (h[positions[0]] @ h[x.mask_at + 1]).numpy() * scale
@@ -94,8 +97,10 @@ def test_identity_heads_score_a_token_as_the_query_vector_does(reader_dir, tiny_
 def test_batched_logits_equal_one_at_a_time(reader_dir, tiny_bert_dir):
     encoder = Encoder(tiny_bert_dir, device="cpu", dtype="fp32")
     reader = Reader(reader_dir, device="cpu", dtype="fp32")
-    items = [item(encoder, "Curie was born in <mask> .", ["born in Warsaw", "Paris"]),
-             item(encoder, "<mask> is the capital of France and of its many cities .", ["Paris is the capital"])]
+    items = [
+        item(encoder, "Curie was born in <mask> .", ["born in Warsaw", "Paris"]),
+        item(encoder, "<mask> is the capital of France and of its many cities .", ["Paris is the capital"]),
+    ]
     together = reader.logits(items)
     for x, (start, end) in zip(items, together):
         alone_start, alone_end = reader.logits([x])[0]
@@ -154,8 +159,15 @@ def test_reader_refuses_heads_of_another_size(tmp_path, reader_dir):
 
     bad = tmp_path / "bad"
     shutil.copytree(reader_dir, bad)
-    save_file({"start.weight": torch.zeros(8, 8), "start.bias": torch.zeros(8), "end.weight": torch.zeros(8, 8),
-               "end.bias": torch.zeros(8)}, str(bad / HEAD_NAME))
+    save_file(
+        {
+            "start.weight": torch.zeros(8, 8),
+            "start.bias": torch.zeros(8),
+            "end.weight": torch.zeros(8, 8),
+            "end.bias": torch.zeros(8),
+        },
+        str(bad / HEAD_NAME),
+    )
     with pytest.raises(AppError, match="does not hold heads"):
         Reader(bad, device="cpu")
 

@@ -67,10 +67,17 @@ def make_examples(encoder: Encoder, path) -> list[ReaderInput]:
         ids, mask_at = encoder.query_layout(query)
         wins = [tok(w, add_special_tokens=False)["input_ids"] for w in windows]
         answer_ids = tok(answer, add_special_tokens=False)["input_ids"]
-        i = next(k for k in range(len(wins[1])) if wins[1][k:k + len(answer_ids)] == answer_ids)
+        i = next(k for k in range(len(wins[1])) if wins[1][k : k + len(answer_ids)] == answer_ids)
         flags = [[WORD_START | WORD_END] * len(w) for w in wins]
-        rows.append({"query_ids": ids, "mask_at": mask_at[0], "windows": wins, "flags": flags,
-                     "gold": [[1, i, i + len(answer_ids) - 1]]})
+        rows.append(
+            {
+                "query_ids": ids,
+                "mask_at": mask_at[0],
+                "windows": wins,
+                "flags": flags,
+                "gold": [[1, i, i + len(answer_ids) - 1]],
+            }
+        )
         items.append((ReaderInput(ids, mask_at[0], [np.array(w) for w in wins]), len(wins[0]) + i))
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
     return items
@@ -79,8 +86,17 @@ def make_examples(encoder: Encoder, path) -> list[ReaderInput]:
 def test_training_learns_the_gold_span_and_resumes(tmp_path, tiny_bert_dir):
     encoder = Encoder(tiny_bert_dir, device="cpu", dtype="fp32")
     items = make_examples(encoder, tmp_path / "ex.jsonl")
-    cfg = ReaderTrainConfig(examples=[tmp_path / "ex.jsonl"], out=tmp_path / "run", init=tiny_bert_dir, epochs=40,
-                            batch_size=2, lr=3e-3, warmup=0.0, save_every=10, device="cpu")
+    cfg = ReaderTrainConfig(
+        examples=[tmp_path / "ex.jsonl"],
+        out=tmp_path / "run",
+        init=tiny_bert_dir,
+        epochs=40,
+        batch_size=2,
+        lr=3e-3,
+        warmup=0.0,
+        save_every=10,
+        device="cpu",
+    )
     trainer = ReaderTrainer(cfg.model_copy(update={"minutes": 1e-9}))  # stops after its first step
     rows = [json.loads(line) for line in (tmp_path / "ex.jsonl").read_text().splitlines()]
     with torch.no_grad():
@@ -126,11 +142,28 @@ def test_null_training_learns_to_say_none_of_these(tmp_path, tiny_bert_dir):
     tok = encoder.tokenizer
     ids, mask_at = encoder.query_layout("Zorp was born in <mask> .")  # nobody in the windows is Zorp
     wins = [tok(w, add_special_tokens=False)["input_ids"] for w in ["he was born in Paris", "she died in Passy"]]
-    rows.append({"query_ids": ids, "mask_at": mask_at[0], "windows": wins,
-                 "flags": [[WORD_START | WORD_END] * len(w) for w in wins], "gold": []})
+    rows.append(
+        {
+            "query_ids": ids,
+            "mask_at": mask_at[0],
+            "windows": wins,
+            "flags": [[WORD_START | WORD_END] * len(w) for w in wins],
+            "gold": [],
+        }
+    )
     (tmp_path / "ex.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = ReaderTrainConfig(examples=[tmp_path / "ex.jsonl"], out=tmp_path / "run", init=tiny_bert_dir, epochs=60,
-                            batch_size=3, lr=3e-3, warmup=0.0, save_every=100, device="cpu", null=True)
+    cfg = ReaderTrainConfig(
+        examples=[tmp_path / "ex.jsonl"],
+        out=tmp_path / "run",
+        init=tiny_bert_dir,
+        epochs=60,
+        batch_size=3,
+        lr=3e-3,
+        warmup=0.0,
+        save_every=100,
+        device="cpu",
+        null=True,
+    )
     reader = Reader(ReaderTrainer(cfg).run(), device="cpu", dtype="fp32")
     assert reader.card.null
     none = ReaderInput(ids, mask_at[0], [np.array(w) for w in wins])
@@ -144,8 +177,18 @@ def test_null_training_learns_to_say_none_of_these(tmp_path, tiny_bert_dir):
 def test_freeze_embeddings_keeps_the_encoders_word_embeddings(tmp_path, tiny_bert_dir):
     encoder = Encoder(tiny_bert_dir, device="cpu", dtype="fp32")
     make_examples(encoder, tmp_path / "ex.jsonl")
-    cfg = ReaderTrainConfig(examples=[tmp_path / "ex.jsonl"], out=tmp_path / "run", init=tiny_bert_dir, epochs=3,
-                            batch_size=2, lr=3e-3, warmup=0.0, device="cpu", save_every=3, freeze_embeddings=True)
+    cfg = ReaderTrainConfig(
+        examples=[tmp_path / "ex.jsonl"],
+        out=tmp_path / "run",
+        init=tiny_bert_dir,
+        epochs=3,
+        batch_size=2,
+        lr=3e-3,
+        warmup=0.0,
+        device="cpu",
+        save_every=3,
+        freeze_embeddings=True,
+    )
     trainer = ReaderTrainer(cfg)
     before = {k: v.clone() for k, v in trainer.model.transformer.state_dict().items()}
     trainer.run()
@@ -157,11 +200,20 @@ def test_freeze_embeddings_keeps_the_encoders_word_embeddings(tmp_path, tiny_ber
 
 def test_bucketed_order_keeps_every_example_and_cuts_the_padding(tmp_path, tiny_bert_dir):
     rng = np.random.default_rng(1)
-    rows = [{"query_ids": [1, 2, 3], "mask_at": 1, "windows": [[5] * int(n)], "flags": [[3] * int(n)],
-             "gold": [[0, 0, 0]]} for n in rng.integers(1, 200, size=96)]
+    rows = [
+        {"query_ids": [1, 2, 3], "mask_at": 1, "windows": [[5] * int(n)], "flags": [[3] * int(n)], "gold": [[0, 0, 0]]}
+        for n in rng.integers(1, 200, size=96)
+    ]
     (tmp_path / "ex.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    cfg = ReaderTrainConfig(examples=[tmp_path / "ex.jsonl"], out=tmp_path / "run", init=tiny_bert_dir, epochs=2,
-                            batch_size=8, device="cpu", bucket=0)
+    cfg = ReaderTrainConfig(
+        examples=[tmp_path / "ex.jsonl"],
+        out=tmp_path / "run",
+        init=tiny_bert_dir,
+        epochs=2,
+        batch_size=8,
+        device="cpu",
+        bucket=0,
+    )
     plain = ReaderTrainer(cfg).order
     bucketed = ReaderTrainer(cfg.model_copy(update={"bucket": 6})).order
     assert sorted(bucketed.tolist()) == sorted(plain.tolist())  # the same examples, as often
@@ -172,7 +224,7 @@ def test_bucketed_order_keeps_every_example_and_cuts_the_padding(tmp_path, tiny_
         return int(lengths.max(axis=1).sum())
 
     assert padded(bucketed) < 0.8 * padded(plain)
-    first_run = [max(len(rows[i]["windows"][0]) for i in bucketed[at: at + 8]) for at in range(0, 48, 8)]
+    first_run = [max(len(rows[i]["windows"][0]) for i in bucketed[at : at + 8]) for at in range(0, 48, 8)]
     assert first_run != sorted(first_run)  # the batches are shuffled, not served shortest first
 
 
@@ -181,8 +233,17 @@ def test_layers_are_cut_on_a_fresh_run_with_resume_and_kept_when_it_resumes(tmp_
     all 6); resumed from its checkpoint, the run keeps the checkpoint's layers."""
     encoder = Encoder(tiny_bert_dir, device="cpu", dtype="fp32")
     make_examples(encoder, tmp_path / "ex.jsonl")
-    cfg = ReaderTrainConfig(examples=[tmp_path / "ex.jsonl"], out=tmp_path / "run", init=tiny_bert_dir, epochs=2,
-                            batch_size=2, device="cpu", layers=1, resume=True, minutes=1e-9)
+    cfg = ReaderTrainConfig(
+        examples=[tmp_path / "ex.jsonl"],
+        out=tmp_path / "run",
+        init=tiny_bert_dir,
+        epochs=2,
+        batch_size=2,
+        device="cpu",
+        layers=1,
+        resume=True,
+        minutes=1e-9,
+    )
     trainer = ReaderTrainer(cfg)
     assert len(trainer.model.transformer.encoder.layer) == 1
     trainer.run()

@@ -27,18 +27,25 @@ def _table(vocab: dict[str, int], placed: dict[str, list[float]], dim: int = 4) 
 
 
 def test_neighbours_go_to_the_nearest_choice_best_first(bert, vocab):
-    placed = {"great": [1, 0, 0, 0], "terrific": [0.95, 0.05, 0, 0], "wonderful": [0.9, 0.2, 0, 0],
-              "terrible": [0, 1, 0, 0], "awful": [0.05, 0.95, 0, 0],
-              "fantastic": [0.6, 0.55, 0, 0],  # a little nearer to great than to terrible
-              "horrible": [0.45, 0.7, 0, 0]}  # near both, nearer to terrible
+    placed = {
+        "great": [1, 0, 0, 0],
+        "terrific": [0.95, 0.05, 0, 0],
+        "wonderful": [0.9, 0.2, 0, 0],
+        "terrible": [0, 1, 0, 0],
+        "awful": [0.05, 0.95, 0, 0],
+        "fantastic": [0.6, 0.55, 0, 0],  # a little nearer to great than to terrible
+        "horrible": [0.45, 0.7, 0, 0],
+    }  # near both, nearer to terrible
     words = WordNeighbours(bert.tokenizer, _table(vocab, placed), bert.phrase_ids)
     near = words.expand([[vocab["great"]], [vocab["terrible"]]], 3)
     assert [w for _, w in near[0]] == ["terrific", "wonderful", "fantastic"]
     assert [w for _, w in near[1]] == ["awful", "horrible"] + [w for _, w in near[1]][2:]
     assert all(vocab[w] == i for c in near for i, w in c)
     assert {w for _, w in near[0]}.isdisjoint(w for _, w in near[1])  # never one word for two choices
-    assert words.expand([[vocab["great"]], [vocab["terrible"]]], 1) == [[(vocab["terrific"], "terrific")],
-                                                                      [(vocab["awful"], "awful")]]
+    assert words.expand([[vocab["great"]], [vocab["terrible"]]], 1) == [
+        [(vocab["terrific"], "terrific")],
+        [(vocab["awful"], "awful")],
+    ]
     assert words.expand([[vocab["great"]], [vocab["terrible"]]], 0) == [[], []]
 
 

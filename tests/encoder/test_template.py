@@ -37,7 +37,11 @@ def test_derive_template_roberta(roberta_tok):
     t = derive_template(roberta_tok)
     bos, eos = roberta_tok.convert_tokens_to_ids(["<s>", "</s>"])
     assert t == Template(
-        single_prefix=[bos], single_suffix=[eos], pair_prefix=[bos], pair_mid=[eos, eos], pair_suffix=[eos],
+        single_prefix=[bos],
+        single_suffix=[eos],
+        pair_prefix=[bos],
+        pair_mid=[eos, eos],
+        pair_suffix=[eos],
         second_type_id=0,
     )
 

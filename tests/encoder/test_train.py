@@ -58,8 +58,21 @@ def city_corpus(tmp_path_factory) -> Path:
 
 
 def config(corpus: Path, out: Path, init: Path, **kw) -> TrainConfig:
-    base = dict(corpus=[corpus], out=out, init=init, steps=4, save_every=2, group_size=4, device="cpu", dtype="fp32",
-                block_tokens=32, title_tokens=8, lr=1e-3, warmup_steps=10, seed=0)
+    base = dict(
+        corpus=[corpus],
+        out=out,
+        init=init,
+        steps=4,
+        save_every=2,
+        group_size=4,
+        device="cpu",
+        dtype="fp32",
+        block_tokens=32,
+        title_tokens=8,
+        lr=1e-3,
+        warmup_steps=10,
+        seed=0,
+    )
     base.update(kw)
     return TrainConfig(**base)
 
@@ -126,7 +139,14 @@ def run_a(city_corpus, tiny_bert_dir, tmp_path_factory) -> Path:
 
 def test_checkpoint_layout(run_a):
     ckpt = run_a / "checkpoint-000004"
-    for name in ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json", "train_config.json", STATE_FILE):
+    for name in (
+        "model.safetensors",
+        "config.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "train_config.json",
+        STATE_FILE,
+    ):
         assert (ckpt / name).is_file(), name
     assert json.loads((run_a / LATEST).read_text()) == {"checkpoint": "checkpoint-000004", "step": 4}
     assert sorted(p.name for p in run_a.iterdir() if p.is_dir()) == ["checkpoint-000004"]  # keep_checkpoints=1
@@ -137,7 +157,10 @@ def test_checkpoint_layout(run_a):
     assert {"optimizer", "scheduler", "torch_rng", "python_rng"} <= state.keys()
     recs = metrics(run_a)
     assert [r["step"] for r in recs] == [1, 2, 3, 4]
-    assert all(np.isfinite(r["loss"]) and r["masks"] > 0 and r["loss"] == pytest.approx(r["loss_start"] + r["loss_end"]) for r in recs)
+    assert all(
+        np.isfinite(r["loss"]) and r["masks"] > 0 and r["loss"] == pytest.approx(r["loss_start"] + r["loss_end"])
+        for r in recs
+    )
     with safe_open(str(ckpt / "model.safetensors"), "pt") as f:
         assert all(f.get_slice(k).get_dtype() == "F32" for k in f.keys())
     Encoder(ckpt, device="cpu")  # loadable as an encoder directory
@@ -203,8 +226,17 @@ def test_memory_negatives_join_the_loss_and_resume_exactly(city_corpus, tiny_ber
 
 
 def test_inline_title_puts_the_title_in_the_query_text(city_corpus, tiny_bert_dir, tmp_path):
-    trainer = Trainer(config(city_corpus, tmp_path / "inline", tiny_bert_dir, positives="self", query_window=12,
-                             inline_title=True, query_title_dropout=0.0))
+    trainer = Trainer(
+        config(
+            city_corpus,
+            tmp_path / "inline",
+            tiny_bert_dir,
+            positives="self",
+            query_window=12,
+            inline_title=True,
+            query_title_dropout=0.0,
+        )
+    )
     batch = trainer.batch_at(0)
     assert (batch.q_types == 0).all()  # one segment
     sep = trainer.encoder.tokenizer.sep_token_id
@@ -214,7 +246,9 @@ def test_inline_title_puts_the_title_in_the_query_text(city_corpus, tiny_bert_di
     for row in batch.q_ids:
         assert any(tuple(row[cls_len : cls_len + len(t)].tolist()) == t for t in titles)
     mask = trainer.encoder.tokenizer.mask_token_id
-    assert (batch.q_ids.reshape(-1)[batch.start_at] == mask).all() and (batch.q_ids.reshape(-1)[batch.end_at] == mask).all()
+    assert (batch.q_ids.reshape(-1)[batch.start_at] == mask).all() and (
+        batch.q_ids.reshape(-1)[batch.end_at] == mask
+    ).all()
 
 
 def test_until_stops_early_on_the_full_schedule(run_a, city_corpus, tiny_bert_dir, tmp_path):
@@ -286,10 +320,36 @@ def _free_port() -> int:
 def test_torchrun_two_processes_on_cpu(city_corpus, tiny_bert_dir, tmp_path):
     out = tmp_path / "ddp"
     cmd = [
-        sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(_free_port()),
-        "-m", "encoder", "train", "--corpus", str(city_corpus), "--out", str(out), "--init", str(tiny_bert_dir),
-        "--steps", "2", "--save-every", "2", "--group-size", "4", "--block-tokens", "32", "--title-tokens", "8",
-        "--device", "cpu", "--dtype", "fp32",
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(_free_port()),
+        "-m",
+        "encoder",
+        "train",
+        "--corpus",
+        str(city_corpus),
+        "--out",
+        str(out),
+        "--init",
+        str(tiny_bert_dir),
+        "--steps",
+        "2",
+        "--save-every",
+        "2",
+        "--group-size",
+        "4",
+        "--block-tokens",
+        "32",
+        "--title-tokens",
+        "8",
+        "--device",
+        "cpu",
+        "--dtype",
+        "fp32",
     ]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
@@ -349,8 +409,14 @@ def test_gather_across_two_processes():
 
 @pytest.mark.slow  # starts a process
 def test_python_m_encoder_train_help():
-    proc = subprocess.run([sys.executable, "-m", "encoder", "train", "--help"], cwd=ROOT, capture_output=True,
-                          text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "encoder", "train", "--help"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "200"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert "--corpus" in proc.stdout and "--save-every" in proc.stdout
 
@@ -375,7 +441,9 @@ def test_export_fp16(run_a, tmp_path):
     fp32, fp16 = Encoder(ckpt, device="cpu", dtype="fp32"), Encoder(out, device="cpu", dtype="fp32")
     assert next(fp16.model.parameters()).dtype == torch.float32
     ids = np.asarray(fp32.tokenizer("Paris is the capital of France.", add_special_tokens=False)["input_ids"])
-    blocks = [BlockInput(ids=ids, prefix_ids=np.asarray(fp32.tokenizer("Paris", add_special_tokens=False)["input_ids"]))]
+    blocks = [
+        BlockInput(ids=ids, prefix_ids=np.asarray(fp32.tokenizer("Paris", add_special_tokens=False)["input_ids"]))
+    ]
     a, b = fp32.encode_blocks(blocks)[0], fp16.encode_blocks(blocks)[0]
     np.testing.assert_allclose(b, a, atol=1e-2)
     qa = fp32.encode_queries(["Paris is the capital of <mask>."])[0]
@@ -394,17 +462,20 @@ def test_salient_words_are_read_into_the_blocks(city_corpus, tiny_bert_dir, tmp_
     words = tmp_path / "words.txt"
     words.write_text("# rivers\nTiber\n\nold\n", encoding="utf-8")
     plain = Trainer(config(city_corpus, tmp_path / "plain", tiny_bert_dir, steps=1))
-    listed = Trainer(config(city_corpus, tmp_path / "listed", tiny_bert_dir, steps=1, salient_words=words,
-                            salient_rate=0.5))
+    listed = Trainer(
+        config(city_corpus, tmp_path / "listed", tiny_bert_dir, steps=1, salient_words=words, salient_rate=0.5)
+    )
     count = lambda t: sum(len(b.salient) for g in t.groups for b in g)  # noqa: E731
     assert count(listed) > count(plain)  # "old" (lower case) adds spans; "Tiber" was one already
 
 
 def test_missing_or_empty_salient_word_list_is_named(city_corpus, tiny_bert_dir, tmp_path):
     with pytest.raises(AppError, match="nowhere.txt"):
-        Trainer(config(city_corpus, tmp_path / "a", tiny_bert_dir, salient_words=tmp_path / "nowhere.txt",
-                       salient_rate=0.5))
+        Trainer(
+            config(city_corpus, tmp_path / "a", tiny_bert_dir, salient_words=tmp_path / "nowhere.txt", salient_rate=0.5)
+        )
     (tmp_path / "empty.txt").write_text("# nothing\n", encoding="utf-8")
     with pytest.raises(AppError, match="holds no word"):
-        Trainer(config(city_corpus, tmp_path / "b", tiny_bert_dir, salient_words=tmp_path / "empty.txt",
-                       salient_rate=0.5))
+        Trainer(
+            config(city_corpus, tmp_path / "b", tiny_bert_dir, salient_words=tmp_path / "empty.txt", salient_rate=0.5)
+        )

@@ -44,8 +44,10 @@ def test_report_counts_accuracy_recall_majority_and_abstentions():
 
 def test_classify_scores_each_row_and_refuses_labels_no_choice_names(tiny_index, tmp_path):
     engine = FillEngine.open(EngineConfig(index=tiny_index))
-    rows = [{"text": "Marie Curie was born in Warsaw.", "label": "Poland"},
-            {"text": "The Seine flows through Paris.", "label": "France"}]
+    rows = [
+        {"text": "Marie Curie was born in Warsaw.", "label": "Poland"},
+        {"text": "The Seine flows through Paris.", "label": "France"},
+    ]
     options = {"choices": parse_choices(["Poland=Warsaw", "France=Paris,France"]), "evidence": 0}
     out = tmp_path / "preds.jsonl"
     rep = classify(engine, rows, "{text} It is about <mask> .", options, out)
@@ -60,12 +62,34 @@ def test_classify_scores_each_row_and_refuses_labels_no_choice_names(tiny_index,
 
 def test_the_cli_prints_the_report(tiny_index, tmp_path, capsys):
     data = tmp_path / "d.jsonl"
-    data.write_text(json.dumps({"text": "The Seine flows through Paris.", "label": "France"}) + "\n"
-                    + json.dumps({"text": "Marie Curie was born in Warsaw.", "label": "Poland"}) + "\n")
+    data.write_text(
+        json.dumps({"text": "The Seine flows through Paris.", "label": "France"})
+        + "\n"
+        + json.dumps({"text": "Marie Curie was born in Warsaw.", "label": "Poland"})
+        + "\n"
+    )
     rep = tmp_path / "r.json"
     with pytest.raises(SystemExit) as exit_info:
-        main(["--task", "classify", "--index", str(tiny_index), "--data", str(data), "--template", "{text} <mask> .",
-              "--choices", "France=Paris", "--choices", "Poland=Warsaw", "--scorer", "npm_single", "--report", str(rep)])
+        main(
+            [
+                "--task",
+                "classify",
+                "--index",
+                str(tiny_index),
+                "--data",
+                str(data),
+                "--template",
+                "{text} <mask> .",
+                "--choices",
+                "France=Paris",
+                "--choices",
+                "Poland=Warsaw",
+                "--scorer",
+                "npm_single",
+                "--report",
+                str(rep),
+            ]
+        )
     assert exit_info.value.code == 0
     printed = capsys.readouterr().out
     assert "examples 2" in printed and "majority baseline 50.0" in printed and "winning choice" in printed
@@ -80,8 +104,13 @@ def test_classify_options_default_to_the_score_requests_own(tmp_path):
     from evaluation.evaluate import EvalConfig, score_options
     from fill.schemas import ScoreRequest
 
-    base = {"index": tmp_path, "task": "classify", "data": tmp_path / "d.jsonl", "template": "{text} <mask>",
-            "choices": ["a", "b"]}
+    base = {
+        "index": tmp_path,
+        "task": "classify",
+        "data": tmp_path / "d.jsonl",
+        "template": "{text} <mask>",
+        "choices": ["a", "b"],
+    }
     options = score_options(EvalConfig(**base))
     request = ScoreRequest(text="<mask>", **options)
     assert {"k", "mode", "blocks", "temperature", "scorer"}.isdisjoint(options)  # EvalConfig's fill defaults unused

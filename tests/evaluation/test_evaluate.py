@@ -1,4 +1,5 @@
-"""Tests for evaluation.evaluate (`fill-eval`): normalisation, scoring, probe loading, evaluation over the tiny index."""
+"""Tests for evaluation.evaluate (`fill-eval`): normalisation, scoring, probe loading, evaluation over the tiny
+index."""
 
 from __future__ import annotations
 
@@ -72,7 +73,9 @@ def test_score_prediction():
 
 
 def _probes(counts: dict[str, int]) -> list[dict]:
-    return [{"relation": r, "query": f"{r} {i} <mask>", "answers": [str(i)]} for r, n in counts.items() for i in range(n)]
+    return [
+        {"relation": r, "query": f"{r} {i} <mask>", "answers": [str(i)]} for r, n in counts.items() for i in range(n)
+    ]
 
 
 def test_subsample_caps_per_relation_and_is_deterministic():
@@ -141,8 +144,10 @@ def test_load_google_re(tmp_path):
 def test_load_probes_errors(tmp_path):
     path = tmp_path / "bad.jsonl"
     path.write_text(
-        json.dumps({"relation": "r", "query": "q <mask>", "answers": ["a"]}) + "\n"
-        + json.dumps({"relation": "r", "query": "q <mask>"}) + "\n",
+        json.dumps({"relation": "r", "query": "q <mask>", "answers": ["a"]})
+        + "\n"
+        + json.dumps({"relation": "r", "query": "q <mask>"})
+        + "\n",
         encoding="utf-8",
     )
     with pytest.raises(AppError, match=r"bad\.jsonl:2"):
@@ -177,8 +182,11 @@ def tops(engine) -> dict[str, list[str]]:
 def _probe_set(tops) -> list[dict]:
     right = [{"relation": "right", "query": q, "answers": [tops[q][0].upper() + " "]} for q in QUERIES]
     wrong = [{"relation": "wrong", "query": q, "answers": ["zzqx nonsense"]} for q in QUERIES]
-    second = [{"relation": "second", "query": q, "answers": [tops[q][1]]} for q in QUERIES if len(tops[q]) > 1
-              and normalize(tops[q][1]) != normalize(tops[q][0])]
+    second = [
+        {"relation": "second", "query": q, "answers": [tops[q][1]]}
+        for q in QUERIES
+        if len(tops[q]) > 1 and normalize(tops[q][1]) != normalize(tops[q][0])
+    ]
     return right + wrong + second
 
 
@@ -253,7 +261,11 @@ def test_fill_eval_main_google_re(tiny_index, tmp_path):
     run_main(["--index", str(tiny_index), "--google-re", str(root), "--side", "all", "--report", str(report_path)])
     report = json.loads(report_path.read_text())
     assert report["probes"] == 4
-    assert {r: v["n"] for r, v in report["relations"].items()} == {"date_of_birth": 1, "place_of_birth": 2, "place_of_death": 1}
+    assert {r: v["n"] for r, v in report["relations"].items()} == {
+        "date_of_birth": 1,
+        "place_of_birth": 2,
+        "place_of_death": 1,
+    }
 
 
 def test_fill_eval_google_re_defaults_to_the_held_side(tiny_index, tmp_path):

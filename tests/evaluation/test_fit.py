@@ -49,7 +49,18 @@ def test_fit_calibration_never_decreases_with_the_score():
 
 def test_fit_refuses_the_held_side(tmp_path, tiny_index, capsys):
     with pytest.raises(SystemExit) as exc:
-        main(["--index", str(tiny_index), "--google-re", str(tmp_path), "--side", "held", "--out", str(tmp_path / "s.json")])
+        main(
+            [
+                "--index",
+                str(tiny_index),
+                "--google-re",
+                str(tmp_path),
+                "--side",
+                "held",
+                "--out",
+                str(tmp_path / "s.json"),
+            ]
+        )
     assert exc.value.code == 2
     assert "held side" in capsys.readouterr().err
     assert not (tmp_path / "s.json").exists()
@@ -60,11 +71,14 @@ def _right_and_wrong_probes(tmp_path):
     answer of the first two) and wrong (the third's answer is nowhere): both classes to fit on."""
     runs = [d["text"].split() for d in CORPUS]
     words = sorted({" ".join(ws[i : i + n]) for ws in runs for n in range(1, 13) for i in range(len(ws))})
-    return write_jsonl(tmp_path / "probes.jsonl", [
-        {"relation": "any_word", "query": "Marie Curie was born in <mask> .", "answers": words},
-        {"relation": "any_word", "query": "Paris is the capital of <mask> .", "answers": words},
-        {"relation": "nothing", "query": "The Seine flows through <mask> .", "answers": ["zzz"]},
-    ])
+    return write_jsonl(
+        tmp_path / "probes.jsonl",
+        [
+            {"relation": "any_word", "query": "Marie Curie was born in <mask> .", "answers": words},
+            {"relation": "any_word", "query": "Paris is the capital of <mask> .", "answers": words},
+            {"relation": "nothing", "query": "The Seine flows through <mask> .", "answers": ["zzz"]},
+        ],
+    )
 
 
 def test_fit_writes_a_scoring_file_the_engine_uses(tmp_path, tiny_index, tiny_bert_dir):
@@ -76,8 +90,22 @@ def test_fit_writes_a_scoring_file_the_engine_uses(tmp_path, tiny_index, tiny_be
     out = tmp_path / "model" / SCORING_NAME
     out.parent.mkdir()
     with pytest.raises(SystemExit) as exc:
-        main(["--index", str(tiny_index), "--probes", str(probes), "--out", str(out), "--grid", "0", "--grid", "50",
-              "--per-relation", "5"])
+        main(
+            [
+                "--index",
+                str(tiny_index),
+                "--probes",
+                str(probes),
+                "--out",
+                str(out),
+                "--grid",
+                "0",
+                "--grid",
+                "50",
+                "--per-relation",
+                "5",
+            ]
+        )
     assert exc.value.code == 0
     written = json.loads(out.read_text())
     scoring = Scoring.model_validate(written)
@@ -93,8 +121,10 @@ def test_fit_writes_a_scoring_file_the_engine_uses(tmp_path, tiny_index, tiny_be
     cands = engine.fill(FillRequest(text="Paris is the capital of <mask> .", mode="hybrid")).masks[0].candidates
     np.testing.assert_allclose(
         [c.confidence for c in cands],
-        scoring.confidence["hybrid"](engine.fill_detailed(FillRequest(text="Paris is the capital of <mask> .",
-                                                                      mode="hybrid"))[1][0]))
+        scoring.confidence["hybrid"](
+            engine.fill_detailed(FillRequest(text="Paris is the capital of <mask> .", mode="hybrid"))[1][0]
+        ),
+    )
     assert FitConfig.model_fields["side"].default == "train_b"
 
 
@@ -107,8 +137,22 @@ def test_fit_ignores_a_broken_scoring_file_beside_the_model(tmp_path, tiny_index
     (model / SCORING_NAME).write_text("{ not json")
     probes = _right_and_wrong_probes(tmp_path)
     with pytest.raises(SystemExit) as exc:
-        main(["--index", str(tiny_index), "--model", str(model), "--probes", str(probes), "--grid", "0",
-              "--modes", "dense", "--out", str(model / SCORING_NAME)])
+        main(
+            [
+                "--index",
+                str(tiny_index),
+                "--model",
+                str(model),
+                "--probes",
+                str(probes),
+                "--grid",
+                "0",
+                "--modes",
+                "dense",
+                "--out",
+                str(model / SCORING_NAME),
+            ]
+        )
     assert exc.value.code == 0
     assert set(Scoring.load(model / SCORING_NAME).confidence) == {"dense"}
 
@@ -123,8 +167,24 @@ def test_fit_part_reader_fits_the_reader_weight_and_calibration_and_keeps_the_re
     probes = _right_and_wrong_probes(tmp_path)
     out = tmp_path / SCORING_NAME
     with pytest.raises(SystemExit) as exc:
-        main(["--part", "reader", "--index", str(tiny_index), "--reader-dir", str(reader), "--probes", str(probes),
-              "--reader-grid", "0", "--reader-grid", "3", "--out", str(out)])
+        main(
+            [
+                "--part",
+                "reader",
+                "--index",
+                str(tiny_index),
+                "--reader-dir",
+                str(reader),
+                "--probes",
+                str(probes),
+                "--reader-grid",
+                "0",
+                "--reader-grid",
+                "3",
+                "--out",
+                str(out),
+            ]
+        )
     assert exc.value.code == 0
     written = json.loads(out.read_text())
     scoring = Scoring.model_validate(written)
@@ -136,8 +196,26 @@ def test_fit_part_reader_fits_the_reader_weight_and_calibration_and_keeps_the_re
     assert scoring.lexical_weight == {} and scoring.confidence == {}  # the model's own (none here): kept
     saved = tmp_path / "fills.npz"
     with pytest.raises(SystemExit) as exc:
-        main(["--part", "reader", "--index", str(tiny_index), "--reader-dir", str(reader), "--probes", str(probes),
-              "--reader-grid", "3", "--modes", "hybrid", "--save-fills", str(saved), "--out", str(tmp_path / "a.json")])
+        main(
+            [
+                "--part",
+                "reader",
+                "--index",
+                str(tiny_index),
+                "--reader-dir",
+                str(reader),
+                "--probes",
+                str(probes),
+                "--reader-grid",
+                "3",
+                "--modes",
+                "hybrid",
+                "--save-fills",
+                str(saved),
+                "--out",
+                str(tmp_path / "a.json"),
+            ]
+        )
     assert exc.value.code == 0
     feats, labels = load_fills(saved, "hybrid")
     assert len(feats) == len(labels) == 3 and all(len(f) == len(lab) for f, lab in zip(feats, labels))
@@ -148,13 +226,42 @@ def test_fit_part_reader_fits_the_reader_weight_and_calibration_and_keeps_the_re
     with pytest.raises(AppError, match="old.npz: its fills have 6 features"):
         load_fills(old, "hybrid")
     with pytest.raises(SystemExit) as exc:  # fitted on its own fills and the saved ones: twice the data
-        main(["--part", "reader", "--index", str(tiny_index), "--reader-dir", str(reader), "--probes", str(probes),
-              "--reader-grid", "3", "--modes", "hybrid", "--with-fills", str(saved), "--out", str(tmp_path / "b.json")])
+        main(
+            [
+                "--part",
+                "reader",
+                "--index",
+                str(tiny_index),
+                "--reader-dir",
+                str(reader),
+                "--probes",
+                str(probes),
+                "--reader-grid",
+                "3",
+                "--modes",
+                "hybrid",
+                "--with-fills",
+                str(saved),
+                "--out",
+                str(tmp_path / "b.json"),
+            ]
+        )
     assert exc.value.code == 0
     doubled = Scoring.load(tmp_path / "b.json").reader_confidence["hybrid"].top
     want = fit_calibration([f[:1] for f in feats] * 2, [lab[:1] for lab in labels] * 2)
     np.testing.assert_allclose(doubled.coef, want.coef, rtol=1e-6, atol=1e-9)
     with pytest.raises(SystemExit) as exc:
-        main(["--part", "reader", "--index", str(tiny_index), "--no-use-reader", "--probes", str(probes),
-              "--out", str(tmp_path / "x.json")])
+        main(
+            [
+                "--part",
+                "reader",
+                "--index",
+                str(tiny_index),
+                "--no-use-reader",
+                "--probes",
+                str(probes),
+                "--out",
+                str(tmp_path / "x.json"),
+            ]
+        )
     assert exc.value.code != 0 and not (tmp_path / "x.json").exists()

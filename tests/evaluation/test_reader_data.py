@@ -13,15 +13,32 @@ from tests.conftest import write_jsonl
 def test_examples_hold_the_answer_at_their_gold_spans(tmp_path, tiny_index, tiny_bert_dir):
     from transformers import AutoTokenizer
 
-    probes = write_jsonl(tmp_path / "probes.jsonl", [
-        {"relation": "name", "query": "Marie Curie was born in <mask> .", "answers": ["Warsaw"]},
-        {"relation": "name", "query": "The Seine flows through <mask> .", "answers": ["Paris"]},
-        {"relation": "word", "query": "Nothing here <mask> .", "answers": ["zzzqqq"]},  # in no window: no example
-    ])
+    probes = write_jsonl(
+        tmp_path / "probes.jsonl",
+        [
+            {"relation": "name", "query": "Marie Curie was born in <mask> .", "answers": ["Warsaw"]},
+            {"relation": "name", "query": "The Seine flows through <mask> .", "answers": ["Paris"]},
+            {"relation": "word", "query": "Nothing here <mask> .", "answers": ["zzzqqq"]},  # in no window: no example
+        ],
+    )
     out = tmp_path / "examples.jsonl"
     with pytest.raises(SystemExit) as exc:
-        main(["--index", str(tiny_index), "--probes", str(probes), "--out", str(out), "--window", "3",
-              "--phrases", "6", "--max-tokens", "64"])
+        main(
+            [
+                "--index",
+                str(tiny_index),
+                "--probes",
+                str(probes),
+                "--out",
+                str(out),
+                "--window",
+                "3",
+                "--phrases",
+                "6",
+                "--max-tokens",
+                "64",
+            ]
+        )
     assert exc.value.code == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     assert 1 <= len(rows) <= 2 and all(r["answers"] != ["zzzqqq"] for r in rows)
@@ -29,10 +46,12 @@ def test_examples_hold_the_answer_at_their_gold_spans(tmp_path, tiny_index, tiny
     assert all(asked[r["query"]] == r["answers"] for r in rows)  # each example names its query
     tok = AutoTokenizer.from_pretrained(str(tiny_bert_dir))
     for r in rows:
-        assert sum(len(w) for w in r["windows"]) <= 64 and [len(f) for f in r["flags"]] == [len(w) for w in r["windows"]]
+        assert sum(len(w) for w in r["windows"]) <= 64 and [len(f) for f in r["flags"]] == [
+            len(w) for w in r["windows"]
+        ]
         assert r["query_ids"][r["mask_at"]] == r["query_ids"][r["mask_at"] + 1] == tok.mask_token_id
         for w, i, j in r["gold"]:
-            assert tok.decode(r["windows"][w][i:j + 1]).strip(" .,").lower() == r["answers"][0].lower()
+            assert tok.decode(r["windows"][w][i : j + 1]).strip(" .,").lower() == r["answers"][0].lower()
         assert len(r["titles"]) == len(r["windows"]) and all(len(t) <= 10 for t in r["titles"])
     from tests.conftest import CORPUS
 
@@ -43,16 +62,34 @@ def test_examples_hold_the_answer_at_their_gold_spans(tmp_path, tiny_index, tiny
 
 
 def test_unanswered_and_absent_queries_become_no_answer_examples(tmp_path, tiny_index):
-    probes = write_jsonl(tmp_path / "probes.jsonl", [
-        {"relation": "name", "query": "Marie Curie was born in <mask> .", "answers": ["Warsaw"]},
-        {"relation": "word", "query": "Nothing here <mask> .", "answers": ["zzzqqq"]},
-    ])
+    probes = write_jsonl(
+        tmp_path / "probes.jsonl",
+        [
+            {"relation": "name", "query": "Marie Curie was born in <mask> .", "answers": ["Warsaw"]},
+            {"relation": "word", "query": "Nothing here <mask> .", "answers": ["zzzqqq"]},
+        ],
+    )
 
     def rows(*flags: str) -> list[dict]:
         out = tmp_path / f"ex{len(flags)}{''.join(flags)}.jsonl"
         with pytest.raises(SystemExit) as exc:
-            main(["--index", str(tiny_index), "--probes", str(probes), "--out", str(out), "--window", "3",
-                  "--phrases", "6", "--max-tokens", "64", *flags])
+            main(
+                [
+                    "--index",
+                    str(tiny_index),
+                    "--probes",
+                    str(probes),
+                    "--out",
+                    str(out),
+                    "--window",
+                    "3",
+                    "--phrases",
+                    "6",
+                    "--max-tokens",
+                    "64",
+                    *flags,
+                ]
+            )
         assert exc.value.code == 0
         return [json.loads(line) for line in out.read_text().splitlines()]
 

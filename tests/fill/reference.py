@@ -18,7 +18,8 @@ class Phrase:
     mass: float = 0.0
     tokens: int = 0
     occurrences: np.ndarray = field(  # span indices, ascending
-        default_factory=lambda: np.empty(0, dtype=np.int64), compare=False)
+        default_factory=lambda: np.empty(0, dtype=np.int64), compare=False
+    )
 
     def rank_value(self, alpha: float) -> float:
         return self.mass * (self.tokens**alpha if alpha else 1.0)
@@ -51,8 +52,10 @@ def aggregate(
     grouped = kept[np.argsort(code_of[kept], kind="stable")]
     bounds = np.searchsorted(code_of[grouped], np.arange(1, n))
     lengths = np.asarray(lengths)
-    return [Phrase(text=keys[first], mass=float(m), tokens=int(lengths[first]), occurrences=occ)
-            for first, m, occ in zip(firsts, mass.tolist(), np.split(grouped, bounds))]
+    return [
+        Phrase(text=keys[first], mass=float(m), tokens=int(lengths[first]), occurrences=occ)
+        for first, m, occ in zip(firsts, mass.tolist(), np.split(grouped, bounds))
+    ]
 
 
 def rank(phrases: list[Phrase], alpha: float, n: int | None = None) -> list[tuple[Phrase, float]]:

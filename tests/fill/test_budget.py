@@ -75,11 +75,13 @@ def test_a_scores_phrase_matches_count_in_its_budget_and_its_cost():
         budget.check(sixteen.model_copy(update={"synonyms": 20}), "restricted", 256)
     with pytest.raises(Exception, match="2048 distinct phrases = 104,857,600 phrase matches.*FILL_MAX_MATCHES"):
         budget.check(many, "restricted", 256)
-    duplicated = ScoreRequest(text="It was <mask> .", choices=[{"label": "a", "phrases": ["x", "x", "y"]}, "b"],
-                              synonyms=0)
+    duplicated = ScoreRequest(
+        text="It was <mask> .", choices=[{"label": "a", "phrases": ["x", "x", "y"]}, "b"], synonyms=0
+    )
     assert Budget.phrases(duplicated) == 3  # a phrase repeated within a choice is matched once
     assert Budget.cost(many, "restricted", 256) == pytest.approx(
-        Budget.cost(two, "restricted", 256) + 2046 * 2 * 100 * 256 / MATCHES_PER_FILL)
+        Budget.cost(two, "restricted", 256) + 2046 * 2 * 100 * 256 / MATCHES_PER_FILL
+    )
     assert Budget.cost(many, "restricted", 256) > 12  # the heavy lane's, whatever its search
 
 
@@ -90,8 +92,9 @@ def test_over_budget_is_422_naming_the_fields_and_the_setting(engine):
         assert r.status_code == 422, r.text
         error = r.json()["error"]
         assert "2 masks x (k 1024) x max_span_tokens 4 = 8,192" in error and "FILL_MAX_CANDIDATES" in error
-        r = client.post("/fill", json={"text": "<mask>", "mode": "dense", "top_k": 20, "evidence": 3,
-                                         "max_span_tokens": 4})
+        r = client.post(
+            "/fill", json={"text": "<mask>", "mode": "dense", "top_k": 20, "evidence": 3, "max_span_tokens": 4}
+        )
         assert r.status_code == 422 and "1 mask x top_k 20 x evidence 3 = 60" in r.json()["error"]
         assert "FILL_MAX_EVIDENCE" in r.json()["error"]
         r = client.post("/fill", json={"text": "<mask>", "mode": "dense", "k": 1024, "max_span_tokens": 4})
@@ -170,9 +173,12 @@ def test_cost_is_in_default_fills():
 def test_the_plan_carries_the_cost_the_service_chooses_a_lane_by(engine):
     """The cost is computed once, by `plan`, for fills and scores alike (the service reads `planned.cost`)."""
     block_tokens = engine.index.manifest.build.block_tokens
-    requests = [FillRequest(text="<mask>"), FillRequest(text="<mask> and <mask>", k=4096, max_span_tokens=1),
-                FillRequest(text="<mask>", mode="restricted", max_span_tokens=1),
-                ScoreRequest(text="It was <mask> .", choices=["good", "bad"])]
+    requests = [
+        FillRequest(text="<mask>"),
+        FillRequest(text="<mask> and <mask>", k=4096, max_span_tokens=1),
+        FillRequest(text="<mask>", mode="restricted", max_span_tokens=1),
+        ScoreRequest(text="It was <mask> .", choices=["good", "bad"]),
+    ]
     costs = []
     for request in requests:
         planned = engine.plan(request)
@@ -195,9 +201,24 @@ def test_heavy_requests_have_a_lane_of_their_own(engine, monkeypatch):
     client, state = client_for(engine, fill_workers=1, heavy_workers=1)
     with client:
         heavy = {}
-        threads = [threading.Thread(target=lambda i=i: heavy.update({i: client.post("/fill", json={
-            "text": "<mask> was born in <mask> .", "k": 4096, "max_span_tokens": 1, "mode": "dense"})}))
-            for i in range(2)]
+        threads = [
+            threading.Thread(
+                target=lambda i=i: heavy.update(
+                    {
+                        i: client.post(
+                            "/fill",
+                            json={
+                                "text": "<mask> was born in <mask> .",
+                                "k": 4096,
+                                "max_span_tokens": 1,
+                                "mode": "dense",
+                            },
+                        )
+                    }
+                )
+            )
+            for i in range(2)
+        ]
         for t in threads:
             t.start()
         time.sleep(0.3)
@@ -235,6 +256,8 @@ def test_the_heavy_lane_runs_at_a_lower_cpu_priority(engine):
     base = os.getpriority(os.PRIO_PROCESS, 0)
     assert os.getpriority(os.PRIO_PROCESS, thread.native_id) == max(base, 9)
     assert os.getpriority(os.PRIO_PROCESS, state.serving.batcher._thread.native_id) == base  # the light lane's
-    worker = state.requests.workers.heavy.submit(lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())).result()
+    worker = state.requests.workers.heavy.submit(
+        lambda: os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    ).result()
     assert worker == max(base, 9)
     state.close()

@@ -18,8 +18,12 @@ def _shard(n: int = 12, block_tokens: int = 6):
     flags = np.full(n, WORD_START | WORD_END, dtype=np.uint8)
     vectors = StoredVectors.__new__(StoredVectors)  # the real row access over an in-memory float array
     vectors.dtype, vectors.data, vectors.scales = "float16", rng.standard_normal((n, 4)).astype(np.float32), None
-    return SimpleNamespace(vectors=vectors, flags=flags,
-                           block_of=lambda pos: np.asarray(pos) // block_tokens, info=SimpleNamespace(block_base=7))
+    return SimpleNamespace(
+        vectors=vectors,
+        flags=flags,
+        block_of=lambda pos: np.asarray(pos) // block_tokens,
+        info=SimpleNamespace(block_base=7),
+    )
 
 
 def test_logits_are_exact_and_the_bonus_comes_after_the_best():

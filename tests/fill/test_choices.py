@@ -47,8 +47,12 @@ def _reference(engine: FillEngine, request: ScoreRequest) -> np.ndarray:
                     if a < 0 or b >= len(shard):
                         continue
                     same_block = shard.block_of(np.array([a]))[0] == shard.block_of(np.array([b]))[0]
-                    if (list(shard.token_ids[a : b + 1]) == ids and same_block and shard.flags[a] & WORD_START
-                            and shard.flags[b] & WORD_END):
+                    if (
+                        list(shard.token_ids[a : b + 1]) == ids
+                        and same_block
+                        and shard.flags[a] & WORD_START
+                        and shard.flags[b] & WORD_END
+                    ):
                         voted.add(c)
                 votes.append(voted)
     logits = np.array(logits) / request.temperature
@@ -64,9 +68,16 @@ def _reference(engine: FillEngine, request: ScoreRequest) -> np.ndarray:
 @pytest.mark.parametrize("scorer", ["npm", "npm_single"])
 @pytest.mark.parametrize("temperature", [1.0, 5.0])
 def test_masses_equal_the_brute_force_reference(engine, scorer, temperature):
-    request = ScoreRequest(text="Marie Curie was born in <mask> .", choices=[
-        "Warsaw", {"label": "France", "phrases": ["France", "Paris"]}, "capital of France", "Mars"],
-        k=_all_tokens(engine), scorer=scorer, temperature=temperature, mode="dense", synonyms=0, calibrate=False)
+    request = ScoreRequest(
+        text="Marie Curie was born in <mask> .",
+        choices=["Warsaw", {"label": "France", "phrases": ["France", "Paris"]}, "capital of France", "Mars"],
+        k=_all_tokens(engine),
+        scorer=scorer,
+        temperature=temperature,
+        mode="dense",
+        synonyms=0,
+        calibrate=False,
+    )
     mask = engine.score(request).masks[0]
     expected = _reference(engine, request)
     assert [c.label for c in mask.choices] == ["Warsaw", "France", "capital of France", "Mars"]  # request order
@@ -81,15 +92,26 @@ def test_masses_equal_the_brute_force_reference(engine, scorer, temperature):
 @pytest.mark.parametrize("calibrate", [False, True])
 def test_calibration_divides_each_mass_by_the_choices_base_rate(engine, calibrate):
     choices = ["Warsaw", {"label": "France", "phrases": ["France", "Paris", "capital of France"]}]
-    request = ScoreRequest(text="Marie Curie was born in <mask> .", choices=choices, k=_all_tokens(engine),
-                           mode="dense", synonyms=0, calibrate=calibrate)
+    request = ScoreRequest(
+        text="Marie Curie was born in <mask> .",
+        choices=choices,
+        k=_all_tokens(engine),
+        mode="dense",
+        synonyms=0,
+        calibrate=calibrate,
+    )
     mask = engine.score(request).masks[0]
     expected = _reference(engine, request)
     np.testing.assert_allclose([c.mass for c in mask.choices], expected, rtol=1e-6)  # the masses are raw
     tokens = np.concatenate([np.asarray(s.token_ids[: len(s)]) for s in engine.index.shards])
     first = lambda phrase: engine.encoder.phrase_ids([phrase])[0][0]  # noqa: E731
-    prior = np.array([np.sum(tokens == first("Warsaw")),
-                      sum(np.sum(tokens == first(p)) for p in ("France", "Paris", "capital of France"))], dtype=float)
+    prior = np.array(
+        [
+            np.sum(tokens == first("Warsaw")),
+            sum(np.sum(tokens == first(p)) for p in ("France", "Paris", "capital of France")),
+        ],
+        dtype=float,
+    )
     assert prior.min() >= 1 and prior[0] != prior[1]
     relative = expected / prior if calibrate else expected
     np.testing.assert_allclose([c.probability for c in mask.choices], relative / relative.sum(), rtol=1e-6)
@@ -98,8 +120,9 @@ def test_calibration_divides_each_mass_by_the_choices_base_rate(engine, calibrat
 def test_synonyms_vote_as_phrases_of_their_choice(engine):
     base = dict(text="Marie Curie was born in <mask> .", k=_all_tokens(engine), mode="dense", calibrate=False)
     mask = engine.score(ScoreRequest(choices=["Paris", "Warsaw"], synonyms=4, **base)).masks[0]
-    words = engine.encoder.word_neighbours.expand([engine.encoder.phrase_ids(["Paris"])[0],
-                                                   engine.encoder.phrase_ids(["Warsaw"])[0]], 4)
+    words = engine.encoder.word_neighbours.expand(
+        [engine.encoder.phrase_ids(["Paris"])[0], engine.encoder.phrase_ids(["Warsaw"])[0]], 4
+    )
     assert [c.synonyms for c in mask.choices] == [[w for _, w in near] for near in words]
     assert all(len(c.synonyms) == 4 for c in mask.choices)
     spelled = [{"label": c.label, "phrases": [c.label, *c.synonyms]} for c in mask.choices]
@@ -109,8 +132,13 @@ def test_synonyms_vote_as_phrases_of_their_choice(engine):
 
 
 def test_a_multi_token_phrase_is_matched_as_a_span_with_its_evidence(engine):
-    request = ScoreRequest(text="Paris is the <mask> .", choices=["capital of France", "capital of Spain"],
-                           k=_all_tokens(engine), evidence=3, mode="dense")
+    request = ScoreRequest(
+        text="Paris is the <mask> .",
+        choices=["capital of France", "capital of Spain"],
+        k=_all_tokens(engine),
+        evidence=3,
+        mode="dense",
+    )
     france, spain = engine.score(request).masks[0].choices
     assert spain.mass == 0.0 and not spain.evidence  # "capital of" occurs, "Spain" after it does not
     assert france.probability == 1.0 and france.evidence
@@ -140,16 +168,24 @@ def test_no_vote_inside_a_word_or_across_blocks(engine):
 
 
 def test_a_mask_no_token_votes_for_is_abstained_with_uniform_probabilities(engine):
-    mask = engine.score(ScoreRequest(text="Paris is the <mask> .", choices=["Mars", "Jupiter", "Venus"],
-                                     k=_all_tokens(engine), mode="dense", synonyms=0)).masks[0]
+    mask = engine.score(
+        ScoreRequest(
+            text="Paris is the <mask> .",
+            choices=["Mars", "Jupiter", "Venus"],
+            k=_all_tokens(engine),
+            mode="dense",
+            synonyms=0,
+        )
+    ).masks[0]
     assert mask.abstained and mask.predicted is None
     assert [c.probability for c in mask.choices] == pytest.approx([1 / 3] * 3)
     assert all(c.mass == 0.0 for c in mask.choices)
 
 
 def test_each_mask_is_scored(engine):
-    result = engine.score(ScoreRequest(text="<mask> is the capital of <mask> .", choices=["Paris", "France"],
-                                       k=_all_tokens(engine)))
+    result = engine.score(
+        ScoreRequest(text="<mask> is the capital of <mask> .", choices=["Paris", "France"], k=_all_tokens(engine))
+    )
     assert [m.index for m in result.masks] == [0, 1]
     assert set(result.timings_ms) == {"encode", "search", "score"}
     for m in result.masks:
@@ -158,8 +194,9 @@ def test_each_mask_is_scored(engine):
 
 @pytest.mark.parametrize("mode", ["restricted", "hybrid"])
 def test_bm25_modes_vote_with_the_top_blocks_tokens(engine, mode):
-    request = ScoreRequest(text="The Seine flows through <mask> .", choices=["Paris", "Warsaw"], mode=mode,
-                           blocks=1, k=1, synonyms=0)
+    request = ScoreRequest(
+        text="The Seine flows through <mask> .", choices=["Paris", "Warsaw"], mode=mode, blocks=1, k=1, synonyms=0
+    )
     mask = engine.score(request).masks[0]
     assert sum(c.probability for c in mask.choices) == pytest.approx(1.0)
     if mode == "restricted":  # the one block BM25 finds is Paris's: only its tokens vote
@@ -167,8 +204,10 @@ def test_bm25_modes_vote_with_the_top_blocks_tokens(engine, mode):
 
 
 def test_phrases_are_tokenized_as_in_running_text(engine):
-    phrases = Phrases.of(engine.encoder, [Choice(label="a", phrases=["Paris", "paris", "capital of France"]),
-                                          Choice(label="b", phrases=["Seine"])])
+    phrases = Phrases.of(
+        engine.encoder,
+        [Choice(label="a", phrases=["Paris", "paris", "capital of France"]), Choice(label="b", phrases=["Seine"])],
+    )
     assert phrases.choice == [0, 0, 0, 1] and phrases.labels == ["a", "b"]
     assert phrases.ids[2].tolist() == engine.encoder.phrase_ids(["capital of France"])[0]
     assert phrases.ids[0].tolist() == phrases.ids[1].tolist()  # an uncased tokenizer: one spelling

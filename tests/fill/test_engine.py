@@ -24,12 +24,16 @@ def test_the_next_generation_serves_an_update_with_the_same_models(tiny_index, f
         return {e.doc_id for m in result.masks for c in m.candidates for e in c.evidence}
 
     before = engine.fill(request)
-    IndexUpdate(root, encoder=engine.encoder).add([Document(0, "zq", "Zorblax Quint",
-                                                            "Zorblax Quint was born in Vexmoor harbour.")])
+    IndexUpdate(root, encoder=engine.encoder).add(
+        [Document(0, "zq", "Zorblax Quint", "Zorblax Quint was born in Vexmoor harbour.")]
+    )
     following = engine.next_generation()
     try:
-        assert (following.encoder, following.scoring, following.reader) == (engine.encoder, engine.scoring,
-                                                                             engine.reader)
+        assert (following.encoder, following.scoring, following.reader) == (
+            engine.encoder,
+            engine.scoring,
+            engine.reader,
+        )
         assert following.index.manifest.generation == engine.index.manifest.generation + 1
         assert "zq" not in docs(before) and "zq" in docs(following.fill(request))  # BM25 finds the new block
     finally:
@@ -53,22 +57,29 @@ class RecordingLanes:
 
 
 def test_the_driver_runs_every_step_through_the_lanes_it_is_given(tiny_index):
-    engine = FillEngine.open(EngineConfig(index=tiny_index, device="cpu", dtype="fp32", reader_dir=None,
-                                          use_reader=False))
+    engine = FillEngine.open(
+        EngineConfig(index=tiny_index, device="cpu", dtype="fp32", reader_dir=None, use_reader=False)
+    )
     try:
         lanes, deadline = RecordingLanes(engine), Deadline(60)
         fill = FillRequest(text="Marie Curie was born in <mask> .", evidence=2)
         score = ScoreRequest(text="Marie Curie was born in <mask> .", choices=["Warsaw", "Paris"])
         through = engine.run(fill, deadline=deadline, lanes=lanes)
         scored = engine.run(score, deadline=deadline, lanes=lanes)
-        assert lanes.steps == [("prepare", fill.text, deadline), ("finish", fill.text),
-                               ("prepare", score.text, deadline), ("finish", score.text)]
+        assert lanes.steps == [
+            ("prepare", fill.text, deadline),
+            ("finish", fill.text),
+            ("prepare", score.text, deadline),
+            ("finish", score.text),
+        ]
         alone = engine.fill(fill)
         assert isinstance(through, FillResult) and isinstance(scored, ScoreResult)
         assert through.model_dump(exclude={"took_ms", "timings_ms"}) == alone.model_dump(
-            exclude={"took_ms", "timings_ms"})
+            exclude={"took_ms", "timings_ms"}
+        )
         assert scored.model_dump(exclude={"took_ms", "timings_ms"}) == engine.score(score).model_dump(
-            exclude={"took_ms", "timings_ms"})
+            exclude={"took_ms", "timings_ms"}
+        )
         result, features = engine.fill_detailed(fill)  # the same driver, finishing with the features
         assert result.filled == alone.filled and len(features) == 1 and features[0].shape[0] > 0
     finally:
@@ -76,8 +87,9 @@ def test_the_driver_runs_every_step_through_the_lanes_it_is_given(tiny_index):
 
 
 def test_the_budget_is_checked_by_the_driver_before_any_step(tiny_index):
-    engine = FillEngine.open(EngineConfig(index=tiny_index, device="cpu", dtype="fp32", reader_dir=None,
-                                          use_reader=False))
+    engine = FillEngine.open(
+        EngineConfig(index=tiny_index, device="cpu", dtype="fp32", reader_dir=None, use_reader=False)
+    )
     try:
         lanes = RecordingLanes(engine)
         with pytest.raises(AppError, match="FILL_MAX_SEARCH"):

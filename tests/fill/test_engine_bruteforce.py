@@ -33,12 +33,25 @@ SCALE = 1.0 / math.sqrt(DIM)
 def dense_request(**fields) -> FillRequest:
     """A dense-mode request past the validator (the reference is dense retrieval; these indexes have no BM25)."""
     return FillRequest.model_construct(mode="dense", **fields)
+
+
 ALL = 10**6  # top_k large enough to return every phrase
 
 # words as their token pieces; multi-piece words: first piece WORD_START only, last WORD_END only
 WORDS = [
-    ["alpha"], ["beta"], ["gamma"], ["delta"], ["Alpha"], ["BETA"], ["epsilon"], ["7"], ["+"],
-    ["alpha", "bet"], ["gam", "ma", "ray"], ["eps", "il", "ons"], ["Gam", "ma"],
+    ["alpha"],
+    ["beta"],
+    ["gamma"],
+    ["delta"],
+    ["Alpha"],
+    ["BETA"],
+    ["epsilon"],
+    ["7"],
+    ["+"],
+    ["alpha", "bet"],
+    ["gam", "ma", "ray"],
+    ["eps", "il", "ons"],
+    ["Gam", "ma"],
 ]
 CLOSING = [",", ".", "!", "»", "…", "」"]  # attached to the previous word
 OPENING = ["«", "(", "「"]  # the next word attaches to it
@@ -168,8 +181,9 @@ def build_corpus(root: Path, seed: int, n_docs: int = 9, n_shards: int = 3) -> C
         block_base += len(group)
     Manifest(
         created_at="2024-01-01T00:00:00+00:00",
-        model=ModelInfo(path="fake", fingerprint="0" * 64, model_type="fake", tokenizer="Fake", vocab_size=1,
-                        mask_token="<mask>"),
+        model=ModelInfo(
+            path="fake", fingerprint="0" * 64, model_type="fake", tokenizer="Fake", vocab_size=1, mask_token="<mask>"
+        ),
         dim=DIM,
         index_type="flat",
         similarity_scale=SCALE,
@@ -202,7 +216,9 @@ class FakeEncoder:
 
 def query_vectors(seed: int, masks: int) -> tuple[np.ndarray, np.ndarray]:
     rng = np.random.default_rng(1000 + seed)
-    return (rng.standard_normal((masks, DIM)) * 1.5).astype(np.float32), (rng.standard_normal((masks, DIM)) * 1.5).astype(np.float32)
+    return (rng.standard_normal((masks, DIM)) * 1.5).astype(np.float32), (
+        rng.standard_normal((masks, DIM)) * 1.5
+    ).astype(np.float32)
 
 
 # ---------------------------------------------------------------- brute-force reference
@@ -264,8 +280,16 @@ def top_k(lg: dict[tuple[int, int], float], k: int) -> set[tuple[int, int]]:
     return set(order[:k])
 
 
-def reference(corpus: Corpus, qs: np.ndarray, qe: np.ndarray, k: int, max_len: int, alpha: float,
-              case_sensitive: bool = True, aggregate: str = FillRequest.model_fields["aggregate"].default) -> list[RefPhrase]:
+def reference(
+    corpus: Corpus,
+    qs: np.ndarray,
+    qe: np.ndarray,
+    k: int,
+    max_len: int,
+    alpha: float,
+    case_sensitive: bool = True,
+    aggregate: str = FillRequest.model_fields["aggregate"].default,
+) -> list[RefPhrase]:
     """Brute force: every valid span touching an exact top-k hit; a phrase's len is its own token count."""
     ls, le = logits(corpus, qs), logits(corpus, qe)
     hit_s, hit_e = top_k(ls, k), top_k(le, k)
@@ -345,7 +369,9 @@ def assert_evidence(cands, ref: list[RefPhrase], corpus: Corpus, n_evidence: int
         np.testing.assert_allclose(scores, sorted(best.values(), reverse=True)[: len(scores)], rtol=1e-5)
         for e in c.evidence:
             text = corpus.docs[e.doc_id]
-            assert text[e.start : e.end] == c.phrase if case_sensitive else text[e.start : e.end].lower() == norm(c.phrase)
+            assert (
+                text[e.start : e.end] == c.phrase if case_sensitive else text[e.start : e.end].lower() == norm(c.phrase)
+            )
             # the evidence is one of the phrase's occurrences, with its block and its best score
             assert any(o[:4] == (e.doc_id, e.block, e.start, e.end) for o in ph.occ), (c.phrase, e)
             assert np.isclose(e.score, best[(e.doc_id, e.start, e.end)], rtol=1e-5)
@@ -388,7 +414,10 @@ def index_for(corpus_for):
 
 SEEDS = [0, 1, 2, 3]
 
-def check(cands, corpus, qs, qe, k, max_len, alpha, case_sensitive=True, n_evidence=3, aggregate="max") -> list[RefPhrase]:
+
+def check(
+    cands, corpus, qs, qe, k, max_len, alpha, case_sensitive=True, n_evidence=3, aggregate="max"
+) -> list[RefPhrase]:
     """Assert the engine's candidates equal the reference's (ranking, scores, evidence)."""
     ref = reference(corpus, qs, qe, k, max_len, alpha, case_sensitive, aggregate)
     assert_same_ranking(cands, ref, case_sensitive)
@@ -411,14 +440,19 @@ def test_synthetic_index_is_what_the_reference_thinks(index_for):
     ref = reference(corpus, *[q[0] for q in query_vectors(0, 1)], corpus.tokens, 10, 0.0)
     assert max(len(ph.occ) for ph in ref) >= 5
     assert any(len({o[1] for o in ph.occ}) >= 3 for ph in ref)  # a phrase in three blocks at least
-    punct_only = [sp for sp in all_valid_spans(corpus, 1)
-                  if (lambda a, b: a >= b)(*stripped(sp.block.text, *map(int, corpus.shards[sp.shard].offsets[sp.i])))]
+    punct_only = [
+        sp
+        for sp in all_valid_spans(corpus, 1)
+        if (lambda a, b: a >= b)(*stripped(sp.block.text, *map(int, corpus.shards[sp.shard].offsets[sp.i])))
+    ]
     assert len(punct_only) > 5
     # a block that starts mid-word (its first token is no word start)
     assert any(not s.flags[b.first] & WORD_START for s in corpus.shards for b in s.blocks)
     # a document straddling two shards
-    assert any(set(b.doc_id for b in s.blocks) & set(b.doc_id for b in t.blocks)
-               for s, t in zip(corpus.shards, corpus.shards[1:]))
+    assert any(
+        set(b.doc_id for b in s.blocks) & set(b.doc_id for b in t.blocks)
+        for s, t in zip(corpus.shards, corpus.shards[1:])
+    )
     assert {"alphabet", "gammaray", "Gamma", "alpha beta, gamma. delta"} <= {ph.text for ph in ref}
 
 
@@ -463,8 +497,9 @@ def test_case_insensitive_matches_bruteforce(index_for, seed):
     corpus, index = index_for(seed)
     qs, qe = query_vectors(seed, 1)
     engine = FillEngine(FakeEncoder(qs, qe), index)
-    params = dense_request(text="<mask>!", k=corpus.tokens, top_k=ALL, max_span_tokens=3, alpha=0.0,
-                                         case_sensitive=False)
+    params = dense_request(
+        text="<mask>!", k=corpus.tokens, top_k=ALL, max_span_tokens=3, alpha=0.0, case_sensitive=False
+    )
     cands = engine.fill(params).masks[0].candidates
     ref = reference(corpus, qs[0], qe[0], corpus.tokens, 3, 0.0, case_sensitive=False)
     assert_same_ranking(cands, ref, case_sensitive=False)
@@ -478,8 +513,7 @@ def test_two_masks(index_for, seed):
     corpus, index = index_for(seed)
     qs, qe = query_vectors(seed, 2)
     engine = FillEngine(FakeEncoder(qs, qe), index)
-    params = dense_request(text="A <mask> and [MASK] here.", k=corpus.tokens, top_k=ALL, max_span_tokens=3,
-                                         alpha=0.0)
+    params = dense_request(text="A <mask> and [MASK] here.", k=corpus.tokens, top_k=ALL, max_span_tokens=3, alpha=0.0)
     res = engine.fill(params)
     assert [m.index for m in res.masks] == [0, 1]
     tops = []
@@ -491,7 +525,8 @@ def test_two_masks(index_for, seed):
     assert res.filled == f"A {tops[0]} and {tops[1]} here."
     # the masks are scored with their own vectors: swapping them swaps the answers
     swapped = FillEngine(FakeEncoder(qs[::-1].copy(), qe[::-1].copy()), index).fill(
-        params.model_copy(update={"text": "<mask> <mask>"}))
+        params.model_copy(update={"text": "<mask> <mask>"})
+    )
     assert swapped.filled == f"{tops[1]} {tops[0]}"
 
 
@@ -513,8 +548,16 @@ def test_small_k_candidates_touch_top_hits(index_for, seed, max_len, alpha):
     assert touching, "no top-k hit is a usable word boundary; pick another seed"
     for c in cands:
         assert any(
-            corpus.docs[sp.block.doc_id][slice(*stripped(sp.block.text, int(corpus.shards[sp.shard].offsets[sp.i][0]),
-                                                         int(corpus.shards[sp.shard].offsets[sp.j][1])))] == c.phrase
+            corpus.docs[sp.block.doc_id][
+                slice(
+                    *stripped(
+                        sp.block.text,
+                        int(corpus.shards[sp.shard].offsets[sp.i][0]),
+                        int(corpus.shards[sp.shard].offsets[sp.j][1]),
+                    )
+                )
+            ]
+            == c.phrase
             for sp in touching
         ), c.phrase
     check(cands, corpus, qs[0], qe[0], k, max_len, alpha)
@@ -526,7 +569,9 @@ def test_k_larger_than_index_and_no_candidates(index_for):
     engine = FillEngine(FakeEncoder(qs, qe), index)
     big = engine.fill(dense_request(text="<mask>", k=corpus.tokens * 5, top_k=ALL, max_span_tokens=3))
     exact = engine.fill(dense_request(text="<mask>", k=corpus.tokens, top_k=ALL, max_span_tokens=3))
-    assert [(c.phrase, c.score) for c in big.masks[0].candidates] == [(c.phrase, c.score) for c in exact.masks[0].candidates]
+    assert [(c.phrase, c.score) for c in big.masks[0].candidates] == [
+        (c.phrase, c.score) for c in exact.masks[0].candidates
+    ]
     # max_span_tokens=0: no span at all, the mask is left in place
     none = engine.fill(dense_request(text="x <mask> y", k=corpus.tokens, max_span_tokens=0))
     assert none.masks[0].candidates == [] and none.filled == "x <mask> y"
@@ -536,24 +581,35 @@ def _tiny_index(root: Path, text: str, pieces: list[tuple[int, int, int]]) -> Ph
     """One shard, one block, one document; all token vectors zero (every logit 0: uniform softmax)."""
     n = len(pieces)
     content = ShardContent(
-        vectors=np.zeros((n, DIM), np.float16), token_ids=np.arange(n, dtype=np.int32),
-        offsets=np.array([p[:2] for p in pieces], np.int32), flags=np.array([p[2] for p in pieces], np.uint8),
-        blocks=np.array([[0, 0, n]], np.int64), doc_ids=["d"], doc_titles=[""], doc_texts=[text],
+        vectors=np.zeros((n, DIM), np.float16),
+        token_ids=np.arange(n, dtype=np.int32),
+        offsets=np.array([p[:2] for p in pieces], np.int32),
+        flags=np.array([p[2] for p in pieces], np.uint8),
+        blocks=np.array([[0, 0, n]], np.int64),
+        doc_ids=["d"],
+        doc_titles=[""],
+        doc_texts=[text],
     )
     root.mkdir(parents=True)
     info = write_shard(root, ShardPlan(0, n, 1, 0, 0, "Flat"), content)
     Manifest(
         created_at="2024-01-01T00:00:00+00:00",
-        model=ModelInfo(path="fake", fingerprint="0", model_type="fake", tokenizer="Fake", vocab_size=1, mask_token=None),
-        dim=DIM, index_type="flat", similarity_scale=SCALE, corpus={},
+        model=ModelInfo(
+            path="fake", fingerprint="0", model_type="fake", tokenizer="Fake", vocab_size=1, mask_token=None
+        ),
+        dim=DIM,
+        index_type="flat",
+        similarity_scale=SCALE,
+        corpus={},
         build=BuildSettings(corpus=Path("synthetic"), out=root),
-        counts=Counts(documents=1, empty_documents=0, blocks=1, tokens=n, shards=1), shards=[info],
+        counts=Counts(documents=1, empty_documents=0, blocks=1, tokens=n, shards=1),
+        shards=[info],
     ).save(root)
     return PhraseIndex(root)
 
 
 def test_exact_scores_on_hand_made_index(tmp_path):
-    """"beta, gamma": tokens beta(SE) ,(SE) gamma(SE); uniform P_start = P_end = 1/3, every span 2/3."""
+    """ "beta, gamma": tokens beta(SE) ,(SE) gamma(SE); uniform P_start = P_end = 1/3, every span 2/3."""
     index = _tiny_index(tmp_path / "idx", "beta, gamma", [(0, 4, 3), (4, 5, 3), (6, 11, 3)])
     zero = np.zeros((1, DIM), np.float32)
     engine = FillEngine(FakeEncoder(zero, zero), index)
@@ -571,7 +627,7 @@ def test_exact_scores_on_hand_made_index(tmp_path):
 
 
 def test_phrase_length_ignores_stripped_punctuation(tmp_path):
-    """", beta gamma": the spans ", beta" and "beta" are both the 1-token phrase "beta".
+    """ ", beta gamma": the spans ", beta" and "beta" are both the 1-token phrase "beta".
 
     Uniform P = 1/3 so every span scores 2/3; masses: beta 4/3, beta gamma 4/3, gamma 2/3. With
     alpha = 1: values 4/3, 8/3, 2/3 -> 2/7, 4/7, 1/7. The engine takes "beta" as 2 tokens (from
@@ -579,7 +635,9 @@ def test_phrase_length_ignores_stripped_punctuation(tmp_path):
     """
     index = _tiny_index(tmp_path / "idx", ", beta gamma", [(0, 1, 3), (2, 6, 3), (7, 12, 3)])
     zero = np.zeros((1, DIM), np.float32)
-    res = FillEngine(FakeEncoder(zero, zero), index).fill(dense_request(text="<mask>", k=3, top_k=10, max_span_tokens=3, alpha=1.0, aggregate="sum"))
+    res = FillEngine(FakeEncoder(zero, zero), index).fill(
+        dense_request(text="<mask>", k=3, top_k=10, max_span_tokens=3, alpha=1.0, aggregate="sum")
+    )
     got = {c.phrase: c.score for c in res.masks[0].candidates}
     index.close()
     assert got.keys() == {"beta", "gamma", "beta gamma"}
@@ -590,7 +648,9 @@ def test_max_aggregation_on_hand_made_index(tmp_path):
     """The same "beta, gamma" index with max: every span scores 2/3, so every phrase has mass 2/3."""
     index = _tiny_index(tmp_path / "idx", "beta, gamma", [(0, 4, 3), (4, 5, 3), (6, 11, 3)])
     zero = np.zeros((1, DIM), np.float32)
-    res = FillEngine(FakeEncoder(zero, zero), index).fill(dense_request(text="<mask>", k=3, top_k=10, max_span_tokens=3, alpha=0.0, aggregate="max"))
+    res = FillEngine(FakeEncoder(zero, zero), index).fill(
+        dense_request(text="<mask>", k=3, top_k=10, max_span_tokens=3, alpha=0.0, aggregate="max")
+    )
     index.close()
     got = {c.phrase: c.score for c in res.masks[0].candidates}
     assert got.keys() == {"beta", "gamma", "beta, gamma"}

@@ -63,7 +63,9 @@ def test_restricted_scores_exactly_the_tokens_of_the_chosen_block(engine):
 def test_hybrid_candidates_include_restricted_and_dense(engine):
     text = "Paris is the capital of <mask> ."
     common = dict(top_k=100, max_span_tokens=2, k=8, blocks=1, drop_stopwords=False)
-    restricted = {c.phrase for c in engine.fill(FillRequest(text=text, mode="restricted", **common)).masks[0].candidates}
+    restricted = {
+        c.phrase for c in engine.fill(FillRequest(text=text, mode="restricted", **common)).masks[0].candidates
+    }
     dense = {c.phrase for c in engine.fill(FillRequest(text=text, mode="dense", **common)).masks[0].candidates}
     hybrid = {c.phrase for c in engine.fill(FillRequest(text=text, mode="hybrid", **common)).masks[0].candidates}
     assert restricted and dense
@@ -133,8 +135,9 @@ def test_the_fitted_weight_is_the_default_and_a_request_overrides_it(engine):
     explicit = engine.fill(FillRequest(text=text, lexical_weight=8.0, **opts)).masks[0].candidates
     assert [(c.phrase, c.score) for c in by_default] == [(c.phrase, c.score) for c in explicit]
     unweighted = fitted.fill(FillRequest(text=text, lexical_weight=0.0, **opts)).masks[0].candidates
-    assert [(c.phrase, c.score) for c in unweighted] == \
-        [(c.phrase, c.score) for c in engine.fill(FillRequest(text=text, **opts)).masks[0].candidates]
+    assert [(c.phrase, c.score) for c in unweighted] == [
+        (c.phrase, c.score) for c in engine.fill(FillRequest(text=text, **opts)).masks[0].candidates
+    ]
     assert [(c.phrase, c.score) for c in unweighted] != [(c.phrase, c.score) for c in by_default]
 
 
@@ -142,8 +145,10 @@ def test_calibrated_confidence_is_monotone_in_the_score_and_abstains(engine):
     from fill.scoring import FEATURES, Calibration, Confidence, Scoring
 
     n = len(FEATURES)
-    cal = Confidence(top=Calibration(coef=[1.5, 0.0, 0.3, 0.2, 0.1, 0.1, 0.0], intercept=-0.5, mean=[0.0] * n, scale=[1.0] * n),
-                     rest=Calibration(coef=[1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0], intercept=0.0, mean=[0.0] * n, scale=[1.0] * n))
+    cal = Confidence(
+        top=Calibration(coef=[1.5, 0.0, 0.3, 0.2, 0.1, 0.1, 0.0], intercept=-0.5, mean=[0.0] * n, scale=[1.0] * n),
+        rest=Calibration(coef=[1.0, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0], intercept=0.0, mean=[0.0] * n, scale=[1.0] * n),
+    )
     calibrated = FillEngine(engine.encoder, engine.index, Scoring(confidence={"hybrid": cal, "dense": cal}))
     text = "Marie Curie was born in <mask> ."
     for mode in ("dense", "hybrid"):
@@ -158,8 +163,9 @@ def test_calibrated_confidence_is_monotone_in_the_score_and_abstains(engine):
         top = conf[0]
         kept = calibrated.fill(FillRequest(text=text, mode=mode, top_k=20, k=64, min_confidence=top))
         assert kept.masks[0].candidates == cands and not kept.masks[0].abstained
-        refused = calibrated.fill(FillRequest(text=text, mode=mode, top_k=20, k=64,
-                                              min_confidence=min(1.0, top + 1e-6)))
+        refused = calibrated.fill(
+            FillRequest(text=text, mode=mode, top_k=20, k=64, min_confidence=min(1.0, top + 1e-6))
+        )
         assert refused.masks[0].abstained and refused.masks[0].candidates == [] and refused.filled == text
 
 
@@ -206,9 +212,16 @@ def test_strict_spans_drop_fills_with_a_stopword_or_punctuation_inside(engine):
     from encoder.stopwords import broken_span
 
     common = dict(mode="hybrid", top_k=100, max_span_tokens=6, k=64, blocks=2)
-    loose = [c.phrase for c in engine.fill(FillRequest(text="Marie Curie was born in <mask> .", **common)).masks[0].candidates]
-    strict = [c.phrase for c in engine.fill(FillRequest(text="Marie Curie was born in <mask> .", strict_spans=True,
-                                                        **common)).masks[0].candidates]
+    loose = [
+        c.phrase
+        for c in engine.fill(FillRequest(text="Marie Curie was born in <mask> .", **common)).masks[0].candidates
+    ]
+    strict = [
+        c.phrase
+        for c in engine.fill(FillRequest(text="Marie Curie was born in <mask> .", strict_spans=True, **common))
+        .masks[0]
+        .candidates
+    ]
     assert any(broken_span(p) for p in loose)
     assert strict and not any(broken_span(p) for p in strict)
     assert [p for p in loose if not broken_span(p)][:5] == strict[:5]  # the kept rank among themselves as before

@@ -23,9 +23,41 @@ from fill.phrases import (
 from fill.spans import strip_phrase
 from tests.fill.reference import aggregate, rank
 
-PIECES = STOPWORDS[:30] + ["The", "Of", "IN", "London", "Hague", "x", "Q", "7", "1867", "city", "İstanbul", "Kelvin",
-                           "café", "naïve", "Straße", "東京", "_", "-", ",", ".", "«", "»", "—", "…", "(", ")", "'", "\u00a0",
-                           "\t", "$", "+", "%", " "]
+PIECES = STOPWORDS[:30] + [
+    "The",
+    "Of",
+    "IN",
+    "London",
+    "Hague",
+    "x",
+    "Q",
+    "7",
+    "1867",
+    "city",
+    "İstanbul",
+    "Kelvin",
+    "café",
+    "naïve",
+    "Straße",
+    "東京",
+    "_",
+    "-",
+    ",",
+    ".",
+    "«",
+    "»",
+    "—",
+    "…",
+    "(",
+    ")",
+    "'",
+    "\u00a0",
+    "\t",
+    "$",
+    "+",
+    "%",
+    " ",
+]
 
 
 def _strings(n: int, seed: int) -> list[str]:
@@ -86,7 +118,7 @@ def test_strip_equals_strip_phrase():
     for i, t in enumerate(texts):
         a = int(keys.start[i] - raw.start[i])
         ref = strip_phrase(t)
-        assert t[a : a + int(keys.length[i])] == (t[ref[0]:ref[1]] if ref[1] > ref[0] else ""), t
+        assert t[a : a + int(keys.length[i])] == (t[ref[0] : ref[1]] if ref[1] > ref[0] else ""), t
 
 
 def test_poor_equals_poor_fill():

@@ -19,11 +19,24 @@ def _part(shard_no: int, first, last, start_logits, end_logits, texts: list[str]
     codes = np.frombuffer("".join(texts).encode("utf-32-le"), dtype="<u4").astype(np.uint32)
     length = np.array([len(t) for t in texts], dtype=np.int64)
     keys = Ragged(codes, np.cumsum(length) - length, length)
-    return ShardCandidates(shard_no, first, last, np.array(start_logits, dtype=np.float64), start_of,
-                           np.array(end_logits, dtype=np.float64), end_of, max(start_logits), max(end_logits),
-                           np.full(first.size, 10 * shard_no), np.zeros(first.size, np.int64),
-                           np.zeros(first.size, np.int64), keys, None, np.array([10 * shard_no]),
-                           np.array([[0, 100]], dtype=np.int64))
+    return ShardCandidates(
+        shard_no,
+        first,
+        last,
+        np.array(start_logits, dtype=np.float64),
+        start_of,
+        np.array(end_logits, dtype=np.float64),
+        end_of,
+        max(start_logits),
+        max(end_logits),
+        np.full(first.size, 10 * shard_no),
+        np.zeros(first.size, np.int64),
+        np.zeros(first.size, np.int64),
+        keys,
+        None,
+        np.array([10 * shard_no]),
+        np.array([[0, 100]], dtype=np.int64),
+    )
 
 
 def _softmax(values: dict) -> dict:

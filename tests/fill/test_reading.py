@@ -49,8 +49,12 @@ def test_joint_pool_is_the_softmax_of_start_plus_end_over_all_window_spans(engin
     _, spans, start, end = random_reading(engine, phrases=4, seed=0)
     pool = joint_pool(reader_parts(spans, start, end))
     index = {(int(s), int(p)): i for i, (s, p) in enumerate(zip(spans.shard_of, spans.starts))}
-    want = np.concatenate([[start[index[(s, a)]] + end[index[(s, b)]] for a, b in zip(f, last)]
-                           for s, f, last in zip(spans.shard_nos, spans.first, spans.last)])
+    want = np.concatenate(
+        [
+            [start[index[(s, a)]] + end[index[(s, b)]] for a, b in zip(f, last)]
+            for s, f, last in zip(spans.shard_nos, spans.first, spans.last)
+        ]
+    )
     want = np.exp(want - want.max())
     np.testing.assert_allclose(pool.score, want / want.sum(), rtol=1e-9)
 
@@ -80,9 +84,21 @@ def trained_reader(tmp_path_factory, engine, tiny_bert_dir):
     rows = examples(engine, probes, spec, FillOptions())
     assert rows and rows[0]["gold"], "the tiny index's windows hold Warsaw"
     (root / "ex.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return train_reader(ReaderTrainConfig(examples=[root / "ex.jsonl"], out=root / "run", init=tiny_bert_dir,
-                                          epochs=30, batch_size=1, lr=3e-3, warmup=0.0, device="cpu",
-                                          window=4, phrases=8, max_tokens=64))
+    return train_reader(
+        ReaderTrainConfig(
+            examples=[root / "ex.jsonl"],
+            out=root / "run",
+            init=tiny_bert_dir,
+            epochs=30,
+            batch_size=1,
+            lr=3e-3,
+            warmup=0.0,
+            device="cpu",
+            window=4,
+            phrases=8,
+            max_tokens=64,
+        )
+    )
 
 
 def test_a_trained_reader_puts_the_supported_span_first(engine, trained_reader):
@@ -107,8 +123,10 @@ def test_reader_switched_off_per_request_fills_as_without_reader(engine, trained
 
 @pytest.mark.parametrize("engine_name", ["openvino", "onnx", "onnx-int8"])
 def test_the_onnx_engines_fill_as_the_torch_path(tiny_index, trained_reader, engine_name):
-    opened = {name: FillEngine.open(EngineConfig(index=tiny_index, reader_dir=trained_reader, dtype="fp32",
-                                                 engine=name)) for name in ("torch", engine_name)}
+    opened = {
+        name: FillEngine.open(EngineConfig(index=tiny_index, reader_dir=trained_reader, dtype="fp32", engine=name))
+        for name in ("torch", engine_name)
+    }
     try:
         want, got = (opened[name].fill(FillRequest(text=QUERY)) for name in ("torch", engine_name))
         assert opened[engine_name].encoder.engine == engine_name and opened[engine_name].reader.engine == engine_name
@@ -150,7 +168,8 @@ def test_a_reader_of_titles_gets_each_windows_title_ids(engine):
     reading = plan_reading(ReadingSpec(card, 1, 512, TitleIds(tok, 3)), engine.shards, ids, mask_at, ranked, 10)
     assert len(reading.item.titles) == len(reading.windows)
     assert [t.tolist() for t in reading.item.titles] == [
-        tok(t, add_special_tokens=False)["input_ids"][:3] for t in reading.spans.titles]
+        tok(t, add_special_tokens=False)["input_ids"][:3] for t in reading.spans.titles
+    ]
     assert any(len(t) for t in reading.item.titles)
 
 

@@ -136,11 +136,19 @@ def _confidence_json(value: str) -> str:
     return '{"confidence": {"dense": ' + text.replace('"intercept": 0.0', f'"intercept": {value}', 1) + "}}"
 
 
-@pytest.mark.parametrize("content", [
-    "{", '{"lexical_weight": {"sparse": 1}}', '{"confidence": {"dense": {"coef": [1]}}}',
-    '{"lexical_weight": {"hybrid": NaN}}', '{"lexical_weight": {"hybrid": -1}}', '{"lexical_weight": {"hybrid": 51}}',
-    _confidence_json("NaN"), _confidence_json("Infinity"),
-])
+@pytest.mark.parametrize(
+    "content",
+    [
+        "{",
+        '{"lexical_weight": {"sparse": 1}}',
+        '{"confidence": {"dense": {"coef": [1]}}}',
+        '{"lexical_weight": {"hybrid": NaN}}',
+        '{"lexical_weight": {"hybrid": -1}}',
+        '{"lexical_weight": {"hybrid": 51}}',
+        _confidence_json("NaN"),
+        _confidence_json("Infinity"),
+    ],
+)
 def test_a_bad_scoring_file_names_the_file(tmp_path, content):
     path = tmp_path / "scoring.json"
     path.write_text(content)

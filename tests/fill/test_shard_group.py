@@ -47,7 +47,9 @@ def engines(tiny_index, tiny_bert_dir, tmp_path_factory):
     model, tokenizer = load_model(tiny_bert_dir)
     save_reader(model, tokenizer, ReaderCard(vocab=vocab_fingerprint(tokenizer)), reader_dir)
     local = FillEngine.open(EngineConfig(index=tiny_index, reader_dir=reader_dir))
-    pickled = FillEngine(local.encoder, local.index, local.scoring, local.reader, PickledShards(ShardGroup(local.index)))
+    pickled = FillEngine(
+        local.encoder, local.index, local.scoring, local.reader, PickledShards(ShardGroup(local.index))
+    )
     yield local, pickled
     local.close()
 
@@ -55,9 +57,10 @@ def engines(tiny_index, tiny_bert_dir, tmp_path_factory):
 @pytest.mark.parametrize("mode", ["dense", "restricted", "hybrid"])
 def test_fills_and_scores_through_pickled_tasks_equal_the_local_ones(engines, mode):
     local, pickled = engines
-    for request in (FillRequest(text="Marie Curie was born in <mask> .", mode=mode, evidence=3, reader=True),
-                    ScoreRequest(text="Marie Curie was born in <mask> .", mode=mode, choices=["Warsaw", "Paris"],
-                                 evidence=2)):
+    for request in (
+        FillRequest(text="Marie Curie was born in <mask> .", mode=mode, evidence=3, reader=True),
+        ScoreRequest(text="Marie Curie was born in <mask> .", mode=mode, choices=["Warsaw", "Paris"], evidence=2),
+    ):
         want = local.run(request).model_dump(exclude=TIMES)
         assert pickled.run(request).model_dump(exclude=TIMES) == want
 
@@ -65,8 +68,9 @@ def test_fills_and_scores_through_pickled_tasks_equal_the_local_ones(engines, mo
 def test_every_task_gives_its_typed_result(engines):
     local, pickled = engines
     pickled.run(FillRequest(text="Marie Curie was born in <mask> .", evidence=3, reader=True))
-    pickled.run(ScoreRequest(text="Marie Curie was born in <mask> .", choices=["Warsaw", "Paris"], evidence=2,
-                             calibrate=True))
+    pickled.run(
+        ScoreRequest(text="Marie Curie was born in <mask> .", choices=["Warsaw", "Paris"], evidence=2, calibrate=True)
+    )
     kinds = pickled.shards.kinds
     assert kinds["CandidateTask"] <= {ShardCandidates, type(None)} and ShardCandidates in kinds["CandidateTask"]
     assert kinds["PlacesTask"] == {Place} and kinds["VoteEvidenceTask"] == {Place}

@@ -1,4 +1,5 @@
-"""Hand-made cases for the pure arithmetic of NPM inference in fill.spans (and of the string path, tests/fill/reference.py, that the phrase tests compare against)."""
+"""Hand-made cases for the pure arithmetic of NPM inference in fill.spans (and of the string path,
+tests/fill/reference.py, that the phrase tests compare against)."""
 
 from __future__ import annotations
 
@@ -97,9 +98,11 @@ def test_max_len_respected_everywhere_and_large_max_len():
                 assert FLAGS[i] & WORD_START and FLAGS[j] & WORD_END
                 assert block_of([i])[0] == block_of([j])[0]
     # with every token a hit, forward and backward extension find exactly the same spans
-    assert spans(every, True, 100) == spans(every, False, 100) == {
-        (0, 0), (0, 2), (0, 3), (1, 2), (1, 3), (3, 3), (4, 6), (4, 7), (4, 8), (7, 7), (7, 8), (8, 8)
-    }
+    assert (
+        spans(every, True, 100)
+        == spans(every, False, 100)
+        == {(0, 0), (0, 2), (0, 3), (1, 2), (1, 3), (3, 3), (4, 6), (4, 7), (4, 8), (7, 7), (7, 8), (8, 8)}
+    )
 
 
 def test_block_boundary_between_single_token_words():
@@ -262,7 +265,10 @@ def test_rank_alpha_prefers_longer():
 @pytest.mark.parametrize("alpha", [0.0, 0.5, 2.0])
 def test_rank_normalised(alpha):
     rng = np.random.default_rng(1)
-    phrases = [Phrase(f"p{i}", mass=float(m), tokens=int(t)) for i, (m, t) in enumerate(zip(rng.random(7), rng.integers(1, 6, 7)))]
+    phrases = [
+        Phrase(f"p{i}", mass=float(m), tokens=int(t))
+        for i, (m, t) in enumerate(zip(rng.random(7), rng.integers(1, 6, 7)))
+    ]
     ranked = rank(phrases, alpha)
     values = [v for _, v in ranked]
     assert np.isclose(sum(values), 1.0)
@@ -325,8 +331,10 @@ def test_aggregate_is_exactly_the_running_sum_or_max(seed):
     lengths = rng.integers(1, 5, n)
     for case_sensitive in (True, False):
         for how in ("sum", "max"):
-            got = [(p.text, p.mass, p.tokens, p.occurrences.tolist())
-                   for p in aggregate(keys, scores, lengths, case_sensitive, how)]
+            got = [
+                (p.text, p.mass, p.tokens, p.occurrences.tolist())
+                for p in aggregate(keys, scores, lengths, case_sensitive, how)
+            ]
             assert got == _aggregate_by_loop(keys, scores, lengths, case_sensitive, how)
 
 
@@ -341,4 +349,9 @@ def test_strip_chars_scans_every_code_point_that_can_be_stripped():
     from fill.spans import STRIP_BELOW, strip_chars
 
     assert strip_chars.__wrapped__(sys.maxunicode + 1) == strip_chars()  # nothing to strip above STRIP_BELOW
-    assert " " in strip_chars() and "\u3002" in strip_chars() and "a" not in strip_chars() and STRIP_BELOW <= sys.maxunicode
+    assert (
+        " " in strip_chars()
+        and "\u3002" in strip_chars()
+        and "a" not in strip_chars()
+        and STRIP_BELOW <= sys.maxunicode
+    )

@@ -62,12 +62,19 @@ def test_window_spans_are_every_valid_span_inside_the_windows(engine):
 def test_the_shard_sides_modules_load_no_torch():
     """What a shard group's process imports (service.ray_group's own imports besides ray, and the modules of every
     task it unpickles) must not bring torch or transformers: ~200 MB of RSS per replica."""
-    code = ("import sys; import fill.shard_group, fill.candidates, fill.windows, fill.evidence, fill.choices, "
-            "indexer.phrase_index; print(sorted({'torch', 'transformers', 'encoder.model'} & set(sys.modules)))")
+    code = (
+        "import sys; import fill.shard_group, fill.candidates, fill.windows, fill.evidence, fill.choices, "
+        "indexer.phrase_index; print(sorted({'torch', 'transformers', 'encoder.model'} & set(sys.modules)))"
+    )
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-    out = subprocess.run([sys.executable, "-c", code.replace("fill.windows", "fill.reading")], cwd=ROOT,
-                         capture_output=True, text=True, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", code.replace("fill.windows", "fill.reading")],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert "torch" in out.stdout  # the check sees torch where the reader's module brings it
 
 

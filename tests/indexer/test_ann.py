@@ -121,17 +121,27 @@ def _index(root, shards: list[np.ndarray], kind: str, template: bool = False) ->
     for number, vecs in enumerate(shards):
         n = len(vecs)
         content = ShardContent(
-            vectors=vecs, token_ids=np.zeros(n, np.int32), offsets=np.zeros((n, 2), np.int32),
-            flags=np.full(n, 3, np.uint8), blocks=np.array([[0, 0, n]], np.int64),
-            doc_ids=[f"d{number}"], doc_titles=[""], doc_texts=["x"],
+            vectors=vecs,
+            token_ids=np.zeros(n, np.int32),
+            offsets=np.zeros((n, 2), np.int32),
+            flags=np.full(n, 3, np.uint8),
+            blocks=np.array([[0, 0, n]], np.int64),
+            doc_ids=[f"d{number}"],
+            doc_titles=[""],
+            doc_texts=["x"],
         )
         plan = ShardPlan(number, n, 1, base, number, resolve_factory(kind, n, DIM))
         infos.append(write_shard(root, plan, content, trained=trained))
         base += n
     Manifest(
         created_at="2024-01-01T00:00:00+00:00",
-        model=ModelInfo(path="fake", fingerprint="0", model_type="fake", tokenizer="Fake", vocab_size=1, mask_token=None),
-        dim=DIM, index_type=kind, similarity_scale=1.0, corpus={},
+        model=ModelInfo(
+            path="fake", fingerprint="0", model_type="fake", tokenizer="Fake", vocab_size=1, mask_token=None
+        ),
+        dim=DIM,
+        index_type=kind,
+        similarity_scale=1.0,
+        corpus={},
         build=BuildSettings(corpus=Path("synthetic"), out=root),
         counts=Counts(documents=len(shards), empty_documents=0, blocks=len(shards), tokens=base, shards=len(shards)),
         shards=infos,
@@ -141,8 +151,13 @@ def _index(root, shards: list[np.ndarray], kind: str, template: bool = False) ->
 def test_write_shard_refuses_content_other_than_its_plan(tmp_path):
     vecs = _clustered(np.random.default_rng(0), 10)
     content = ShardContent(
-        vectors=vecs, token_ids=np.zeros(10, np.int32), offsets=np.zeros((10, 2), np.int32),
-        flags=np.full(10, 3, np.uint8), blocks=np.array([[0, 0, 10]], np.int64), doc_ids=["d"], doc_titles=[""],
+        vectors=vecs,
+        token_ids=np.zeros(10, np.int32),
+        offsets=np.zeros((10, 2), np.int32),
+        flags=np.full(10, 3, np.uint8),
+        blocks=np.array([[0, 0, 10]], np.int64),
+        doc_ids=["d"],
+        doc_titles=[""],
         doc_texts=["x"],
     )
     with pytest.raises(ValueError, match="planned with 11 tokens in 1 blocks, its content holds 10 in 1"):
@@ -186,7 +201,9 @@ def test_refine_rescores_ann_hits_exactly_and_merges_shards_by_exact_score(tmp_p
     for (sh, pos), want in zip(refined.search(queries, k), truth):
         assert set(zip(sh.tolist(), pos.tolist())) == want
     coarse = PhraseIndex(tmp_path, nprobe=4, refine=1)
-    overlap = [len(set(zip(sh.tolist(), pos.tolist())) & want) for (sh, pos), want in zip(coarse.search(queries, k), truth)]
+    overlap = [
+        len(set(zip(sh.tolist(), pos.tolist())) & want) for (sh, pos), want in zip(coarse.search(queries, k), truth)
+    ]
     assert np.mean(overlap) < k  # without refining, PQ's own ranking misses some of the exact top-k
     with pytest.raises(AppError, match="refine"):
         PhraseIndex(tmp_path, refine=0)
@@ -273,7 +290,12 @@ def test_faiss_gpu_path_trains_and_adds_on_the_device_copy(monkeypatch, caplog):
     with caplog.at_level("INFO", logger="indexer.ann"):
         index = build_faiss_index(vecs, "IVF16,Flat")
     # trained on the device and copied back (empty), then filled on the device and copied back
-    assert calls == [("to_device", "IndexIVFFlat"), ("to_cpu", 0, True), ("to_device", "IndexIVFFlat"), ("to_cpu", 2000, True)]
+    assert calls == [
+        ("to_device", "IndexIVFFlat"),
+        ("to_cpu", 0, True),
+        ("to_device", "IndexIVFFlat"),
+        ("to_cpu", 2000, True),
+    ]
     assert "on 1 GPU(s)" in caplog.text and index.ntotal == 2000 and index.is_trained
     queries = vecs[:20].astype(np.float32)
     faiss.extract_index_ivf(index).nprobe = faiss.extract_index_ivf(reference).nprobe = 16

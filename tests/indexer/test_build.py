@@ -27,8 +27,18 @@ TITLE_TOKENS = 4
 
 
 def _config(corpus: Path, out: Path, model: Path, **kw) -> BuildConfig:
-    args = dict(corpus=corpus, out=out, model=model, block_tokens=BLOCK_TOKENS, shard_tokens=SHARD_TOKENS,
-                title_tokens=TITLE_TOKENS, device="cpu", dtype="fp32", batch_tokens=64, vector_dtype="float16")
+    args = dict(
+        corpus=corpus,
+        out=out,
+        model=model,
+        block_tokens=BLOCK_TOKENS,
+        shard_tokens=SHARD_TOKENS,
+        title_tokens=TITLE_TOKENS,
+        device="cpu",
+        dtype="fp32",
+        batch_tokens=64,
+        vector_dtype="float16",
+    )
     args.update(kw)
     return BuildConfig(**args)
 
@@ -179,7 +189,9 @@ def test_vectors_equal_encoder_recomputed(built, encoders):
             title = shard.docs.column("title")[row].as_py()
             prefix = None
             if title:
-                prefix = np.asarray(enc.tokenizer(title, add_special_tokens=False)["input_ids"][:TITLE_TOKENS], dtype=np.int32)
+                prefix = np.asarray(
+                    enc.tokenizer(title, add_special_tokens=False)["input_ids"][:TITLE_TOKENS], dtype=np.int32
+                )
             (ref,) = enc.encode_blocks([BlockInput(np.asarray(shard.token_ids[a:b]), prefix_ids=prefix)])
             stored = np.asarray(shard.vectors[a:b], dtype=np.float32)
             np.testing.assert_allclose(stored, ref, atol=1e-2, rtol=1e-2)
@@ -252,7 +264,11 @@ def test_resume_after_interruption(tmp_path, tiny_corpus, tiny_bert_dir):
     assert d1 == d2
     assert _shard_hashes(out) == hashes
     assert (second.documents, second.blocks, second.tokens, second.shards) == (
-        first.documents, first.blocks, first.tokens, first.shards)
+        first.documents,
+        first.blocks,
+        first.tokens,
+        first.shards,
+    )
     PhraseIndex(out, verify=True).close()
 
 
@@ -322,9 +338,16 @@ def test_resolved_build_derives_everything_once(tmp_path, tiny_corpus, encoders)
     assert resolved.fingerprint == enc.fingerprint == resolved.model.fingerprint
     assert resolved.batch_tokens == 2048  # the CPU default
     assert resolved.model.model_type == "bert" and resolved.model.vocab_size == len(enc.tokenizer)
-    assert resolved.identity_settings == {"block_tokens": BLOCK_TOKENS, "shard_tokens": SHARD_TOKENS,
-                                          "title_tokens": TITLE_TOKENS, "index_type": "flat", "memory_budget": None,
-                                          "vector_dtype": "float16", "dtype": "float32", "engine": enc.engine}
+    assert resolved.identity_settings == {
+        "block_tokens": BLOCK_TOKENS,
+        "shard_tokens": SHARD_TOKENS,
+        "title_tokens": TITLE_TOKENS,
+        "index_type": "flat",
+        "memory_budget": None,
+        "vector_dtype": "float16",
+        "dtype": "float32",
+        "engine": enc.engine,
+    }
     assert "overwrite" not in resolved.settings.model_dump() and resolved.settings.index_type == "flat"
     assert ResolvedBuild.resolve(cfg.model_copy(update={"batch_tokens": 64}), enc, "jsonl").batch_tokens == 64
 

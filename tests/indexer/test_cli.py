@@ -82,24 +82,37 @@ def _run_all(cases: dict[str, list[str]], real: set[str], tmp: Path) -> dict[str
     procs = {name: _popen([sys.executable, "-m", "indexer", "build", *cases[name]], tmp, name) for name in real}
     codes: dict[str, int] = {}
     if forked:
-        spec = [{"name": n, "args": ["build", *cases[n]], "stdout": str(tmp / f"{n}.out"), "stderr": str(tmp / f"{n}.err")}
-                for n in forked]
-        server = subprocess.run([sys.executable, "-c", FORK_SERVER, json.dumps(spec)], cwd=ROOT, env=_env(),
-                                capture_output=True, text=True, timeout=600)
+        spec = [
+            {"name": n, "args": ["build", *cases[n]], "stdout": str(tmp / f"{n}.out"), "stderr": str(tmp / f"{n}.err")}
+            for n in forked
+        ]
+        server = subprocess.run(
+            [sys.executable, "-c", FORK_SERVER, json.dumps(spec)],
+            cwd=ROOT,
+            env=_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert server.returncode == 0, server.stderr
         codes.update(json.loads(server.stdout.strip().splitlines()[-1]))
     for name, (proc, _, _) in procs.items():
         codes[name] = proc.wait(timeout=600)
     return {
         name: subprocess.CompletedProcess(
-            cases[name], codes[name], (tmp / f"{name}.out").read_text(errors="replace"),
-            (tmp / f"{name}.err").read_text(errors="replace"))
+            cases[name],
+            codes[name],
+            (tmp / f"{name}.out").read_text(errors="replace"),
+            (tmp / f"{name}.err").read_text(errors="replace"),
+        )
         for name in cases
     }
 
 
 @pytest.fixture(scope="module")
-def runs(tmp_path_factory, tiny_bert_dir, tiny_corpus, tiny_index) -> dict[str, tuple[subprocess.CompletedProcess, dict]]:
+def runs(
+    tmp_path_factory, tiny_bert_dir, tiny_corpus, tiny_index
+) -> dict[str, tuple[subprocess.CompletedProcess, dict]]:
     """Every CLI case, run once per module: name -> (completed process, details for the checks)."""
     tmp = tmp_path_factory.mktemp("cli")
     model = str(tiny_bert_dir)
@@ -119,36 +132,99 @@ def runs(tmp_path_factory, tiny_bert_dir, tiny_corpus, tiny_index) -> dict[str, 
     shutil.copytree(tiny_index, existing)
 
     cases: dict[str, tuple[list[str], dict]] = {
-        "ok": (["--corpus", str(tiny_corpus), "--out", str(tmp / "out_ok"), "--model", model, *small],
-               {"out": tmp / "out_ok"}),
-        "missing_corpus": (["--corpus", str(tmp / "nope.jsonl"), "--out", str(tmp / "o1"), "--model", model],
-                           {"names": str(tmp / "nope.jsonl")}),
+        "ok": (
+            ["--corpus", str(tiny_corpus), "--out", str(tmp / "out_ok"), "--model", model, *small],
+            {"out": tmp / "out_ok"},
+        ),
+        "missing_corpus": (
+            ["--corpus", str(tmp / "nope.jsonl"), "--out", str(tmp / "o1"), "--model", model],
+            {"names": str(tmp / "nope.jsonl")},
+        ),
         "csv": (["--corpus", str(csv), "--out", str(tmp / "o2"), "--model", model], {"names": str(csv)}),
-        "no_text": (["--corpus", str(no_text), "--out", str(tmp / "o3"), "--model", model, *small],
-                    {"names": str(no_text), "also": "text"}),
-        "empty_corpus": (["--corpus", str(empty), "--out", str(tmp / "o4"), "--model", model, *small],
-                         {"names": str(empty)}),
-        "empty_model": (["--corpus", str(tiny_corpus), "--out", str(tmp / "o5"), "--model", str(empty_model)],
-                        {"names": str(empty_model)}),
-        "garbage_model": (["--corpus", str(tiny_corpus), "--out", str(tmp / "o6"), "--model", str(garbage_model)],
-                          {"names": str(garbage_model)}),
-        "different_index": (["--corpus", str(tiny_corpus), "--out", str(existing), "--model", model,
-                             "--block-tokens", "20", "--shard-tokens", "30"],
-                            {"names": str(existing), "also": "--overwrite"}),
-        "block_tokens_too_large": (["--corpus", str(tiny_corpus), "--out", str(tmp / "o8"), "--model", model,
-                                    "--block-tokens", "200"],
-                                   {"also": "--block-tokens"}),
-        "bad_index_type": (["--corpus", str(tiny_corpus), "--out", str(tmp / "o9"), "--model", model,
-                            "--index-type", "IVF-nonsense", *small], {"names": "IVF-nonsense", "also": "ivfpq"}),
-        "bad_memory_budget": (["--corpus", str(tiny_corpus), "--out", str(tmp / "o10"), "--model", model,
-                               "--memory-budget", "lots", *small], {"names": "lots", "also": "--memory-budget"}),
-        "bad_vector_dtype": (["--corpus", str(tiny_corpus), "--out", str(tmp / "o11"), "--model", model,
-                              "--vector-dtype", "int4", *small], {"also": "--vector-dtype"}),
+        "no_text": (
+            ["--corpus", str(no_text), "--out", str(tmp / "o3"), "--model", model, *small],
+            {"names": str(no_text), "also": "text"},
+        ),
+        "empty_corpus": (
+            ["--corpus", str(empty), "--out", str(tmp / "o4"), "--model", model, *small],
+            {"names": str(empty)},
+        ),
+        "empty_model": (
+            ["--corpus", str(tiny_corpus), "--out", str(tmp / "o5"), "--model", str(empty_model)],
+            {"names": str(empty_model)},
+        ),
+        "garbage_model": (
+            ["--corpus", str(tiny_corpus), "--out", str(tmp / "o6"), "--model", str(garbage_model)],
+            {"names": str(garbage_model)},
+        ),
+        "different_index": (
+            [
+                "--corpus",
+                str(tiny_corpus),
+                "--out",
+                str(existing),
+                "--model",
+                model,
+                "--block-tokens",
+                "20",
+                "--shard-tokens",
+                "30",
+            ],
+            {"names": str(existing), "also": "--overwrite"},
+        ),
+        "block_tokens_too_large": (
+            ["--corpus", str(tiny_corpus), "--out", str(tmp / "o8"), "--model", model, "--block-tokens", "200"],
+            {"also": "--block-tokens"},
+        ),
+        "bad_index_type": (
+            [
+                "--corpus",
+                str(tiny_corpus),
+                "--out",
+                str(tmp / "o9"),
+                "--model",
+                model,
+                "--index-type",
+                "IVF-nonsense",
+                *small,
+            ],
+            {"names": "IVF-nonsense", "also": "ivfpq"},
+        ),
+        "bad_memory_budget": (
+            [
+                "--corpus",
+                str(tiny_corpus),
+                "--out",
+                str(tmp / "o10"),
+                "--model",
+                model,
+                "--memory-budget",
+                "lots",
+                *small,
+            ],
+            {"names": "lots", "also": "--memory-budget"},
+        ),
+        "bad_vector_dtype": (
+            [
+                "--corpus",
+                str(tiny_corpus),
+                "--out",
+                str(tmp / "o11"),
+                "--model",
+                model,
+                "--vector-dtype",
+                "int4",
+                *small,
+            ],
+            {"also": "--vector-dtype"},
+        ),
     }
     completed = _run_all({name: args for name, (args, _) in cases.items()}, {"ok", "missing_corpus"}, tmp)
     results = {name: (completed[name], cases[name][1]) for name in cases}
-    results["_existing_manifest"] = (None, {"path": existing / "manifest.json",
-                                            "before": (tiny_index / "manifest.json").read_text()})
+    results["_existing_manifest"] = (
+        None,
+        {"path": existing / "manifest.json", "before": (tiny_index / "manifest.json").read_text()},
+    )
     return results
 
 
@@ -165,13 +241,31 @@ def test_success_prints_summary(runs):
     assert (docs, empty) == (len(CORPUS), 1)
     assert shards >= 2
     manifest = json.loads((info["out"] / "manifest.json").read_text())
-    assert manifest["counts"] == {"documents": docs, "empty_documents": empty, "blocks": blocks, "tokens": tokens,
-                                  "shards": shards, "deleted_documents": 0, "deleted_tokens": 0}
+    assert manifest["counts"] == {
+        "documents": docs,
+        "empty_documents": empty,
+        "blocks": blocks,
+        "tokens": tokens,
+        "shards": shards,
+        "deleted_documents": 0,
+        "deleted_tokens": 0,
+    }
     assert len(list(info["out"].glob("shard_*"))) == shards
 
 
-ERROR_CASES = ["missing_corpus", "csv", "no_text", "empty_corpus", "empty_model", "garbage_model", "different_index",
-               "block_tokens_too_large", "bad_index_type", "bad_memory_budget", "bad_vector_dtype"]
+ERROR_CASES = [
+    "missing_corpus",
+    "csv",
+    "no_text",
+    "empty_corpus",
+    "empty_model",
+    "garbage_model",
+    "different_index",
+    "block_tokens_too_large",
+    "bad_index_type",
+    "bad_memory_budget",
+    "bad_vector_dtype",
+]
 
 
 @pytest.mark.parametrize("case", ERROR_CASES)

@@ -20,7 +20,11 @@ from indexer.update import DeleteConfig, IndexUpdate, run_delete
 from tests.conftest import CORPUS, write_jsonl
 
 ADDED = [
-    {"id": "n1", "title": "Vexmoor", "text": "Vexmoor is a harbour town. Its lighthouse was built in 1888 by Ilse Varga."},
+    {
+        "id": "n1",
+        "title": "Vexmoor",
+        "text": "Vexmoor is a harbour town. Its lighthouse was built in 1888 by Ilse Varga.",
+    },
     {"id": "d3", "title": "", "text": "Marie Curie was born in Warsaw. She won two Nobel prizes."},
     {"id": "n2", "title": "Tarn", "text": "The Tarn flows through Albi."},
 ]
@@ -28,21 +32,44 @@ QUERIES = ["Marie Curie was born in <mask> .", "The <mask> flows through Albi ."
 
 
 def _build(corpus, out, model, vector_dtype):
-    build_index(BuildConfig(corpus=corpus, out=out, model=model, block_tokens=16, shard_tokens=30,
-                            vector_dtype=vector_dtype, index_type="flat", device="cpu", dtype="fp32"))
+    build_index(
+        BuildConfig(
+            corpus=corpus,
+            out=out,
+            model=model,
+            block_tokens=16,
+            shard_tokens=30,
+            vector_dtype=vector_dtype,
+            index_type="flat",
+            device="cpu",
+            dtype="fp32",
+        )
+    )
 
 
 def _files(root):
     m = Manifest.load(root)
-    return [(s.tokens, s.blocks, s.token_base, s.block_base, s.factory,
-             {f: sha256_file(root / s.name / f) for f in s.files}) for s in m.shards]
+    return [
+        (
+            s.tokens,
+            s.blocks,
+            s.token_base,
+            s.block_base,
+            s.factory,
+            {f: sha256_file(root / s.name / f) for f in s.files},
+        )
+        for s in m.shards
+    ]
 
 
 def _fills(root, model):
     engine = FillEngine.open(EngineConfig(index=root, model=model, device="cpu", dtype="fp32"))
     try:
-        return [engine.fill(FillRequest(text=q, mode=mode, evidence=3)).model_dump(exclude={"took_ms", "timings_ms"})
-                for q in QUERIES for mode in ("dense", "restricted", "hybrid")]
+        return [
+            engine.fill(FillRequest(text=q, mode=mode, evidence=3)).model_dump(exclude={"took_ms", "timings_ms"})
+            for q in QUERIES
+            for mode in ("dense", "restricted", "hybrid")
+        ]
     finally:
         engine.close()
 
@@ -52,7 +79,8 @@ def test_a_compacted_index_equals_a_fresh_build_of_its_documents(tmp_path, tiny_
     _build(write_jsonl(tmp_path / "corpus.jsonl", CORPUS), tmp_path / "idx", tiny_bert_dir, vector_dtype)
     root = tmp_path / "idx"
     IndexUpdate(root, model=tiny_bert_dir, device="cpu", dtype="fp32").add(
-        [Document(i, r["id"], r["title"], r["text"]) for i, r in enumerate(ADDED)])  # d3 replaced
+        [Document(i, r["id"], r["title"], r["text"]) for i, r in enumerate(ADDED)]
+    )  # d3 replaced
     run_delete(DeleteConfig(index=root, ids=["d1"]))  # the first shard's first document: a shard boundary moves
     summary = run_compact(CompactConfig(index=root))
     assert summary.dropped_documents == 2 and summary.shards_after < summary.shards_before

@@ -19,8 +19,22 @@ from indexer.phrase_index import PhraseIndex
 pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
 
 ROOT = Path(__file__).resolve().parents[2]
-ARGS = ["--block-tokens", "16", "--shard-tokens", "30", "--title-tokens", "4", "--batch-tokens", "64",
-        "--device", "cpu", "--dtype", "fp32", "--index-type", "flat"]
+ARGS = [
+    "--block-tokens",
+    "16",
+    "--shard-tokens",
+    "30",
+    "--title-tokens",
+    "4",
+    "--batch-tokens",
+    "64",
+    "--device",
+    "cpu",
+    "--dtype",
+    "fp32",
+    "--index-type",
+    "flat",
+]
 
 # Runs `indexer build` in forked children (imports paid once). A child given a crash point N counts
 # the build's renames (every file and shard directory is committed by os.replace) and SIGKILLs itself
@@ -60,8 +74,9 @@ print(json.dumps(status))
 
 
 def _run(cases: list[dict], crasher: str = CRASHER) -> dict[str, int]:
-    proc = subprocess.run([sys.executable, "-c", crasher, json.dumps(cases)], cwd=ROOT, capture_output=True,
-                          text=True, timeout=900)
+    proc = subprocess.run(
+        [sys.executable, "-c", crasher, json.dumps(cases)], cwd=ROOT, capture_output=True, text=True, timeout=900
+    )
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
@@ -73,22 +88,33 @@ def _hashes(out: Path) -> dict[str, str]:
 def test_sigkill_at_every_commit_point_resumes_to_the_same_index(tiny_corpus, tiny_bert_dir, tmp_path):
     common = ["--corpus", str(tiny_corpus), "--model", str(tiny_bert_dir), *ARGS]
     ref = tmp_path / "ref"
-    assert _run([{"name": "ref", "crash_at": 0, "args": [*common, "--out", str(ref)],
-                  "log": str(tmp_path / "ref.log")}]) == {"ref": 0}
+    assert _run(
+        [{"name": "ref", "crash_at": 0, "args": [*common, "--out", str(ref)], "log": str(tmp_path / "ref.log")}]
+    ) == {"ref": 0}
     total = int(Path(str(tmp_path / "ref.log") + ".renames").read_text())  # renames of an uninterrupted build
     shards = Manifest.load(ref).counts.shards
-    assert shards >= 3 and total == shards + 3  # build.json, every shard directory (all its files at once), bm25, manifest
+    assert (
+        shards >= 3 and total == shards + 3
+    )  # build.json, every shard directory (all its files at once), bm25, manifest
     points = list(range(1, total + 1))
-    crashes = [{"name": f"c{n}", "crash_at": n, "args": [*common, "--out", str(tmp_path / f"c{n}")],
-                "log": str(tmp_path / f"c{n}.log")} for n in points]
+    crashes = [
+        {
+            "name": f"c{n}",
+            "crash_at": n,
+            "args": [*common, "--out", str(tmp_path / f"c{n}")],
+            "log": str(tmp_path / f"c{n}.log"),
+        }
+        for n in points
+    ]
     status = _run(crashes)
     assert all(status[f"c{n}"] == -signal.SIGKILL for n in points), status  # every point was reached
     for n in points:
         with pytest.raises(Exception, match="not a finished index"):
             PhraseIndex(tmp_path / f"c{n}")  # no reader ever sees a half-written index
     resumed = _run([{**c, "name": c["name"] + "r", "crash_at": 0, "log": c["log"] + ".r"} for c in crashes])
-    assert set(resumed.values()) == {0}, {k: (v, Path(crashes[int(k[1:-1]) - 1]["log"] + ".r").read_text()[-500:])
-                                          for k, v in resumed.items() if v}
+    assert set(resumed.values()) == {0}, {
+        k: (v, Path(crashes[int(k[1:-1]) - 1]["log"] + ".r").read_text()[-500:]) for k, v in resumed.items() if v
+    }
     want = _hashes(ref)
     ref_manifest = Manifest.load(ref)
     for n in points:
@@ -111,12 +137,37 @@ def test_torchrun_two_process_build_equals_single_process(tiny_corpus, tiny_bert
     common = ["--corpus", str(tiny_corpus), "--model", str(tiny_bert_dir), *ARGS]
     one, two = tmp_path / "one", tmp_path / "two"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, "-m", "indexer", "build", *common, "--out", str(one)], cwd=ROOT, env=env,
-                   check=True, capture_output=True, timeout=600)
+    subprocess.run(
+        [sys.executable, "-m", "indexer", "build", *common, "--out", str(one)],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=600,
+    )
     proc = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_addr", "127.0.0.1",
-         "--master_port", str(_free_port()), "-m", "indexer", "build", *common, "--out", str(two)],
-        cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--nproc_per_node",
+            "2",
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(_free_port()),
+            "-m",
+            "indexer",
+            "build",
+            *common,
+            "--out",
+            str(two),
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("built ") == 1  # rank 0 reports the whole index

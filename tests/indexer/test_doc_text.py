@@ -34,12 +34,15 @@ def _check(shard: Shard) -> tuple[int, int]:
 def test_block_text_of_ascii_and_other_documents(tmp_path, tiny_bert_dir):
     from indexer.build import BuildConfig, build_index
 
-    docs = [{"id": "a", "title": "Plain", "text": "Plain ASCII text about rivers and cities. " * 6},
-            {"id": "u", "title": "Ünïcode", "text": "Start plain, then naïve café — «quoted» 東京 words; " * 6},
-            {"id": "late", "title": "Late", "text": "Plain words for a while here. " * 8 + "then Straße at the end."}]
+    docs = [
+        {"id": "a", "title": "Plain", "text": "Plain ASCII text about rivers and cities. " * 6},
+        {"id": "u", "title": "Ünïcode", "text": "Start plain, then naïve café — «quoted» 東京 words; " * 6},
+        {"id": "late", "title": "Late", "text": "Plain words for a while here. " * 8 + "then Straße at the end."},
+    ]
     out = tmp_path / "idx"
-    build_index(BuildConfig(corpus=write_jsonl(tmp_path / "c.jsonl", docs), out=out, model=tiny_bert_dir,
-                            block_tokens=16))
+    build_index(
+        BuildConfig(corpus=write_jsonl(tmp_path / "c.jsonl", docs), out=out, model=tiny_bert_dir, block_tokens=16)
+    )
     index = PhraseIndex(out)
     counts = np.array([_check(s) for s in index.shards]).sum(axis=0)
     assert counts[0] > 0 and counts[1] > 0  # both kinds of block were checked

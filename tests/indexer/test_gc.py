@@ -13,8 +13,14 @@ def test_a_starting_writer_removes_only_a_killed_writers_leftovers(tiny_index, f
     root = fresh_copy(tiny_index)
     m = Manifest.load(root)
     last = max(int(s.name.split("_")[1]) for s in m.shards)
-    leftovers = [f"shard_{last + 1:05d}", f"bm25_shard_{last + 1:05d}.sqlite", "tombstones_000001.json",
-                 "bm25_000001.sqlite", "manifest.json.tmp", f"shard_{last + 2:05d}.tmp"]
+    leftovers = [
+        f"shard_{last + 1:05d}",
+        f"bm25_shard_{last + 1:05d}.sqlite",
+        "tombstones_000001.json",
+        "bm25_000001.sqlite",
+        "manifest.json.tmp",
+        f"shard_{last + 2:05d}.tmp",
+    ]
     for name in leftovers:
         (root / name).mkdir() if name.startswith("shard_") else (root / name).write_text("x")
     older = root / "tombstones_000000.json"  # not after the manifest: a starting writer keeps it

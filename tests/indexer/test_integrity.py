@@ -34,8 +34,11 @@ def index_copy(tmp_path, tiny_index) -> Path:
 def float16_index(tmp_path_factory, tiny_bert_dir, tiny_corpus) -> Path:
     """tiny_index stores int8 vectors + scales (the default); this one float16 vectors."""
     out = tmp_path_factory.mktemp("float16") / "idx"
-    build_index(BuildConfig(corpus=tiny_corpus, out=out, model=tiny_bert_dir, block_tokens=16, shard_tokens=30,
-                            vector_dtype="float16"))
+    build_index(
+        BuildConfig(
+            corpus=tiny_corpus, out=out, model=tiny_bert_dir, block_tokens=16, shard_tokens=30, vector_dtype="float16"
+        )
+    )
     return out
 
 
@@ -69,8 +72,11 @@ def overwrite(path: Path, at: int, data: bytes) -> None:
 def match_manifest_size(root: Path, path: Path) -> None:
     """Record `path`'s present size in the manifest, so that the size check passes and a deeper check must tell."""
     manifest = json.loads((root / MANIFEST_NAME).read_text())
-    record = manifest["bm25"] if path.parent == root else next(
-        s for s in manifest["shards"] if s["name"] == path.parent.name)["files"][path.name]
+    record = (
+        manifest["bm25"]
+        if path.parent == root
+        else next(s for s in manifest["shards"] if s["name"] == path.parent.name)["files"][path.name]
+    )
     record["bytes"] = path.stat().st_size
     (root / MANIFEST_NAME).write_text(json.dumps(manifest))
 
@@ -126,11 +132,14 @@ def test_bm25_postings_that_disagree_with_fts5(index_copy):
     refused(index_copy, path, "disagree with its postings|damaged postings")
 
 
-@pytest.mark.parametrize("change, problem", [
-    ("DROP TABLE postings_meta", "without the other"),
-    ("UPDATE postings_meta SET value = CAST('999' AS BLOB) WHERE key = 'rows'", "postings for '999' blocks"),
-    ("DELETE FROM blocks_docsize WHERE id = (SELECT max(id) FROM blocks_docsize)", "indexes blocks up to"),
-])
+@pytest.mark.parametrize(
+    "change, problem",
+    [
+        ("DROP TABLE postings_meta", "without the other"),
+        ("UPDATE postings_meta SET value = CAST('999' AS BLOB) WHERE key = 'rows'", "postings for '999' blocks"),
+        ("DELETE FROM blocks_docsize WHERE id = (SELECT max(id) FROM blocks_docsize)", "indexes blocks up to"),
+    ],
+)
 def test_bm25_of_another_shape(index_copy, change, problem):
     path = index_copy / "bm25.sqlite"
     con = sqlite3.connect(path)

@@ -13,8 +13,10 @@ import pytest
 from common.errors import AppError
 from indexer.lock import LOCK_NAME, writer_lock
 
-HOLD = "import sys, time; from indexer.lock import writer_lock\nwith writer_lock(sys.argv[1], 'indexer add'):\n" \
-       "    print('held', flush=True); time.sleep(60)"
+HOLD = (
+    "import sys, time; from indexer.lock import writer_lock\nwith writer_lock(sys.argv[1], 'indexer add'):\n"
+    "    print('held', flush=True); time.sleep(60)"
+)
 
 
 def test_a_second_writer_is_refused_and_the_first_named(tmp_path):

@@ -14,9 +14,13 @@ def _manifest(root) -> Manifest:
     return Manifest(
         created_at="2024-01-01T00:00:00+00:00",
         model=ModelInfo(path="m", fingerprint="0", model_type="bert", tokenizer="T", vocab_size=1, mask_token=None),
-        dim=4, index_type="flat", similarity_scale=0.5, corpus={},
+        dim=4,
+        index_type="flat",
+        similarity_scale=0.5,
+        corpus={},
         build=BuildSettings(corpus=root / "c.jsonl", out=root, block_tokens=64),
-        counts=Counts(documents=0, empty_documents=0, blocks=0, tokens=0, shards=0), shards=[],
+        counts=Counts(documents=0, empty_documents=0, blocks=0, tokens=0, shards=0),
+        shards=[],
     )
 
 

@@ -45,8 +45,9 @@ def halves(tmp_path_factory, tiny_bert_dir):
     for name, rows in (("a", CORPUS[:2]), ("b", CORPUS[2:]), ("whole", CORPUS)):
         corpus = write_jsonl(tmp / f"{name}.jsonl", rows)
         out[name] = tmp / name
-        build_index(BuildConfig(corpus=corpus, out=out[name], model=tiny_bert_dir, block_tokens=16,
-                                shard_tokens=ONE_SHARD))
+        build_index(
+            BuildConfig(corpus=corpus, out=out[name], model=tiny_bert_dir, block_tokens=16, shard_tokens=ONE_SHARD)
+        )
     return out
 
 
@@ -55,7 +56,11 @@ def test_a_merged_index_fills_as_one_build_of_the_whole_corpus(halves, tmp_path)
     summary = merge_indexes(MergeConfig(out=merged, inputs=[halves["a"], halves["b"]]))
     m, whole = Manifest.load(merged), Manifest.load(halves["whole"])
     assert (summary.shards, m.counts.documents, m.counts.tokens, m.counts.blocks) == (
-        2, whole.counts.documents, whole.counts.tokens, whole.counts.blocks)
+        2,
+        whole.counts.documents,
+        whole.counts.tokens,
+        whole.counts.blocks,
+    )
     assert [s.block_base for s in m.shards] == [0, Manifest.load(halves["a"]).counts.blocks]
     PhraseIndex(merged, verify=True).close()  # every file matches its sha256
     a = halves["a"] / "shard_00000" / "vectors.npy"
@@ -63,7 +68,11 @@ def test_a_merged_index_fills_as_one_build_of_the_whole_corpus(halves, tmp_path)
     assert json.loads((merged / "shard_00001" / "shard.json").read_text())["name"] == "shard_00001"
     one, joined = FillEngine.open(EngineConfig(index=halves["whole"])), FillEngine.open(EngineConfig(index=merged))
     compared = 0
-    for text in ("Allan Peiper was born in <mask> .", "Marie Curie died in <mask> .", "The <mask> flows through Paris."):
+    for text in (
+        "Allan Peiper was born in <mask> .",
+        "Marie Curie died in <mask> .",
+        "The <mask> flows through Paris.",
+    ):
         for mode in ("dense", "hybrid", "restricted"):
             request = FillRequest(text=text, mode=mode, top_k=5, evidence=3)
             want = one.fill(request).model_dump(exclude={"took_ms", "timings_ms"})
@@ -86,8 +95,15 @@ def test_the_command_line_merges_and_refuses_an_existing_output(halves, tmp_path
 
 def test_mismatched_inputs_are_refused_naming_them(halves, tmp_path, tiny_roberta_dir):
     other = tmp_path / "roberta"
-    build_index(BuildConfig(corpus=write_jsonl(tmp_path / "c.jsonl", CORPUS[:2]), out=other, model=tiny_roberta_dir,
-                            block_tokens=16, shard_tokens=ONE_SHARD))
+    build_index(
+        BuildConfig(
+            corpus=write_jsonl(tmp_path / "c.jsonl", CORPUS[:2]),
+            out=other,
+            model=tiny_roberta_dir,
+            block_tokens=16,
+            shard_tokens=ONE_SHARD,
+        )
+    )
     with pytest.raises(AppError, match=f"{other} differs from .* in model.fingerprint"):
         merge_indexes(MergeConfig(out=tmp_path / "x", inputs=[halves["a"], other]))
     with pytest.raises(AppError, match="at least two"):
@@ -127,7 +143,8 @@ def test_an_interrupted_merge_leaves_no_index_and_a_new_run_finishes(halves, tmp
 
 
 def test_builds_seeded_with_one_template_merge_into_one_ivf_index(tmp_path, tiny_bert_dir):
-    """The documented recipe (docs/OPERATIONS.md, "Beyond one machine"): the second build's output directory gets the first's trained/ before it starts, so
+    """The documented recipe (docs/OPERATIONS.md, "Beyond one machine"): the second build's output directory gets the
+    first's trained/ before it starts, so
     both use one template (not retrained) and the merge accepts them."""
     import shutil
 

@@ -30,8 +30,18 @@ def built(request, tmp_path_factory, tiny_bert_dir):
     """The tiny corpus indexed with exact shards, or with IVF shards sharing one trained template."""
     root = tmp_path_factory.mktemp("upd")
     corpus = write_jsonl(root / "corpus.jsonl", CORPUS)
-    build_index(BuildConfig(corpus=corpus, out=root / "idx", model=tiny_bert_dir, block_tokens=16, shard_tokens=30,
-                            index_type=request.param, device="cpu", dtype="fp32"))
+    build_index(
+        BuildConfig(
+            corpus=corpus,
+            out=root / "idx",
+            model=tiny_bert_dir,
+            block_tokens=16,
+            shard_tokens=30,
+            index_type=request.param,
+            device="cpu",
+            dtype="fp32",
+        )
+    )
     return root / "idx"
 
 
@@ -94,8 +104,10 @@ def test_a_replaced_document_returns_only_its_new_text_also_after_a_reopen(index
             assert ("d2", "Rome is the capital of Italy.") in docs and not any("Seine" in t for _, t in docs)
             hits = _every_hit(pi)
             assert hits and {_doc_of(pi, s, p) for s, p in hits} == {"d1", "d2", "d3"}
-            assert not any("Seine" in pi.shards[s].doc_text(int(pi.shards[s].blocks[pi.shards[s].block_of(
-                np.array([p]))[0], 0])) for s, p in hits)
+            assert not any(
+                "Seine" in pi.shards[s].doc_text(int(pi.shards[s].blocks[pi.shards[s].block_of(np.array([p]))[0], 0]))
+                for s, p in hits
+            )
             assert pi.bm25.search_scored("Seine flows", 10)[0].size == 0  # the old text is gone from BM25 too
             assert pi.bm25.search_scored("Italy", 10)[0].size == 1
         finally:
@@ -103,7 +115,8 @@ def test_a_replaced_document_returns_only_its_new_text_also_after_a_reopen(index
 
 
 def test_the_next_generation_lends_the_shared_shards_keeps_the_search_settings_and_checks_the_new_files(
-        index, tiny_bert_dir):
+    index, tiny_bert_dir
+):
     current = PhraseIndex(index, nprobe=3, refine=3)
     _update(index, tiny_bert_dir).add([NEW])
     following = current.next_generation()
@@ -166,10 +179,12 @@ def test_one_update_may_not_name_a_document_twice(index, tiny_bert_dir):
 def test_an_update_refuses_empty_texts_and_unprintable_ids(index, tiny_bert_dir):
     """An empty document would have no rows (never replaced nor deleted); an id with a newline could not be
     deleted by URL or --ids-file: both refused before anything is written, by `indexer add` and HTTP alike."""
-    for doc, what in ((Document(row=0, id="e1", title="", text="  "), "text is empty"),
-                      (Document(row=0, id="a\nb", title="", text="some text"), "control character"),
-                      (Document(row=0, id="trailing\n", title="", text="some text"), "control character"),
-                      (Document(row=0, id="", title="", text="some text"), "id is empty")):
+    for doc, what in (
+        (Document(row=0, id="e1", title="", text="  "), "text is empty"),
+        (Document(row=0, id="a\nb", title="", text="some text"), "control character"),
+        (Document(row=0, id="trailing\n", title="", text="some text"), "control character"),
+        (Document(row=0, id="", title="", text="some text"), "id is empty"),
+    ):
         with pytest.raises(AppError, match=what) as err:
             _update(index, tiny_bert_dir).add([NEW, doc])
         assert err.value.kind == "validation" and "document 1" in err.value.message
@@ -178,12 +193,15 @@ def test_an_update_refuses_empty_texts_and_unprintable_ids(index, tiny_bert_dir)
     assert Manifest.load(index).generation == 0
 
 
-@pytest.mark.parametrize("record, problem", [
-    ({"id": 7, "text": "An integer id."}, "id: Input should be a valid string"),
-    ({"id": "n7", "text": None}, "text: Input should be a valid string"),
-    ({"id": "n7", "text": "Text.", "title": 3}, "title: Input should be a valid string"),
-    ({"id": "n\x01", "text": "Text."}, "id: String should match pattern"),
-])
+@pytest.mark.parametrize(
+    "record, problem",
+    [
+        ({"id": 7, "text": "An integer id."}, "id: Input should be a valid string"),
+        ({"id": "n7", "text": None}, "text: Input should be a valid string"),
+        ({"id": "n7", "text": "Text.", "title": 3}, "title: Input should be a valid string"),
+        ({"id": "n\x01", "text": "Text."}, "id: String should match pattern"),
+    ],
+)
 def test_indexer_add_validates_each_record_as_http_does(index, tiny_bert_dir, tmp_path, record, problem):
     """`indexer add` reads its corpus as corpus.readers.DocumentRecord, POST /admin/documents's record: an integer
     id or a null text is refused naming the file and the document, and nothing changes."""
@@ -201,9 +219,11 @@ def test_changes_to_a_path_that_is_not_an_index_are_refused_without_a_trace(kind
     """`indexer add|delete|compact --index X`: exit 2 naming X (an AppError), no lock file left in a stray directory."""
     root = tmp_path / "nowhere" if kind == "missing" else tmp_path
     corpus = write_jsonl(tmp_path / "new.jsonl", [{"id": "n1", "text": "New text."}])
-    for run in (lambda: run_add(AddConfig(index=root, corpus=corpus)),
-                lambda: run_delete(DeleteConfig(index=root, ids=["d1"])),
-                lambda: run_compact(CompactConfig(index=root))):
+    for run in (
+        lambda: run_add(AddConfig(index=root, corpus=corpus)),
+        lambda: run_delete(DeleteConfig(index=root, ids=["d1"])),
+        lambda: run_compact(CompactConfig(index=root)),
+    ):
         with pytest.raises(AppError, match=re.escape(str(root))) as err:
             run()
         assert err.value.kind == "validation" and "--index" in err.value.message
@@ -260,8 +280,10 @@ def test_a_change_stopped_by_its_check_commits_nothing_and_leaves_no_file(index,
         if len(calls) > 2:  # past the first delta shard's batches: files of this change exist by now
             raise AppError("stopped", kind="timeout")
 
-    docs = [Document(i, f"s{i}", "", f"Stopped document number {i} about Vexmoor harbour and its glimmers. " * 4)
-            for i in range(12)]
+    docs = [
+        Document(i, f"s{i}", "", f"Stopped document number {i} about Vexmoor harbour and its glimmers. " * 4)
+        for i in range(12)
+    ]
     update = IndexUpdate(index, model=tiny_bert_dir, device="cpu", dtype="fp32", check=check)
     with pytest.raises(AppError, match="stopped"):
         update.add(docs)

@@ -18,8 +18,10 @@ from tests.indexer.test_update import _live_docs
 pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
 
 
-ADD = [{"id": "d2", "title": "Rome", "text": "Rome is the capital of Italy."},
-       {"id": "n1", "title": "Vexmoor", "text": "Vexmoor is a harbour town with a lighthouse."}]
+ADD = [
+    {"id": "d2", "title": "Rome", "text": "Rome is the capital of Italy."},
+    {"id": "n1", "title": "Vexmoor", "text": "Vexmoor is a harbour town with a lighthouse."},
+]
 
 
 # the build's crasher (it counts os.replace calls and SIGKILLs itself before the N-th), running any subcommand
@@ -49,8 +51,19 @@ def _prepared(kind: str, src: Path, out: Path, tiny_bert_dir: Path, tmp_path: Pa
 
     shutil.copytree(src, out)
     if kind == "add":
-        return ["add", "--index", str(out), "--corpus", str(write_jsonl(tmp_path / "add.jsonl", ADD)),
-                "--model", str(tiny_bert_dir), "--device", "cpu", "--dtype", "fp32"]
+        return [
+            "add",
+            "--index",
+            str(out),
+            "--corpus",
+            str(write_jsonl(tmp_path / "add.jsonl", ADD)),
+            "--model",
+            str(tiny_bert_dir),
+            "--device",
+            "cpu",
+            "--dtype",
+            "fp32",
+        ]
     if kind == "delete":
         return ["delete", "--index", str(out), "--ids", "d1", "--ids", "d3"]
     run_delete(DeleteConfig(index=out, ids=["d2"]))
@@ -72,8 +85,9 @@ def test_sigkill_at_every_commit_point_leaves_the_old_or_the_new_index(kind, tin
     for n in range(1, total + 1):
         out = tmp_path / f"c{n}"
         case_args = _prepared(kind, tiny_index, out, tiny_bert_dir, tmp_path)
-        cases.append({"name": f"c{n}", "crash_at": n, "args": case_args, "log": str(tmp_path / f"c{n}.log"),
-                      "out": str(out)})
+        cases.append(
+            {"name": f"c{n}", "crash_at": n, "args": case_args, "log": str(tmp_path / f"c{n}.log"), "out": str(out)}
+        )
     status = _run([{k: v for k, v in c.items() if k != "out"} for c in cases])
     assert all(status[c["name"]] == -signal.SIGKILL for c in cases), status
     for c in cases:
@@ -81,8 +95,7 @@ def test_sigkill_at_every_commit_point_leaves_the_old_or_the_new_index(kind, tin
         # it opens, hashes right and serves the old generation whole: the manifest's rename, the last of the
         # writer's renames, is its commit point
         assert _state(out) == old, c["name"]
-    again = _run([{"name": c["name"] + "r", "crash_at": 0, "args": c["args"], "log": c["log"] + ".r"}
-                  for c in cases])
+    again = _run([{"name": c["name"] + "r", "crash_at": 0, "args": c["args"], "log": c["log"] + ".r"} for c in cases])
     assert set(again.values()) <= {0}, again
     for c in cases:
         out = Path(c["out"])

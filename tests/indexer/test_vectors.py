@@ -45,7 +45,6 @@ def test_stored_vectors_decode_int8_and_float16(tmp_path):
     assert i8[5].shape == (16,)  # a single row too
 
 
-
 def test_stored_vectors_dot_is_the_decoded_product(tmp_path):
     """`dot` scales the products instead of the codes: the decoded vectors' products up to float rounding, for one
     query and for several, int8 and float16."""

@@ -436,8 +436,15 @@ def reader_client(tiny_index):
         yield c
 
 
-@pytest.mark.parametrize("params", [{}, {"top_k": 1, "evidence": 1}, {"case_sensitive": False, "mode": "dense"},
-                                    {"mode": "restricted", "max_span_tokens": 3, "min_confidence": 0.2}])
+@pytest.mark.parametrize(
+    "params",
+    [
+        {},
+        {"top_k": 1, "evidence": 1},
+        {"case_sensitive": False, "mode": "dense"},
+        {"mode": "restricted", "max_span_tokens": 3, "min_confidence": 0.2},
+    ],
+)
 @pytest.mark.parametrize("text", ["Marie Curie was born in <mask> .", "<mask> is the capital of <mask> ."])
 def test_fills_with_the_reader_keep_the_contract(reader_client, text, params):
     r = reader_client.post("/fill", json={"text": text, **params})
@@ -625,8 +632,11 @@ def test_failed_load_gives_503_naming_the_problem(tmp_path):
     assert state.error and str(missing) in state.error
     app = create_app(settings, state=state)
     with TestClient(app, raise_server_exceptions=False) as c:
-        for method, path, kw in (("post", "/fill", {"json": {"text": "<mask>"}}), ("get", "/readyz", {}),
-                                 ("get", "/info", {})):
+        for method, path, kw in (
+            ("post", "/fill", {"json": {"text": "<mask>"}}),
+            ("get", "/readyz", {}),
+            ("get", "/info", {}),
+        ):
             r = getattr(c, method)(path, **kw)
             assert r.status_code == 503, (path, r.text)
             data = r.json()
@@ -680,8 +690,34 @@ def _random_value(rng: random.Random, depth: int = 0):
 
 
 def _random_text(rng: random.Random) -> str:
-    pieces = ["<mask>", "[MASK]", "<MASK>", "[mask]", "<mask", "MASK]", "Paris", "born in", " ", "\n", "\t",
-              "é", "日本", "\u0000", "\u200b", "🙂", ".", ",", "<", ">", "[", "]", "'", '"', "\\", "France"]
+    pieces = [
+        "<mask>",
+        "[MASK]",
+        "<MASK>",
+        "[mask]",
+        "<mask",
+        "MASK]",
+        "Paris",
+        "born in",
+        " ",
+        "\n",
+        "\t",
+        "é",
+        "日本",
+        "\u0000",
+        "\u200b",
+        "🙂",
+        ".",
+        ",",
+        "<",
+        ">",
+        "[",
+        "]",
+        "'",
+        '"',
+        "\\",
+        "France",
+    ]
     n = rng.choice([0, 1, 2, 3, 5, 10, 20, 40])
     text = "".join(rng.choice(pieces) for _ in range(n))
     if rng.random() < 0.6:

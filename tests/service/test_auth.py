@@ -19,8 +19,9 @@ def state(tiny_index) -> ServiceState:
 
 
 def client_for(state, **settings) -> TestClient:
-    return TestClient(create_app(Settings(index=state.settings.index, **settings), state=state),
-                      raise_server_exceptions=False)
+    return TestClient(
+        create_app(Settings(index=state.settings.index, **settings), state=state), raise_server_exceptions=False
+    )
 
 
 def test_without_keys_everything_is_open(state):
@@ -33,10 +34,14 @@ def test_without_keys_everything_is_open(state):
 def test_a_missing_or_wrong_key_is_401(state, authorization):
     headers = {"authorization": authorization} if authorization is not None else {}
     with client_for(state, api_keys="key1, key2") as c:
-        for method, path, kw in (("post", "/fill", {"json": {"text": "<mask>"}}),
-                                 ("post", "/score", {"json": {"text": "<mask>", "choices": ["a", "b"]}}),
-                                 ("get", "/info", {}),
-                                 ("get", "/metrics", {}), ("get", "/openapi.json", {}), ("get", "/nope", {})):
+        for method, path, kw in (
+            ("post", "/fill", {"json": {"text": "<mask>"}}),
+            ("post", "/score", {"json": {"text": "<mask>", "choices": ["a", "b"]}}),
+            ("get", "/info", {}),
+            ("get", "/metrics", {}),
+            ("get", "/openapi.json", {}),
+            ("get", "/nope", {}),
+        ):
             r = getattr(c, method)(path, headers=headers, **kw)
             assert r.status_code == 401, (path, r.text)
             assert r.json()["error_type"] == "unauthorized" and "Bearer" in r.json()["error"]
@@ -48,8 +53,11 @@ def test_every_configured_key_is_accepted_and_probes_need_none(state):
         for key in ("key1", "key2"):
             r = c.post("/fill", json={"text": "<mask>"}, headers={"authorization": f"Bearer {key}"})
             assert r.status_code == 200, r.text
-            r = c.post("/score", json={"text": "<mask>", "choices": ["Paris", "Warsaw"]},
-                       headers={"authorization": f"Bearer {key}"})
+            r = c.post(
+                "/score",
+                json={"text": "<mask>", "choices": ["Paris", "Warsaw"]},
+                headers={"authorization": f"Bearer {key}"},
+            )
             assert r.status_code == 200, r.text
         assert c.get("/info", headers={"authorization": "bearer key2"}).status_code == 200  # scheme in any case
         assert c.get("/healthz").status_code == 200
@@ -83,7 +91,9 @@ def test_cors_is_off_by_default_and_answers_configured_origins(state):
         r = c.options("/fill", headers={**preflight, "access-control-request-headers": "authorization,content-type"})
         assert r.status_code == 200, r.text
         assert r.headers["access-control-allow-origin"] == "https://app.example"
-        r = c.post("/fill", json={"text": "<mask>"}, headers={"origin": "https://app.example", "authorization": "Bearer k"})
+        r = c.post(
+            "/fill", json={"text": "<mask>"}, headers={"origin": "https://app.example", "authorization": "Bearer k"}
+        )
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
         r = c.options("/fill", headers={**preflight, "origin": "https://evil.example"})
         assert r.headers.get("access-control-allow-origin") != "https://evil.example"

@@ -58,8 +58,9 @@ def test_requests_waiting_during_a_batch_form_the_next_batch():
         batcher.close()
 
 
-@pytest.mark.parametrize("max_batch, max_tokens, sizes", [(2, 4096, [1, 2, 2, 1]), (32, 10, [1, 2, 2, 1]),
-                                                          (32, 9, [1, 1, 1, 1, 1, 1])])
+@pytest.mark.parametrize(
+    "max_batch, max_tokens, sizes", [(2, 4096, [1, 2, 2, 1]), (32, 10, [1, 2, 2, 1]), (32, 9, [1, 1, 1, 1, 1, 1])]
+)
 def test_batches_keep_to_max_batch_and_max_tokens(max_batch, max_tokens, sizes):
     engine = RecordingEngine()
     batcher = Batcher(engine, max_batch=max_batch, max_tokens=max_tokens)
@@ -152,9 +153,18 @@ def test_close_fails_the_waiting_requests():
         batcher.submit(planned("c <mask>"))
 
 
-@pytest.mark.parametrize("rows, width, want", [(1, 23, (1, 23)), (2, 16, (2, 16)), (3, 17, (4, 32)),
-                                                (5, 40, (8, 48)), (16, 1, (16, 16)), (17, 33, (32, 48)),
-                                                (32, 64, (32, 64))])
+@pytest.mark.parametrize(
+    "rows, width, want",
+    [
+        (1, 23, (1, 23)),
+        (2, 16, (2, 16)),
+        (3, 17, (4, 32)),
+        (5, 40, (8, 48)),
+        (16, 1, (16, 16)),
+        (17, 33, (32, 48)),
+        (32, 64, (32, 64)),
+    ],
+)
 def test_bucket_shape(rows, width, want):
     assert bucket_shape(rows, width) == want
 
@@ -175,20 +185,26 @@ def engine(tiny_index) -> FillEngine:
 
 @pytest.mark.parametrize("shape", [None, bucket_shape])
 def test_batched_fills_equal_fills_one_at_a_time(engine, shape):
-    requests = [FillRequest(text=t, **opts) for t, opts in [
-        ("Marie Curie was born in <mask> .", {}),
-        ("The Seine flows through <mask> .", {"k": 64}),
-        ("<mask> is the capital of France and <mask> of Poland .", {"mode": "hybrid"}),
-        ("Warsaw <mask>", {"mode": "restricted"}),
-        ("a much longer query about the river that flows through the city of <mask> in the north .",
-         {"k": 64, "top_k": 3}),
-    ]]
+    requests = [
+        FillRequest(text=t, **opts)
+        for t, opts in [
+            ("Marie Curie was born in <mask> .", {}),
+            ("The Seine flows through <mask> .", {"k": 64}),
+            ("<mask> is the capital of France and <mask> of Poland .", {"mode": "hybrid"}),
+            ("Warsaw <mask>", {"mode": "restricted"}),
+            (
+                "a much longer query about the river that flows through the city of <mask> in the north .",
+                {"k": 64, "top_k": 3},
+            ),
+        ]
+    ]
     alone = [engine.fill(r) for r in requests]
     prepared = engine.prepare([engine.plan(r) for r in requests], shape)
     together = [engine.finish(p) for p in prepared]
     for a, b in zip(alone, together):
         assert b.filled == a.filled
-        assert [[c.phrase for c in m.candidates] for m in b.masks] == [[c.phrase for c in m.candidates]
-                                                                      for m in a.masks]
+        assert [[c.phrase for c in m.candidates] for m in b.masks] == [
+            [c.phrase for c in m.candidates] for m in a.masks
+        ]
         for ma, mb in zip(a.masks, b.masks):
             assert [c.score for c in mb.candidates] == pytest.approx([c.score for c in ma.candidates], rel=1e-4)

@@ -51,13 +51,19 @@ def test_a_corrected_fact_is_filled_within_seconds_and_stays_corrected(default_i
     shutil.copytree(default_index, index)
     client, state = _client(index)
     with client:
-        r = client.post("/admin/documents", json=[{"id": "ada", "title": "Ada Quint",
-                                                   "text": "Ada Quint was born in Lisbon."}], headers=KEY)
+        r = client.post(
+            "/admin/documents",
+            json=[{"id": "ada", "title": "Ada Quint", "text": "Ada Quint was born in Lisbon."}],
+            headers=KEY,
+        )
         assert r.status_code == 200 and r.json()["generation"] == 1, r.text
         assert _top(client)[0] == "Lisbon"
         t0 = time.perf_counter()
-        r = client.post("/admin/documents", content='{"id": "ada", "title": "Ada Quint", "text": "Ada Quint was born '
-                        'in Porto."}\n', headers={**KEY, "Content-Type": "application/x-ndjson"})
+        r = client.post(
+            "/admin/documents",
+            content='{"id": "ada", "title": "Ada Quint", "text": "Ada Quint was born in Porto."}\n',
+            headers={**KEY, "Content-Type": "application/x-ndjson"},
+        )
         assert r.status_code == 200 and r.json()["replaced"] == 1, r.text
         for mode in ("dense", "restricted", "hybrid"):
             top, body = _top(client, mode)
@@ -88,8 +94,11 @@ def test_a_deleted_document_is_gone_from_every_mode(default_index, tmp_path):
         r = client.delete("/admin/documents/d3", headers=KEY)
         assert r.status_code == 200 and r.json()["deleted"] == 1, r.text
         for mode in ("dense", "restricted", "hybrid"):
-            r = client.post("/fill", json={"text": "Marie Curie was born in <mask> .", "mode": mode, "top_k": 20,
-                                           "evidence": 5}, headers=KEY)
+            r = client.post(
+                "/fill",
+                json={"text": "Marie Curie was born in <mask> .", "mode": mode, "top_k": 20, "evidence": 5},
+                headers=KEY,
+            )
             assert r.status_code == 200 and "Warsaw" not in r.text and '"d3"' not in r.text, (mode, r.text)
         r = client.delete("/admin/documents/d3", headers=KEY)
         assert r.status_code == 404 and "'d3'" in r.json()["error"], r.text
@@ -105,8 +114,9 @@ def test_fills_never_fail_while_documents_change(tiny_index, tmp_path):
 
     def fill_loop():
         while not done.is_set():
-            statuses.append(client.post("/fill", json={"text": "Paris is the <mask> of France ."},
-                                        headers=KEY).status_code)
+            statuses.append(
+                client.post("/fill", json={"text": "Paris is the <mask> of France ."}, headers=KEY).status_code
+            )
 
     with client:
         loops = [threading.Thread(target=fill_loop) for _ in range(3)]
@@ -147,10 +157,15 @@ def test_bad_document_requests(tiny_index, tmp_path):
     shutil.copytree(tiny_index, index)
     client, state = _client(index, max_documents_bytes=2048)
     with client:
+
         def post(body, **kw):
-            return client.post("/admin/documents", headers={**KEY, **kw.pop("headers", {})},
-                                                      **({"json": body} if not isinstance(body, str) else {"content": body}),
-                                                      **kw)
+            return client.post(
+                "/admin/documents",
+                headers={**KEY, **kw.pop("headers", {})},
+                **({"json": body} if not isinstance(body, str) else {"content": body}),
+                **kw,
+            )
+
         r = post([{"id": "a", "text": "fine"}, {"id": "b", "title": "no text"}])
         assert r.status_code == 422 and "document 1 (id 'b'): text: Field required" in r.json()["error"], r.text
         r = post('{"id": "a", "text": "x"}\nnot json\n', headers={"Content-Type": "application/x-ndjson"})
@@ -161,10 +176,16 @@ def test_bad_document_requests(tiny_index, tmp_path):
         assert r.status_code == 413 and "2048" in r.json()["error"]
         assert post("id,text", headers={"Content-Type": "text/csv"}).status_code == 415
         assert client.post("/admin/documents", json=[{"id": "a", "text": "x"}]).status_code == 401
-        r = post("[" * 1000 + "]" * 1000, headers={"Content-Type": "application/json"})  # json's parser recurses per level: a RecursionError was a 500
+        r = post(
+            "[" * 1000 + "]" * 1000, headers={"Content-Type": "application/json"}
+        )  # json's parser recurses per level: a RecursionError was a 500
         assert r.status_code == 422 and "nested too deeply" in r.json()["error"], r.text
-        for bad, what in (({"id": "e", "text": ""}, "text"), ({"id": "e", "text": " \n "}, "text"),
-                          ({"id": "line\nbreak", "text": "x"}, "id"), ({"id": "tab\tid", "text": "x"}, "id")):
+        for bad, what in (
+            ({"id": "e", "text": ""}, "text"),
+            ({"id": "e", "text": " \n "}, "text"),
+            ({"id": "line\nbreak", "text": "x"}, "id"),
+            ({"id": "tab\tid", "text": "x"}, "id"),
+        ):
             r = post([{"id": "ok", "text": "fine"}, bad])
             assert r.status_code == 422 and "document 1" in r.json()["error"] and what in r.json()["error"], r.text
         r = client.delete("/admin/documents/bell%07id", headers=KEY)
@@ -202,8 +223,10 @@ def test_adds_are_refused_past_the_delta_shard_cap_until_compacted(tiny_index, t
     shutil.copytree(tiny_index, index)
     client, state = _client(index, max_delta_shards=2)
     with client:
+
         def add(i):
             return client.post("/admin/documents", json=[{"id": f"n{i}", "text": f"New text {i}."}], headers=KEY)
+
         assert add(1).status_code == 200 and add(2).status_code == 200
         r = add(3)
         assert r.status_code == 503 and "indexer compact" in r.json()["error"] and r.headers["Retry-After"], r.text

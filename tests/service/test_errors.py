@@ -3,17 +3,22 @@ import pytest
 from service.errors import KIND_HEADERS, error_response, redact
 
 
-@pytest.mark.parametrize("message,want", [
-    ("index file /srv/idx/shard-00000/vectors.npy is missing", "index file shard-00000/vectors.npy is missing"),
-    ("cannot load model from /opt/venv/lib/site-packages/m: bad", "cannot load model from site-packages/m: bad"),
-    ("(see /etc/fill/keys)", "(see fill/keys)"),
-    ("top_k: Input should be a valid integer", "top_k: Input should be a valid integer"),
-    ("see http://example.org/a/b/c", "see http://example.org/a/b/c"),
-    ("ratio 1/2/3 and a/b/c", "ratio 1/2/3 and a/b/c"),
-    ("changed by another writer (add documents (POST /admin/documents), pid 7)",
-     "changed by another writer (add documents (POST /admin/documents), pid 7)"),
-    ("DELETE /admin/documents/x of /srv/a/b/c", "DELETE /admin/documents/x of b/c"),
-])
+@pytest.mark.parametrize(
+    "message,want",
+    [
+        ("index file /srv/idx/shard-00000/vectors.npy is missing", "index file shard-00000/vectors.npy is missing"),
+        ("cannot load model from /opt/venv/lib/site-packages/m: bad", "cannot load model from site-packages/m: bad"),
+        ("(see /etc/fill/keys)", "(see fill/keys)"),
+        ("top_k: Input should be a valid integer", "top_k: Input should be a valid integer"),
+        ("see http://example.org/a/b/c", "see http://example.org/a/b/c"),
+        ("ratio 1/2/3 and a/b/c", "ratio 1/2/3 and a/b/c"),
+        (
+            "changed by another writer (add documents (POST /admin/documents), pid 7)",
+            "changed by another writer (add documents (POST /admin/documents), pid 7)",
+        ),
+        ("DELETE /admin/documents/x of /srv/a/b/c", "DELETE /admin/documents/x of b/c"),
+    ],
+)
 def test_redact_keeps_the_last_two_parts_of_absolute_paths_only(message, want):
     assert redact(message) == want
 

@@ -40,8 +40,15 @@ def operations(tiny_index, tmp_path_factory):
     index = tmp_path_factory.mktemp("fuzz") / "idx"  # a copy: the fuzzed admin routes add and delete documents
     shutil.copytree(tiny_index, index)
     # every accepted add writes a delta shard: no cap here (the cap's 503 has a test of its own, test_documents)
-    s = Settings(index=index, api_keys="fuzz-key", warm=False, request_timeout=30, reader_dir=reader,
-                 use_reader=reader is not None, max_delta_shards=100_000)
+    s = Settings(
+        index=index,
+        api_keys="fuzz-key",
+        warm=False,
+        request_timeout=30,
+        reader_dir=reader,
+        use_reader=reader is not None,
+        max_delta_shards=100_000,
+    )
     app = create_app(s, state=ServiceState(s, engine=FillEngine.open(s.engine_config())))
     schema = schemathesis.openapi.from_asgi("/openapi.json", app, headers=AUTH)
     return [result.ok() for result in schema.get_all_operations()]
@@ -49,8 +56,16 @@ def operations(tiny_index, tmp_path_factory):
 
 def test_every_route_is_fuzzed(operations):
     labels = {op.label for op in operations}
-    assert {"POST /fill", "POST /score", "GET /readyz", "GET /info", "POST /admin/reload", "GET /metrics",
-            "POST /admin/documents", "DELETE /admin/documents/{doc_id}"} <= labels, labels
+    assert {
+        "POST /fill",
+        "POST /score",
+        "GET /readyz",
+        "GET /info",
+        "POST /admin/reload",
+        "GET /metrics",
+        "POST /admin/documents",
+        "DELETE /admin/documents/{doc_id}",
+    } <= labels, labels
 
 
 def _record(method: str, path: str, status: int) -> None:
@@ -66,8 +81,13 @@ def test_no_5xx_and_one_error_shape(operations, mode):
     for op in operations:
 
         @given(case=op.as_strategy(generation_mode=mode))
-        @settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True,
-                  database=None)
+        @settings(
+            max_examples=EXAMPLES,
+            deadline=None,
+            suppress_health_check=list(HealthCheck),
+            derandomize=True,
+            database=None,
+        )
         def fuzz(case):
             response = case.call(headers={**(case.headers or {}), **AUTH})
             _record(case.method, case.path, response.status_code)
@@ -83,11 +103,15 @@ def test_no_5xx_and_one_error_shape(operations, mode):
                 # tokenizer keeps a token of a phrase, distinct document ids in one update; their 422s are not "valid
                 # data rejected"
                 beyond_schema = response.status_code == 422 and (
-                    any(rule in response.text for rule in ("request too expensive", "repeats the label", "no token",
-                                                           "appears twice"))
-                    or case.path == "/admin/reload")
-                case.validate_response(response, headers=AUTH,
-                                       excluded_checks=[positive_data_acceptance] if beyond_schema else None)
+                    any(
+                        rule in response.text
+                        for rule in ("request too expensive", "repeats the label", "no token", "appears twice")
+                    )
+                    or case.path == "/admin/reload"
+                )
+                case.validate_response(
+                    response, headers=AUTH, excluded_checks=[positive_data_acceptance] if beyond_schema else None
+                )
 
         try:
             fuzz()

@@ -59,8 +59,9 @@ def test_the_lane_follows_the_cost(workers):
     assert lanes.prepare(heavy, Deadline(10)) == ("heavy", heavy.request.text)
     thread = lambda: threading.current_thread().name  # noqa: E731
     assert lanes.finish(light, thread).startswith("fill_") and lanes.finish(heavy, thread).startswith("fill-heavy")
-    counted = {s.labels["lane"]: s.value for m in metrics.lanes.collect() for s in m.samples
-               if s.name.endswith("_total")}
+    counted = {
+        s.labels["lane"]: s.value for m in metrics.lanes.collect() for s in m.samples if s.name.endswith("_total")
+    }
     assert counted == {"light": 1.0, "heavy": 1.0}
 
 

@@ -64,8 +64,18 @@ def test_json_media_types_are_accepted(client, content_type):
     assert r.status_code == 200, r.text
 
 
-@pytest.mark.parametrize("field,value", [("top_k", "5"), ("top_k", True), ("k", 10.5), ("drop_stopwords", 0),
-                                         ("case_sensitive", "true"), ("alpha", "0.5"), ("max_span_tokens", False)])
+@pytest.mark.parametrize(
+    "field,value",
+    [
+        ("top_k", "5"),
+        ("top_k", True),
+        ("k", 10.5),
+        ("drop_stopwords", 0),
+        ("case_sensitive", "true"),
+        ("alpha", "0.5"),
+        ("max_span_tokens", False),
+    ],
+)
 def test_types_are_strict(client, field, value):
     r = client.post("/fill", json={"text": "<mask>", field: value})
     assert r.status_code == 422, r.text

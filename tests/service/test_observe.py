@@ -85,5 +85,5 @@ def test_metrics_by_route_status_batches_and_what_is_served(client):
     assert "fill_queue_depth 0.0" in text and "fill_in_flight 0.0" in text
     tokens = client.get("/info").json()["counts"]["tokens"]
     assert f"index_tokens {float(tokens)}" in text and "index_shards" in text
-    assert 'model_info{' in text and 'fingerprint="' in text
+    assert "model_info{" in text and 'fingerprint="' in text
     assert 'fill_stage_seconds_count{stage="encode"}' in text

@@ -25,8 +25,12 @@ from tests.service.test_server_process import clean_env, exercise, free_port, st
 pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
 
 
-QUERIES = ["Allan Peiper was born in <mask> .", "Paris is the capital of <mask> .",
-           "<mask> was born in Warsaw in <mask> .", "The <mask> flows through Paris."]
+QUERIES = [
+    "Allan Peiper was born in <mask> .",
+    "Paris is the capital of <mask> .",
+    "<mask> was born in Warsaw in <mask> .",
+    "The <mask> flows through Paris.",
+]
 VOLATILE = {"took_ms", "timings_ms"}
 
 
@@ -39,8 +43,9 @@ def local_ray():
 
 
 def ray_settings(index, **extra) -> Settings:
-    return Settings(index=index, backend="ray", **{"ray_groups": 2, "ray_replicas": 1, "ray_app": "t",
-                                                   "ray_timeout": 5.0, **extra})
+    return Settings(
+        index=index, backend="ray", **{"ray_groups": 2, "ray_replicas": 1, "ray_app": "t", "ray_timeout": 5.0, **extra}
+    )
 
 
 @pytest.fixture(scope="module")
@@ -53,8 +58,11 @@ def engines(local_ray, tiny_index):
 
 
 def replica_names(app: str) -> list[str]:
-    return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True)
-            if a["name"].startswith(f"SERVE_REPLICA::{app}#")]
+    return [
+        a["name"]
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if a["name"].startswith(f"SERVE_REPLICA::{app}#")
+    ]
 
 
 def test_the_groups_split_the_shards(engines):
@@ -81,8 +89,13 @@ def test_ray_fills_equal_the_local_engine(engines, mode):
 def test_ray_scores_equal_the_local_engine(engines, scorer):
     local, remote = engines
     for mode in ("dense", "hybrid", "restricted"):
-        request = ScoreRequest(text="Marie Curie was born in <mask> .", choices=["Warsaw", "Paris", "France"],
-                               mode=mode, scorer=scorer, evidence=2)
+        request = ScoreRequest(
+            text="Marie Curie was born in <mask> .",
+            choices=["Warsaw", "Paris", "France"],
+            mode=mode,
+            scorer=scorer,
+            evidence=2,
+        )
         want = local.score(request).model_dump(exclude=VOLATILE)
         assert remote.score(request).model_dump(exclude=VOLATILE) == want
 
@@ -140,8 +153,9 @@ def test_a_replica_killed_under_load_costs_no_request(local_ray, tiny_index):
         ray.kill(ray.get_actor(before[0], namespace="serve"), no_restart=True)
         at_kill = done[0]
         deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and (len(set(replica_names("kill-group-0")) - set(before)) < 1
-                                               or done[0] < at_kill + 20):
+        while time.monotonic() < deadline and (
+            len(set(replica_names("kill-group-0")) - set(before)) < 1 or done[0] < at_kill + 20
+        ):
             time.sleep(0.2)
     finally:
         stop.set()
@@ -170,23 +184,29 @@ def test_one_replica_answers_several_calls_at_once(local_ray, tiny_index):
 
 
 def test_the_local_server_never_imports_ray():
-    code = ("import sys, service.server, service.state, service.api, service.__main__; "
-            "assert 'ray' not in sys.modules, 'ray imported'")
+    code = (
+        "import sys, service.server, service.state, service.api, service.__main__; "
+        "assert 'ray' not in sys.modules, 'ray imported'"
+    )
     subprocess.run([sys.executable, "-c", code], check=True, timeout=120)
 
 
 def test_the_server_process_serves_through_its_own_ray(start_server, tiny_index):
     port = free_port()
-    server = start_server(["--index", str(tiny_index), "--port", str(port)],
-                          clean_env(FILL_BACKEND="ray", FILL_RAY_GROUPS="2", FILL_RAY_APP="proc"), port)
+    server = start_server(
+        ["--index", str(tiny_index), "--port", str(port)],
+        clean_env(FILL_BACKEND="ray", FILL_RAY_GROUPS="2", FILL_RAY_APP="proc"),
+        port,
+    )
     server.wait_ready()
     exercise(server)
     log = server.output()
     assert "shard group proc-group-0 (shards [0, 1])" in log and "shard group proc-group-1 (shards [2])" in log
 
 
-def test_a_changed_index_is_redeployed_by_a_reload_and_refused_by_an_attaching_ingress(local_ray, tiny_index,
-                                                                                      fresh_copy):
+def test_a_changed_index_is_redeployed_by_a_reload_and_refused_by_an_attaching_ingress(
+    local_ray, tiny_index, fresh_copy
+):
     from indexer.update import AddConfig, run_add
     from tests.conftest import write_jsonl
 

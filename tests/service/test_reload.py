@@ -77,8 +77,10 @@ def test_reload_needs_the_key_and_keys_configured(served, tiny_index):
     client, _, other = served
     assert client.post("/admin/reload", json={"index": str(other)}).status_code == 401
     settings = Settings(index=tiny_index)
-    with TestClient(create_app(settings, state=ServiceState(settings, engine=FillEngine.open(settings.engine_config()))),
-                    raise_server_exceptions=False) as open_client:
+    with TestClient(
+        create_app(settings, state=ServiceState(settings, engine=FillEngine.open(settings.engine_config()))),
+        raise_server_exceptions=False,
+    ) as open_client:
         r = open_client.post("/admin/reload", json={"index": str(other)})
         assert r.status_code == 403 and r.json()["error_type"] == "forbidden"
         assert "FILL_API_KEYS" in r.json()["error"]
@@ -91,8 +93,9 @@ def test_reload_under_load_fails_no_request(served):
 
     def load():
         while not stop.is_set():
-            statuses.append(client.post("/fill", json={"text": "The Seine flows through <mask> ."},
-                                        headers=KEY).status_code)
+            statuses.append(
+                client.post("/fill", json={"text": "The Seine flows through <mask> ."}, headers=KEY).status_code
+            )
 
     threads = [threading.Thread(target=load) for _ in range(4)]
     for t in threads:
@@ -130,8 +133,10 @@ def test_a_reload_checks_every_sha256_before_it_swaps(served):
     r = client.post("/admin/reload", json={"index": str(other)}, headers=KEY)
     assert r.status_code == 422 and "vectors.npy does not match the manifest's sha256" in r.text, r.text
     assert str(other.parent) not in r.text  # neither the error nor its detail shows a server path
-    assert state.serving is before and client.post("/fill", json={"text": "Paris is the <mask> ."},
-                                                   headers=KEY).status_code == 200
+    assert (
+        state.serving is before
+        and client.post("/fill", json={"text": "Paris is the <mask> ."}, headers=KEY).status_code == 200
+    )
 
 
 @pytest.mark.parametrize("damaged_file", ["vectors.npy", "index.faiss", "token_ids.npy"])

@@ -68,21 +68,24 @@ def test_each_choice_lists_the_synonyms_that_voted_with_it(client):
     assert all(c["synonyms"] == [] for c in score(client, synonyms=0, **body)["masks"][0]["choices"])
 
 
-@pytest.mark.parametrize("choices, where", [
-    ([], "choices"),
-    (["only"], "choices"),
-    ([f"c{i}" for i in range(65)], "choices"),
-    (["same", "same"], "repeats the label"),
-    (["a", ""], "at least 1 character"),
-    (["a", "   "], "pattern"),
-    (["a", {"label": "b", "phrases": []}], "phrases"),
-    (["a", {"label": "b", "phrases": ["ok", " "]}], "pattern"),
-    (["a", {"label": "b", "phrases": ["ok", "\x1c"]}], "no token"),
-    (["a", {"label": "", "phrases": ["x"]}], "label"),
-    (["a", {"label": "b"}], "phrases"),
-    (["a", {"label": "b", "phrases": ["x"], "extra": 1}], "extra"),
-    (["a", 3], "choices"),
-])
+@pytest.mark.parametrize(
+    "choices, where",
+    [
+        ([], "choices"),
+        (["only"], "choices"),
+        ([f"c{i}" for i in range(65)], "choices"),
+        (["same", "same"], "repeats the label"),
+        (["a", ""], "at least 1 character"),
+        (["a", "   "], "pattern"),
+        (["a", {"label": "b", "phrases": []}], "phrases"),
+        (["a", {"label": "b", "phrases": ["ok", " "]}], "pattern"),
+        (["a", {"label": "b", "phrases": ["ok", "\x1c"]}], "no token"),
+        (["a", {"label": "", "phrases": ["x"]}], "label"),
+        (["a", {"label": "b"}], "phrases"),
+        (["a", {"label": "b", "phrases": ["x"], "extra": 1}], "extra"),
+        (["a", 3], "choices"),
+    ],
+)
 def test_a_bad_choice_list_is_a_422_naming_the_field(client, choices, where):
     r = client.post("/score", json={"text": "It was <mask> .", "choices": choices})
     assert r.status_code == 422, r.text
@@ -92,18 +95,21 @@ def test_a_bad_choice_list_is_a_422_naming_the_field(client, choices, where):
     assert where in r.text
 
 
-@pytest.mark.parametrize("body", [
-    {"choices": ["a", "b"]},
-    {"text": "no mask here", "choices": ["a", "b"]},
-    {"text": "<mask>", "choices": ["a", "b"], "k": 0},
-    {"text": "<mask>", "choices": ["a", "b"], "temperature": 0},
-    {"text": "<mask>", "choices": ["a", "b"], "scorer": "bm25"},
-    {"text": "<mask>", "choices": ["a", "b"], "mode": "fuzzy"},
-    {"text": "<mask>", "choices": ["a", "b"], "top_k": 3},
-    {"text": "<mask>", "choices": ["a", "b"], "synonyms": 51},
-    {"text": "<mask>", "choices": ["a", "b"], "synonyms": -1},
-    {"text": "<mask>", "choices": ["a", "b"], "calibrate": "yes"},
-])
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"choices": ["a", "b"]},
+        {"text": "no mask here", "choices": ["a", "b"]},
+        {"text": "<mask>", "choices": ["a", "b"], "k": 0},
+        {"text": "<mask>", "choices": ["a", "b"], "temperature": 0},
+        {"text": "<mask>", "choices": ["a", "b"], "scorer": "bm25"},
+        {"text": "<mask>", "choices": ["a", "b"], "mode": "fuzzy"},
+        {"text": "<mask>", "choices": ["a", "b"], "top_k": 3},
+        {"text": "<mask>", "choices": ["a", "b"], "synonyms": 51},
+        {"text": "<mask>", "choices": ["a", "b"], "synonyms": -1},
+        {"text": "<mask>", "choices": ["a", "b"], "calibrate": "yes"},
+    ],
+)
 def test_other_bad_fields_are_422(client, body):
     r = client.post("/score", json=body)
     assert r.status_code == 422, r.text
@@ -111,15 +117,23 @@ def test_other_bad_fields_are_422(client, body):
 
 def test_the_cost_budget_applies(state):
     settings = Settings(index=state.settings.index, max_candidates=1000, max_evidence=4)
-    with TestClient(create_app(settings, state=ServiceState(settings, engine=state.engine)),
-                    raise_server_exceptions=False) as c:
+    with TestClient(
+        create_app(settings, state=ServiceState(settings, engine=state.engine)), raise_server_exceptions=False
+    ) as c:
         r = c.post("/score", json={"text": "It was <mask> .", "choices": ["a", "b"], "k": 600, "mode": "dense"})
         assert r.status_code == 422 and "FILL_MAX_CANDIDATES" in r.json()["error"]
-        r = c.post("/score", json={"text": "It was <mask> .", "choices": ["a", "b", "c"], "k": 10, "evidence": 2,
-                                   "mode": "dense"})
+        r = c.post(
+            "/score",
+            json={"text": "It was <mask> .", "choices": ["a", "b", "c"], "k": 10, "evidence": 2, "mode": "dense"},
+        )
         assert r.status_code == 422 and "FILL_MAX_EVIDENCE" in r.json()["error"]
-        assert c.post("/score", json={"text": "It was <mask> .", "choices": ["a", "b"], "k": 10,
-                                      "evidence": 2, "mode": "dense"}).status_code == 200
+        assert (
+            c.post(
+                "/score",
+                json={"text": "It was <mask> .", "choices": ["a", "b"], "k": 10, "evidence": 2, "mode": "dense"},
+            ).status_code
+            == 200
+        )
         r = c.post("/score", json={"text": "It was <mask> .", "choices": ["a", "b"]})  # 2 x 100 blocks x 16 tokens
         assert r.status_code == 422 and "blocks" in r.json()["error"]
 

@@ -82,8 +82,9 @@ def start_server(tmp_path):
     def start(args: list[str], env: dict[str, str], port: int) -> Server:
         log = tmp_path / f"server-{len(servers)}.log"
         with open(log, "wb") as out:
-            proc = subprocess.Popen([sys.executable, "-m", "service", *args], cwd=ROOT, env=env,
-                                    stdout=out, stderr=subprocess.STDOUT)
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "service", *args], cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT
+            )
         server = Server(proc, port, log)
         servers.append(server)
         return server
@@ -111,8 +112,7 @@ def check_fill(data: dict, text: str, top_k: int, evidence: int) -> None:
                 assert c["phrase"] in e["context"]
     assert not MASK_PATTERN.search(data["filled"])
     expected = MASK_PATTERN.split(text)
-    filled = expected[0] + "".join(m["candidates"][0]["phrase"] + seg
-                                   for m, seg in zip(data["masks"], expected[1:]))
+    filled = expected[0] + "".join(m["candidates"][0]["phrase"] + seg for m, seg in zip(data["masks"], expected[1:]))
     assert data["filled"] == filled
 
 
@@ -138,8 +138,7 @@ def exercise(server: Server) -> None:
 
 def test_server_with_flags(start_server, tiny_index):
     port = free_port()
-    server = start_server(["--index", str(tiny_index), "--port", str(port), "--host", "127.0.0.1"],
-                          clean_env(), port)
+    server = start_server(["--index", str(tiny_index), "--port", str(port), "--host", "127.0.0.1"], clean_env(), port)
     server.wait_ready()
     exercise(server)
 
@@ -155,8 +154,9 @@ def test_flag_overrides_env_port(start_server, tiny_index):
     env_port, flag_port = free_port(), free_port()
     while flag_port == env_port:
         flag_port = free_port()
-    server = start_server(["--port", str(flag_port)],
-                          clean_env(FILL_INDEX=str(tiny_index), FILL_PORT=str(env_port)), flag_port)
+    server = start_server(
+        ["--port", str(flag_port)], clean_env(FILL_INDEX=str(tiny_index), FILL_PORT=str(env_port)), flag_port
+    )
     server.wait_ready()
     assert httpx.get(f"http://127.0.0.1:{flag_port}/healthz", timeout=5).status_code == 200
     with pytest.raises(httpx.TransportError):
@@ -164,8 +164,9 @@ def test_flag_overrides_env_port(start_server, tiny_index):
 
 
 def run_cli(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "service", *args], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "service", *args], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 def test_nonexistent_index_exits_2_without_traceback():
@@ -265,8 +266,11 @@ def test_a_client_sending_its_body_slowly_is_disconnected(start_server, tiny_ind
     server = start_server([], clean_env(FILL_INDEX=str(tiny_index), FILL_PORT=str(port), FILL_BODY_TIMEOUT="1"), port)
     server.wait_ready()
     body = b'{"text": "Marie Curie was born in <mask> .", "top_k": 1}'
-    head = (b"POST /fill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
-            + str(len(body)).encode() + b"\r\n\r\n")
+    head = (
+        b"POST /fill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: "
+        + str(len(body)).encode()
+        + b"\r\n\r\n"
+    )
     t0 = time.monotonic()
     assert trickle(port, head, body), "the server kept a connection whose body never ended"
     assert time.monotonic() - t0 < 5
@@ -282,12 +286,15 @@ def test_openmp_threads_wait_passively_unless_told_otherwise(given, want):
     env = {k: v for k, v in clean_env().items() if k != "OMP_WAIT_POLICY"}
     if given is not None:
         env["OMP_WAIT_POLICY"] = given
-    code = ("import os, sys, service.__main__ as m; "
-            "assert 'torch' not in sys.modules and 'faiss' not in sys.modules; "
-            "assert os.environ.get('OMP_WAIT_POLICY') == (sys.argv[1] or None); "
-            "exec('try:\\n    m.main([\\'--help\\'])\\nexcept SystemExit:\\n    pass'); "
-            "assert 'torch' in sys.modules; print(os.environ['OMP_WAIT_POLICY'])")
-    out = subprocess.run([sys.executable, "-c", code, given or ""], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=120)
+    code = (
+        "import os, sys, service.__main__ as m; "
+        "assert 'torch' not in sys.modules and 'faiss' not in sys.modules; "
+        "assert os.environ.get('OMP_WAIT_POLICY') == (sys.argv[1] or None); "
+        "exec('try:\\n    m.main([\\'--help\\'])\\nexcept SystemExit:\\n    pass'); "
+        "assert 'torch' in sys.modules; print(os.environ['OMP_WAIT_POLICY'])"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code, given or ""], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == want
