@@ -20,22 +20,22 @@ def _part(shard_no: int, first, last, start_logits, end_logits, texts: list[str]
     length = np.array([len(t) for t in texts], dtype=np.int64)
     keys = Ragged(codes, np.cumsum(length) - length, length)
     return ShardCandidates(
-        shard_no,
-        first,
-        last,
-        np.array(start_logits, dtype=np.float64),
-        start_of,
-        np.array(end_logits, dtype=np.float64),
-        end_of,
-        max(start_logits),
-        max(end_logits),
-        np.full(first.size, 10 * shard_no),
-        np.zeros(first.size, np.int64),
-        np.zeros(first.size, np.int64),
-        keys,
-        None,
-        np.array([10 * shard_no]),
-        np.array([[0, 100]], dtype=np.int64),
+        shard_no=shard_no,
+        first=first,
+        last=last,
+        start_logits=np.array(start_logits, dtype=np.float64),
+        start_of=start_of,
+        end_logits=np.array(end_logits, dtype=np.float64),
+        end_of=end_of,
+        start_max=max(start_logits),
+        end_max=max(end_logits),
+        block=np.full(first.size, 10 * shard_no),
+        row=np.zeros(first.size, np.int64),
+        char=np.zeros(first.size, np.int64),
+        keys=keys,
+        tokens=None,
+        blocks=np.array([10 * shard_no]),
+        bounds=np.array([[0, 100]], dtype=np.int64),
     )
 
 
