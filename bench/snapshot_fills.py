@@ -39,13 +39,16 @@ VARIANT = {
     "k": 2048,
     "max_span_tokens": 16,
 }
+# --scores: closed-set scores (POST /score) of the first N probes, with the API defaults and with these
+SCORE_CHOICES = ["great", "terrible"]
+SCORE_VARIANT = {"scorer": "npm", "evidence": 3, "synonyms": 0, "calibrate": False, "temperature": 2.0}
 
 
 def take(args: argparse.Namespace) -> None:
     from probes import make_probes
 
     from common.process import single_thread_blas
-    from fill.schemas import FillRequest
+    from fill.schemas import FillRequest, ScoreRequest
     from service.config import Settings
     from service.state import open_engine
 
@@ -58,13 +61,18 @@ def take(args: argparse.Namespace) -> None:
     engine = open_engine(
         Settings(index=args.index, backend=args.backend, ray_groups=args.groups, ray_replicas=args.replicas)
     )
-    cases = [(mode, "default", {}) for mode in args.modes]
-    cases += [(mode, "variant", VARIANT) for mode in args.modes]
+    cases = [(mode, "default", {}, len(texts)) for mode in args.modes]
+    cases += [(mode, "variant", VARIANT, args.variants) for mode in args.modes]
+    cases += [(mode, "score", {}, args.scores) for mode in args.modes if args.scores]
+    cases += [(mode, "score-variant", SCORE_VARIANT, args.scores) for mode in args.modes if args.scores]
     tmp = args.out.with_suffix(".tmp")
     with tmp.open("w", encoding="utf-8") as out:
-        for mode, name, options in cases:
-            for i, text in enumerate(texts[: args.variants] if name == "variant" else texts):
-                result = engine.fill(FillRequest(text=text, mode=mode, **options))
+        for mode, name, options, n in cases:
+            for i, text in enumerate(texts[:n]):
+                if name.startswith("score"):
+                    result = engine.score(ScoreRequest(text=text, mode=mode, choices=SCORE_CHOICES, **options))
+                else:
+                    result = engine.fill(FillRequest(text=text, mode=mode, **options))
                 record = {
                     "probe": i,
                     "mode": mode,
@@ -78,6 +86,7 @@ def take(args: argparse.Namespace) -> None:
     print(
         f"wrote {args.out}: {len(texts)} probes x {len(args.modes)} modes, +{min(args.variants, len(texts))} "
         f"x {len(args.modes)} with the variant options"
+        + (f", {min(args.scores, len(texts))} x {len(args.modes)} x 2 closed-set scores" if args.scores else "")
     )
 
 
@@ -100,6 +109,13 @@ def _numbers(a, b, path=""):
     return None if any(d is None for d in diffs) else max(diffs, default=0.0)
 
 
+def _top(record: dict) -> list:
+    """Per mask, the top phrase of a fill (the predicted label of a closed-set score; None: abstained)."""
+    if "filled" not in record:
+        return [m["predicted"] for m in record["masks"]]
+    return [m["candidates"][0]["phrase"] if m["candidates"] else None for m in record["masks"]]
+
+
 def compare(args: argparse.Namespace) -> None:
     a = [json.loads(line) for line in args.a.read_text(encoding="utf-8").splitlines()]
     b = [json.loads(line) for line in args.b.read_text(encoding="utf-8").splitlines()]
@@ -110,8 +126,7 @@ def compare(args: argparse.Namespace) -> None:
         groups.setdefault((x["mode"], x["options"]), []).append((x, y))
     failed = False
     for (mode, options), pairs in groups.items():
-        top = lambda r: [m["candidates"][0]["phrase"] if m["candidates"] else None for m in r["masks"]]  # noqa: E731
-        agree = sum(top(x) == top(y) for x, y in pairs)
+        agree = sum(_top(x) == _top(y) for x, y in pairs)
         equal = sum(x == y for x, y in pairs)
         diffs = [_numbers(x, y) for x, y in pairs]
         same_shape = sum(d is not None for d in diffs)
@@ -137,6 +152,7 @@ def main() -> None:
     t.add_argument("--n", type=int, default=500)
     t.add_argument("--variants", type=int, default=100, help="probes also run with the variant options")
     t.add_argument("--modes", nargs="+", default=["dense", "restricted", "hybrid"])
+    t.add_argument("--scores", type=int, default=0, help="probes also scored against great / terrible (POST /score)")
     t.add_argument("--out", type=Path, required=True)
     t.add_argument(
         "--backend",

@@ -41,6 +41,11 @@ Raw = tuple[Any, Any, Any]  # (id, title, text) before normalisation; row number
 PRINTABLE_ID = r"^[^\x00-\x1f\x7f]+$"  # an id a live update accepts: no control characters (indexer.update)
 
 
+# a character that is not blank: not white space by JSON Schema's, Rust's (pydantic) nor Python's rules (str.strip
+# also strips the separators \x1c-\x1f and NEL \x85, which JSON Schema's and Rust's \s do not hold)
+TEXT_PATTERN = r"[^\s\x1c-\x1f\x85]"
+
+
 class DocumentRecord(BaseModel):
     """One document of a live update, as POST /admin/documents and `indexer add` take it (the one validation of
     both): added to the index, or replacing the document with its id."""
@@ -54,7 +59,7 @@ class DocumentRecord(BaseModel):
     text: str = Field(
         min_length=1,
         max_length=10_000_000,
-        pattern=r"\S",
+        pattern=TEXT_PATTERN,
         description="the document's text (not empty nor blank: delete a document to remove it)",
     )
     title: str = Field("", max_length=10_000, description="its title (indexed as each block's context; null: none)")

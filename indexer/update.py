@@ -19,7 +19,7 @@ import datetime as dt
 import logging
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,7 +31,7 @@ from pydantic import BaseModel, Field
 from common.errors import AppError
 from common.files import file_record
 from common.priority import at_priority
-from corpus.blocking import iter_blocks
+from corpus.blocking import Block, iter_blocks
 from corpus.readers import PRINTABLE_ID, Document, read_corpus
 from encoder.model import Encoder
 from encoder.onnx_engine import ENGINE_HELP
@@ -114,6 +114,31 @@ def id_problem(doc_id: str) -> str | None:
     if not re.fullmatch(PRINTABLE_ID, doc_id):
         return "the id holds a control character (newline, tab, NUL...); ids must be printable"
     return None
+
+
+def each_with_tokens(blocks: Iterator[Block], docs: list[Document]) -> Iterator[Block]:
+    """The blocks of `docs` (in their order), refusing a document whose text gives no token (only blank, control
+    or format characters: it would be a document without rows, neither replaceable nor deletable) with a validation
+    AppError naming it, as soon as the blocks of a later document begin (nothing is committed then)."""
+    at = {id(d): i for i, d in enumerate(docs)}
+    following = 0  # the document whose first block comes next
+    for block in blocks:
+        i = at[id(block.doc)]
+        if i > following:
+            raise _no_tokens(following, docs[following])
+        following = max(following, i + 1)
+        yield block
+    if following < len(docs):
+        raise _no_tokens(following, docs[following])
+
+
+def _no_tokens(i: int, doc: Document) -> AppError:
+    return AppError(
+        f"document {i} (id {doc.id!r}): its text gives no token of this model's vocabulary (only blank, control or "
+        "format characters); give it text, or delete the document to remove it",
+        kind="validation",
+        field=f"documents[{i}].text",
+    )
 
 
 def check_documents(documents: Iterable[Document]) -> list[Document]:
@@ -242,7 +267,7 @@ class IndexUpdate:
         old = document_rows(self.root, self.manifest, self.tombstones, [d.id for d in docs], self.opened)
         encoder = self.encoder
         build = self.manifest.build
-        blocks = iter_blocks(docs, encoder.tokenizer, build.block_tokens, build.title_tokens)
+        blocks = each_with_tokens(iter_blocks(docs, encoder.tokenizer, build.block_tokens, build.title_tokens), docs)
         shards, tokens = [], 0
         try:
             for chunk in chunk_blocks(blocks, build.shard_tokens):

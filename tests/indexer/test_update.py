@@ -10,9 +10,10 @@ import re
 
 import numpy as np
 import pytest
+from pydantic import ValidationError
 
 from common.errors import AppError
-from corpus.readers import Document
+from corpus.readers import Document, DocumentRecord
 from encoder.model import Encoder
 from indexer.build import BuildConfig, build_index
 from indexer.compact import CompactConfig, run_compact
@@ -191,6 +192,30 @@ def test_an_update_refuses_empty_texts_and_unprintable_ids(index, tiny_bert_dir)
     with pytest.raises(AppError, match="control character"):
         run_delete(DeleteConfig(index=index, ids=["d1", "x\x00y"]))
     assert Manifest.load(index).generation == 0
+
+
+@pytest.mark.parametrize("where", [0, 1, 2])
+def test_a_text_that_gives_no_token_is_refused_and_nothing_is_committed(index, tiny_bert_dir, where):
+    """Control or format characters only (a text neither empty nor blank, but the tokenizer keeps nothing): it
+    would be a document without rows, so it is refused naming it, wherever it sits in the update."""
+    docs = [NEW, Document(row=0, id="n2", title="", text="Another new text.")]
+    docs.insert(where, Document(row=0, id="ctl", title="", text="\x0f\ufeff\u200b"))
+    before = sorted(p.name for p in index.iterdir())
+    with pytest.raises(AppError, match=f"document {where} \\(id 'ctl'\\): its text gives no token") as err:
+        _update(index, tiny_bert_dir).add(docs)
+    assert err.value.kind == "validation" and err.value.field == f"documents[{where}].text"
+    assert Manifest.load(index).generation == 0
+    assert sorted(p.name for p in index.iterdir()) == before  # the delta shards written before the refusal are gone
+    assert _update(index, tiny_bert_dir).add([d for d in docs if d.id != "ctl"]).added == 2
+
+
+def test_a_blank_text_by_pythons_rules_is_refused_by_the_record_schema():
+    """The record's pattern holds the separators str.strip removes and JSON Schema's \\s does not (\\x1c-\\x1f,
+    \\x85): such a text fails validation as a schema says, not later as an empty text."""
+    for blank in ("\x1f", "\x1c \x85", " \t"):
+        with pytest.raises(ValidationError, match="text"):
+            DocumentRecord(id="b", text=blank)
+    assert DocumentRecord(id="b", text="\x1fa").text == "\x1fa"
 
 
 @pytest.mark.parametrize(
