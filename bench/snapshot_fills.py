@@ -12,7 +12,10 @@ With `--backend ray [--groups N]` the snapshot is taken through shard groups on 
 
 `take` runs every probe in each of --modes with the API defaults, and the first --variants probes also with
 a second option set (top_k 20, alpha 0.5, sum aggregation, case-insensitive, evidence 5, k 2048,
-max_span_tokens 16), in process (FillEngine, no HTTP). Each line is a FillResult without its timings.
+max_span_tokens 16), in process (FillEngine, no HTTP); with --scores N, the first N probes are also scored
+as closed-set (POST /score: great / terrible) with the API defaults and with a second option set (the npm
+scorer, evidence 3, no synonyms, no calibration, temperature 2). Each line is a FillResult (a ScoreResult)
+without its timings.
 `compare` prints the top-1 agreement per mode, how many results are equal field for field, and the largest
 score / confidence difference. Take both snapshots with the same BLAS threads: the engine now runs BLAS
 on one thread, engines before 2026-11-24 used all cores unless OMP_NUM_THREADS=1, and the thread count
@@ -133,7 +136,7 @@ def compare(args: argparse.Namespace) -> None:
         worst = max((d for d in diffs if d is not None), default=0.0)
         failed |= agree < len(pairs) or same_shape < len(pairs)
         print(
-            f"{mode:10s} {options:8s} {len(pairs):4d} probes: top-1 agreement {agree}/{len(pairs)}; "
+            f"{mode:10s} {options:13s} {len(pairs):4d} probes: top-1 agreement {agree}/{len(pairs)}; "
             f"equal field for field {equal}; same phrases, evidence and order {same_shape}; "
             f"largest score/confidence difference {worst:.3g}"
         )

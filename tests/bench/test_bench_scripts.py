@@ -962,3 +962,44 @@ def test_bench_shell_scripts_parse(script):
     costs the run)."""
     done = subprocess.run(["bash", "-n", str(ROOT / "bench" / script)], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
+
+
+def test_snapshot_fills_takes_fills_and_scores_and_compare_finds_a_changed_one(built, tmp_path):
+    snap = tmp_path / "a.jsonl"
+    out = _run(
+        "snapshot_fills.py",
+        "take",
+        "--index",
+        str(built / "idx"),
+        "--corpus",
+        str(SAMPLE),
+        "--n",
+        "3",
+        "--variants",
+        "1",
+        "--scores",
+        "2",
+        "--modes",
+        "dense",
+        "restricted",
+        "--out",
+        str(snap),
+    )
+    assert "3 probes x 2 modes, +1 x 2 with the variant options, 2 x 2 x 2 closed-set scores" in out
+    rows = [json.loads(line) for line in snap.read_text().splitlines()]
+    scores = [r for r in rows if "filled" not in r]
+    assert [r["options"] for r in scores].count("score-variant") == 4 and all(
+        "predicted" in r["masks"][0] for r in scores
+    )
+    same = _run("snapshot_fills.py", "compare", str(snap), str(snap))
+    assert "restricted score-variant    2 probes: top-1 agreement 2/2; equal field for field 2" in same
+    changed = rows[-1]
+    changed["masks"][0]["predicted"] = "nothing"
+    other = write_jsonl(tmp_path / "b.jsonl", rows[:-1] + [changed])
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "snapshot_fills.py"), "compare", str(snap), str(other)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 1 and "top-1 agreement 1/2; equal field for field 1" in done.stdout
