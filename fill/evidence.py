@@ -6,14 +6,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple, TypeVar
+from typing import Any, Callable, NamedTuple
 
 from fill.ranker import CandidatePool
 from fill.schemas import Evidence
-from fill.shard_group import Shards, ShardTask, by_shard
+from fill.shard_group import R, Shards, ShardTask, by_shard
 from indexer.shard import Shard
-
-R = TypeVar("R")
 
 CONTEXT_CHARS = 80
 AHEAD = 2  # places asked per evidence still wanted: one round answers most wants (a round is a call per group)

@@ -25,16 +25,17 @@ import numpy as np
 from indexer.phrase_index import PhraseIndex, ScoredHits
 from indexer.shard import Shard
 
-R = TypeVar("R", covariant=True)
+R_co = TypeVar("R_co", covariant=True)  # a task's result type
+R = TypeVar("R")  # the result type of a list of tasks run together
 
 
-class ShardTask(Protocol[R]):
+class ShardTask(Protocol[R_co]):
     """Work on one shard (number `shard_no` of the whole index) whose result is an R."""
 
     @property
     def shard_no(self) -> int: ...
 
-    def run(self, shard: Shard) -> R: ...
+    def run(self, shard: Shard) -> R_co: ...
 
 
 class Shards(Protocol):
