@@ -5,9 +5,9 @@
 # build) and its FIT probes (every dev probe but the reported sample: 50 a relation, seed 0), PER_RELATION (50) a
 # relation drawn with seed 1:
 # 1. fill-fit, reader off: per BM25 mode the lexical weight of GRID with the best macro EM@1, then the confidence
-#    of every mode (dense's is the one served: dense fills are not read);
-# 2. fill-fit --part reader, per mode (restricted and hybrid side by side, one core each): the reader's retrieval
-#    weight of READER_GRID with the best macro EM@1 (READER_WEIGHTS="R H" gives them instead, no grid);
+#    of every mode (the one served for fills the reader does not read: dense mode without it, by default);
+# 2. fill-fit --part reader, per mode (restricted, hybrid and dense side by side): the reader's retrieval
+#    weight of READER_GRID with the best macro EM@1 (READER_WEIGHTS="R H D" gives them instead, no grid);
 # 3. the fills of two train-side sets at those weights, saved: Google-RE train_b (100 a relation, a flat index of
 #    its snippets) and the Wikipedia-leads dev fold (round 0's dev queries over the dev-fold articles without the
 #    query sentences: bench/prepare_wiki_leads.py --train-rounds 1), whose queries are unlike the dev half's;
@@ -36,22 +36,26 @@ rgrid=(); for w in ${READER_GRID:-0.25 0.5 1 2}; do rgrid+=(--reader-grid "$w");
 fit() { OMP_NUM_THREADS=1 "$VENV/bin/fill-fit" --index "$IDX" --probes "$D/fit_probes.jsonl" --per-relation "$N" \
     --seed 1 "$@"; }
 reader_fit() { OMP_NUM_THREADS=1 "$VENV/bin/fill-fit" --part reader --model "$F/model" --reader-dir "$READER" \
-    --modes restricted --modes hybrid "$@"; }
-merge() {  # retrieval.json + each mode's reader part (its weight, confidence, provenance) -> $4, atomically
+    --modes restricted --modes hybrid --modes dense "$@"; }
+merge() {  # retrieval.json + each mode's reader part (its weight, confidence, provenance) -> the last, atomically
     "$VENV/bin/python" - "$@" <<'EOF'
 import json, os, sys
-retrieval, restricted, hybrid = (json.load(open(p, encoding="utf-8")) for p in sys.argv[1:4])
-out, parts = dict(retrieval), {"restricted": restricted, "hybrid": hybrid}
-out["reader_weight"] = {m: p["reader_weight"][m] for m, p in parts.items()}
-out["reader_confidence"] = {m: p["reader_confidence"][m] for m, p in parts.items() if m in p.get("reader_confidence", {})}
-out["fitted"] = {**retrieval["fitted"], "reader": {m: p["fitted"]["reader"] for m, p in parts.items()}}
-tmp = sys.argv[4] + ".tmp"
+retrieval, *parts = (json.load(open(p, encoding="utf-8")) for p in sys.argv[1:-1])
+out = dict(retrieval, reader_weight={}, reader_confidence={})
+out["fitted"] = {**retrieval["fitted"], "reader": {}}
+for part in parts:  # each fitted one mode: the mode of its grid
+    (mode,) = part["fitted"]["reader"]["grid_macro_em@1"]
+    out["reader_weight"][mode] = part["reader_weight"][mode]
+    if mode in part.get("reader_confidence", {}):
+        out["reader_confidence"][mode] = part["reader_confidence"][mode]
+    out["fitted"]["reader"][mode] = part["fitted"]["reader"]
+tmp = sys.argv[-1] + ".tmp"
 with open(tmp, "w", encoding="utf-8") as f:  # a temporary name, fsync, rename
     json.dump(out, f, indent=2)
     f.flush()
     os.fsync(f.fileno())
-os.replace(tmp, sys.argv[4])
-print("lexical", out["lexical_weight"], "reader", out["reader_weight"], "->", sys.argv[4])
+os.replace(tmp, sys.argv[-1])
+print("lexical", out["lexical_weight"], "reader", out["reader_weight"], "->", sys.argv[-1])
 EOF
 }
 # 1. lexical weights and the retrieval's confidence (reader off)
@@ -64,16 +68,17 @@ if [ -n "${READER_WEIGHTS:-}" ]; then
     "$VENV/bin/python" - "$F/retrieval.json" "$F/model/scoring.json" $READER_WEIGHTS <<'EOF'
 import json, sys
 scoring = json.load(open(sys.argv[1], encoding="utf-8"))
-scoring["reader_weight"] = {"restricted": float(sys.argv[3]), "hybrid": float(sys.argv[4])}
+scoring["reader_weight"] = dict(zip(("restricted", "hybrid", "dense"), map(float, sys.argv[3:6])))
 json.dump(scoring, open(sys.argv[2], "w", encoding="utf-8"), indent=2)
 EOF
 else
-    for mode in restricted hybrid; do
+    for mode in restricted hybrid dense; do
         [ -f "$F/grid_$mode.json" ] || fit --part reader --model "$F/model" --reader-dir "$READER" --modes "$mode" \
             "${rgrid[@]}" --out "$F/grid_$mode.json" &
     done
     wait
-    merge "$F/retrieval.json" "$F/grid_restricted.json" "$F/grid_hybrid.json" "$F/model/scoring.json"
+    merge "$F/retrieval.json" "$F/grid_restricted.json" "$F/grid_hybrid.json" "$F/grid_dense.json" \
+        "$F/model/scoring.json"
 fi
 # 3. train-side fills at those weights
 [ -f "$WORK/google_re/train_b/corpus.jsonl" ] || "$VENV/bin/python" bench/prepare_google_re.py --data "$GRE" \
@@ -121,11 +126,12 @@ for mode in restricted hybrid; do
         --out "$F/null_$mode.json" &
 done
 wait
-# 4. the reader's confidence per mode, on the dev half's fills and those
-for mode in restricted hybrid; do
+# 4. the reader's confidence per mode, on the dev half's fills and those (dense: no no-answer fills)
+for mode in restricted hybrid dense; do
+    null=(); [ "$mode" = dense ] || null=(--with-fills "$F/fills_null_$mode.npz")
     [ -f "$F/reader_$mode.json" ] || fit --part reader --keep-weights --model "$F/model" --reader-dir "$READER" \
-        --modes "$mode" --with-fills "$F/fills_gre_train_b.npz" --with-fills "$F/fills_wiki_dev.npz" \
-        --with-fills "$F/fills_null_$mode.npz" --out "$F/reader_$mode.json" &
+        --modes "$mode" --with-fills "$F/fills_gre_train_b.npz" --with-fills "$F/fills_wiki_dev.npz" "${null[@]}" \
+        --out "$F/reader_$mode.json" &
 done
 wait
-merge "$F/retrieval.json" "$F/reader_restricted.json" "$F/reader_hybrid.json" "$OUT"
+merge "$F/retrieval.json" "$F/reader_restricted.json" "$F/reader_hybrid.json" "$F/reader_dense.json" "$OUT"
