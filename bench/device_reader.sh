@@ -14,7 +14,7 @@
 # bundled reader; the card (window 10, 16 phrases, 200 tokens, titles, null) is what it serves with.
 set -uo pipefail
 G="${G:-data-local/typed/gpu}"
-INIT="${INIT:-encoder/default_reader}"
+INIT="${INIT:-encoder/default_reader}"  # v3 came from v2e: INIT=data-local/models/reader_v2e (train_reader_typed.sh)
 python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl >/dev/null 2>&1
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 nvidia-smi -L
