@@ -23,7 +23,7 @@ read -r -a extra <<< "${FLAGS:-}"
 [ -f "$D/index_corpus.jsonl" ] || bash bench/prepare_trex_dev.sh
 if [ ! -f "$IDX/manifest.json" ]; then
     model_flag=(); [ -n "$MODEL" ] && model_flag=(--model "$MODEL")
-    "$VENV/bin/indexer" build --corpus "$D/index_corpus.jsonl" --out "$IDX" "${model_flag[@]}" 2>/dev/null | tail -1
+    "$VENV/bin/indexer" build --corpus "$D/index_corpus.jsonl" --out "$IDX" "${model_flag[@]}"
 fi
 out="$D/eval/$TAG"; mkdir -p "$out"
 for mode in $MODES; do
@@ -35,8 +35,9 @@ for mode in $MODES; do
         *) echo "unknown mode $mode" >&2; exit 2 ;;
     esac
     "$VENV/bin/fill-eval" --index "$IDX" --probes "$D/probes.jsonl" --per-relation "$PER_RELATION" --seed "$SEED" \
-        "${flags[@]}" "${extra[@]}" --report "$out/$mode.json" --out "$out/$mode.predictions.jsonl" 2>/dev/null \
-        | grep -E "^(macro|latency)|ECE" || true
+        "${flags[@]}" "${extra[@]}" --report "$out/$mode.json" --out "$out/$mode.predictions.jsonl" \
+        > "$out/$mode.txt" 2> "$out/$mode.log" || { tail -n 5 "$out/$mode.log" >&2; exit 1; }
+    echo "$mode:"; grep -E "^(macro|latency)|ECE" "$out/$mode.txt"
     if [ "${GOLD:-0}" = 1 ] && [ "$mode" != dense ]; then
         mflag=(); [ "$mode" = restricted ] && mflag=(--mode restricted)
         "$VENV/bin/python" - "$D/probes.jsonl" "$PER_RELATION" "$SEED" "$out/probes_sample.jsonl" <<'EOF'
@@ -51,6 +52,7 @@ EOF
         echo "$mode: gold in the reader's input"
         OMP_NUM_THREADS=1 "$VENV/bin/fill-reader-data" --index "$IDX" --probes "$out/probes_sample.jsonl" \
             --out "$out/$mode.reader_input.jsonl" --window 10 --phrases 16 --max-tokens 200 "${mflag[@]}" \
-            2>&1 | grep -i "answer read" || true
+            > "$out/$mode.gold.txt" 2>&1 || { tail -n 5 "$out/$mode.gold.txt" >&2; exit 1; }
+        grep -i "answer read" "$out/$mode.gold.txt"
     fi
 done
