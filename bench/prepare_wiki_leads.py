@@ -19,8 +19,9 @@ At most one probe per article and --per-type probes per type, chosen with --seed
 With --train-rounds R, also, for r < R, the same construction on the TRAIN side (one query per article and
 round, no cap per type, seed --seed + 1 + r): train/round{r}/corpus.jsonl (the train articles without the
 round's query sentences), train/round{r}/probes.jsonl (the queries of articles whose sha256(title) starts
-with 0-6: what the reader is trained on) and train/round{r}/dev.jsonl (those starting with 7: the train-side
-dev fold the reader's weight and calibration are fitted and its recipe chosen on; bench/train_reader.sh).
+with 0-6: what the reader is trained on), train/round{r}/dev.jsonl (those starting with 7: the train-side
+dev fold the reader's weight and calibration are fitted and its recipe chosen on; bench/train_reader.sh) and
+train/round{r}/dev_corpus.jsonl (the dev fold's articles of the round's corpus: the index its queries are asked of).
 """
 
 from __future__ import annotations
@@ -149,13 +150,16 @@ def main() -> None:
     for r in range(args.train_rounds):
         queries, removed = make_probes(train, 10**9, args.seed + 1 + r)
         (args.out / "train" / f"round{r}").mkdir(parents=True, exist_ok=True)
-        write_bytes_atomic(args.out / "train" / f"round{r}" / "corpus.jsonl", _jsonl(held_out(train, removed)))
         in_dev = [hashlib.sha256(q["title"].encode("utf-8")).hexdigest()[0] == DEV_DIGIT for q in queries]
         dev = [q for q, d in zip(queries, in_dev) if d]
         write_bytes_atomic(
             args.out / "train" / f"round{r}" / "probes.jsonl", _jsonl([q for q, d in zip(queries, in_dev) if not d])
         )
         write_bytes_atomic(args.out / "train" / f"round{r}" / "dev.jsonl", _jsonl(dev))
+        corpus = held_out(train, removed)
+        write_bytes_atomic(args.out / "train" / f"round{r}" / "corpus.jsonl", _jsonl(corpus))
+        dev_corpus = [a for a in corpus if hashlib.sha256(a["title"].encode("utf-8")).hexdigest()[0] == DEV_DIGIT]
+        write_bytes_atomic(args.out / "train" / f"round{r}" / "dev_corpus.jsonl", _jsonl(dev_corpus))
         print(f"train round {r}: {len(queries) - len(dev)} cloze queries to train on, {len(dev)} in the dev fold")
     by_type = {k: sum(p["relation"] == k for p in probes) for k in TYPES}
     print(f"train: {len(train)} articles; held: {len(held)} articles, {len(probes)} probes {by_type} -> {args.out}")

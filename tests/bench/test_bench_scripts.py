@@ -348,6 +348,20 @@ def test_prepare_wiki_leads_splits_by_article_and_probes_are_answered_elsewhere(
         assert p["answers"][0] in held_text  # its answer is in it, elsewhere
 
 
+def test_prepare_wiki_leads_writes_each_rounds_dev_fold_corpus(tmp_path):
+    import hashlib
+
+    wheel, _ = _fake_leads_wheel(tmp_path)
+    out = tmp_path / "leads"
+    _run("prepare_wiki_leads.py", "--wheel", str(wheel), "--out", str(out), "--train-rounds", "1")
+    read = lambda name: [json.loads(x) for x in (out / "train" / "round0" / name).read_text().splitlines()]  # noqa: E731
+    in_dev = lambda title: hashlib.sha256(title.encode("utf-8")).hexdigest()[0] == "7"  # noqa: E731
+    dev_corpus = read("dev_corpus.jsonl")
+    assert [d["title"] for d in dev_corpus] == ["Person 22"]  # the one fake title whose sha256 starts with 7
+    assert dev_corpus == [d for d in read("corpus.jsonl") if in_dev(d["title"])]
+    assert {q["title"] for q in read("dev.jsonl")} <= {d["title"] for d in dev_corpus}
+
+
 def test_prepare_reader_queries_asks_every_sentence_once_and_keeps_same_type_pairs(tmp_path):
     from evaluation.evaluate import on_side
 
