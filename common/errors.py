@@ -14,6 +14,7 @@ from typing import Literal, get_args
 
 Kind = Literal[
     "input",  # a file, model, index or option given to a job is unusable (the service cannot serve with it)
+    "bad_request",  # a request the HTTP layer cannot take as sent (framing, path encoding): the connection closes
     "validation",  # a request field or command-line value is invalid
     "unauthorized",
     "forbidden",
@@ -29,6 +30,7 @@ Kind = Literal[
 ]
 
 STATUS: dict[str, int] = {
+    "bad_request": 400,
     "validation": 422,
     "unauthorized": 401,
     "forbidden": 403,
@@ -64,8 +66,21 @@ class AppError(Exception):
         return STATUS[self.kind]
 
 
+class IndexDamaged(AppError):
+    """An index file that cannot be served, named in the message with what is wrong and the fix: found when the
+    index opens, when its hashes are checked, or when a fill reads bytes that do not match their checksum (the
+    service then stops serving that index: not ready, naming the file, until a reload or restart)."""
+
+    def __init__(self, message: str, path: str) -> None:
+        super().__init__(message, kind="input")
+        self.path = path
+
+
 def kind_for_status(status: int) -> str:
-    """The kind of an HTTP status raised by the web framework itself (404, 405, ...)."""
+    """The kind of an HTTP status raised by the web framework itself (404, 405, ...); its 400 (a body it cannot
+    parse, e.g. not UTF-8) is a validation error like bad JSON."""
+    if status == 400:
+        return "validation"
     for kind, code in STATUS.items():
         if code == status and kind != "input":
             return kind

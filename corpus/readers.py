@@ -13,7 +13,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 import pyarrow.parquet as pq
-from pydantic import BaseModel, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from common.errors import AppError
 
@@ -48,7 +48,10 @@ TEXT_PATTERN = r"[^\s\x1c-\x1f\x85]"
 
 class DocumentRecord(BaseModel):
     """One document of a live update, as POST /admin/documents and `indexer add` take it (the one validation of
-    both): added to the index, or replacing the document with its id."""
+    both): added to the index, or replacing the document with its id. Fields other than these are refused, as
+    every route refuses them."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
 
     id: str = Field(
         min_length=1,

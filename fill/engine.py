@@ -214,6 +214,7 @@ class FillEngine:
                 ranked,
                 self.scoring.reader_weight_of(mode),
                 request,
+                deadline,
             )
             laps.lap("read")
         masks, features = self._answers(

@@ -5,7 +5,9 @@
            with `card.window` tokens either side, inside its block; overlapping windows merged; at most
            `card.max_tokens` tokens per mask (fewer when the query is long); their spans and tokens (and, for
            a reader of titles, their documents' titles) come from the shards owning them (fill.windows)
-  read     one reader forward pass for all masks of a request, on the encoder's inference thread
+  read     reader forward passes of at most READ_BATCH masks each, on the encoder's inference thread, the
+           request's deadline checked before each mask is planned, before each pass is queued and when it starts
+           (so a timed-out request overshoots by one pass at most)
   spans    every valid span inside a window (a word start to a word end, at most max_span_tokens long),
            P(span) = softmax over all the mask's window spans of start(first) + end(last)
   rerank   a phrase's reader mass (the SUM of its spans' P) times its retrieval value to the power `weight`
@@ -22,6 +24,7 @@ import numpy as np
 
 from common.arrays import piece_starts
 from encoder.reader import Reader, ReaderInput, ReadingSpec
+from fill.budget import Deadline
 from fill.candidates import ShardCandidates
 from fill.phrases import join_ragged, phrase_table
 from fill.ranker import CandidatePool, RankedMask
@@ -31,6 +34,7 @@ from fill.spans import softmax, top_values
 from fill.windows import Window, WindowSpans, mask_windows, reader_parts, window_spans
 
 PRIOR_PHRASES = 50  # retrieval phrases whose values are the prior of the re-ranking
+READ_BATCH = 4  # masks per reader forward pass: the deadline is checked between passes
 
 
 def joint_pool(parts: list[ShardCandidates]) -> CandidatePool:
@@ -100,12 +104,26 @@ def read_masks(
     ranked: list[RankedMask],
     weight: float,
     options: FillOptions,
+    deadline: Deadline | None = None,
 ) -> list[RankedMask]:
-    """Every mask's retrieval ranking re-ranked by the reader (a mask with nothing to read keeps its own),
-    all masks read in one forward pass on the encoder's inference thread."""
-    plans = [plan_reading(reader.spec, shards, ids, at, r, options.max_span_tokens) for at, r in zip(mask_at, ranked)]
-    todo = [p for p in plans if p is not None]
-    logits = iter(encoder.on_thread(reader.logits, [p.item for p in todo]))
+    """Every mask's retrieval ranking re-ranked by the reader (a mask with nothing to read keeps its own), the
+    masks read READ_BATCH at a time on the encoder's inference thread; `deadline` checked between steps."""
+    check = deadline.check if deadline is not None else (lambda stage: None)
+    plans = []
+    for at, r in zip(mask_at, ranked):
+        check("read")
+        plans.append(plan_reading(reader.spec, shards, ids, at, r, options.max_span_tokens))
+    todo = [p.item for p in plans if p is not None]
+
+    def forward(items: list[ReaderInput]) -> list[tuple[np.ndarray, np.ndarray]]:
+        check("read")  # when the pass starts: it may have waited behind other requests' passes
+        return reader.logits(items)
+
+    found = []
+    for a in range(0, len(todo), READ_BATCH):
+        check("read")
+        found += encoder.on_thread(forward, todo[a : a + READ_BATCH])
+    logits = iter(found)
     out = []
     for plan, retrieval in zip(plans, ranked):
         if plan is None:

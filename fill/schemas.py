@@ -107,8 +107,11 @@ class MaskedText(BaseModel):
 
 
 def _integral(value):
-    """JSON Schema counts 5.0 as an integer, so it is one here too (strictness is about "5" and true)."""
-    return int(value) if isinstance(value, float) and value.is_integer() else value
+    """Strict numbers: an integer field takes a JSON integer, not 5.0 (which JSON Schema would count as one: the
+    fuzz tests know this rule) nor "5" nor true (strict mode)."""
+    if isinstance(value, float):
+        raise ValueError(f"must be an integer written without a decimal point (5, not 5.0); got {value!r}")
+    return value
 
 
 class FillRequest(FillOptions, MaskedText):

@@ -108,8 +108,7 @@ class WindowTask:
         titles = []
         if self.titles:
             rows = shard.blocks[shard.block_of(np.array([a for a, _ in self.windows])), 0]
-            column = shard.docs.column("title")
-            titles = [column[int(r)].as_py() or "" for r in rows]
+            titles = [shard.doc_title(int(r)) or "" for r in rows]
         if not first.size:
             return WindowRead(None, tokens, titles)
         part = span_candidates(shard, self.shard_no, first[order], last[order], _no_logits, _no_logits, False)

@@ -242,3 +242,29 @@ def build_faiss_index(
     for a in range(0, n, ADD_CHUNK):
         work.add(np.asarray(vectors[a : a + ADD_CHUNK], dtype=np.float32))
     return device.to_cpu(work) if on_gpu else index
+
+
+def shared_quantizer(shards: list) -> tuple[tuple[faiss.Index, int] | None, set[int]]:
+    """The coarse quantizer (and nprobe) of the IVF shards whose centroids and nprobe equal the first IVF
+    shard's (a build trains them once, indexer.templates), and those shards' numbers: a query is assigned
+    to its lists once and each of them scans its own lists (`search_preassigned`, the second half of
+    what `search` does, so the hits are the same)."""
+    first, members = None, set()
+    for number, shard in enumerate(shards):
+        index = shard.index
+        if not isinstance(index, faiss.IndexIVF) or is_exact(shard.info.factory):
+            continue
+        centroids = index.quantizer.reconstruct_n(0, index.nlist)
+        if first is None:
+            first = (index, centroids)
+        elif index.nprobe != first[0].nprobe or not np.array_equal(centroids, first[1]):
+            continue
+        members.add(number)
+    if first is None or len(members) < 2:
+        return None, set()
+    return (first[0].quantizer, first[0].nprobe), members
+
+
+def is_exact(factory: str) -> bool:
+    """Whether a FAISS factory scores with the full vectors (its top-k needs no exact re-scoring)."""
+    return factory.replace("IDMap,", "").replace("IDMap2,", "") == "Flat"

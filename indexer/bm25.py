@@ -58,11 +58,10 @@ def build_bm25(root: Path, shards: list[Shard], base: "BaseStats | None" = None,
             )
             rows = 0
             for shard in shards:
-                titles = shard.docs.column("title")
                 first = rows if base is not None else shard.info.block_base
                 rows += shard.blocks.shape[0]
                 body = (
-                    (first + b, f"{titles[int(shard.blocks[b, 0])].as_py()}\n{block_text(shard, b)}")
+                    (first + b, f"{shard.doc_title(int(shard.blocks[b, 0]))}\n{block_text(shard, b)}")
                     for b in range(shard.blocks.shape[0])
                 )
                 con.executemany("INSERT INTO blocks(rowid, body) VALUES (?, ?)", body)

@@ -36,7 +36,7 @@ from indexer.bm25 import build_bm25
 from indexer.encode import default_batch_tokens, encode_shard
 from indexer.lock import writer_lock
 from indexer.manifest import MANIFEST_NAME, BuildSettings, Counts, FileInfo, Manifest, ModelInfo, ShardInfo
-from indexer.outdir import BUILD_STATE, identity, prepare_out, remove_stale_shards
+from indexer.outdir import BUILD_STATE, identity, prepare_out, remove_stale_shards, remove_unstarted
 from indexer.shard import Shard, read_shard_info
 from indexer.shard_writer import ShardContent, ShardPlan, write_shard
 from indexer.templates import Templates, needs_training
@@ -184,13 +184,19 @@ class BuildJob:
             return self._run()
         cfg = self.cfg
         ident = identity(cfg.corpus, self.resolved.fingerprint, self.resolved.identity_settings)
-        if (cfg.out / MANIFEST_NAME).is_file() or (cfg.out / BUILD_STATE).is_file():
+        created = not cfg.out.exists()
+        try:
+            if (cfg.out / MANIFEST_NAME).is_file() or (cfg.out / BUILD_STATE).is_file():
+                with writer_lock(cfg.out, "indexer build"):
+                    prepare_out(cfg.out, ident, cfg.overwrite)
+                    return self._run()
+            prepare_out(cfg.out, ident, cfg.overwrite)
             with writer_lock(cfg.out, "indexer build"):
-                prepare_out(cfg.out, ident, cfg.overwrite)
                 return self._run()
-        prepare_out(cfg.out, ident, cfg.overwrite)
-        with writer_lock(cfg.out, "indexer build"):
-            return self._run()
+        except BaseException:
+            if created:
+                remove_unstarted(cfg.out)
+            raise
 
     def _run(self) -> BuildSummary:
         t0 = time.perf_counter()

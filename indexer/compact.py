@@ -111,7 +111,7 @@ def content_of(blocks: list[StoredBlock]) -> ShardContent:
         if b.doc_key not in rows:
             rows[b.doc_key] = len(ids)
             ids.append(shard.doc_id(row))
-            titles.append(shard.docs.column("title")[row].as_py())
+            titles.append(shard.doc_title(row))
             texts.append(shard.doc_text(row))
         block_rows.append((rows[b.doc_key], pos, pos + end - first))
         parts.append((shard, first, end))

@@ -1,10 +1,13 @@
-"""A shard's document text as the UTF-8 bytes of docs.arrow (memory-mapped), addressed by character offset
-block by block, so that the service can slice thousands of phrases with numpy instead of building a Python
-string per document (fill.phrases).
+"""docs.arrow's string columns read checked, and a shard's document text as the UTF-8 bytes of docs.arrow
+(memory-mapped), addressed by character offset block by block, so that the service can slice thousands of phrases
+with numpy instead of building a Python string per document (fill.phrases).
 
-For every block it keeps the byte where the block's text starts in the text buffer and whether the block's
-text is all ASCII; then character c of the block's document is byte `start + c - first char of the block`.
-Both are computed on first use (one pass over the shard's text, a few ms per million tokens).
+`DocColumn` reads one column's rows (`get`) after checking the bytes they occupy in the file against the shard's
+block checksums (indexer.checksums): the row's two offsets and its characters; `DocText` checks the bytes of the
+blocks whose text it hands out. For every block DocText keeps the byte where the block's text starts in the text
+buffer and whether the block's text is all ASCII; then character c of the block's document is byte `start + c -
+first char of the block`. Both are computed on first use (one pass over the shard's text, a few ms per million
+tokens).
 """
 
 from __future__ import annotations
@@ -14,11 +17,63 @@ import threading
 import numpy as np
 import pyarrow as pa
 
+from indexer.checksums import FileCheck
 from indexer.offsets import CharOffsets
 
 
+class DocColumn:
+    """One string column of docs.arrow: its row offsets (copied into memory when the shard opens, after the whole
+    file was checked) and its characters (memory-mapped), each read checked when the shard has checksums. A
+    column of several chunks (not what indexer.shard_writer writes) is combined into memory, checked once."""
+
+    def __init__(self, column: pa.ChunkedArray, check: FileCheck | None, base: int) -> None:
+        single = column.num_chunks == 1
+        array = column.chunk(0) if single else column.combine_chunks()
+        self.array = array
+        self.check = check if single else None
+        offsets_type = np.int64 if pa.types.is_large_string(array.type) else np.int32
+        validity, offsets_buf, data_buf = array.buffers()
+        width = np.dtype(offsets_type).itemsize
+        self.offsets = np.frombuffer(offsets_buf, dtype=offsets_type)[array.offset : array.offset + len(array) + 1]
+        self.offsets = self.offsets.astype(np.int64)  # a copy: later changes to the file do not move the rows
+        self.data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)
+        self._offsets_at = offsets_buf.address - base + array.offset * width
+        self._data_at = data_buf.address - base if data_buf is not None else 0
+        self._validity_at = validity.address - base if validity is not None else None
+        self._width = width
+
+    def __len__(self) -> int:
+        return len(self.array)
+
+    def check_rows(self, rows: np.ndarray) -> None:
+        """Check the file's bytes of the rows: their offsets, validity bits and characters."""
+        if self.check is None:
+            return
+        rows = np.asarray(rows, dtype=np.int64).ravel()
+        starts = [self._offsets_at + rows * self._width, self._data_at + self.offsets[rows]]
+        ends = [starts[0] + 2 * self._width, self._data_at + self.offsets[rows + 1]]
+        if self._validity_at is not None:
+            bits = self._validity_at + (self.array.offset + rows) // 8
+            starts.append(bits)
+            ends.append(bits + 1)
+        self.check.ranges(np.concatenate(starts), np.concatenate(ends))
+
+    def check_bytes(self, starts: np.ndarray, ends: np.ndarray) -> None:
+        """Check the file's bytes under [starts, ends) of the column's characters."""
+        if self.check is not None:
+            self.check.ranges(self._data_at + np.asarray(starts, np.int64), self._data_at + np.asarray(ends, np.int64))
+
+    def check_all(self) -> None:
+        if len(self):
+            self.check_rows(np.arange(len(self)))
+
+    def get(self, row: int) -> str | None:
+        self.check_rows(np.array([row]))
+        return self.array[row].as_py()
+
+
 class DocText:
-    def __init__(self, texts: pa.ChunkedArray, blocks: np.ndarray, offsets: CharOffsets):
+    def __init__(self, texts: DocColumn, blocks: np.ndarray, offsets: CharOffsets):
         self._texts = texts
         self._blocks = blocks
         self._offsets = offsets
@@ -39,12 +94,8 @@ class DocText:
             self.block_char_ends = self.block_chars.copy()
             if full.any():
                 self.block_char_ends[full] += np.maximum.reduceat(ends, firsts[full])[: int(full.sum())]
-            array = self._texts.combine_chunks() if self._texts.num_chunks != 1 else self._texts.chunk(0)
-            offsets_type = np.int64 if pa.types.is_large_string(array.type) else np.int32
-            _, offsets_buf, data_buf = array.buffers()
-            doc_bytes = np.frombuffer(offsets_buf, dtype=offsets_type)[array.offset : array.offset + len(array) + 1]
-            self.data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)
-            doc_bytes = doc_bytes.astype(np.int64)
+            self.data, doc_bytes = self._texts.data, self._texts.offsets
+            self._texts.check_bytes(doc_bytes[:1], doc_bytes[-1:])  # all of it: it is read below
             used = self.data[doc_bytes[0] : doc_bytes[-1]]
             if used.size == 0 or int(used.max()) < 128:  # all ASCII: a char is a byte
                 self.block_bytes = doc_bytes[self._rows] + self.block_chars
@@ -70,10 +121,16 @@ class DocText:
         """(whether each block is ASCII, the byte of each char `chars` of the block's document where it is)."""
         self.load()
         blocks = np.asarray(blocks, dtype=np.int64)
+        self.check_blocks(blocks)
         return self.block_ascii[blocks], self.block_bytes[blocks] + (chars - self.block_chars[blocks])
 
+    def check_blocks(self, blocks: np.ndarray) -> None:
+        """Check the file's bytes of the blocks' text (DocColumn.check_bytes)."""
+        self._texts.check_bytes(self.block_bytes[blocks], self.block_byte_ends[blocks])
+
     def block_codes(self, block: int) -> np.ndarray:
-        """The code points of one block's text (for blocks that are not ASCII)."""
+        """The code points of one block's text (for blocks that are not ASCII), a block that `ascii_bytes` was just
+        given (which checked its bytes)."""
         self.load()
         text = bytes(self.data[int(self.block_bytes[block]) : int(self.block_byte_ends[block])]).decode("utf-8")
         return np.frombuffer(text.encode("utf-32-le"), dtype="<u4")

@@ -33,10 +33,9 @@ import numpy as np
 import pyarrow as pa
 from numpy.lib import format as npy_format
 
-from common.errors import AppError
+from common.errors import AppError, IndexDamaged
 from corpus.tokens import WORD_END, WORD_START
-from indexer.manifest import FileInfo, ShardInfo
-from indexer.vectors import VECTOR_DTYPES
+from indexer.manifest import VECTOR_DTYPES, FileInfo, ShardInfo
 
 # the recovery: a damaged delta shard or tombstones file holds live changes that a rebuild from the build's corpus
 # would lose, and `indexer compact` reads the damaged file too
@@ -59,9 +58,9 @@ _PLAIN = re.compile(r"[a-z0-9]+")  # a term FTS5's tokenizer gives back unchange
 _PROBE_ROWS = 64  # blocks of a term compared between FTS5 and the postings
 
 
-def damaged(path: Path, problem: str) -> AppError:
+def damaged(path: Path, problem: str) -> IndexDamaged:
     """The error for an index file that cannot be served: names the file, what is wrong and the fix."""
-    return AppError(f"index file {path} {problem}; {FIX}")
+    return IndexDamaged(f"index file {path} {problem}; {FIX}", str(path))
 
 
 def check_size(path: Path, record: FileInfo) -> None:
@@ -166,8 +165,15 @@ def blocks_problem(blocks: np.ndarray, tokens: int, documents: int) -> str | Non
 def open_docs(path: Path, documents: int) -> pa.Table:
     """docs.arrow memory-mapped: an Arrow IPC file (its leading magic and schema message too, which a reader of
     the file format skips) with DOCS_SCHEMA, `documents` rows, valid offsets and valid UTF-8."""
+    return open_docs_mapped(path, documents)[0]
+
+
+def open_docs_mapped(path: Path, documents: int) -> tuple[pa.Table, int]:
+    """`open_docs`, and the address of the file's mapping (a buffer's file offset is its address minus it)."""
     try:
         source = pa.memory_map(str(path), "r")
+        base = source.read_buffer(source.size()).address
+        source.seek(0)
         if source.read(6) != _ARROW_MAGIC:
             raise damaged(path, "does not start as an Arrow IPC file")
         source.seek(8)  # the magic's padding, then the file's stream: its schema message first
@@ -182,7 +188,7 @@ def open_docs(path: Path, documents: int) -> pa.Table:
             raise damaged(path, f"has columns ({found}), expected (id: string, title: string, text: large_string)")
     if table.num_rows != documents:
         raise damaged(path, f"holds {table.num_rows} documents, the manifest says {documents}")
-    return table
+    return table, base
 
 
 def read_faiss(path: Path, info: ShardInfo, dim: int) -> faiss.Index:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from common.errors import AppError
+from common.errors import AppError, IndexDamaged
 from common.files import write_json_atomic
 from encoder.onnx_engine import ENGINE_HELP
 from indexer.ann import parse_bytes
@@ -17,6 +18,12 @@ FORMAT_VERSION = 3  # 3: compact char offsets (indexer.offsets)
 UPDATED_FORMAT_VERSION = 4  # 4: an index changed after its build (delta shards, tombstones: indexer.update)
 READABLE_VERSIONS = (FORMAT_VERSION, UPDATED_FORMAT_VERSION)
 MANIFEST_NAME = "manifest.json"
+VECTOR_DTYPES = ("float16", "int8")  # storages of a shard's vectors.npy (indexer.vectors)
+
+
+def content_sha256(data: dict) -> str:
+    """The sha256 of a manifest's fields (JSON, keys sorted, no white space), its checksum left out."""
+    return hashlib.sha256(json.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8")).hexdigest()
 
 
 class FileInfo(BaseModel):
@@ -116,13 +123,15 @@ class Manifest(BaseModel):
     updated_at: str | None = None  # the time of the last change since the build
     generation: int = 0  # changes since the build (indexer.update): each add, delete or compact adds one
     tombstones: TombstoneInfo | None = None  # deleted documents (indexer.tombstones)
+    # sha256 of the rest of the manifest (`content_sha256`), written by `save` and checked by `load`: a manifest
+    # changed by hand or damaged is refused as such, not blamed on the model or a file it names (absent: older)
+    checksum: str | None = None
 
     def save(self, root: Path) -> None:
-        """Write the manifest atomically: the commit point of a build and of every update."""
+        """Write the manifest atomically, with its checksum: the commit point of a build and of every update."""
         version = UPDATED_FORMAT_VERSION if self.generation else FORMAT_VERSION
-        write_json_atomic(
-            root / MANIFEST_NAME, self.model_copy(update={"format_version": version}).model_dump(mode="json")
-        )
+        data = self.model_copy(update={"format_version": version}).model_dump(mode="json", exclude={"checksum"})
+        write_json_atomic(root / MANIFEST_NAME, {**data, "checksum": content_sha256(data)})
 
     @property
     def delta_shards(self) -> int:
@@ -138,6 +147,15 @@ class Manifest(BaseModel):
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as exc:
             raise AppError(f"{path} is not a valid manifest: {exc}") from exc
+        if isinstance(data, dict) and data.get("checksum") is not None:
+            rest = {k: v for k, v in data.items() if k != "checksum"}
+            if data["checksum"] != content_sha256(rest):
+                raise IndexDamaged(
+                    f"index manifest {path} does not match its own checksum (edited or corrupted since it was "
+                    "written); restore it (or the index directory) from a backup, or rebuild with `indexer build "
+                    "--overwrite`",
+                    str(path),
+                )
         version = data.get("format_version", FORMAT_VERSION) if isinstance(data, dict) else FORMAT_VERSION
         if version not in READABLE_VERSIONS:  # before validation: another version's fields may differ
             raise AppError(

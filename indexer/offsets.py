@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.files import load_mapped
+from indexer.checksums import load_checked
 
 OFFSET_FILES = ("char_starts.npy", "char_lengths.npy", "block_chars.npy")
 
@@ -60,10 +60,11 @@ class CharOffsets:
     Indexes like the array it encodes: `offsets[i]`, `offsets[a:b]`, `offsets[positions]`, and a
     column with `offsets[rows, 0]` / `offsets[rows, 1]`."""
 
-    def __init__(self, directory: Path, block_starts: np.ndarray) -> None:
-        self.starts = load_mapped(directory / "char_starts.npy")
-        self.lengths = load_mapped(directory / "char_lengths.npy")
-        self.block_chars = np.load(directory / "block_chars.npy")
+    def __init__(self, directory: Path, block_starts: np.ndarray, sums: dict[str, np.ndarray] | None = None) -> None:
+        sums = sums or {}  # the shard's block checksums: every read of the per-token arrays checked (indexer.checksums)
+        self.starts = load_checked(directory / "char_starts.npy", sums.get("char_starts.npy"))
+        self.lengths = load_checked(directory / "char_lengths.npy", sums.get("char_lengths.npy"))
+        self.block_chars = np.array(load_checked(directory / "block_chars.npy", sums.get("block_chars.npy")))
         self.block_starts = np.asarray(block_starts, dtype=np.int64)
         if self.lengths.shape != self.starts.shape or self.block_chars.shape != self.block_starts.shape:
             raise ValueError(f"offset files in {directory} disagree in length")

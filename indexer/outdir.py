@@ -86,6 +86,14 @@ def _generation(out: Path) -> int:
         return 0
 
 
+def remove_unstarted(out: Path) -> None:
+    """Remove an output directory that a failed build created, unless a shard was finished in it (a build
+    resumes from its finished shards): a corpus refused on its first lines leaves nothing behind."""
+    if out.is_dir() and not any((p / "shard.json").is_file() for p in out.glob("shard_*")):
+        shutil.rmtree(out, ignore_errors=True)
+        logger.info("removed %s: the build that created it failed before its first shard", out)
+
+
 def remove_stale_shards(out: Path, keep: set[str]) -> None:
     """Shards left over from an earlier, larger build of the same identity (cannot normally happen)."""
     for stale in sorted(out.glob("shard_*")):

@@ -14,14 +14,15 @@ import faiss
 import numpy as np
 
 from common.arrays import unique_inverse
-from common.errors import AppError
+from common.errors import AppError, IndexDamaged
 from common.files import sha256_file
-from indexer.ann import search_params, search_preassigned, set_search_params
+from indexer.ann import is_exact, search_params, search_preassigned, set_search_params, shared_quantizer
 from indexer.bm25 import BM25, BlockSearch
 from indexer.integrity import check_bm25, damaged
-from indexer.manifest import FileInfo, Manifest
+from indexer.manifest import MANIFEST_NAME, FileInfo, Manifest
 from indexer.shard import Shard, delta_bm25_name
 from indexer.tombstones import Liveness, Tombstones
+from indexer.write_events import write_events
 
 logger = logging.getLogger(__name__)
 
@@ -37,11 +38,6 @@ def fingerprint(path: Path) -> tuple[int, int, int] | None:
     except OSError:
         return None
     return (st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
-
-
-def is_exact(factory: str) -> bool:
-    """Whether a FAISS factory scores with the full vectors (its top-k needs no exact re-scoring)."""
-    return factory.replace("IDMap,", "").replace("IDMap2,", "") == "Flat"
 
 
 class PhraseIndex:
@@ -224,8 +220,20 @@ class PhraseIndex:
             if then is None:
                 self.fingerprints[path] = now
             elif now != then:
+                write_events().forget(path)  # its checked blocks are not trusted any more (indexer.checksums)
                 out.append((path, rec))
         return out
+
+    def check_manifest(self) -> None:
+        """Read the manifest again (a few KB; the watch's every round, whatever its mtime says): IndexDamaged when
+        it no longer matches its own checksum (a later generation written by an update is not damage)."""
+        try:
+            Manifest.load(self.root)
+        except IndexDamaged:
+            raise
+        except AppError as exc:
+            path = self.root / MANIFEST_NAME
+            raise IndexDamaged(f"index manifest {path} can no longer be read: {exc.message}", str(path)) from None
 
     def unverified(self, files: list[tuple[Path, FileInfo]] | None = None) -> list[tuple[Path, FileInfo]]:
         """The files (default: all) not yet hashed and found right, in this generation or an earlier one."""
@@ -359,27 +367,6 @@ def top_hits(scores: np.ndarray, shard_no: np.ndarray, positions: np.ndarray, k:
     tied = tied[np.lexsort((positions[tied], shard_no[tied]))[: k - above.size]]
     top = np.concatenate([above, tied])
     return ScoredHits(scores[top], shard_no[top], positions[top])
-
-
-def shared_quantizer(shards: list[Shard]) -> tuple[tuple[faiss.Index, int] | None, set[int]]:
-    """The coarse quantizer (and nprobe) of the IVF shards whose centroids and nprobe equal the first IVF
-    shard's (a build trains them once, indexer.templates), and those shards' numbers: a query is assigned
-    to its lists once and each of them scans its own lists (`search_preassigned`, the second half of
-    what `search` does, so the hits are the same)."""
-    first, members = None, set()
-    for number, shard in enumerate(shards):
-        index = shard.index
-        if not isinstance(index, faiss.IndexIVF) or is_exact(shard.info.factory):
-            continue
-        centroids = index.quantizer.reconstruct_n(0, index.nlist)
-        if first is None:
-            first = (index, centroids)
-        elif index.nprobe != first[0].nprobe or not np.array_equal(centroids, first[1]):
-            continue
-        members.add(number)
-    if first is None or len(members) < 2:
-        return None, set()
-    return (first[0].quantizer, first[0].nprobe), members
 
 
 def _rescore(shard, q: np.ndarray, ids: np.ndarray) -> np.ndarray:

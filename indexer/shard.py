@@ -10,6 +10,7 @@ A shard directory holds
   blocks.npy     int64 [b, 3]    (document row in docs.arrow, first token, end token) per block
   docs.arrow     Arrow IPC file  columns id, title, text of the documents the blocks come from
   index.faiss    FAISS index (inner product) over the vectors; its type is chosen per shard (indexer.ann)
+  checksums.npy  uint64         xxh3-64 of every 4 KiB of the files above but index.faiss (indexer.checksums)
   shard.json     counts and a checksum per file, written last
 """
 
@@ -20,9 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
-from common.files import load_mapped
-from indexer.doc_text import DocText
-from indexer.integrity import check_shard_files, open_docs, read_faiss
+from indexer.checksums import FileCheck, load_checked, shard_sums
+from indexer.doc_text import DocColumn, DocText
+from indexer.integrity import check_shard_files, open_docs_mapped, read_faiss
 from indexer.manifest import ShardInfo
 from indexer.offsets import OFFSET_FILES, CharOffsets
 from indexer.vectors import StoredVectors, touch_pages
@@ -53,7 +54,9 @@ def read_shard_info(root: Path, number: int) -> ShardInfo | None:
 
 class Shard:
     """A finished shard opened read-only; large arrays are memory-mapped. Opening checks every file's
-    structure against the shard's info (indexer.integrity), not its every byte (PhraseIndex.verify).
+    structure against the shard's info (indexer.integrity), not its every byte (PhraseIndex.verify); with the
+    shard's block checksums (indexer.checksums) every read of its arrays and documents is checked, and
+    docs.arrow in full when it opens.
 
     `blocks[b]` is block b's (document row in docs.arrow, first token, end token)."""
 
@@ -61,14 +64,20 @@ class Shard:
         self.info = info
         self.dir = root / info.name
         check_shard_files(self.dir, info, dim)  # sizes, .npy headers, flags, scales, blocks (indexer.integrity)
-        self.vectors = StoredVectors(self.dir, info.vector_dtype)
-        self.token_ids = load_mapped(self.dir / "token_ids.npy")
-        self.flags = load_mapped(self.dir / "flags.npy")
-        self.blocks = np.load(self.dir / "blocks.npy")
+        sums = shard_sums(self.dir, info.files)  # {} for a shard written before checksums: reads not checked
+        self.checked = bool(sums)
+        self.vectors = StoredVectors(self.dir, info.vector_dtype, sums)
+        self.token_ids = load_checked(self.dir / "token_ids.npy", sums.get("token_ids.npy"))
+        self.flags = load_checked(self.dir / "flags.npy", sums.get("flags.npy"))
+        self.blocks = np.array(load_checked(self.dir / "blocks.npy", sums.get("blocks.npy")))  # in memory
         self.block_starts = np.ascontiguousarray(self.blocks[:, 1])
-        self.offsets = CharOffsets(self.dir, self.block_starts)
-        self.docs = open_docs(self.dir / "docs.arrow", info.documents)
-        self.text = DocText(self.docs.column("text"), self.blocks, self.offsets)
+        self.offsets = CharOffsets(self.dir, self.block_starts, sums)
+        self.docs, base = open_docs_mapped(self.dir / "docs.arrow", info.documents)
+        docs_check = FileCheck(self.dir / "docs.arrow", sums["docs.arrow"]) if sums else None
+        if docs_check is not None:
+            docs_check.everything()  # read in full by open_docs's validation anyway; the row offsets are copied
+        self.columns = {name: DocColumn(self.docs.column(name), docs_check, base) for name in ("id", "title", "text")}
+        self.text = DocText(self.columns["text"], self.blocks, self.offsets)
         self.index = read_faiss(self.dir / "index.faiss", info, dim)
         self.warmed = False
 
@@ -76,14 +85,18 @@ class Shard:
         return self.info.tokens
 
     def warm(self) -> None:
-        """Map every page of the files a fill reads at random (vectors, flags, offsets) into this process,
-        and locate the blocks' text (DocText.load); once (a shard lent to a later generation stays warm)."""
+        """Map every page of the files a fill reads at random (vectors, flags, offsets) into this process (checking
+        each page's checksum as it is read, where the shard has them), and locate the blocks' text (DocText.load);
+        once (a shard lent to a later generation stays warm)."""
         if self.warmed:
             return
         self.vectors.warm()
         self.text.load()
-        for array in (self.flags, self.offsets.starts, self.offsets.lengths):
-            touch_pages(array)
+        for array in (self.flags, self.offsets.starts, self.offsets.lengths, self.token_ids):
+            if hasattr(array, "check"):
+                array.check.everything()  # reads every page: mapped, and checked
+            elif array is not self.token_ids:
+                touch_pages(array)
         self.warmed = True
 
     def block_of(self, positions: np.ndarray) -> np.ndarray:
@@ -111,7 +124,10 @@ class Shard:
         return out
 
     def doc_text(self, row: int) -> str:
-        return self.docs.column("text")[row].as_py()
+        return self.columns["text"].get(row)
 
     def doc_id(self, row: int) -> str:
-        return self.docs.column("id")[row].as_py()
+        return self.columns["id"].get(row)
+
+    def doc_title(self, row: int) -> str | None:
+        return self.columns["title"].get(row)

@@ -16,6 +16,7 @@ import pyarrow as pa
 from common.files import atomic_path, file_record
 from corpus.blocking import Block
 from indexer.ann import build_faiss_index
+from indexer.checksums import write_sums
 from indexer.integrity import DOCS_SCHEMA
 from indexer.manifest import ShardInfo
 from indexer.offsets import pack_offsets
@@ -106,6 +107,7 @@ def write_shard(
         tmp.mkdir(parents=True)
         files = _write_arrays(tmp, content, vector_dtype)
         _write_docs(tmp / "docs.arrow", content)
+        files.append(write_sums(tmp, files))  # block checksums of the files just written (indexer.checksums)
         index = build_faiss_index(content.vectors, plan.factory, seed=plan.number, trained=trained)
         faiss.write_index(index, str(tmp / "index.faiss"))
         info = ShardInfo(

@@ -195,11 +195,11 @@ def document_rows(
     opened = opened or {}
     for info in manifest.shards:
         shard = opened.get(info.name)
-        docs = (
-            shard.docs
-            if shard is not None and shard.info == info
-            else open_docs(root / info.name / "docs.arrow", info.documents)
-        )
+        if shard is not None and shard.info == info:
+            shard.columns["id"].check_all()  # every id is read (indexer.checksums)
+            docs = shard.docs
+        else:
+            docs = open_docs(root / info.name / "docs.arrow", info.documents)
         doc_ids = docs.column("id")
         rows = np.flatnonzero(pc.is_in(doc_ids, value_set=wanted).to_numpy(zero_copy_only=False))
         rows = np.setdiff1d(rows, tombstones.of(info.name))

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import numpy as np
 
-from common.files import load_mapped
+from indexer.checksums import load_checked
+from indexer.manifest import VECTOR_DTYPES  # noqa: F401 - the storages this module reads
 
-VECTOR_DTYPES = ("float16", "int8")
 CHUNK = 65_536
 
 
@@ -41,12 +41,14 @@ def touch_pages(array: np.ndarray, chunk: int = 1 << 26) -> None:
 
 
 class StoredVectors:
-    """Row access to a shard's re-scoring vectors: `vectors[rows]` is float32 whatever the storage."""
+    """Row access to a shard's re-scoring vectors: `vectors[rows]` is float32 whatever the storage. With the
+    shard's block checksums (`sums`, indexer.checksums) every row read is checked."""
 
-    def __init__(self, directory: Path, dtype: str) -> None:
+    def __init__(self, directory: Path, dtype: str, sums: dict[str, np.ndarray] | None = None) -> None:
+        sums = sums or {}
         self.dtype = dtype
-        self.data = load_mapped(directory / "vectors.npy")
-        self.scales = load_mapped(directory / "scales.npy") if dtype == "int8" else None
+        self.data = load_checked(directory / "vectors.npy", sums.get("vectors.npy"))
+        self.scales = load_checked(directory / "scales.npy", sums.get("scales.npy")) if dtype == "int8" else None
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -59,7 +61,9 @@ class StoredVectors:
         """Touch every page of the memory-mapped files, so that later random row reads take no page faults
         (a first read of a mapped page costs a fault even when the file is in the page cache)."""
         for array in (self.data, self.scales):
-            if array is not None:
+            if hasattr(array, "check"):
+                array.check.everything()  # reads every page: mapped, and checked
+            elif array is not None:
                 touch_pages(array)
 
     def __getitem__(self, rows) -> np.ndarray:

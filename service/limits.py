@@ -1,9 +1,14 @@
-"""Limits at the door, before a route runs: the request body's size (413, checked before the body is read)
-and media type (415), and deadlines for a request's headers and its body (slow clients are disconnected)."""
+"""Limits at the door, before a route runs: the request's framing (both Content-Length and Transfer-Encoding: 400,
+the connection closed, RFC 9112 6.3) and path (percent-escapes that do not encode UTF-8: 400), the body's size
+(413, checked before the body is read) and media type (415), and deadlines for a request's headers and its body
+(slow clients are disconnected); what the HTTP parser itself refuses (a malformed request line or header, a bad
+Content-Length, no Host, a head past h11's limit) is answered in the one JSON error shape too, 400 or 431."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+from urllib.parse import unquote_to_bytes
 
 import h11
 from starlette.datastructures import Headers
@@ -44,6 +49,10 @@ class RequestLimits:
             await self.app(scope, receive, send)
             return
         headers = Headers(scope=scope)
+        refused = _framing_or_path_problem(scope, headers)
+        if refused is not None:
+            await refused(scope, receive, send)
+            return
         length = headers.get("content-length")
         documents = scope["path"] == DOCUMENTS_PATH
         limit = self.max_documents if documents else self.max_body
@@ -81,6 +90,62 @@ class RequestLimits:
         await self.app(scope, limited, send)
 
 
+def _framing_or_path_problem(scope: Scope, headers: Headers):
+    """The 400 response (closing the connection) for a request smuggling's ambiguity or an undecodable path."""
+    close = {"Connection": "close"}
+    if "content-length" in headers and "transfer-encoding" in headers:
+        return error_response(
+            "bad_request",
+            "request has both Content-Length and Transfer-Encoding (ambiguous framing, RFC 9112 6.3): send one; "
+            "the connection is closed",
+            headers=close,
+        )
+    try:
+        unquote_to_bytes(scope.get("raw_path") or b"").decode("utf-8")
+    except UnicodeDecodeError:
+        return error_response(
+            "bad_request",
+            "request path has percent-escapes that do not encode UTF-8 text (e.g. %E9): escape the UTF-8 bytes "
+            "(%C3%A9 for é)",
+            headers=close,
+        )
+    return None
+
+
+class JsonErrorsProtocol(H11Protocol):
+    """uvicorn's h11 protocol answering what h11 refuses in the one JSON error shape (see `send_400_response`)."""
+
+    _protocol_error: h11.RemoteProtocolError | None = None
+
+    def send_400_response(self, msg: str) -> None:
+        """What h11 refuses, in the one JSON error shape (uvicorn answers plain text), naming h11's reason;
+        431 for a head past its size limit. The connection closes, as uvicorn closes it."""
+        problem = self._protocol_error
+        status = getattr(problem, "error_status_hint", 400) if problem is not None else 400
+        reason = str(problem) if problem is not None and str(problem) else msg
+        body = json.dumps({"error": f"malformed HTTP request: {reason}", "error_type": "bad_request"}).encode()
+        headers = [(b"content-type", b"application/json"), (b"connection", b"close")]
+        self.transport.write(self.conn.send(h11.Response(status_code=status, headers=headers)))
+        self.transport.write(self.conn.send(h11.Data(data=body)))
+        self.transport.write(self.conn.send(h11.EndOfMessage()))
+        self.transport.close()
+
+    def handle_events(self) -> None:
+        self._protocol_error = None
+        try:
+            self.conn.next_event = self._next_event  # keeps the parser's error for send_400_response
+            super().handle_events()
+        finally:
+            del self.conn.next_event
+
+    def _next_event(self):
+        try:
+            return h11.Connection.next_event(self.conn)
+        except h11.RemoteProtocolError as exc:
+            self._protocol_error = exc
+            raise
+
+
 def header_timeout_protocol(seconds: float, body_seconds: float | None = None) -> type[H11Protocol]:
     """uvicorn's h11 protocol with deadlines: a connection that has not sent a complete request head `seconds`
     after it opened, or after the first byte of its next request, is closed; so is one whose request body is
@@ -88,7 +153,7 @@ def header_timeout_protocol(seconds: float, body_seconds: float | None = None) -
     sending its headers, or its body, a byte at a time)."""
     body_seconds = seconds if body_seconds is None else body_seconds
 
-    class HeaderTimeout(H11Protocol):
+    class HeaderTimeout(JsonErrorsProtocol):
         _timer: asyncio.TimerHandle | None = None
         _waiting_for: str | None = None  # "head" or "body"
 

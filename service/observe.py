@@ -44,10 +44,13 @@ class JsonFormatter(logging.Formatter):
         line.update(getattr(record, "fields", {}))
         if record.exc_info:
             line["exception"] = self.formatException(record.exc_info)
-        return json.dumps(line, ensure_ascii=False, default=str)
+        text = json.dumps(line, ensure_ascii=False, default=str)  # escapes C0 controls only, as JSON requires
+        return _CONTROL.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
-_CONTROL = re.compile(r"[\x00-\x1f\x7f\u2028\u2029]")
+# what a log line never holds raw, in either format: C0 and C1 controls, DEL, and the Unicode line and paragraph
+# separators (every character Python's str.splitlines or a terminal takes as a line break or a control)
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
 
 
 class TextFormatter(logging.Formatter):
@@ -59,8 +62,13 @@ class TextFormatter(logging.Formatter):
         super().__init__("%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     def formatMessage(self, record: logging.LogRecord) -> str:  # noqa: N802 (logging's name)
-        record.message = _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", record.message)
+        record.message = _CONTROL.sub(_escape, record.message)
         return super().formatMessage(record)
+
+
+def _escape(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 
 
 def configure_logging(level: str, fmt: str) -> None:

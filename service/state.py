@@ -12,7 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from common.errors import AppError
+from common.errors import AppError, IndexDamaged
 from fill.engine import FillEngine
 from fill.schemas import FillRequest
 from service.config import Settings
@@ -83,6 +83,8 @@ class ServiceState:
             self.metrics.reloads.labels("ok").inc()
         except Exception as exc:  # noqa: BLE001 - reported by /readyz, the log, and the exit
             self.metrics.reloads.labels("failed").inc()
+            if isinstance(exc, IndexDamaged):
+                self.metrics.integrity_failures.inc()
             self.error = f"failed to load: {exc}"
             logger.error("service failed to load: %s", exc)
             if self.on_fatal is not None:
@@ -214,8 +216,9 @@ class ServiceState:
         return serving is not None
 
     def recheck(self, full: bool = False) -> bool:
-        """Hash again the served index's files written since they were checked (PhraseIndex.changed), or every
-        file (`full`); a file that differs from the manifest turns the service not ready. True when it did."""
+        """Read the served index's manifest again (its own checksum: PhraseIndex.check_manifest), and hash again its
+        files written since they were checked (PhraseIndex.changed), or every file (`full`); a manifest or a file
+        that differs turns the service not ready. True when it did."""
         with self._current:
             serving = self.serving
             if serving is None:
@@ -223,6 +226,7 @@ class ServiceState:
             serving.enter()  # a reload meanwhile cannot close the files being read
         try:
             index = serving.engine.index
+            index.check_manifest()
             files = [(p, rec) for p, rec in index.files() if p.is_file()] if full else index.changed()  # gone: gc'd
             if files:
                 logger.warning(
@@ -283,5 +287,8 @@ class ServiceState:
             self.ready_engine()  # raises not_ready with the reason
         try:
             yield serving
+        except IndexDamaged as exc:  # a read met bytes that do not match their checksum (indexer.checksums)
+            self._unserve(serving.engine, exc.message)
+            raise
         finally:
             serving.leave()

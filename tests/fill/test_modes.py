@@ -13,6 +13,7 @@ from fill.schemas import FillRequest
 from fill.spans import spans_from_hits
 from indexer.bm25 import match_query
 from indexer.phrase_index import PhraseIndex
+from tests.manifests import resealed
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +79,7 @@ def test_unknown_mode_and_missing_bm25_are_refused(engine, tiny_index, fresh_cop
     copy = fresh_copy(tiny_index)
     manifest = json.loads((copy / "manifest.json").read_text())
     manifest["bm25"] = None
-    (copy / "manifest.json").write_text(json.dumps(manifest))
+    (copy / "manifest.json").write_text(json.dumps(resealed(manifest)))
     no_bm25 = FillEngine(engine.encoder, PhraseIndex(copy))
     with pytest.raises(AppError, match="BM25"):
         no_bm25.fill(FillRequest(text="a <mask>", mode="restricted"))

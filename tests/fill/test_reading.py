@@ -210,3 +210,31 @@ def test_the_reader_is_built_on_the_encoders_inference_thread(tiny_index, traine
         assert engine.encoder.on_thread(threading.current_thread) is built_on[0]
     finally:
         engine.close()
+
+
+def test_the_deadline_is_kept_between_the_readers_passes(engine, trained_reader, monkeypatch):
+    """A request whose deadline passes during the reader's first pass stops before the next (READ_BATCH masks a
+    pass): a 504 within one pass of the setting, not after reading all 16 masks."""
+    from common.errors import AppError
+    from fill.budget import Deadline
+    from fill.reading import READ_BATCH
+
+    reader = Reader(trained_reader, device="cpu")
+    with_reader = FillEngine(engine.encoder, engine.index, engine.scoring, reader)
+    text = " ".join(["born in <mask> ."] * 16)
+    passes = []
+    deadline = Deadline(3600.0)
+    real = reader.logits
+
+    def slow_pass(items):
+        passes.append(len(items))
+        deadline.at = 0.0  # this pass took the rest of the request's time
+        return real(items)
+
+    monkeypatch.setattr(reader, "logits", slow_pass)
+    with pytest.raises(AppError) as info:
+        with_reader.run(FillRequest(text=text), deadline=deadline)
+    assert info.value.kind == "timeout" and "read stage" in info.value.message, info.value.message
+    assert passes == [READ_BATCH] and 16 > READ_BATCH
+    monkeypatch.setattr(reader, "logits", real)
+    assert len(with_reader.fill(FillRequest(text=text)).masks) == 16  # without a deadline: every mask read

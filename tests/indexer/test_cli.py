@@ -128,6 +128,8 @@ def runs(
     garbage_model = tmp / "garbage_model"
     garbage_model.mkdir()
     (garbage_model / "config.json").write_text("{not json at all")
+    broken = tmp / "broken.jsonl"
+    broken.write_text('{"id": "a", "text": "Paris is a city."\n{"id": "b", "text": "Rome is a city."}\n')
     existing = tmp / "existing_index"
     shutil.copytree(tiny_index, existing)
 
@@ -144,6 +146,10 @@ def runs(
         "no_text": (
             ["--corpus", str(no_text), "--out", str(tmp / "o3"), "--model", model, *small],
             {"names": str(no_text), "also": "text"},
+        ),
+        "broken_line": (
+            ["--corpus", str(broken), "--out", str(tmp / "o12" / "idx"), "--model", model, *small],
+            {"names": str(broken), "removed": tmp / "o12" / "idx"},
         ),
         "empty_corpus": (
             ["--corpus", str(empty), "--out", str(tmp / "o4"), "--model", model, *small],
@@ -257,6 +263,7 @@ ERROR_CASES = [
     "missing_corpus",
     "csv",
     "no_text",
+    "broken_line",
     "empty_corpus",
     "empty_model",
     "garbage_model",
@@ -280,6 +287,8 @@ def test_error_exit_code_and_message(runs, case):
     if "also" in info:
         assert info["also"] in proc.stderr
     assert "built " not in proc.stdout  # no success summary
+    if "removed" in info:  # a build that fails before its first shard removes the directory it created
+        assert not info["removed"].exists() and info["removed"].parent.is_dir()
 
 
 def test_refused_build_leaves_existing_index_alone(runs):

@@ -19,6 +19,7 @@ from indexer.build import BuildConfig, build_index
 from indexer.integrity import DOCS_SCHEMA
 from indexer.manifest import MANIFEST_NAME
 from indexer.phrase_index import PhraseIndex
+from tests.manifests import resealed
 
 SHARD = "shard_00001"
 
@@ -78,7 +79,7 @@ def match_manifest_size(root: Path, path: Path) -> None:
         else next(s for s in manifest["shards"] if s["name"] == path.parent.name)["files"][path.name]
     )
     record["bytes"] = path.stat().st_size
-    (root / MANIFEST_NAME).write_text(json.dumps(manifest))
+    (root / MANIFEST_NAME).write_text(json.dumps(resealed(manifest)))
 
 
 def test_intact_copy_opens(index_copy):
@@ -290,16 +291,18 @@ def test_missing_file(index_copy, name):
 def test_file_left_out_of_the_manifest(index_copy):
     manifest = json.loads((index_copy / MANIFEST_NAME).read_text())
     del manifest["shards"][1]["files"]["flags.npy"]
-    (index_copy / MANIFEST_NAME).write_text(json.dumps(manifest))
+    (index_copy / MANIFEST_NAME).write_text(json.dumps(resealed(manifest)))
     refused(index_copy, index_copy / SHARD / "flags.npy", "not listed in the manifest")
 
 
-def test_verify_still_finds_a_changed_byte_in_the_vectors(index_copy):
-    """Same-size damage inside the vectors' payload passes the structural checks; only --verify's sha256 sees it."""
+def test_a_changed_byte_in_the_vectors_is_found_by_checksums_and_by_verify(index_copy):
+    """Same-size damage inside the vectors' payload passes the structural checks; the block checksums see it (a
+    small file is read and checked whole when the shard opens, indexer.checksums), and --verify's sha256."""
     path = index_copy / SHARD / "vectors.npy"
     data = path.read_bytes()
     overwrite(path, len(data) - 1, bytes([data[-1] ^ 0xFF]))
-    PhraseIndex(index_copy).close()
+    with pytest.raises(AppError, match=re.escape(str(path)) + ".*do not match their checksum"):
+        PhraseIndex(index_copy)
     with pytest.raises(AppError, match=re.escape(str(path))):
         PhraseIndex(index_copy, verify=True)
 

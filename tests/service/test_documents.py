@@ -185,6 +185,8 @@ def test_bad_document_requests(tiny_index, tmp_path):
             ({"id": "e", "text": " \n "}, "text"),
             ({"id": "line\nbreak", "text": "x"}, "id"),
             ({"id": "tab\tid", "text": "x"}, "id"),
+            ({"id": "e", "text": "x", "evil": 1}, "evil: Extra inputs are not permitted"),  # as every route refuses
+            ({"id": 5, "text": "x"}, "id: Input should be a valid string"),  # strict types
         ):
             r = post([{"id": "ok", "text": "fine"}, bad])
             assert r.status_code == 422 and "document 1" in r.json()["error"] and what in r.json()["error"], r.text

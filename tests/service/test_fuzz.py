@@ -105,7 +105,13 @@ def test_no_5xx_and_one_error_shape(operations, mode):
                 beyond_schema = response.status_code == 422 and (
                     any(
                         rule in response.text
-                        for rule in ("request too expensive", "repeats the label", "no token", "appears twice")
+                        for rule in (
+                            "request too expensive",
+                            "repeats the label",
+                            "no token",
+                            "appears twice",
+                            "without a decimal point",  # JSON Schema counts 5.0 as an integer; strict numbers do not
+                        )
                     )
                     or case.path == "/admin/reload"
                 )

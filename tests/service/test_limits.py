@@ -86,11 +86,13 @@ def test_an_integer_is_a_valid_float(client):
     assert client.post("/fill", json={"text": "<mask>", "alpha": 1}).status_code == 200
 
 
-def test_an_integral_float_is_an_integer(client):
-    """JSON Schema counts 10.0 as an integer (schemathesis sends it as valid data), so the API does too."""
-    r = client.post("/fill", json={"text": "<mask>", "top_k": 2.0, "k": 10.0})
-    assert r.status_code == 200, r.text
-    assert len(r.json()["masks"][0]["candidates"]) <= 2
+@pytest.mark.parametrize("route, field", [("/fill", "top_k"), ("/fill", "k"), ("/score", "k"), ("/score", "synonyms")])
+def test_an_integral_float_is_not_an_integer(client, route, field):
+    """Strict numbers: 5.0 is refused where an integer is wanted, naming the field and the fix."""
+    body = {"text": "<mask>", field: 5.0, **({"choices": ["good", "bad"]} if route == "/score" else {})}
+    r = client.post(route, json=body)
+    assert r.status_code == 422, r.text
+    assert r.json()["error"].startswith(field + ":") and "not 5.0" in r.json()["error"], r.text
 
 
 @pytest.mark.parametrize("raw", ["NaN", "Infinity", "-Infinity"])

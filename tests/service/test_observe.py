@@ -87,3 +87,18 @@ def test_metrics_by_route_status_batches_and_what_is_served(client):
     assert f"index_tokens {float(tokens)}" in text and "index_shards" in text
     assert "model_info{" in text and 'fingerprint="' in text
     assert 'fill_stage_seconds_count{stage="encode"}' in text
+
+
+@pytest.mark.parametrize("fmt", ["text", "json"])
+def test_every_line_break_and_control_is_escaped_in_both_formats(fmt):
+    """The one rule of both formats: no C0 or C1 control, DEL or Unicode line separator is written raw (U+0085 came
+    raw into text logs from a DELETE path), and a JSON line still decodes to the message as it was."""
+    message = "DELETE /admin/documents/a\x85b\u2028c\u2029d\x7fe\x1cf\x9fg\ttab"
+    record = logging.LogRecord("service.access", logging.INFO, __file__, 1, "%s", (message,), None)
+    line = (TextFormatter() if fmt == "text" else JsonFormatter()).format(record)
+    assert len(line.splitlines()) == 1
+    assert not any(ch in line for ch in "\x85\u2028\u2029\x7f\x1c\x9f\t")
+    if fmt == "json":
+        assert json.loads(line)["message"] == message
+    else:
+        assert line.endswith("a\\x85b\\u2028c\\u2029d\\x7fe\\x1cf\\x9fg\\x09tab")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import subprocess
@@ -298,3 +299,44 @@ def test_openmp_threads_wait_passively_unless_told_otherwise(given, want):
     )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip().splitlines()[-1] == want
+
+
+def raw_exchange(port: int, request: bytes) -> tuple[int, dict[str, str], bytes]:
+    """Send `request` as bytes and read the answer to the end: the server must close the connection after it."""
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        data = b""
+        try:
+            sock.sendall(request)
+            while chunk := sock.recv(65536):  # b"": the server closed the connection
+                data += chunk
+        except (ConnectionResetError, BrokenPipeError):  # closed with our bytes unread (the 1 MB header): a reset
+            pass
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in lines[1:])}
+    return int(lines[0].split()[1]), headers, body
+
+
+def test_what_the_http_parser_refuses_is_answered_in_the_json_shape_and_closed(start_server, tiny_index):
+    """Request smuggling's ambiguity (Content-Length and Transfer-Encoding), what h11 refuses (no Host, a bad
+    Content-Length, a 1 MB header) and a path that is not UTF-8: one JSON error each, then the connection closes
+    (raw_exchange reads until it does)."""
+    port = free_port()
+    server = start_server([], clean_env(FILL_INDEX=str(tiny_index), FILL_PORT=str(port)), port)
+    server.wait_ready()
+    post = b"POST /fill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    cases = {
+        "both": (post + b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, "Transfer-Encoding"),
+        "no host": (b"GET /healthz HTTP/1.1\r\n\r\n", 400, "Host"),
+        "bad length": (post + b"Content-Length: 1x\r\n\r\n{}", 400, "malformed HTTP request"),
+        "huge header": (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 1_000_000 + b"\r\n\r\n", 431, "buffer"),
+        "not utf-8 path": (b"DELETE /admin/documents/%E9 HTTP/1.1\r\nHost: x\r\n\r\n", 400, "UTF-8"),
+    }
+    for name, (request, status, words) in cases.items():
+        got, headers, body = raw_exchange(port, request)
+        assert got == status, (name, got, body)
+        assert headers["content-type"] == "application/json" and headers.get("connection") == "close", (name, headers)
+        data = json.loads(body)
+        assert data["error_type"] == "bad_request" and words in data["error"], (name, data)
+    with httpx.Client(base_url=server.url, timeout=10) as client:  # the server is fine after all of them
+        assert client.get("/healthz").status_code == 200
