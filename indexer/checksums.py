@@ -20,6 +20,7 @@ The cost per fill is in docs/BENCHMARKS.md ("Checksums on read").
 from __future__ import annotations
 
 import io
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -100,13 +101,25 @@ class FileCheck:
         if blocks_of(self.data.size) != sums.size:
             raise damaged(path, f"has {self.data.size} bytes, its checksums cover {sums.size} blocks")
         self.ok = np.zeros(sums.size, dtype=bool)
+        self.trusted = 0  # blocks in `ok`: all of them (after warming), and a read needs no block numbers at all
+        self._lock = threading.Lock()
         self.epoch = 0  # bumped by `forget`: a check that began before it marks nothing
         self.events = write_events()
         self.trusting = data is None and self.events.watch(self)  # bytes read into memory never change
 
     def forget(self) -> None:
-        self.epoch += 1
-        self.ok[:] = False
+        with self._lock:
+            self.epoch += 1
+            self.ok[:] = False
+            self.trusted = 0
+
+    def all_trusted(self) -> bool:
+        """Whether every block is trusted, once the write events queued so far are read (a read then checks
+        nothing: the common case of a warmed index, at the cost of one ioctl)."""
+        if not self.trusting:
+            return False
+        self.events.poll()
+        return self.trusted == self.sums.size
 
     def blocks(self, blocks: np.ndarray) -> None:
         """Check the blocks (block numbers) not trusted yet: hash and compare; IndexDamaged naming the first
@@ -131,11 +144,16 @@ class FileCheck:
                 f"has bytes {b * BLOCK_BYTES}-{min((b + 1) * BLOCK_BYTES, data.size) - 1} that do not match their "
                 f"checksum (block {b}; changed or corrupted since it was written)",
             )
-        if self.trusting and epoch == self.epoch:
-            self.ok[blocks] = True
+        with self._lock:  # another thread may have checked some of them meanwhile, or forgotten them all
+            if self.trusting and epoch == self.epoch:
+                new = blocks[~self.ok[blocks]]
+                self.ok[new] = True
+                self.trusted += new.size
 
     def ranges(self, starts: np.ndarray, ends: np.ndarray) -> None:
         """Check every block under the byte ranges [starts, ends) (empty ranges read nothing)."""
+        if self.all_trusted():
+            return
         starts, ends = np.asarray(starts, np.int64).ravel(), np.asarray(ends, np.int64).ravel()
         keep = ends > starts
         first, last = starts[keep] // BLOCK_BYTES, (ends[keep] - 1) // BLOCK_BYTES
@@ -180,6 +198,8 @@ class CheckedArray:
 
     def __getitem__(self, key):
         out = self.raw[key]  # first: a bad key raises as the array's own indexing does
+        if self.check.all_trusted():
+            return out
         rows = key[0] if isinstance(key, tuple) else key
         n = self.raw.shape[0]
         if isinstance(rows, slice):
