@@ -13,11 +13,13 @@ tokens).
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from indexer.checksums import FileCheck
+from indexer.integrity import damaged
 from indexer.offsets import CharOffsets
 
 
@@ -26,7 +28,8 @@ class DocColumn:
     file was checked) and its characters (memory-mapped), each read checked when the shard has checksums. A
     column of several chunks (not what indexer.shard_writer writes) is combined into memory, checked once."""
 
-    def __init__(self, column: pa.ChunkedArray, check: FileCheck | None, base: int) -> None:
+    def __init__(self, column: pa.ChunkedArray, check: FileCheck | None, base: int, path: Path) -> None:
+        self.path = path
         single = column.num_chunks == 1
         array = column.chunk(0) if single else column.combine_chunks()
         self.array = array
@@ -132,5 +135,8 @@ class DocText:
         """The code points of one block's text (for blocks that are not ASCII), a block that `ascii_bytes` was just
         given (which checked its bytes)."""
         self.load()
-        text = bytes(self.data[int(self.block_bytes[block]) : int(self.block_byte_ends[block])]).decode("utf-8")
+        try:
+            text = bytes(self.data[int(self.block_bytes[block]) : int(self.block_byte_ends[block])]).decode("utf-8")
+        except UnicodeDecodeError as exc:  # a shard without checksums, changed since it opened
+            raise damaged(self._texts.path, f"holds text that is not UTF-8 (block {block}: {exc.reason})") from None
         return np.frombuffer(text.encode("utf-32-le"), dtype="<u4")

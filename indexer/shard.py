@@ -76,7 +76,10 @@ class Shard:
         docs_check = FileCheck(self.dir / "docs.arrow", sums["docs.arrow"]) if sums else None
         if docs_check is not None:
             docs_check.everything()  # read in full by open_docs's validation anyway; the row offsets are copied
-        self.columns = {name: DocColumn(self.docs.column(name), docs_check, base) for name in ("id", "title", "text")}
+        self.columns = {
+            name: DocColumn(self.docs.column(name), docs_check, base, self.dir / "docs.arrow")
+            for name in ("id", "title", "text")
+        }
         self.text = DocText(self.columns["text"], self.blocks, self.offsets)
         self.index = read_faiss(self.dir / "index.faiss", info, dim)
         self.warmed = False

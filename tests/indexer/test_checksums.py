@@ -171,3 +171,24 @@ def test_without_write_events_every_read_is_checked(index_copy, mapped, monkeypa
             data[[0]]
     finally:
         index.close()
+
+
+def test_text_that_is_no_longer_utf8_in_a_shard_without_sums_is_named_not_a_500(index_copy, mapped):
+    manifest = json.loads((index_copy / MANIFEST_NAME).read_text())
+    del manifest["checksum"]
+    for shard in manifest["shards"]:
+        del shard["files"][SUMS_FILE]
+    (index_copy / MANIFEST_NAME).write_text(json.dumps(manifest))
+    index = PhraseIndex(index_copy)
+    try:
+        shard = index.shards[0]
+        shard.text.load()
+        block = 0
+        at = shard.columns["text"]._data_at + int(shard.text.block_bytes[block])  # the block's first byte in the file
+        with open(shard.dir / "docs.arrow", "r+b") as f:
+            f.seek(at)
+            f.write(b"\xc3")  # a lead byte before an ASCII one: not UTF-8
+        with pytest.raises(IndexDamaged, match="docs.arrow holds text that is not UTF-8"):
+            shard.text.block_codes(block)
+    finally:
+        index.close()
