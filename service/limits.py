@@ -130,13 +130,9 @@ class JsonErrorsProtocol(H11Protocol):
         self.transport.write(self.conn.send(h11.EndOfMessage()))
         self.transport.close()
 
-    def handle_events(self) -> None:
-        self._protocol_error = None
-        try:
-            self.conn.next_event = self._next_event  # keeps the parser's error for send_400_response
-            super().handle_events()
-        finally:
-            del self.conn.next_event
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.conn.next_event = self._next_event  # keeps the parser's error for send_400_response
 
     def _next_event(self):
         try:
