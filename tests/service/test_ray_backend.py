@@ -44,7 +44,9 @@ def local_ray():
 
 def ray_settings(index, **extra) -> Settings:
     return Settings(
-        index=index, backend="ray", **{"ray_groups": 2, "ray_replicas": 1, "ray_app": "t", "ray_timeout": 5.0, **extra}
+        index=index,
+        backend="ray",
+        **{"ray_groups": 2, "ray_replicas": 1, "ray_app": "t", "ray_timeout": 600.0, **extra},
     )
 
 
@@ -126,7 +128,10 @@ def test_a_group_with_no_replica_answering_gets_503_naming_it(local_ray, tiny_in
 
 
 def test_a_replica_killed_under_load_costs_no_request(local_ray, tiny_index):
-    engine = open_engine(ray_settings(tiny_index, ray_app="kill", ray_groups=1, ray_replicas=2))
+    """What it checks is that no request fails, not how fast: the group timeout is an hour (5 s failed one request
+    beside two busy processes), and the wait for the replacement replica ends when it is there."""
+    settings = ray_settings(tiny_index, ray_app="kill", ray_groups=1, ray_replicas=2, ray_timeout=3600.0)
+    engine = open_engine(settings)
     failures, done, stop = [], [0], threading.Event()
 
     def client(n: int) -> None:
@@ -146,7 +151,7 @@ def test_a_replica_killed_under_load_costs_no_request(local_ray, tiny_index):
         assert len(before) == 2
         ray.kill(ray.get_actor(before[0], namespace="serve"), no_restart=True)
         at_kill = done[0]
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 600  # a bound on a hang, not a speed: the loop ends once both happened
         while time.monotonic() < deadline and (
             len(set(replica_names("kill-group-0")) - set(before)) < 1 or done[0] < at_kill + 20
         ):
@@ -168,11 +173,11 @@ def test_one_replica_answers_several_calls_at_once(local_ray, tiny_index):
     app = ShardGroupReplica.bind(str(tiny_index), [0], None, None, None, False, 400.0, "t")
     handle = serve.run(app, name="slow", route_prefix=None)
     try:
-        handle.run.remote([]).result(timeout_s=30)  # the replica is up
+        handle.run.remote([]).result(timeout_s=300)  # the replica is up
         t0 = time.perf_counter()
         responses = [handle.run.remote([]) for _ in range(4)]
-        assert [r.result(timeout_s=30) for r in responses] == [[]] * 4
-        assert time.perf_counter() - t0 < 2.0
+        assert [r.result(timeout_s=300) for r in responses] == [[]] * 4
+        assert time.perf_counter() - t0 < 4 * 0.8  # less than one after another takes at the least, whatever the load
     finally:
         serve.delete("slow")
 
