@@ -8,13 +8,17 @@ manifest entry like its other files (its own sha256 is checked when the shard is
 files it covers). A shard written before these checksums has no such file: its reads are not checked (the
 sha256 of every file at start, `check_hashes`, still is).
 
-What is checked per read: every block under the bytes read, each time (no cache: a block found right once can be
-changed on disk the next second, and the page cache serves the change). `CheckedArray` wraps a memory-mapped
-array and checks the rows each indexing reads; `FileCheck.ranges` checks byte ranges (docs.arrow's text, see
-indexer.doc_text). Files small enough to be read into memory when the shard opens are checked once, then.
+What is checked per read: every block under the bytes read that is not trusted. A block found right is trusted
+until the kernel reports a write to its file (indexer.write_events, whose queued events are read before a read
+trusts anything): a block can be changed on disk the second after its check, and the page cache serves the
+change, so trusting it longer would serve the change. Warming (Shard.warm) checks and trusts every block; a file
+whose blocks are all trusted costs a read one ioctl. Without write events nothing is trusted: every read hashes
+its blocks. `CheckedArray` wraps a memory-mapped array and checks the rows each indexing reads; `FileCheck.ranges`
+checks byte ranges (docs.arrow's text, see indexer.doc_text). Files small enough to be read into memory when the
+shard opens are checked once, then.
 Not covered: index.faiss, read inside FAISS (a damaged one changes which tokens a search finds, not the scores
 or text served: those come from the checked vectors and docs.arrow), and BM25's SQLite files (indexer.integrity).
-The cost per fill is in docs/BENCHMARKS.md ("Checksums on read").
+The cost per fill is in docs/BENCHMARKS.md ("Issue 55: checksums on read").
 """
 
 from __future__ import annotations
@@ -202,9 +206,12 @@ class CheckedArray:
             return out
         rows = key[0] if isinstance(key, tuple) else key
         n = self.raw.shape[0]
+        if rows is Ellipsis:
+            rows = slice(None)
         if isinstance(rows, slice):
-            a, b, _ = rows.indices(n)
-            starts, ends = np.array([a]), np.array([max(a, b)])
+            picked = range(n)[rows]  # O(1): the rows between the first and the last picked, whatever the step
+            lo, hi = (min(picked[0], picked[-1]), max(picked[0], picked[-1]) + 1) if len(picked) else (0, 0)
+            starts, ends = np.array([lo]), np.array([hi])
         elif isinstance(rows, (int, np.integer)):
             r = int(rows) % n
             starts, ends = np.array([r]), np.array([r + 1])

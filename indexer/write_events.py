@@ -59,7 +59,8 @@ class WriteEvents:
         """Tell `check` when its file is written (False: cannot; the caller must trust nothing)."""
         if self._inotify is None:
             return False
-        directory = check.path.parent
+        real = check.path.resolve()  # a linked file is written where it lies: its events come from there
+        directory = real.parent
         with self._lock:
             if directory not in self._watched:
                 try:
@@ -68,7 +69,7 @@ class WriteEvents:
                     logger.warning("cannot watch %s (%s): its reads are checked each time", directory, exc)
                     return False
                 self._watched[directory], self._dirs[wd] = wd, directory
-            self._files.setdefault(check.path, weakref.WeakSet()).add(check)
+            self._files.setdefault(real, weakref.WeakSet()).add(check)
         return True
 
     def poll(self) -> None:
@@ -92,7 +93,7 @@ class WriteEvents:
     def forget(self, path: Path) -> None:
         """Make the checks of `path` forget their blocks (a change found another way, PhraseIndex.changed)."""
         with self._lock:
-            targets = list(self._files.get(path, ()))
+            targets = list(self._files.get(path.resolve(), ()))
         for check in targets:
             check.forget()
 

@@ -59,7 +59,8 @@ def test_a_checked_array_indexes_like_the_array(tiny_index, mapped):
         data = index.shards[0].vectors.data
         assert isinstance(data, CheckedArray)
         n = len(data)
-        keys = [3, -1, slice(2, 7), slice(None), np.array([5, 1, 5]), np.arange(n) % 2 == 0, (np.array([1, 2]), 4)]
+        keys = [3, -1, slice(2, 7), slice(None), slice(None, None, -2), Ellipsis, (Ellipsis, 0), np.array([5, 1, 5])]
+        keys += [np.arange(n) % 2 == 0, (np.array([1, 2]), 4)]
         keys.append(np.array([[0, 1], [n - 1, 2]]))
         for key in keys:
             assert np.array_equal(data[key], data.raw[key]), key
