@@ -106,7 +106,7 @@ class MaskedText(BaseModel):
         return text
 
 
-def _integral(value):
+def _integer_only(value):
     """Strict numbers: an integer field takes a JSON integer, not 5.0 (which JSON Schema would count as one: the
     fuzz tests know this rule) nor "5" nor true (strict mode)."""
     if isinstance(value, float):
@@ -121,8 +121,8 @@ class FillRequest(FillOptions, MaskedText):
 
     @field_validator("top_k", "k", "max_span_tokens", "evidence", "blocks", mode="before")
     @classmethod
-    def _integral_floats(cls, value):
-        return _integral(value)
+    def _no_floats(cls, value):
+        return _integer_only(value)
 
 
 class Evidence(BaseModel):
@@ -264,8 +264,8 @@ class ScoreRequest(MaskedText):
 
     @field_validator("k", "blocks", "evidence", "synonyms", mode="before")
     @classmethod
-    def _integral_floats(cls, value):
-        return _integral(value)
+    def _no_floats(cls, value):
+        return _integer_only(value)
 
     @field_validator("choices")
     @classmethod
