@@ -121,14 +121,19 @@ def test_a_damaged_sums_file_is_refused_when_the_shard_opens(index_copy):
         PhraseIndex(index_copy)
 
 
-def test_a_shard_written_without_sums_opens_unchecked(index_copy, mapped):
-    """An index built before the checksums: served as before (its sha256 checks still apply)."""
-    manifest = json.loads((index_copy / MANIFEST_NAME).read_text())
+def as_built_before_sums(root: Path) -> None:
+    """`root` as an index built before the checksums: no sums file, no manifest checksum."""
+    manifest = json.loads((root / MANIFEST_NAME).read_text())
     del manifest["checksum"]  # an older manifest has none
     for shard in manifest["shards"]:
         del shard["files"][SUMS_FILE]
-        (index_copy / shard["name"] / SUMS_FILE).unlink()
-    (index_copy / MANIFEST_NAME).write_text(json.dumps(manifest))
+        (root / shard["name"] / SUMS_FILE).unlink()
+    (root / MANIFEST_NAME).write_text(json.dumps(manifest))
+
+
+def test_a_shard_written_without_sums_opens_unchecked(index_copy, mapped):
+    """An index built before the checksums: served as before (its sha256 checks still apply)."""
+    as_built_before_sums(index_copy)
     index = PhraseIndex(index_copy, verify=True)
     try:
         shard = index.shards[0]
@@ -175,11 +180,7 @@ def test_without_write_events_every_read_is_checked(index_copy, mapped, monkeypa
 
 
 def test_text_that_is_no_longer_utf8_in_a_shard_without_sums_is_named_not_a_500(index_copy, mapped):
-    manifest = json.loads((index_copy / MANIFEST_NAME).read_text())
-    del manifest["checksum"]
-    for shard in manifest["shards"]:
-        del shard["files"][SUMS_FILE]
-    (index_copy / MANIFEST_NAME).write_text(json.dumps(manifest))
+    as_built_before_sums(index_copy)
     index = PhraseIndex(index_copy)
     try:
         shard = index.shards[0]
