@@ -14,7 +14,8 @@ types only for lower-case ones, whose first sense decides) are answers, parts of
 document is right), and with chance --words-rate also as the subject followed by the (at most three) words
 before the answer in its sentence and the mask, which does not name the type. The document stays in the index
 the queries are read over (the answer is read in other wording than the query's, as the T-REx dev half asks
-it). Writes {"relation": "typed:TYPE" or "words:TYPE", "query", "answers"} lines for `fill-reader-data`, at most
+it). Writes {"relation": "typed:TYPE" or "words:TYPE", "query", "answers", "doc"} lines (doc: the answering
+document's id) for `fill-reader-data` and `encoder train --query-pairs`, at most
 --per-type answers a type. No probe set or template of ../shared/data is read.
 """
 
@@ -151,6 +152,7 @@ def queries_of(
     if not subject:
         return []
     subject_words = {w.lower() for w in WORD.findall(subject)}
+    key = str(doc.get("id", ""))  # the answering document (encoder.query_pairs trains against its blocks)
     found = []
     for sentence in SENTENCE.split(doc["text"]):
         found += [(a, t, at, sentence) for a, t, at in answers_in(sentence, typer, subject_words)]
@@ -164,11 +166,11 @@ def queries_of(
         form = rng.choice(FORMS)
         same = [a for a, k, _, _ in found if k == kind and a.lower() != answer.lower()]  # right answers too
         query = form.format(t=kind, s=subject)
-        out.append({"relation": f"typed:{kind}", "query": query, "answers": [answer, *dict.fromkeys(same)]})
+        out.append({"relation": f"typed:{kind}", "query": query, "answers": [answer, *dict.fromkeys(same)], "doc": key})
         before = WORD.findall(sentence[:at])[-3:]
         if rng.random() < words_rate and before and not {w.lower() for w in before} & subject_words:
             query = f"{subject} {' '.join(before)} <mask> ."
-            out.append({"relation": f"words:{kind}", "query": query, "answers": [answer]})
+            out.append({"relation": f"words:{kind}", "query": query, "answers": [answer], "doc": key})
     return out
 
 

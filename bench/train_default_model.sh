@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# The recipe of the bundled default model (encoder/default_model, recipe r16 in docs/QUALITY.md), one
+# The recipe of the bundled default model (encoder/default_model, recipe r17 in docs/QUALITY.md), one
 # command (stages 1 + 2 in fp32: ~25-45 min on 2 CPU cores; stages 3 + 4 in bf16: ~8 min on one H200, ~2-3 h on
-# 2 CPU cores; then a weight blend of stages 3 and 4):
+# 2 CPU cores; then a weight blend of stages 3 and 4; stage 5 in fp32, ~33 min on 2 CPU cores):
 #   EXPORT_TO=encoder/default_model bash bench/train_default_model.sh [GOOGLE_RE_DIR]
-# STAGE4=0 stops after stage 3 (r15, the previous default; STAGE3=0: r14); stage 4 needs Debian's wordnet-base.
+# STAGE5=0 stops after stage 4 (r16, the previous default; STAGE4=0: r15; STAGE3=0: r14); stages 4 and 5 need
+# Debian's wordnet-base.
 # TRAIN_SIDE=train_a is the fold model for bench/fit_scoring.sh.
 # Data: the TRAIN side of the subject-disjoint Google-RE split (bench/prepare_google_re.py: the
 # de-duplicated evidence snippets of subjects whose sha256 starts with 0-7; Wikipedia text), the bundled
@@ -64,10 +65,35 @@ stage4() {
         --warmup-steps 20 --save-every 50 --keep-checkpoints 2 --seed 3 --dtype bf16 --resume \
         --salient-words "$WORK/salient/adjectives.txt" --salient-rate 0.5
     "$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage4/checkpoint-000800" --out "$WORK/models/default_stage4"
-    "$VENV/bin/python" bench/blend_models.py --base "$1" --tuned "$WORK/models/default_stage4" --alpha 0.5 --out "$EXPORT_TO"
+    "$VENV/bin/python" bench/blend_models.py --base "$1" --tuned "$WORK/models/default_stage4" --alpha 0.5 --out "$2"
 }
+# stage 5 (r17; STAGE5=0 stops at r16, docs/QUALITY.md "T-REx dev half"): 300 steps from $1 (r16) with typed
+# query pairs beside stage 4's objective (encoder.query_pairs): relation-like queries made from the same training
+# text by bench/prepare_typed_queries.py ("The language of S is <mask> .", "S's city is <mask> .", or S + the words
+# before the answer; an answer WordNet types, compounds split; 22,022 queries), trained against their answers in
+# the subject's own document, 32 queries of one kind a step (the same kind's answers in the other documents of
+# the batch are the hard negatives), beside one group of 16 blocks; lr 2e-5, fp32, ~33 min on 2 CPU cores.
+# With STAGE5_INIT=DIR only this stage runs, from DIR (r16: `git archive fdff455 encoder/default_model`).
+stage5() {
+    local pairs="$WORK/typed_enc/pairs_$TRAIN_SIDE.jsonl"
+    [ -f "$pairs" ] || "$VENV/bin/python" bench/prepare_typed_queries.py --corpus "$WORK/encoder_text/wiki.jsonl" \
+        --corpus "$WORK/google_re/$TRAIN_SIDE/corpus.jsonl" --out "$pairs" --per-type 3000
+    "$VENV/bin/encoder" train --corpus "$WORK/google_re/$TRAIN_SIDE/corpus.jsonl" --corpus "$WORK/encoder_text/wiki.jsonl" \
+        --corpus data/sample/encyclopedia.jsonl --out "$WORK/runs/default_stage5" --init "$1" \
+        --positives mixed --query-views 2 --groups-per-step 1 --group-size 16 --block-tokens 128 --title-tokens 32 \
+        --grouping similar --query-window 20 --query-title-dropout 0.0 --freeze-embeddings --steps 300 --lr 2e-5 \
+        --warmup-steps 20 --save-every 25 --keep-checkpoints 2 --seed 5 --dtype fp32 --resume \
+        --query-pairs "$pairs" --pair-batch 32
+    "$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage5/checkpoint-000300" --out "$EXPORT_TO"
+}
+if [ -n "${STAGE5_INIT:-}" ]; then
+    stage5 "$STAGE5_INIT"
+    exit 0
+fi
 if [ -n "${STAGE4_INIT:-}" ]; then
-    stage4 "$STAGE4_INIT"
+    if [ "${STAGE5:-1}" = 0 ]; then stage4 "$STAGE4_INIT" "$EXPORT_TO"; exit 0; fi
+    stage4 "$STAGE4_INIT" "$WORK/models/default_stage4_a05"
+    stage5 "$WORK/models/default_stage4_a05"
     exit 0
 fi
 # stage 1: 160 steps of a 640-step schedule (lr 1e-4, 60 warm-up steps), corpus-order groups
@@ -98,4 +124,6 @@ if [ "${STAGE4:-1}" = 0 ]; then  # r15
     exit 0
 fi
 "$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage3/checkpoint-000320" --out "$WORK/models/default_stage3"
-stage4 "$WORK/models/default_stage3"
+if [ "${STAGE5:-1}" = 0 ]; then stage4 "$WORK/models/default_stage3" "$EXPORT_TO"; exit 0; fi  # r16
+stage4 "$WORK/models/default_stage3" "$WORK/models/default_stage4_a05"
+stage5 "$WORK/models/default_stage4_a05"

@@ -28,6 +28,7 @@ class TrainBlock:
     title_ids: np.ndarray | None
     doc: int = -1  # document number across all corpora (blocks of one document share it)
     salient: np.ndarray | None = None  # inclusive token ranges of entity-like runs (`encoder.salient`)
+    key: str = ""  # the document's id in its corpus
 
 
 def load_blocks(
@@ -55,6 +56,7 @@ def load_blocks(
                     title_ids=b.title_ids,
                     doc=base + b.doc.row,
                     salient=salient_spans(b.doc.text or "", t.offsets, t.flags, max_span, listed),
+                    key=b.doc.id,
                 )
             )
         logger.info("loaded %s: %d blocks so far", path, len(blocks))

@@ -26,6 +26,7 @@ from encoder.grouping import similar_order
 from encoder.loss import npm_loss
 from encoder.masking import MaskingConfig
 from encoder.model import Encoder, base_model_dir
+from encoder.query_pairs import PairBatches, load_pairs, match_pairs
 from encoder.train_config import TrainConfig
 
 logger = logging.getLogger(__name__)
@@ -126,6 +127,7 @@ class Trainer:
         blocks = load_blocks(
             cfg.corpus, self.encoder.tokenizer, cfg.block_tokens, cfg.title_tokens, cfg.max_span, listed
         )
+        self.pairs = self._pairs(blocks) if cfg.query_pairs else None
         if cfg.single:
             blocks = [TrainBlock(b.ids, np.full_like(b.flags, 3), b.title_ids, b.doc) for b in blocks]
         distinct = max(1, cfg.group_size // cfg.views)
@@ -143,6 +145,16 @@ class Trainer:
             )
         self.lengths = np.array([sum(len(b.ids) for b in g) for g in self.groups])
         return len(blocks)
+
+    def _pairs(self, blocks: list[TrainBlock]) -> PairBatches:
+        """The query pairs whose documents are among the corpus's (matched to their blocks by document id)."""
+        by_key: dict[str, list[TrainBlock]] = {}
+        for b in blocks:
+            by_key.setdefault(b.key, []).append(b)
+        rows = load_pairs(self.cfg.query_pairs)
+        pairs = match_pairs(rows, by_key, self.encoder)
+        logger.info("query pairs: %d of %d have an answer in their document's blocks", len(pairs), len(rows))
+        return PairBatches(pairs, by_key, self.encoder, self.cfg.pair_batch, self.cfg.seed)
 
     def _groups_at(self, position: int) -> tuple[list[list[TrainBlock]], np.random.Generator]:
         per = self.cfg.groups_per_step
@@ -188,6 +200,26 @@ class Trainer:
             self.memory_doc = torch.cat([fresh_doc, self.memory_doc])[: self.cfg.memory_tokens]
         return (l_start, l_start) if self.cfg.single else (l_start, l_end)
 
+    def pair_loss(self, step: int) -> torch.Tensor:
+        """The loss of the query pairs of `step` (this process's batch): starts and ends, summed."""
+        batch = self.pairs.batch_at(step * self.world + self.rank)
+        dev = self.encoder.device
+        hq = self.encoder.hidden_states(batch.q_ids, batch.q_attn, batch.q_types).float()
+        hc = self.encoder.hidden_states(batch.c_ids, batch.c_attn, batch.c_types).float()
+        d = hq.shape[-1]
+        cands = hc.reshape(-1, d)[batch.cand_at.to(dev)]
+        allowed = torch.ones(batch.pos_start.shape, dtype=torch.bool, device=dev)
+        l_start, l_end = npm_loss(
+            hq.reshape(-1, d)[batch.start_at.to(dev)],
+            hq.reshape(-1, d)[batch.end_at.to(dev)],
+            cands,
+            batch.pos_start.to(dev),
+            batch.pos_end.to(dev),
+            allowed,
+            self.scale,
+        )
+        return l_start + l_end
+
     def _gather(self, cands, allowed, pos_s, pos_e):
         """Candidates of all processes (with gradient); other processes' tokens are negatives only."""
         from torch.distributed.nn.functional import all_gather
@@ -232,6 +264,10 @@ class Trainer:
             totals["loss_end"] += float(l_end.detach()) / self.cfg.grad_accum
             totals["masks"] += batch.masks
             totals["tokens"] += batch.tokens
+        if self.pairs is not None:
+            pair_loss = self.pair_loss(self.step)
+            self.scaler.scale(self.cfg.pair_weight * pair_loss).backward()
+            totals["loss_pairs"] = float(pair_loss.detach())
         if self.world > 1:
             for p in self.model.parameters():
                 if p.grad is not None:

@@ -69,6 +69,13 @@ class TrainConfig(BaseModel):
     single: bool = False  # NPM-single: one mask token per masked token
     content_spans_only: bool = True  # never mask spans made only of stopwords / punctuation
     group_by_length: bool = True  # order groups of a window by length (less padding)
+    query_pairs: Path | None = Field(
+        None,
+        description="relation-like queries with their answers' document ids (bench/prepare_typed_queries.py): each "
+        "step adds a batch of them, trained against their answers in their own documents (encoder.query_pairs)",
+    )
+    pair_batch: int = Field(32, ge=2, description="query pairs per step (one kind, distinct documents)")
+    pair_weight: float = Field(1.0, gt=0, description="weight of the query pairs' loss beside the NPM loss")
     freeze_embeddings: bool = Field(
         False, description="keep the word embeddings fixed (a fine-tuning stage then changes the layers only)"
     )
