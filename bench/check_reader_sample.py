@@ -47,12 +47,9 @@ MADE_UP = [
 ]
 
 
-# (index, mode, query): reader v3 reads Pierre Curie's "born in Paris" for Marie in dense mode, where the dense
-# search puts his sentence first (v2e read Warsaw; hybrid and restricted, the modes served by default, read Warsaw)
-KNOWN_MISREADS = {
-    ("idx_sample", "dense", "Marie Curie was born in <mask> ."),
-    ("idx_sample", "dense", "Marie Curie was born in <mask> . In 1891 she moved to <mask> ."),
-}
+# (index, mode, query) of the bundled models' known wrong fills; none since encoder r17 (with r16, reader v3 read
+# Pierre Curie's "born in Paris" for Marie in dense mode, where the dense search put his sentence first)
+KNOWN_MISREADS: set[tuple[str, str, str]] = set()
 
 
 def index(work: Path, name: str, corpus: Path, model: Path | None = None) -> Path:
