@@ -125,6 +125,11 @@ class PairBatches:
         return self._epoch[1]
 
     def batch_at(self, position: int) -> Batch:
+        if not self._batches(0):
+            raise AppError(
+                "the query pairs make no batch of two: each batch needs two pairs of one kind (relation) from "
+                "different documents"
+            )
         epoch = 0
         while position >= len(self._batches(epoch)):
             position -= len(self._batches(epoch))

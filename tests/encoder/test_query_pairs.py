@@ -95,6 +95,8 @@ def test_pairs_without_their_answer_or_document_are_left_out(bert):
     assert [p.doc for p in pairs] == ["p3"]
     with pytest.raises(AppError, match="no query pair"):
         PairBatches([], {}, bert, 2, 0)
+    with pytest.raises(AppError, match="no batch of two"):  # one pair of its kind: never a loop without end
+        PairBatches(pairs, blocks_of(bert), bert, 2, 0).batch_at(0)
 
 
 def test_batches_hold_one_kind_and_distinct_documents_and_repeat_by_position(bert):
