@@ -5,7 +5,8 @@
 # default `indexer build` settings (as the outside measure builds it) and MODEL (default: the bundled encoder);
 # the probes: PER_RELATION per relation (default 50, the outside measure's sample size; SEED 0), macro EM@1.
 # default = the engine's default mode with the reader, restricted = restricted with the reader, dense = dense
-# without the reader (NPM itself). Extra fill-eval flags go in FLAGS (e.g. FLAGS="--scoring FILE"); MODES picks.
+# without the reader (NPM itself). SCORING=FILE scores with that scoring.json (default: the model's own, beside it),
+# the fills and the reader-input count alike; other fill-eval flags go in FLAGS; MODES picks.
 # With GOLD=1 it also prints, per mode, the share of probes whose answer is in the windows the reader reads
 # (fill-reader-data's "answer read").
 set -euo pipefail
@@ -20,6 +21,7 @@ PER_RELATION="${PER_RELATION:-50}"
 SEED="${SEED:-0}"
 MODES="${MODES:-default restricted dense}"
 read -r -a extra <<< "${FLAGS:-}"
+scoring=(); [ -n "${SCORING:-}" ] && scoring=(--scoring "$SCORING")
 [ -f "$D/index_corpus.jsonl" ] || bash bench/prepare_trex_dev.sh
 if [ ! -f "$IDX/manifest.json" ]; then
     model_flag=(); [ -n "$MODEL" ] && model_flag=(--model "$MODEL")
@@ -45,14 +47,14 @@ for mode in $MODES; do
         *) echo "unknown mode $mode" >&2; exit 2 ;;
     esac
     "$VENV/bin/fill-eval" --index "$IDX" --probes "$D/probes.jsonl" --per-relation "$PER_RELATION" --seed "$SEED" \
-        "${flags[@]}" "${extra[@]}" --report "$out/$mode.json" --out "$out/$mode.predictions.jsonl" \
+        "${flags[@]}" "${scoring[@]}" "${extra[@]}" --report "$out/$mode.json" --out "$out/$mode.predictions.jsonl" \
         > "$out/$mode.txt" 2> "$out/$mode.log" || { tail -n 5 "$out/$mode.log" >&2; exit 1; }
     echo "$mode:"; grep -E "^(macro|latency)|ECE" "$out/$mode.txt"
     if [ "${GOLD:-0}" = 1 ] && [ "$mode" != dense ]; then
         mflag=(); [ "$mode" = restricted ] && mflag=(--mode restricted)
         echo "$mode: gold in the reader's input"
         OMP_NUM_THREADS=1 "$VENV/bin/fill-reader-data" --index "$IDX" --probes "$out/probes_sample.jsonl" \
-            --out "$out/$mode.reader_input.jsonl" --window 10 --phrases 16 --max-tokens 200 "${mflag[@]}" \
+            --out "$out/$mode.reader_input.jsonl" --window 10 --phrases 16 --max-tokens 200 "${mflag[@]}" "${scoring[@]}" \
             > "$out/$mode.gold.txt" 2>&1 || { tail -n 5 "$out/$mode.gold.txt" >&2; exit 1; }
         grep -i "answer read" "$out/$mode.gold.txt"
     fi

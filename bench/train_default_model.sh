@@ -52,17 +52,20 @@ if [ "${WIKI:-1}" = 1 ]; then  # r14: the train side of the Wikipedia leads, wit
         --sources wiki --no-join --exclude /dev/null
     common=("${common[@]:0:4}" --corpus "$WORK/encoder_text/wiki.jsonl" "${common[@]:4}")
 fi
+# the flags stages 3-5 share: the three corpora, mixed positives, groups of 16 similar titled blocks, queries of
+# 10-20 tokens that keep the title, the word embeddings fixed, 20 warm-up steps, resumable
+late=(--corpus "$WORK/google_re/$TRAIN_SIDE/corpus.jsonl" --corpus "$WORK/encoder_text/wiki.jsonl"
+      --corpus data/sample/encyclopedia.jsonl --positives mixed --query-views 2 --group-size 16 --block-tokens 128
+      --title-tokens 32 --grouping similar --query-window 20 --query-title-dropout 0.0 --freeze-embeddings
+      --warmup-steps 20 --resume)
 # stage 4 (r16; STAGE4=0 leaves it out, docs/QUALITY.md "Stage 4" and "r16"): 800 steps of
 # stage 3's recipe from $1 (this run's stage 3; with STAGE4_INIT, that model and no stages 1-3) with WordNet's
 # one-word adjectives as salient spans (half the spans drawn from the salient ones), then the weights blended half
 # and half with $1 (WiSE-FT, bench/blend_models.py). ~80 min on 2 CPU cores.
 stage4() {
     [ -f "$WORK/salient/adjectives.txt" ] || "$VENV/bin/python" bench/salient_words.py --out "$WORK/salient/adjectives.txt"
-    "$VENV/bin/encoder" train --corpus "$WORK/google_re/$TRAIN_SIDE/corpus.jsonl" --corpus "$WORK/encoder_text/wiki.jsonl" \
-        --corpus data/sample/encyclopedia.jsonl --out "$WORK/runs/default_stage4" --init "$1" \
-        --positives mixed --query-views 2 --groups-per-step 4 --group-size 16 --block-tokens 128 --title-tokens 32 \
-        --grouping similar --query-window 20 --query-title-dropout 0.0 --freeze-embeddings --steps 800 --lr 3e-5 \
-        --warmup-steps 20 --save-every 50 --keep-checkpoints 2 --seed 3 --dtype bf16 --resume \
+    "$VENV/bin/encoder" train "${late[@]}" --out "$WORK/runs/default_stage4" --init "$1" --groups-per-step 4 \
+        --steps 800 --lr 3e-5 --save-every 50 --keep-checkpoints 2 --seed 3 --dtype bf16 \
         --salient-words "$WORK/salient/adjectives.txt" --salient-rate 0.5
     "$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage4/checkpoint-000800" --out "$WORK/models/default_stage4"
     "$VENV/bin/python" bench/blend_models.py --base "$1" --tuned "$WORK/models/default_stage4" --alpha 0.5 --out "$2"
@@ -78,11 +81,8 @@ stage5() {
     local pairs="$WORK/typed_enc/pairs_$TRAIN_SIDE.jsonl"
     [ -f "$pairs" ] || "$VENV/bin/python" bench/prepare_typed_queries.py --corpus "$WORK/encoder_text/wiki.jsonl" \
         --corpus "$WORK/google_re/$TRAIN_SIDE/corpus.jsonl" --out "$pairs" --per-type 3000
-    "$VENV/bin/encoder" train --corpus "$WORK/google_re/$TRAIN_SIDE/corpus.jsonl" --corpus "$WORK/encoder_text/wiki.jsonl" \
-        --corpus data/sample/encyclopedia.jsonl --out "$WORK/runs/default_stage5" --init "$1" \
-        --positives mixed --query-views 2 --groups-per-step 1 --group-size 16 --block-tokens 128 --title-tokens 32 \
-        --grouping similar --query-window 20 --query-title-dropout 0.0 --freeze-embeddings --steps 300 --lr 2e-5 \
-        --warmup-steps 20 --save-every 25 --keep-checkpoints 2 --seed 5 --dtype fp32 --resume \
+    "$VENV/bin/encoder" train "${late[@]}" --out "$WORK/runs/default_stage5" --init "$1" --groups-per-step 1 \
+        --steps 300 --lr 2e-5 --save-every 25 --keep-checkpoints 2 --seed 5 --dtype fp32 \
         --query-pairs "$pairs" --pair-batch 32
     "$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage5/checkpoint-000300" --out "$EXPORT_TO"
 }
@@ -114,11 +114,8 @@ fi
     --out "$WORK/models/default_stage2"
 # stage 3: a 320-step schedule (lr 3e-5, 20 warm-up steps) from stage 2's export, mixed positives, titled
 # 10-20-token queries, similar groups, 4 groups of 16 blocks per step, the word embeddings fixed
-"$VENV/bin/encoder" train --corpus "$WORK/google_re/$TRAIN_SIDE/corpus.jsonl" --corpus "$WORK/encoder_text/wiki.jsonl" \
-    --corpus data/sample/encyclopedia.jsonl --out "$WORK/runs/default_stage3" --init "$WORK/models/default_stage2" \
-    --positives mixed --query-views 2 --groups-per-step 4 --group-size 16 --block-tokens 128 --title-tokens 32 \
-    --grouping similar --query-window 20 --query-title-dropout 0.0 --freeze-embeddings --steps 320 --lr 3e-5 \
-    --warmup-steps 20 --save-every 80 --keep-checkpoints 0 --seed 2 --dtype bf16 --resume
+"$VENV/bin/encoder" train "${late[@]}" --out "$WORK/runs/default_stage3" --init "$WORK/models/default_stage2" \
+    --groups-per-step 4 --steps 320 --lr 3e-5 --save-every 80 --keep-checkpoints 0 --seed 2 --dtype bf16
 if [ "${STAGE4:-1}" = 0 ]; then  # r15
     "$VENV/bin/encoder" export --checkpoint "$WORK/runs/default_stage3/checkpoint-000320" --out "$EXPORT_TO"
     exit 0

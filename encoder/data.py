@@ -189,7 +189,7 @@ def make_batch(
     `content` (bool per vocabulary id, `content_token_mask`) lets only spans holding a content token be
     masked. The options are `BatchConfig`'s."""
     allowed = None if content is None else (lambda key: bool(content[list(key)].any()))
-    rows = _BatchRows(encoder, cfg, allowed)
+    rows = BatchRows(encoder, cfg, allowed)
     for group in groups:
         if cfg.untitled_rate > 0:  # drawn only when asked for: the default keeps the random stream unchanged
             group = [
@@ -202,7 +202,7 @@ def make_batch(
     return rows.batch()
 
 
-class _BatchRows:
+class BatchRows:
     """The sequences of a batch and where its queries, candidates and positives lie, group by group."""
 
     def __init__(self, encoder, cfg: BatchConfig, allowed) -> None:
@@ -266,6 +266,18 @@ class _BatchRows:
                 self.pending.append((row, self.seq_base + other, p, span.end - span.start + 1))
         self.q_seqs.append(ids)
         self.q_types.append(types)
+
+    def add_laid_out_query(self, ids: list[int], position: int, doc: int, positives) -> None:
+        """A query laid out already (`Encoder.query_layout`: its MASK_s at `position`) with no block of its own in
+        the batch, so every candidate may match it; `positives`: (block in batch, first token, last token)."""
+        row = len(self.starts)
+        self.starts.append((len(self.q_seqs), position))
+        self.q_seq.append(-1)
+        self.q_doc.append(doc)
+        self.q_own.append(False)
+        self.pending.extend((row, seq, first, last - first + 1) for seq, first, last in positives)
+        self.q_seqs.append(ids)
+        self.q_types.append([0] * len(ids))
 
     def add_candidates(self, group: list[TrainBlock]) -> None:
         """Every token of the group's unmasked blocks (their titles as context only); the next group follows."""

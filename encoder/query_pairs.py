@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 
 from common.errors import AppError
 from corpus.tokens import WORD_END, WORD_START
-from encoder.data import Batch, TrainBlock
-from encoder.model import BlockInput, pad_sequences
+from encoder.data import Batch, BatchConfig, BatchRows, TrainBlock
+from encoder.masking import MaskingConfig
 
 BLOCKS_PER_DOC = 4  # a document's first blocks that are candidates (the answer must be in one of them)
 
@@ -139,45 +138,14 @@ class PairBatches:
 
 def pair_batch(pairs: list[QueryPair], blocks: dict[str, list[TrainBlock]], encoder) -> Batch:
     """The queries of `pairs` against every token of their documents' first blocks (titles as context)."""
-    q_seqs, starts = [], []
+    rows = BatchRows(encoder, BatchConfig(masking=MaskingConfig()), None)
+    first_block = {}  # document -> the batch number of its first candidate block
+    for doc in dict.fromkeys(p.doc for p in pairs):
+        first_block[doc] = rows.seq_base
+        rows.add_candidates(blocks[doc][:BLOCKS_PER_DOC])
     for pair in pairs:
         ids, positions = encoder.query_layout(pair.query)
-        starts.append((len(q_seqs), positions[0]))
-        q_seqs.append(ids)
-    c_seqs, c_types, cand_at, cand_seq, cand_doc, first_of = [], [], [], [], [], {}
-    for number, doc in enumerate(dict.fromkeys(p.doc for p in pairs)):
-        for b, block in enumerate(blocks[doc][:BLOCKS_PER_DOC]):
-            ids, types, first = encoder.layout(BlockInput(ids=block.ids, prefix_ids=block.title_ids))
-            first_of[doc, b] = len(cand_at)
-            cand_at.extend((len(c_seqs), first + p) for p in range(len(block.ids)))
-            cand_seq.extend([len(c_seqs)] * len(block.ids))
-            cand_doc.extend([number] * len(block.ids))
-            c_seqs.append(ids)
-            c_types.append(types)
-    pos_start = torch.zeros((len(pairs), len(cand_at)), dtype=torch.bool)
-    pos_end = torch.zeros_like(pos_start)
-    for row, pair in enumerate(pairs):
-        for b, first, last in pair.positives:
-            pos_start[row, first_of[pair.doc, b] + first] = True
-            pos_end[row, first_of[pair.doc, b] + last] = True
-    q_ids, q_attn, q_types = pad_sequences(q_seqs, [[0] * len(s) for s in q_seqs], encoder.pad_id)
-    c_ids, c_attn, c_ty = pad_sequences(c_seqs, c_types, encoder.pad_id)
-    lq, lc = q_ids.shape[1], c_ids.shape[1]
-    doc_number = {doc: n for n, doc in enumerate(dict.fromkeys(p.doc for p in pairs))}
-    return Batch(
-        q_ids=q_ids,
-        q_attn=q_attn,
-        q_types=q_types,
-        c_ids=c_ids,
-        c_attn=c_attn,
-        c_types=c_ty,
-        start_at=torch.tensor([s * lq + p for s, p in starts], dtype=torch.long),
-        end_at=torch.tensor([s * lq + p + 1 for s, p in starts], dtype=torch.long),
-        cand_at=torch.tensor([s * lc + p for s, p in cand_at], dtype=torch.long),
-        cand_seq=torch.tensor(cand_seq, dtype=torch.long),
-        q_seq=torch.full((len(pairs),), -1, dtype=torch.long),  # no own block: every candidate is allowed
-        cand_doc=torch.tensor(cand_doc, dtype=torch.long),
-        q_doc=torch.tensor([doc_number[p.doc] for p in pairs], dtype=torch.long),
-        pos_start=pos_start,
-        pos_end=pos_end,
-    )
+        base = first_block[pair.doc]
+        positives = [(base + b, first, last) for b, first, last in pair.positives]
+        rows.add_laid_out_query(ids, positions[0], blocks[pair.doc][0].doc, positives)
+    return rows.batch()
