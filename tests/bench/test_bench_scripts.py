@@ -967,8 +967,8 @@ def test_check_reader_sample_builds_a_candidate_encoders_own_indexes(tmp_path, t
         text=True,
         timeout=900,
     )
-    assert done.stdout.strip().endswith("of 34"), done.stderr[-2000:]
-    assert done.returncode == (0 if done.stdout.strip().endswith("wrong: 0 of 34") else 1)  # an untrained model errs
+    assert done.stdout.strip().endswith("of 36"), done.stderr[-2000:]  # 3 modes x 12 checks, none known wrong
+    assert done.returncode == (0 if done.stdout.strip().endswith("wrong: 0 of 36") else 1)  # an untrained model errs
     manifest = json.loads((work / "candidate" / "idx_sample" / "manifest.json").read_text())
     assert manifest["dim"] == 32 and not (work / "idx_sample").exists()
 
