@@ -1,7 +1,9 @@
 """ANN index choice per shard: index types, FAISS factory strings, training and search parameters.
 
-Every index uses the INNER-PRODUCT metric. The ANN codes only choose candidates: the service
-re-scores every candidate exactly from the stored vectors, so ANN error costs recall, never score.
+Every index uses the INNER-PRODUCT metric. With stored vectors (int8, float16) the ANN codes only choose
+candidates and every candidate is re-scored exactly, so ANN error costs recall, never score; without them
+(vector_dtype "none", indexer.ann_codes) the ANN's own codes score every token: 8-bit IVF-PQ behind an OPQ
+rotation, or Flat.
 """
 
 from __future__ import annotations
@@ -25,9 +27,16 @@ ADD_CHUNK = 65_536
 FASTSCAN_MIN_TOKENS = 4096  # below this, 8-bit PQ (fast-scan k-means wants many points per code)
 
 
-def check_index_type(value: str, dim: int) -> str:
-    """The index type, or an AppError naming the choices (factory strings are tried on FAISS)."""
+def check_index_type(value: str, dim: int, vector_dtype: str = "int8") -> str:
+    """The index type, or an AppError naming the choices (factory strings are tried on FAISS). Without stored
+    vectors (`vector_dtype` "none") the index must score from its own codes: Flat or 8-bit IVF-PQ."""
     if value.lower() in INDEX_TYPES:
+        if vector_dtype == "none" and value.lower() == "hnsw":
+            raise AppError(
+                f"--index-type {value} cannot score tokens from its own codes; with --vector-dtype none use auto, "
+                "flat, ivfpq or an IVF-PQ factory string (or store vectors: --vector-dtype int8)",
+                kind="validation",
+            )
         return value.lower()
     try:
         faiss.index_factory(dim, value, faiss.METRIC_INNER_PRODUCT)
@@ -37,7 +46,41 @@ def check_index_type(value: str, dim: int) -> str:
             f"dimension {dim}",
             kind="validation",
         ) from None
+    problem = codes_problem(value, dim) if vector_dtype == "none" else None
+    if problem:
+        raise AppError(
+            f"--index-type {problem}: with --vector-dtype none the index scores every token from its own codes "
+            "(or store vectors: --vector-dtype int8)",
+            kind="validation",
+        )
     return value
+
+
+def unwrap(index: faiss.Index) -> tuple[list[faiss.VectorTransform], faiss.Index]:
+    """(the pre-transforms, in order, the index behind them) of an index, downcast."""
+    index = faiss.downcast_index(index)
+    chain = []
+    if isinstance(index, faiss.IndexPreTransform):
+        chain = [faiss.downcast_VectorTransform(index.chain.at(i)) for i in range(index.chain.size())]
+        index = faiss.downcast_index(index.index)
+    return chain, index
+
+
+def codes_problem(factory: str, dim: int) -> str | None:
+    """None when a shard of FAISS `factory` can score from its own codes; else what it lacks."""
+    return index_codes_problem(faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT), repr(factory))
+
+
+def index_codes_problem(index: faiss.Index, name: str) -> str | None:
+    """None when `index` can score any of its tokens from its own codes (indexer.ann_codes); else what it lacks."""
+    chain, inner = unwrap(index)  # views into `index`, alive while it is
+    if not all(isinstance(t, faiss.LinearTransform) for t in chain):
+        return f"{name} has a pre-transform that is not linear"
+    if type(inner) in (faiss.IndexFlat, faiss.IndexFlatIP, faiss.IndexIVFFlat, faiss.IndexIVFScalarQuantizer):
+        return None
+    if type(inner) is faiss.IndexIVFPQ and inner.pq.nbits == 8:
+        return None
+    return f"{name} is neither Flat nor IVF-Flat, IVF-SQ or IVF-PQ with 8-bit codes (e.g. OPQ48,IVF4096,PQ48)"
 
 
 def parse_bytes(text: str) -> int:
@@ -81,15 +124,21 @@ def bytes_per_vector(index_type: str, dim: int) -> float:
     ]
 
 
-def resolve_factory(index_type: str, n: int, dim: int, memory_budget: int | None = None) -> str:
+def resolve_factory(
+    index_type: str, n: int, dim: int, memory_budget: int | None = None, vector_dtype: str = "int8"
+) -> str:
     """A FAISS factory string for a shard of n vectors. `index_type` may also be a factory string.
 
     `auto`: exact Flat for small shards; otherwise the most accurate of Flat > IVF-SQ8 > IVF-PQ whose
     index fits `memory_budget` bytes (IVF-PQ when no budget is given: the smallest on disk and in RAM).
+    Without stored vectors (`vector_dtype` "none"): Flat for small shards, else `codes_factory`.
     """
     kind = index_type.lower()
     if kind not in INDEX_TYPES:
         return index_type  # a FAISS factory string, used as given
+    if vector_dtype == "none":
+        small = n <= FLAT_MAX_TOKENS if kind == "auto" else n < 256 * TRAIN_POINTS_PER_LIST
+        return "Flat" if kind == "flat" or small else codes_factory(n, dim)
     if kind == "auto":
         if n <= FLAT_MAX_TOKENS:
             kind = "flat"
@@ -110,6 +159,19 @@ def resolve_factory(index_type: str, n: int, dim: int, memory_budget: int | None
         return f"IVF{nlist},PQ{fast}x4fs"
     nbits = min(8, max(1, int(math.log2(max(2, n)))))  # k-means needs >= 2**nbits training points
     return f"IVF{nlist},PQ{pq_bytes_for(dim)}x{nbits}"
+
+
+def codes_factory(n: int, dim: int) -> str:
+    """The index of a shard without stored vectors: OPQ-rotated IVF-PQ with 8-bit codes of `codes_m` bytes,
+    the codes search and score alike (indexer.ann_codes)."""
+    m = codes_m(dim)
+    return f"OPQ{m},IVF{nlist_for(n)},PQ{m}"
+
+
+def codes_m(dim: int) -> int:
+    """Bytes of a token's code without stored vectors: the divisor of dim closest to dim / 8 (48 for d = 384)."""
+    divisors = [m for m in range(1, dim + 1) if dim % m == 0]
+    return min(divisors, key=lambda m: (abs(m - dim / 8), -m))
 
 
 def default_nprobe(index: faiss.Index) -> int | None:

@@ -78,7 +78,7 @@ class ResolvedBuild:
                 f"--block-tokens {cfg.block_tokens} plus {cfg.title_tokens} title tokens and special tokens exceeds "
                 f"the model limit of {encoder.max_length}; lower --block-tokens"
             )
-        cfg = cfg.model_copy(update={"index_type": check_index_type(cfg.index_type, encoder.dim)})
+        cfg = cfg.model_copy(update={"index_type": check_index_type(cfg.index_type, encoder.dim, cfg.vector_dtype)})
         dtype = str(encoder.dtype).replace("torch.", "")
         tokenizer = encoder.tokenizer
         model = ModelInfo(
@@ -250,7 +250,7 @@ class BuildJob:
         budget = None
         if self.cfg.memory_budget is not None:  # this shard's share of the budget, by its share of the tokens
             budget = int(self.cfg.memory_budget * tokens / max(tokens, bar.total or 0, seen))
-        factory = resolve_factory(self.cfg.index_type, tokens, self.encoder.dim, budget)
+        factory = resolve_factory(self.cfg.index_type, tokens, self.encoder.dim, budget, self.cfg.vector_dtype)
         self.factories.append(factory)
         return ShardPlan(len(self.factories) - 1, tokens, len(blocks), token_base, block_base, factory)
 

@@ -48,6 +48,7 @@ CHECKED = (
     "flags.npy",
     "blocks.npy",
     "docs.arrow",
+    "code_slots.npy",
 )
 _digest = xxhash.xxh3_64_intdigest
 

@@ -1,8 +1,8 @@
-"""`indexer build --corpus PATH --out DIR`, `indexer add | delete | compact --index DIR`, `indexer merge --out DIR
-IN1 IN2 ...`: the command lines of the indexing jobs.
+"""`indexer build --corpus PATH --out DIR`, `indexer add | delete | compact --index DIR`, `indexer recode --index DIR
+--out DIR`, `indexer merge --out DIR IN1 IN2 ...`: the command lines of the indexing jobs.
 
 The flags (and INDEXER_* variables) of each are generated from its one config object (`BuildConfig`,
-`AddConfig`, `DeleteConfig`, `CompactConfig`, `MergeConfig`; merge's indexes are its arguments).
+`AddConfig`, `DeleteConfig`, `CompactConfig`, `RecodeConfig`, `MergeConfig`; merge's indexes are its arguments).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from common.cli import model_command
 from indexer.build import BuildConfig, build_index
 from indexer.compact import CompactConfig, run_compact
 from indexer.merge import MergeConfig, merge_indexes
+from indexer.recode import RecodeConfig, run_recode
 from indexer.update import AddConfig, DeleteConfig, run_add, run_delete
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Build phrase indexes for mask filling.")
@@ -65,10 +66,16 @@ def _compact(cfg: CompactConfig, verbose: bool = False) -> None:
     typer.echo(run_compact(cfg).line())
 
 
+def _recode(cfg: RecodeConfig, verbose: bool = False) -> None:
+    _logging(verbose)
+    typer.echo(run_recode(cfg).line())
+
+
 for _name, _config, _run in (
     ("add", AddConfig, _add),
     ("delete", DeleteConfig, _delete),
     ("compact", CompactConfig, _compact),
+    ("recode", RecodeConfig, _recode),
 ):
     model_command(
         app,

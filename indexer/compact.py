@@ -117,6 +117,7 @@ def content_of(blocks: list[StoredBlock]) -> ShardContent:
         parts.append((shard, first, end))
         pos += end - first
     scales = [p[0].vectors.scales[p[1] : p[2]] for p in parts if p[0].vectors.scales is not None]
+    kept = all(p[0].info.vector_dtype != "none" for p in parts)  # else the new index codes them anew
     return ShardContent(
         vectors=np.concatenate([_faiss_vectors(s, a, b) for s, a, b in parts]),
         token_ids=np.concatenate([np.asarray(s.token_ids[a:b]) for s, a, b in parts]),
@@ -129,7 +130,9 @@ def content_of(blocks: list[StoredBlock]) -> ShardContent:
         stored=(
             np.concatenate([np.asarray(s.vectors.data[a:b]) for s, a, b in parts]),
             np.concatenate(scales) if scales else None,
-        ),
+        )
+        if kept
+        else None,
     )
 
 
@@ -217,7 +220,7 @@ def _write(
     """One compacted shard after `previous`, with the factory a build would give it and the build's template."""
     tokens = sum(len(b) for b in blocks)
     budget = None if m.build.memory_budget is None else int(m.build.memory_budget * tokens / max(tokens, total))
-    factory = resolve_factory(m.build.index_type, tokens, m.dim, budget)
+    factory = resolve_factory(m.build.index_type, tokens, m.dim, budget, m.vector_dtype)
     content = content_of(blocks)
     trained = None
     if needs_training(factory, m.dim):

@@ -35,6 +35,7 @@ from numpy.lib import format as npy_format
 
 from common.errors import AppError, IndexDamaged
 from corpus.tokens import WORD_END, WORD_START
+from indexer.ann import index_codes_problem
 from indexer.manifest import VECTOR_DTYPES, FileInfo, ShardInfo
 
 # the recovery: a damaged delta shard or tombstones file holds live changes that a rebuild from the build's corpus
@@ -76,7 +77,6 @@ def npy_specs(info: ShardInfo, dim: int) -> dict[str, tuple[tuple[str, ...], tup
     """The .npy files of a shard and, for each, the dtypes it may have and its shape (see indexer.shard)."""
     n, b = info.tokens, info.blocks
     specs = {
-        "vectors.npy": ((info.vector_dtype,), (n, dim)),
         "token_ids.npy": (("uint16", "int32"), (n,)),
         "char_starts.npy": (_UNSIGNED, (n,)),
         "char_lengths.npy": (_UNSIGNED, (n,)),
@@ -84,8 +84,12 @@ def npy_specs(info: ShardInfo, dim: int) -> dict[str, tuple[tuple[str, ...], tup
         "flags.npy": (("uint8",), (n,)),
         "blocks.npy": (("int64",), (b, 3)),
     }
+    if info.vector_dtype != "none":
+        specs["vectors.npy"] = ((info.vector_dtype,), (n, dim))
     if info.vector_dtype == "int8":
         specs["scales.npy"] = (("float16",), (n,))
+    if info.vector_dtype == "none" and "IVF" in info.factory:
+        specs["code_slots.npy"] = (("uint32",), (n,))
     return specs
 
 
@@ -205,6 +209,9 @@ def read_faiss(path: Path, info: ShardInfo, dim: int) -> faiss.Index:
         raise damaged(path, f"holds {index.ntotal} vectors of dimension {index.d}, expected {info.tokens} of {dim}")
     if index.metric_type != faiss.METRIC_INNER_PRODUCT:
         raise damaged(path, f"uses FAISS metric {index.metric_type}, not inner product")
+    problem = index_codes_problem(index, "its index") if info.vector_dtype == "none" else None
+    if problem:
+        raise damaged(path, f"is the only copy of the shard's vectors, but {problem}")
     return index
 
 

@@ -18,7 +18,8 @@ FORMAT_VERSION = 3  # 3: compact char offsets (indexer.offsets)
 UPDATED_FORMAT_VERSION = 4  # 4: an index changed after its build (delta shards, tombstones: indexer.update)
 READABLE_VERSIONS = (FORMAT_VERSION, UPDATED_FORMAT_VERSION)
 MANIFEST_NAME = "manifest.json"
-VECTOR_DTYPES = ("float16", "int8")  # storages of a shard's vectors.npy (indexer.vectors)
+VECTOR_DTYPES = ("float16", "int8", "none")  # vectors.npy's storage (indexer.vectors); none: no vectors.npy, the
+# ANN index's own codes score (indexer.ann_codes)
 
 
 def content_sha256(data: dict) -> str:
@@ -39,7 +40,7 @@ class ShardInfo(BaseModel):
     token_base: int  # global number of this shard's first token
     block_base: int  # global number of this shard's first block
     factory: str = "Flat"  # FAISS factory string of index.faiss
-    vector_dtype: str = "float16"  # storage of vectors.npy: float16, or int8 with scales.npy
+    vector_dtype: str = "float16"  # storage of vectors.npy: float16, int8 with scales.npy, or none (the ANN's codes)
     files: dict[str, FileInfo]
     bm25: FileInfo | None = None  # a delta shard's own BM25 (bm25_<name>.sqlite beside it), indexer.update
 
@@ -89,8 +90,10 @@ class BuildSettings(BaseModel):
     memory_budget: int | None = Field(
         None, ge=1, description="RAM for the ANN indexes with --index-type auto, e.g. 2G or 500M"
     )
-    vector_dtype: Literal["float16", "int8"] = Field(
-        "int8", description="re-scoring vectors: int8 (386 B/token at d=384) or float16"
+    vector_dtype: Literal["none", "int8", "float16"] = Field(
+        "none",
+        description="stored re-scoring vectors: none (the ANN index's own codes score, ~48 B/token at d=384), "
+        "int8 (+386 B/token, exact re-scoring) or float16 (+768)",
     )
     batch_tokens: int | None = Field(
         None, ge=64, description="padded tokens per encoder batch (default: 2048 on CPU, 16384 on GPU)"

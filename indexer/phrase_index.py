@@ -306,8 +306,8 @@ class PhraseIndex:
 
         def one(s: int):
             scores, ids = self.faiss_search(s, q, k, assigned)
-            if is_exact(self.shards[s].info.factory):
-                return scores, ids
+            if is_exact(self.shards[s].info.factory) or not self.shards[s].vectors.rescores:
+                return scores, ids  # exact already, or scored by the codes that re-scoring would read
             return np.concatenate([_rescore(self.shards[s], q[a:b], ids[a:b]) for a, b in bounds]), ids
 
         results = list(self._pool.map(one, range(len(self.shards)))) if self._pool else [one(0)]
@@ -333,7 +333,8 @@ class PhraseIndex:
         """Shard s's own FAISS search for the queries: k hits (exact shards) or refine * k (ANN shards, to be
         re-scored), with the lists from `assign` where the shard shares the quantizer."""
         shard, live = self.shards[s], self.live[s]  # s: the shard's place among the opened ones
-        hits = min(k, len(shard)) if is_exact(shard.info.factory) else min(k * self.refine, len(shard))
+        exact = is_exact(shard.info.factory) or not shard.vectors.rescores  # no re-scoring to follow
+        hits = min(k, len(shard)) if exact else min(k * self.refine, len(shard))
         params = None if live is None else search_params(shard.index, live.selector)
         if assigned is not None and s in self._shared:
             if params is None:

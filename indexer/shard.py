@@ -1,8 +1,10 @@
 """The on-disk shard format and its read side: a finished shard opened memory-mapped (written by indexer.shard_writer).
 
 A shard directory holds
-  vectors.npy    float16 [n, d]  token vectors for exact re-scoring (or int8 codes, see indexer.vectors)
+  vectors.npy    float16 [n, d]  token vectors for exact re-scoring (or int8 codes, see indexer.vectors;
+                                 none with vector_dtype "none": index.faiss's codes score, indexer.ann_codes)
   scales.npy     float16 [n]     per-token scale of int8 vectors (int8 only)
+  code_slots.npy uint32 [n]      each token's place among index.faiss's IVF codes (vector_dtype "none", IVF only)
   token_ids.npy  uint16 [n]      vocabulary ids (int32 when an id does not fit 16 bits)
   char_starts.npy, char_lengths.npy, block_chars.npy
                  char offsets of each token into its document text, compact (indexer.offsets)
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from indexer.ann_codes import AnnCodes
 from indexer.checksums import FileCheck, load_checked, shard_sums
 from indexer.doc_text import DocColumn, DocText
 from indexer.integrity import check_shard_files, open_docs_mapped, read_faiss
@@ -28,8 +31,8 @@ from indexer.manifest import ShardInfo
 from indexer.offsets import OFFSET_FILES, CharOffsets
 from indexer.vectors import StoredVectors, touch_pages
 
-# every shard's files but scales.npy (int8 only) and shard.json (which lists the others)
-SHARD_FILES = ("vectors.npy", "token_ids.npy", *OFFSET_FILES, "flags.npy", "blocks.npy", "docs.arrow", "index.faiss")
+# every shard's files but those of its vectors (vectors.npy, scales.npy, code_slots.npy) and shard.json
+SHARD_FILES = ("token_ids.npy", *OFFSET_FILES, "flags.npy", "blocks.npy", "docs.arrow", "index.faiss")
 
 
 def shard_name(number: int) -> str:
@@ -66,7 +69,6 @@ class Shard:
         check_shard_files(self.dir, info, dim)  # sizes, .npy headers, flags, scales, blocks (indexer.integrity)
         sums = shard_sums(self.dir, info.files)  # {} for a shard written before checksums: reads not checked
         self.checked = bool(sums)
-        self.vectors = StoredVectors(self.dir, info.vector_dtype, sums)
         self.token_ids = load_checked(self.dir / "token_ids.npy", sums.get("token_ids.npy"))
         self.flags = load_checked(self.dir / "flags.npy", sums.get("flags.npy"))
         self.blocks = np.array(load_checked(self.dir / "blocks.npy", sums.get("blocks.npy")))  # in memory
@@ -82,6 +84,11 @@ class Shard:
         }
         self.text = DocText(self.columns["text"], self.blocks, self.offsets)
         self.index = read_faiss(self.dir / "index.faiss", info, dim)
+        self.vectors: StoredVectors | AnnCodes = (
+            AnnCodes(self.dir, self.index, sums)
+            if info.vector_dtype == "none"
+            else StoredVectors(self.dir, info.vector_dtype, sums)
+        )
         self.warmed = False
 
     def __len__(self) -> int:

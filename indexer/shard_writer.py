@@ -16,6 +16,7 @@ import pyarrow as pa
 from common.files import atomic_path, file_record
 from corpus.blocking import Block
 from indexer.ann import build_faiss_index
+from indexer.ann_codes import CODE_SLOTS, code_slots, needs_slots
 from indexer.checksums import write_sums
 from indexer.integrity import DOCS_SCHEMA
 from indexer.manifest import ShardInfo
@@ -105,11 +106,14 @@ def write_shard(
     name = shard_name(plan.number)
     with atomic_path(root / name) as tmp:
         tmp.mkdir(parents=True)
-        files = _write_arrays(tmp, content, vector_dtype)
-        _write_docs(tmp / "docs.arrow", content)
-        files.append(write_sums(tmp, files))  # block checksums of the files just written (indexer.checksums)
         index = build_faiss_index(content.vectors, plan.factory, seed=plan.number, trained=trained)
         faiss.write_index(index, str(tmp / "index.faiss"))
+        files = _write_arrays(tmp, content, vector_dtype)
+        if vector_dtype == "none" and needs_slots(index):  # where each token's code lies (indexer.ann_codes)
+            _save(tmp / CODE_SLOTS, code_slots(index))
+            files.append(CODE_SLOTS)
+        _write_docs(tmp / "docs.arrow", content)
+        files.append(write_sums(tmp, files))  # block checksums of the files just written (indexer.checksums)
         info = ShardInfo(
             name=name,
             documents=len(content.doc_ids),
@@ -132,7 +136,10 @@ def _save(path: Path, array: np.ndarray) -> None:
 def _write_arrays(directory: Path, content: ShardContent, vector_dtype: str) -> list[str]:
     """Write the .npy files of `content` into `directory`; the names of every file of the shard, in order."""
     files = list(SHARD_FILES)
-    if content.stored is not None:  # copied as they are: the same bytes a build wrote for these tokens
+    if vector_dtype == "none":
+        pass  # the ANN index's codes are the only copy (indexer.ann_codes)
+    elif content.stored is not None:  # copied as they are: the same bytes a build wrote for these tokens
+        files.append("vectors.npy")
         _save(directory / "vectors.npy", content.stored[0])
         if content.stored[1] is not None:
             _save(directory / "scales.npy", content.stored[1])
@@ -141,9 +148,10 @@ def _write_arrays(directory: Path, content: ShardContent, vector_dtype: str) -> 
         codes, scales = quantize_int8(content.vectors)
         _save(directory / "vectors.npy", codes)
         _save(directory / "scales.npy", scales)
-        files.append("scales.npy")
+        files += ["vectors.npy", "scales.npy"]
     else:
         _save(directory / "vectors.npy", content.vectors.astype(np.float16, copy=False))
+        files.append("vectors.npy")
     ids_dtype = np.uint16 if content.token_ids.size == 0 or int(content.token_ids.max()) < 2**16 else np.int32
     _save(directory / "token_ids.npy", content.token_ids.astype(ids_dtype, copy=False))
     for fname, array in pack_offsets(content.offsets, content.blocks[:, 1]).items():

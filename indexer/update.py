@@ -343,7 +343,8 @@ class IndexUpdate:
     def _factory(self, tokens: int):
         """The FAISS factory of a delta shard and its trained template: exact Flat when small, else the
         build's trained factory (no IVF is retrained); a new trained factory only when the build has none."""
-        factory = resolve_factory(self.manifest.build.index_type, tokens, self.manifest.dim)
+        m = self.manifest
+        factory = resolve_factory(m.build.index_type, tokens, m.dim, vector_dtype=m.vector_dtype)
         if not needs_training(factory, self.manifest.dim):
             return factory, None
         templates = Templates(self.root)

@@ -42,7 +42,10 @@ def touch_pages(array: np.ndarray, chunk: int = 1 << 26) -> None:
 
 class StoredVectors:
     """Row access to a shard's re-scoring vectors: `vectors[rows]` is float32 whatever the storage. With the
-    shard's block checksums (`sums`, indexer.checksums) every row read is checked."""
+    shard's block checksums (`sums`, indexer.checksums) every row read is checked. `rescores`: its products are
+    exact, so they re-score the ANN's hits (indexer.ann_codes.AnnCodes: not)."""
+
+    rescores = True
 
     def __init__(self, directory: Path, dtype: str, sums: dict[str, np.ndarray] | None = None) -> None:
         sums = sums or {}

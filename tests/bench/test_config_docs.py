@@ -22,6 +22,7 @@ KNOWN = {
     "indexer add": "| `index` | `--index` | `INDEXER_INDEX` |",
     "indexer delete": "| `ids` | `--ids` | `INDEXER_IDS` |",
     "indexer compact": "| `index` | `--index` | `INDEXER_INDEX` |",
+    "indexer recode": "| `vector_dtype` | `--vector-dtype` | `INDEXER_VECTOR_DTYPE` |",
     "indexer merge": "| `copy_files` | `--copy-files/--no-copy-files` | `INDEXER_COPY_FILES` |",
     "encoder train": "| `steps` | `--steps` | `ENCODER_STEPS` |",
     "encoder adapt": "| `minutes` | `--minutes` | `ENCODER_ADAPT_MINUTES` |",

@@ -70,7 +70,8 @@ def _corpus_tokens(tokenizer) -> list[list[int]]:
 
 
 def _shard_hashes(out: Path) -> dict[str, str]:
-    return {f"{p.parent.name}/{p.name}": sha256_file(p) for p in sorted(out.glob("shard_*/*")) if p.name in SHARD_FILES}
+    names = {*SHARD_FILES, "vectors.npy"}
+    return {f"{p.parent.name}/{p.name}": sha256_file(p) for p in sorted(out.glob("shard_*/*")) if p.name in names}
 
 
 # ---------------------------------------------------------------- round trip
@@ -121,7 +122,7 @@ def test_shard_bases_and_sizes(built):
 def test_checksums_match_manifest(built):
     _, out, _, index = built
     for info in index.manifest.shards:
-        assert set(info.files) == {*SHARD_FILES, SUMS_FILE}
+        assert set(info.files) == {*SHARD_FILES, "vectors.npy", SUMS_FILE}  # float16 vectors stored
         on_disk = json.loads((out / info.name / "shard.json").read_text())
         for fname, rec in info.files.items():
             path = out / info.name / fname
@@ -247,7 +248,7 @@ def test_resume_after_interruption(tmp_path, tiny_corpus, tiny_bert_dir):
     first = build_index(_config(tiny_corpus, out, tiny_bert_dir))
     m1 = Manifest.load(out)
     hashes = _shard_hashes(out)
-    assert first.shards >= 2 and len(hashes) == first.shards * len(SHARD_FILES)
+    assert first.shards >= 2 and len(hashes) == first.shards * (len(SHARD_FILES) + 1)
 
     last = m1.shards[-1]
     (out / MANIFEST_NAME).unlink()
@@ -261,7 +262,8 @@ def test_resume_after_interruption(tmp_path, tiny_corpus, tiny_bert_dir):
     assert m2.counts == m1.counts
     assert [s.model_dump() for s in m2.shards] == [s.model_dump() for s in m1.shards]
     d1, d2 = m1.model_dump(), m2.model_dump()
-    d1.pop("created_at"), d2.pop("created_at")
+    for d in (d1, d2):  # the time of each build, and the checksum that covers it
+        d.pop("created_at"), d.pop("checksum")
     assert d1 == d2
     assert _shard_hashes(out) == hashes
     assert (second.documents, second.blocks, second.tokens, second.shards) == (

@@ -33,7 +33,7 @@ def index_copy(tmp_path, tiny_index) -> Path:
 
 @pytest.fixture(scope="module")
 def float16_index(tmp_path_factory, tiny_bert_dir, tiny_corpus) -> Path:
-    """tiny_index stores int8 vectors + scales (the default); this one float16 vectors."""
+    """tiny_index stores int8 vectors + scales; this one float16 vectors."""
     out = tmp_path_factory.mktemp("float16") / "idx"
     build_index(
         BuildConfig(

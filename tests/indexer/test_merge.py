@@ -63,8 +63,8 @@ def test_a_merged_index_fills_as_one_build_of_the_whole_corpus(halves, tmp_path)
     )
     assert [s.block_base for s in m.shards] == [0, Manifest.load(halves["a"]).counts.blocks]
     PhraseIndex(merged, verify=True).close()  # every file matches its sha256
-    a = halves["a"] / "shard_00000" / "vectors.npy"
-    assert os.stat(merged / "shard_00000" / "vectors.npy").st_ino == os.stat(a).st_ino  # linked, not copied
+    a = halves["a"] / "shard_00000" / "token_ids.npy"
+    assert os.stat(merged / "shard_00000" / "token_ids.npy").st_ino == os.stat(a).st_ino  # linked, not copied
     assert json.loads((merged / "shard_00001" / "shard.json").read_text())["name"] == "shard_00001"
     one, joined = FillEngine.open(EngineConfig(index=halves["whole"])), FillEngine.open(EngineConfig(index=merged))
     compared = 0

@@ -69,16 +69,16 @@ def test_changed_names_the_files_written_since_their_hash_not_those_removed(tiny
     root = fresh_copy(tiny_index)
     index = PhraseIndex(root, verify=True)
     assert index.changed() == []
-    vectors = root / "shard_00001" / "vectors.npy"
-    mapped = np.load(vectors, mmap_mode="r+")  # written in place through a shared map: size and inode kept
+    written = root / "shard_00001" / "token_ids.npy"
+    mapped = np.load(written, mmap_mode="r+")  # written in place through a shared map: size and inode kept
     mapped[:] = 0
     mapped.flush()
     del mapped
     (root / "shard_00002" / "flags.npy").unlink()
     # a removed file is a superseded generation's collected by a writer (indexer.gc), not damage
-    assert [p.relative_to(root).as_posix() for p, _ in index.changed()] == ["shard_00001/vectors.npy"]
-    with pytest.raises(AppError, match="vectors.npy does not match the manifest's sha256"):
-        index.verify([f for f in index.changed() if f[0] == vectors])
+    assert [p.relative_to(root).as_posix() for p, _ in index.changed()] == ["shard_00001/token_ids.npy"]
+    with pytest.raises(AppError, match="token_ids.npy does not match the manifest's sha256"):
+        index.verify([f for f in index.changed() if f[0] == written])
     index.close()
 
 

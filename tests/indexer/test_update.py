@@ -270,11 +270,11 @@ def test_tombstones_and_delta_files_are_checked_at_open(index, tiny_bert_dir):
     with pytest.raises(AppError, match="tombstones"):
         PhraseIndex(index)
     tomb.write_text(json.dumps({"shards": json.loads(json.dumps(data["shards"]))}))
-    vectors = index / m.shards[-1].name / "vectors.npy"
-    raw = bytearray(vectors.read_bytes())
+    token_ids = index / m.shards[-1].name / "token_ids.npy"
+    raw = bytearray(token_ids.read_bytes())
     raw[-1] ^= 0xFF  # same size: only the sha256 sees it
-    vectors.write_bytes(bytes(raw))
-    with pytest.raises(AppError, match="vectors.npy"):
+    token_ids.write_bytes(bytes(raw))
+    with pytest.raises(AppError, match="token_ids.npy"):
         PhraseIndex(index, verify=True)
 
 

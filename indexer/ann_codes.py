@@ -1,0 +1,153 @@
+"""Re-scoring from the ANN index's own codes: a shard stored with `vector_dtype` "none" keeps no vectors.npy.
+
+The product of a query with any token's vector is then FAISS's own estimate, read from index.faiss itself:
+  Flat     the float32 vectors the index holds (exact);
+  IVF      8-bit product-quantizer (IVF-PQ), scalar-quantizer (IVF-SQ) or float (IVF-Flat) codes, optionally
+           behind a linear pre-transform (OPQ rotation): q'.(c + r), the token's list centroid (when the codes
+           are residuals) plus its decoded code in the transformed space (q' the query transformed), which is
+           the score the IVF search gives the token, so a hit's score and the score of a token next to it (a
+           span's end) come from one code.
+code_slots.npy (uint32 [n]) gives each token's place among the codes, list after list, written with the index
+(`code_slots`). An index read with FAISS's IO_FLAG_MMAP keeps its lists in the file (OnDiskInvertedLists at
+byte offsets of index.faiss): the codes are read from that file, memory-mapped, so they cost page cache, not
+process memory; an index read without the flag (lists in RAM) has its codes gathered once, in list order.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import faiss
+import numpy as np
+from faiss.contrib.inspect_tools import get_invlist
+
+from indexer.ann import unwrap
+from indexer.checksums import load_checked
+from indexer.vectors import touch_pages
+
+CODE_SLOTS = "code_slots.npy"
+
+
+def needs_slots(index: faiss.Index) -> bool:
+    """Whether a shard of this index keeps code_slots.npy (an IVF index; a Flat one holds its vectors in order)."""
+    return faiss.try_extract_index_ivf(index) is not None
+
+
+def code_slots(index: faiss.Index) -> np.ndarray:
+    """uint32 [ntotal]: each token's place among the IVF index's codes, list after list."""
+    ivf = faiss.extract_index_ivf(index)
+    slots = np.full(ivf.ntotal, np.iinfo(np.uint32).max, dtype=np.uint32)
+    place = 0
+    for lst in range(ivf.nlist):
+        size = ivf.invlists.list_size(lst)
+        if size:
+            ids, _ = get_invlist(ivf.invlists, lst)
+            slots[ids] = np.arange(place, place + size, dtype=np.uint32)
+        place += size
+    if place != ivf.ntotal or place >= np.iinfo(np.uint32).max or (slots == np.iinfo(np.uint32).max).any():
+        raise ValueError(f"the IVF lists hold {place} codes for {ivf.ntotal} tokens, not each token once")
+    return slots
+
+
+class AnnCodes:
+    """Row access to a shard's vectors as its ANN index codes them, with the interface of
+    indexer.vectors.StoredVectors: `codes[rows]` decodes (float32, the original space), `dot` gives FAISS's
+    own estimates. `rescores` is False: the ANN's hit scores are these products already."""
+
+    rescores = False
+    scales = None
+
+    def __init__(self, directory: Path, index: faiss.Index, sums: dict[str, np.ndarray] | None = None) -> None:
+        self.index = index  # keeps the FAISS memory (mapped file, centroids) the views below point into
+        self.transforms, inner = unwrap(index)
+        self.dim = index.d
+        self.n = int(index.ntotal)
+        if isinstance(inner, faiss.IndexFlat):
+            self.flat = faiss.rev_swig_ptr(inner.get_xb(), self.n * inner.d).reshape(self.n, inner.d)
+            return
+        self.flat = None
+        ivf = inner
+        self.decode = _decoder(ivf)
+        self.code_size = int(ivf.code_size)
+        self.slots = load_checked(directory / CODE_SLOTS, (sums or {}).get(CODE_SLOTS))
+        quantizer = faiss.downcast_index(ivf.quantizer)
+        self.centroids = (
+            faiss.rev_swig_ptr(quantizer.get_xb(), ivf.nlist * ivf.d).reshape(ivf.nlist, ivf.d)
+            if ivf.by_residual
+            else None
+        )
+        lists = faiss.downcast_InvertedLists(ivf.invlists)
+        sizes = np.array([lists.list_size(i) for i in range(ivf.nlist)], dtype=np.int64)
+        self.list_starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+        if isinstance(lists, faiss.OnDiskInvertedLists):  # as FAISS maps index.faiss: codes at byte offsets
+            self.data = np.memmap(lists.filename or directory / "index.faiss", dtype=np.uint8, mode="r")
+            self.byte_starts = np.array([lists.lists.at(i).offset for i in range(ivf.nlist)], dtype=np.int64)
+        else:  # lists in RAM: their codes gathered once, list after list
+            parts = [get_invlist(lists, i)[1].reshape(-1) for i in range(ivf.nlist) if sizes[i]]
+            self.data = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint8)
+            self.byte_starts = self.list_starts * self.code_size
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return (self.n, self.dim)
+
+    def __len__(self) -> int:
+        return self.n
+
+    def warm(self) -> None:
+        """Touch every page a fill reads at random: the slots and the codes (or the Flat vectors)."""
+        if self.flat is not None:
+            touch_pages(self.flat)
+            return
+        if hasattr(self.slots, "check"):
+            self.slots.check.everything()
+        else:
+            touch_pages(self.slots)
+        touch_pages(self.data)
+
+    def codes(self, rows) -> tuple[np.ndarray, np.ndarray]:
+        """(uint8 codes [len(rows), code_size], list number of each) of the rows."""
+        place = np.asarray(self.slots[np.asarray(rows, dtype=np.int64)], dtype=np.int64)
+        lists = np.searchsorted(self.list_starts, place, side="right") - 1
+        first = self.byte_starts[lists] + (place - self.list_starts[lists]) * self.code_size
+        return self.data[first[:, None] + np.arange(self.code_size)], lists
+
+    def transformed(self, rows) -> np.ndarray:
+        """float32 [len(rows), d']: the rows' vectors as coded, in the transformed space."""
+        rows = np.asarray(rows, dtype=np.int64).reshape(-1)
+        if self.flat is not None:
+            return np.asarray(self.flat[rows], dtype=np.float32)
+        codes, lists = self.codes(rows)
+        out = self.decode(np.ascontiguousarray(codes))
+        if self.centroids is not None:
+            out += self.centroids[lists]
+        return out
+
+    def transform(self, queries: np.ndarray) -> np.ndarray:
+        """Queries [m, d] as the index's pre-transforms map them."""
+        x = np.ascontiguousarray(queries, dtype=np.float32)
+        for t in self.transforms:
+            x = t.apply(x)
+        return x
+
+    def __getitem__(self, rows) -> np.ndarray:
+        rows = np.asarray(rows)
+        x = self.transformed(rows)
+        for t in reversed(self.transforms):
+            x = t.reverse_transform(x)
+        return x.reshape(*rows.shape, self.dim)
+
+    def dot(self, rows: np.ndarray, queries: np.ndarray) -> np.ndarray:
+        """Products of the rows' coded vectors with `queries` (one query [d] -> [rows]; [m, d] -> [rows, m])."""
+        q = self.transform(np.atleast_2d(queries))
+        out = self.transformed(rows) @ q.T
+        return out[:, 0] if np.ndim(queries) == 1 else out
+
+
+def _decoder(ivf: faiss.IndexIVF):
+    """codes [n, code_size] -> float32 [n, d] of an IVF index's codes (residuals where the index codes them)."""
+    if isinstance(ivf, faiss.IndexIVFPQ):
+        return ivf.pq.decode
+    if isinstance(ivf, faiss.IndexIVFScalarQuantizer):
+        return ivf.sq.decode
+    return lambda codes: codes.view(np.float32).reshape(codes.shape[0], ivf.d).copy()  # IVF-Flat: the floats

@@ -1,0 +1,131 @@
+"""Scoring from the ANN index's own codes (vector_dtype "none"): the products are FAISS's own search scores for
+any token, read from the mapped index file or from lists in RAM; which indexes can do it; the factory chosen."""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+import pytest
+
+from common.errors import AppError
+from indexer.ann import check_index_type, codes_problem, resolve_factory
+from indexer.ann_codes import AnnCodes, code_slots, needs_slots
+
+DIM = 32
+
+
+@pytest.fixture(scope="module")
+def coded(tmp_path_factory):
+    """(directory with index.faiss + code_slots.npy of an OPQ-IVF-PQ index, the vectors, the index)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((3000, DIM)).astype(np.float32)
+    x[:, :4] *= 3  # unequal variances: OPQ has something to rotate
+    index = faiss.index_factory(DIM, "OPQ8,IVF16,PQ8", faiss.METRIC_INNER_PRODUCT)
+    index.train(x)
+    index.add(x)
+    directory = tmp_path_factory.mktemp("coded")
+    faiss.write_index(index, str(directory / "index.faiss"))
+    np.save(directory / "code_slots.npy", code_slots(index))
+    return directory, x, index
+
+
+@pytest.mark.parametrize("flag", [faiss.IO_FLAG_MMAP, 0], ids=["mapped", "in-ram"])
+def test_products_are_the_ivfpq_search_scores_of_the_same_tokens(coded, flag):
+    directory, x, built = coded
+    index = faiss.read_index(str(directory / "index.faiss"), flag)
+    lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(index).invlists)
+    assert isinstance(lists, faiss.OnDiskInvertedLists) == (flag == faiss.IO_FLAG_MMAP)  # both paths are taken
+    codes = AnnCodes(directory, index)
+    assert codes.shape == (3000, DIM) and len(codes) == 3000 and not codes.rescores
+    q = x[:4] + 0.1
+    faiss.extract_index_ivf(built).nprobe = 16  # every list: the search scores every token it returns
+    scores, ids = built.search(q, 50)
+    for j in range(4):
+        np.testing.assert_allclose(codes.dot(ids[j], q[j]), scores[j], rtol=1e-5, atol=1e-4)
+    many = codes.dot(ids[0], q)  # several queries at once: one column each
+    assert many.shape == (50, 4)
+    np.testing.assert_allclose(many[:, 0], scores[0], rtol=1e-5, atol=1e-4)
+
+
+def test_rows_decode_near_the_vectors_in_the_original_space(coded):
+    directory, x, _ = coded
+    codes = AnnCodes(directory, faiss.read_index(str(directory / "index.faiss"), faiss.IO_FLAG_MMAP))
+    rows = np.array([[5, 17], [2999, 0]])
+    decoded = codes[rows]
+    assert decoded.shape == (2, 2, DIM) and decoded.dtype == np.float32
+    err = ((decoded - x[rows]) ** 2).sum() / (x[rows] ** 2).sum()
+    assert err < 0.2  # a 8-byte code of 32 dimensions: close, not exact
+    other = ((decoded - x[rows[::-1]]) ** 2).sum() / (x[rows] ** 2).sum()
+    assert other > 1.0  # and each row is its own token's
+
+
+def test_code_slots_place_every_token_once_list_after_list(coded):
+    _, _, index = coded
+    slots = code_slots(index)
+    assert slots.dtype == np.uint32 and np.array_equal(np.sort(slots), np.arange(3000))
+    ivf = faiss.extract_index_ivf(index)
+    first_list = next(i for i in range(ivf.nlist) if ivf.invlists.list_size(i))
+    ids = faiss.rev_swig_ptr(ivf.invlists.get_ids(first_list), ivf.invlists.list_size(first_list)).copy()
+    assert sorted(slots[ids].tolist()) == list(range(len(ids)))  # the first list's tokens come first
+
+
+@pytest.mark.parametrize("factory", ["IVF4,SQ8", "IVF4,Flat"])
+def test_ivf_sq_and_ivf_flat_products_are_their_search_scores(tmp_path, factory):
+    x = np.random.default_rng(2).standard_normal((500, DIM)).astype(np.float32)
+    index = faiss.index_factory(DIM, factory, faiss.METRIC_INNER_PRODUCT)
+    index.train(x)
+    index.add(x)
+    faiss.write_index(index, str(tmp_path / "index.faiss"))
+    np.save(tmp_path / "code_slots.npy", code_slots(index))
+    codes = AnnCodes(tmp_path, faiss.read_index(str(tmp_path / "index.faiss"), faiss.IO_FLAG_MMAP))
+    index.nprobe = 4
+    scores, ids = index.search(x[:1], 20)
+    np.testing.assert_allclose(codes.dot(ids[0], x[0]), scores[0], rtol=1e-5, atol=1e-4)
+
+
+def test_a_flat_index_scores_exactly_from_its_own_vectors(tmp_path):
+    x = np.random.default_rng(1).standard_normal((100, DIM)).astype(np.float32)
+    index = faiss.IndexFlatIP(DIM)
+    index.add(x)
+    assert not needs_slots(index)
+    codes = AnnCodes(tmp_path, index)
+    np.testing.assert_allclose(codes.dot(np.array([3, 7]), x[0]), x[[3, 7]] @ x[0], rtol=1e-6)
+    np.testing.assert_array_equal(codes[np.array([9])], x[[9]])
+
+
+@pytest.mark.parametrize(
+    ("factory", "ok"),
+    [
+        ("Flat", True),
+        ("IVF16,PQ8", True),
+        ("OPQ8,IVF16,PQ8", True),
+        ("IVF16,PQ8x4", False),  # 4-bit codes
+        ("IVF16,PQ16x4fs", False),  # fast-scan: its lists are not memory-mapped, and not decoded here
+        ("HNSW32,Flat", False),
+        ("IVF16,SQ8", True),
+        ("IVF16,Flat", True),
+    ],
+)
+def test_which_indexes_can_score_from_their_codes(factory, ok):
+    problem = codes_problem(factory, DIM)
+    assert (problem is None) == ok
+    if ok:
+        assert check_index_type(factory, DIM, "none") in (factory, factory.lower())  # "flat" is also a type name
+    else:
+        assert factory in problem
+        with pytest.raises(AppError, match="--vector-dtype none"):
+            check_index_type(factory, DIM, "none")
+        assert check_index_type(factory, DIM, "int8") == factory  # with stored vectors any index will do
+
+
+def test_hnsw_is_refused_without_stored_vectors():
+    with pytest.raises(AppError, match="--index-type hnsw cannot score"):
+        check_index_type("hnsw", DIM, "none")
+
+
+def test_without_stored_vectors_auto_is_flat_when_small_else_opq_ivfpq():
+    assert resolve_factory("auto", 10_000, 384, vector_dtype="none") == "Flat"
+    assert resolve_factory("auto", 1_000_000, 384, vector_dtype="none") == "OPQ48,IVF4096,PQ48"
+    assert resolve_factory("ivfpq", 1_000_000, 384, vector_dtype="none") == "OPQ48,IVF4096,PQ48"
+    assert resolve_factory("auto", 1_000_000, 384, vector_dtype="int8") == "IVF4096,PQ64x4fs"  # as before
+    assert codes_problem(resolve_factory("auto", 100_000, 768, vector_dtype="none"), 768) is None
