@@ -90,10 +90,10 @@ class BuildSettings(BaseModel):
     memory_budget: int | None = Field(
         None, ge=1, description="RAM for the ANN indexes with --index-type auto, e.g. 2G or 500M"
     )
-    vector_dtype: Literal["none", "int8", "float16"] = Field(
-        "none",
-        description="stored re-scoring vectors: none (the ANN index's own codes score, ~48 B/token at d=384), "
-        "int8 (+386 B/token, exact re-scoring) or float16 (+768)",
+    vector_dtype: Literal["int8", "float16", "none"] = Field(
+        "int8",
+        description="stored re-scoring vectors: int8 (386 B/token at d=384, exact re-scoring), float16 (768), or "
+        "none (the ANN index's own codes score every token: ~95 B/token in all, dense fills less exact)",
     )
     batch_tokens: int | None = Field(
         None, ge=64, description="padded tokens per encoder batch (default: 2048 on CPU, 16384 on GPU)"

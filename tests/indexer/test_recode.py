@@ -167,3 +167,29 @@ def test_the_command_line_recodes(int8_index, tmp_path):
     done = CliRunner().invoke(app, ["recode", "--index", str(int8_index), "--out", str(out)])
     assert done.exit_code == 0, done.output
     assert "recoded" in done.output and Manifest.load(out).vector_dtype == "none"
+
+
+def test_a_build_without_stored_vectors_keeps_none_and_fills(tmp_path, tiny_bert_dir):
+    out = tmp_path / "none"
+    build_index(
+        BuildConfig(
+            corpus=write_jsonl(tmp_path / "c.jsonl", CORPUS),
+            out=out,
+            model=tiny_bert_dir,
+            block_tokens=16,
+            shard_tokens=30,
+            vector_dtype="none",
+            device="cpu",
+            dtype="fp32",
+        )
+    )
+    m = Manifest.load(out)
+    assert m.vector_dtype == "none" and len(m.shards) >= 2
+    assert all(s.factory == "Flat" and not {"vectors.npy", "scales.npy"} & set(s.files) for s in m.shards)
+    engine = FillEngine.open(EngineConfig(index=out, model=tiny_bert_dir, device="cpu", dtype="fp32"))
+    try:
+        assert all(isinstance(s.vectors, AnnCodes) for s in engine.index.shards)
+        for mode in ("dense", "hybrid", "restricted"):
+            assert engine.fill(FillRequest(text="Marie Curie was born in <mask> .", mode=mode)).masks[0].candidates
+    finally:
+        engine.close()
