@@ -112,8 +112,8 @@ def tiny_corpus(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_index(tmp_path_factory, tiny_bert_dir, tiny_corpus) -> Path:
     """An index over CORPUS built with the tiny BERT, 3 shards (small --shard-tokens), with int8 stored vectors
-    (the files the integrity and checksum tests damage; the default, no stored vectors: tests/indexer/test_recode.py
-    and test_ann_codes.py)."""
+    (the default; the files the integrity and checksum tests damage; without stored vectors:
+    tests/indexer/test_recode.py and test_ann_codes.py)."""
     from indexer.build import BuildConfig, build_index
 
     out = tmp_path_factory.mktemp("index") / "idx"
