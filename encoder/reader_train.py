@@ -33,7 +33,7 @@ from common.errors import AppError
 from common.files import atomic_path, write_json_atomic
 from corpus.tokens import WORD_END, WORD_START
 from encoder.device import choose_device
-from encoder.model import default_model_dir
+from encoder.model_files import default_model_dir
 from encoder.reader import ReaderCard, ReaderInput, batch_tensors, load_model, save_reader, vocab_fingerprint
 from encoder.template import derive_template
 

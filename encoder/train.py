@@ -9,7 +9,6 @@ import json
 import logging
 import math
 import random
-import shutil
 import time
 from pathlib import Path
 
@@ -19,31 +18,18 @@ import torch.distributed as dist
 
 from common.distributed import join
 from common.errors import AppError
-from common.files import atomic_path, write_json_atomic
-from encoder.data import Batch, BatchConfig, TrainBlock, content_token_mask, load_blocks, make_batch, read_word_list
+from encoder.checkpoints import checkpoint_dir, latest_checkpoint, read_state, write_checkpoint
+from encoder.data import Batch, TrainBlock, content_token_mask, load_blocks, make_batch, read_word_list
 from encoder.device import choose_device, distributed_backend, grad_scaler
 from encoder.grouping import similar_order
 from encoder.loss import npm_loss
-from encoder.masking import MaskingConfig
-from encoder.model import Encoder, base_model_dir
+from encoder.model import Encoder
+from encoder.model_files import base_model_dir
 from encoder.query_pairs import PairBatches, load_pairs, match_pairs
 from encoder.train_config import TrainConfig
+from encoder.train_setup import batch_config, lr_lambda, param_groups
 
 logger = logging.getLogger(__name__)
-
-STATE_FILE = "trainer_state.pt"
-LATEST = "latest.json"
-
-
-def _param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
-    """AdamW groups: matrices decay, vectors do not; with `freeze_embeddings` the word embeddings stay fixed."""
-    if cfg.freeze_embeddings:
-        model.get_input_embeddings().weight.requires_grad_(False)
-    trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    return [
-        {"params": [p for _, p in trained if p.ndim >= 2], "weight_decay": cfg.weight_decay},
-        {"params": [p for _, p in trained if p.ndim < 2], "weight_decay": 0.0},
-    ]
 
 
 def _group_order(n_groups: int, epoch: int, cfg: TrainConfig, lengths: np.ndarray) -> np.ndarray:
@@ -55,39 +41,6 @@ def _group_order(n_groups: int, epoch: int, cfg: TrainConfig, lengths: np.ndarra
     return order
 
 
-def _batch_config(cfg: TrainConfig) -> BatchConfig:
-    """How a job's groups are masked into queries and candidates (encoder.data.make_batch)."""
-    masking = MaskingConfig(
-        budget=cfg.mask_budget,
-        max_span=1 if cfg.single else cfg.max_span,
-        salient_rate=0.0 if cfg.single else cfg.salient_rate,
-    )
-    return BatchConfig(
-        masking=masking,
-        query_title_dropout=cfg.query_title_dropout,
-        single=cfg.single,
-        by_document=cfg.positives != "group",
-        include_self=cfg.positives in ("self", "mixed"),
-        alternate=cfg.positives == "mixed",
-        query_window=cfg.query_window,
-        query_views=cfg.query_views,
-        inline_title=cfg.inline_title,
-        untitled_rate=cfg.untitled_rate,
-    )
-
-
-def lr_lambda(cfg: TrainConfig):
-    """The lr factor at step s: linear warm-up, then linear decay to 0 at `steps` (or constant)."""
-    warm, total, constant = cfg.warmup_steps, cfg.steps, cfg.schedule == "constant"
-
-    def factor(s: int) -> float:
-        if s < warm:
-            return (s + 1) / max(1, warm)
-        return 1.0 if constant else max(0.0, (total - s) / max(1, total - warm))
-
-    return factor
-
-
 class Trainer:
     def __init__(self, cfg: TrainConfig) -> None:
         self.cfg = cfg
@@ -96,7 +49,7 @@ class Trainer:
         torch.manual_seed(cfg.seed)
         random.seed(cfg.seed)
         device = choose_device(cfg.device, local)
-        resume_dir = self._latest() if cfg.resume else None
+        resume_dir = latest_checkpoint(self.cfg.out) if cfg.resume else None
         self.encoder = Encoder(resume_dir or cfg.init or base_model_dir(), device=device, dtype=cfg.dtype)
         self.model = self.encoder.model
         self.model.train()
@@ -104,8 +57,8 @@ class Trainer:
         content = content_token_mask(self.encoder.tokenizer)
         self.content = content if cfg.content_spans_only else None
         n_blocks = self._make_groups(content)
-        self.batching = _batch_config(cfg)
-        self.opt = torch.optim.AdamW(_param_groups(self.model, cfg), lr=cfg.lr)
+        self.batching = batch_config(cfg)
+        self.opt = torch.optim.AdamW(param_groups(self.model, cfg), lr=cfg.lr)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg))
         self.scaler = grad_scaler(self.encoder.device, self.encoder.dtype)  # enabled for fp16 only
         self.step = 0
@@ -316,7 +269,9 @@ class Trainer:
         bar.close()
         if log:
             log.close()
-        return last if last is not None else self._latest()  # nothing left to train: the run's last checkpoint
+        return (
+            last if last is not None else latest_checkpoint(self.cfg.out)
+        )  # nothing left to train: the run's last checkpoint
 
     def _agree(self, flag: bool) -> bool:
         """Rank 0's `flag` on every process (so that all stop at the same step)."""
@@ -328,44 +283,30 @@ class Trainer:
 
     # ---- checkpoints ------------------------------------------------------------------------
     def save(self) -> Path:
-        """Write checkpoint-STEP (HF format + trainer state) atomically; rank 0 writes, all wait."""
-        final = self.cfg.out / f"checkpoint-{self.step:06d}"
+        """Write checkpoint-STEP (HF format + trainer state) atomically (encoder.checkpoints); rank 0 writes, all
+        wait."""
+        final = checkpoint_dir(self.cfg.out, self.step)
         if self.rank == 0:
-            with atomic_path(final) as tmp:
-                self.model.save_pretrained(tmp, safe_serialization=True)
-                self.encoder.tokenizer.save_pretrained(tmp)
-                (tmp / "train_config.json").write_text(self.cfg.model_dump_json(indent=2), encoding="utf-8")
-                torch.save(
-                    {
-                        "step": self.step,
-                        "position": self.position,
-                        "optimizer": self.opt.state_dict(),
-                        "scheduler": self.sched.state_dict(),
-                        "torch_rng": torch.get_rng_state(),
-                        "python_rng": random.getstate(),
-                        "scaler": self.scaler.state_dict(),
-                        "memory": self.memory,
-                        "memory_doc": self.memory_doc,
-                    },
-                    tmp / STATE_FILE,
-                )
-            write_json_atomic(self.cfg.out / LATEST, {"checkpoint": final.name, "step": self.step})
-            keep = self.cfg.keep_checkpoints
-            checkpoints = sorted(self.cfg.out.glob("checkpoint-*[0-9]"))
-            for old in checkpoints[:-keep] if keep > 0 else []:
-                shutil.rmtree(old, ignore_errors=True)
+            state = {
+                "step": self.step,
+                "position": self.position,
+                "optimizer": self.opt.state_dict(),
+                "scheduler": self.sched.state_dict(),
+                "torch_rng": torch.get_rng_state(),
+                "python_rng": random.getstate(),
+                "scaler": self.scaler.state_dict(),
+                "memory": self.memory,
+                "memory_doc": self.memory_doc,
+            }
+            config = self.cfg.model_dump_json(indent=2)
+            tokenizer, keep = self.encoder.tokenizer, self.cfg.keep_checkpoints
+            write_checkpoint(self.cfg.out, self.step, self.model, tokenizer, config, state, keep)
         if self.world > 1:
             dist.barrier()
         return final
 
-    def _latest(self) -> Path | None:
-        path = self.cfg.out / LATEST
-        if not path.is_file():
-            return None
-        return self.cfg.out / json.loads(path.read_text(encoding="utf-8"))["checkpoint"]
-
     def _load_state(self, ckpt: Path) -> None:
-        state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)
+        state = read_state(ckpt)
         self.opt.load_state_dict(state["optimizer"])
         self.sched.load_state_dict(state["scheduler"])
         for group, base in zip(self.opt.param_groups, self.sched.base_lrs):  # this run's schedule, not the saved lr

@@ -36,7 +36,7 @@ from common.cli import model_command
 from common.errors import AppError
 from common.files import write_bytes_atomic, write_json_atomic
 from common.process import single_thread_blas
-from encoder.model import model_fingerprint
+from encoder.model_files import model_fingerprint
 from evaluation.calibration import calibration
 from evaluation.evaluate import Side, normalize, select_probes
 from fill.config import EngineConfig

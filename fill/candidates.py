@@ -17,7 +17,8 @@ from typing import Callable
 import numpy as np
 
 from common.arrays import unique, unique_inverse
-from fill.phrases import Ragged, shard_span_texts, strip_phrases
+from fill.phrases import shard_span_texts, strip_phrases
+from fill.ragged import Ragged
 from fill.spans import BlockPrior, spans_from_hits
 from indexer.shard import Shard
 

@@ -11,8 +11,8 @@
            them with the query (fill.reading); per mask, confidence (fill.scoring) and evidence
            (fill.evidence)                                                                  -> FillResult
 A closed-set score (POST /score) is planned and prepared the same way (its choices' phrases tokenized in
-`plan`); `finish_score` adds the BM25 blocks' tokens (restricted / hybrid) and lets each mask's retrieved tokens
-vote for the choices (fill.choices)                                                        -> ScoreResult
+`plan`); its finish step, `finish_score` (fill.score_finish), adds the BM25 blocks' tokens (restricted / hybrid)
+and lets each mask's retrieved tokens vote for the choices (fill.choices)                  -> ScoreResult
 `run` drives the three steps, for a fill or a score; the service gives it `Lanes` (fill.prepared) that batch the
 prepare step with concurrent requests and run the finish step on a worker thread (service.lanes).
 """
@@ -24,22 +24,22 @@ from typing import Callable, TypeVar
 
 import numpy as np
 
-from common.arrays import unique
 from common.errors import AppError
 from common.masks import MASK_PATTERN, blank_masks
 from encoder.model import Encoder
 from encoder.reader import Reader
 from fill.budget import Budget, Deadline, StageClock
 from fill.candidates import CandidateTask, LexicalBonus, MaskQuery
-from fill.choices import Phrases, choice_counts, score_masks
+from fill.choices import Phrases
 from fill.config import EngineConfig
 from fill.evidence import gather, pool_want
-from fill.hits import Hits, MaskHits
+from fill.hits import Hits, MaskHits, blocks_by_shard
 from fill.loading import describe, open_parts, open_reader
 from fill.prepared import Lanes, Planned, Prepared
 from fill.ranker import RankedMask, rank_mask
 from fill.reading import PRIOR_PHRASES, read_masks
-from fill.schemas import MODES, SCORE_STAGES, Candidate, FillRequest, FillResult, MaskFill, ScoreRequest, ScoreResult
+from fill.schemas import MODES, Candidate, FillRequest, FillResult, MaskFill, ScoreRequest, ScoreResult
+from fill.score_finish import ScoreFinish
 from fill.scoring import Scoring, mask_features, query_overlap
 from fill.shard_group import BlockTokensTask, ShardGroup, Shards
 from fill.spans import BlockPrior
@@ -67,7 +67,7 @@ class FillEngine:
         self.shards: Shards = shards if shards is not None else ShardGroup(index)
         self.scoring = scoring if scoring is not None else Scoring()
         self.reader = reader  # fills read with it unless a request says `reader: false`
-        self._priors: dict[tuple, np.ndarray] = {}  # closed-set choices' base rates (_prior)
+        self.finish_score = ScoreFinish(index, self.shards)  # a score's finish step, as `finish` is a fill's
 
     @classmethod
     def open(
@@ -123,6 +123,17 @@ class FillEngine:
         planned = self.plan(request, budget)
         prepared = lanes.prepare(planned, deadline)
         return lanes.finish(planned, lambda: finish(prepared, deadline))
+
+    def run_batch(
+        self, requests: list[FillRequest | ScoreRequest], shape: Callable[[int, int], tuple[int, int]] | None = None
+    ) -> list[FillResult | ScoreResult]:
+        """Requests run as one batch, as the server's batcher runs concurrent ones: each planned, all prepared
+        together (one encoder pass padded to `shape`, one search per distinct k), then each finished."""
+        planned = [self.plan(r) for r in requests]
+        return [
+            (self.finish_score if isinstance(p.request, ScoreRequest) else self.finish)(prepared)
+            for p, prepared in zip(planned, self.prepare(planned, shape))
+        ]
 
     def fill(self, request: FillRequest) -> FillResult:
         """One fill, start to end, here (`run`)."""
@@ -230,46 +241,6 @@ class FillEngine:
             timings_ms=laps.timings(),
         ), features
 
-    def finish_score(self, prepared: Prepared, deadline: Deadline | None = None) -> ScoreResult:
-        """The closed-set scores of a prepared ScoreRequest (fill.choices): per mask, its hits (with the BM25
-        blocks' tokens in restricted / hybrid modes) vote for the choices."""
-        planned = prepared.planned
-        request, q = planned.request, prepared.queries
-        laps = StageClock(prepared.encode_ms, prepared.search_ms, deadline, SCORE_STAGES)
-        blocks = {}
-        if planned.mode != "dense":
-            blocks = self._by_shard(self.index.bm25.search_scored(blank_masks(request.text), request.blocks)[0])
-            laps.lap("search")
-        prior = self._prior(planned.phrases) if request.calibrate else None
-        masks = []
-        for m, hits in enumerate(prepared.hits):  # a mask at a time: the deadline is checked between masks
-            scored = score_masks(
-                self.shards,
-                [hits],
-                blocks,
-                q.q_start[m : m + 1],
-                q.q_end[m : m + 1],
-                self.index.scale,
-                planned.phrases,
-                request.temperature,
-                request.scorer == "npm",
-                request.evidence,
-                prior,
-            )[0]
-            masks.append(scored.model_copy(update={"index": m}))
-            laps.lap("score")
-        return ScoreResult(masks=masks, took_ms=(time.perf_counter() - planned.t0) * 1000, timings_ms=laps.timings())
-
-    def _prior(self, phrases: Phrases) -> np.ndarray:
-        """fill.choices.choice_counts over every shard, kept per distinct choice set (a classifier sends the same
-        labels request after request; an update opens a new engine, so the counts never go stale)."""
-        key = (tuple(phrases.choice), tuple(tuple(ids.tolist()) for ids in phrases.ids))
-        if key not in self._priors:
-            if len(self._priors) >= 256:
-                self._priors.clear()
-            self._priors[key] = choice_counts(self.shards, list(range(len(self.index.manifest.shards))), phrases)
-        return self._priors[key]
-
     def retrieve(
         self, prepared: Prepared, read: bool = False, laps: StageClock | None = None
     ) -> tuple[list[RankedMask], BlockPrior | None]:
@@ -284,7 +255,7 @@ class FillEngine:
             found, bm25 = self.index.bm25.search_scored(blank_masks(request.text), max(request.blocks, PRIOR_BLOCKS))
             prior = BlockPrior.from_bm25(found, bm25)
             bonus = LexicalBonus(prior, weight) if weight else None
-            blocks = self._by_shard(found[: request.blocks])
+            blocks = blocks_by_shard(self.index, found[: request.blocks])
         laps.lap("search")
         options = (
             request.model_copy(update={"top_k": self._retrieved(request.top_k, prepared.planned.mode)})
@@ -306,11 +277,6 @@ class FillEngine:
             ranked.append(rank_mask([p for p in parts if p is not None], options))
             laps.lap("rank")
         return ranked, prior
-
-    def _by_shard(self, blocks: np.ndarray) -> dict[int, np.ndarray]:
-        """The global blocks per shard holding them, as block numbers in that shard."""
-        shard_no, local = self.index.block_shards(blocks)
-        return {s: local[shard_no == s] for s in unique(shard_no).tolist()}
 
     def _retrieved(self, top_k: int, mode: str) -> int:
         """Phrases to rank by retrieval before reading: the reader's candidates, and the prior's phrases when

@@ -54,3 +54,10 @@ class MaskHits:
     def shard_nos(self) -> list[int]:
         """The shards holding a start or an end hit, ascending."""
         return unique(np.concatenate([self.start.shard_no, self.end.shard_no])).tolist()
+
+
+def blocks_by_shard(index, blocks: np.ndarray) -> dict[int, np.ndarray]:
+    """The global block numbers `blocks` of `index` (indexer.phrase_index.PhraseIndex) per shard holding them, as
+    block numbers in that shard."""
+    shard_no, local = index.block_shards(blocks)
+    return {s: local[shard_no == s] for s in unique(shard_no).tolist()}

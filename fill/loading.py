@@ -8,7 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from common.errors import AppError
-from encoder.model import Encoder, model_fingerprint
+from encoder.model import Encoder
+from encoder.model_files import model_fingerprint
 from encoder.reader import BUNDLED_READER, CARD_NAME, Reader, vocab_fingerprint
 from fill.config import EngineConfig
 from fill.schemas import MODES

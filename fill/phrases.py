@@ -5,11 +5,9 @@ Every span's text is a segment of one code-point buffer per shard (`shard_span_t
 stage), in which the overlapping spans of a block share one piece (ASCII blocks read straight from the
 shard's UTF-8 bytes, other blocks decoded once each; indexer.doc_text); the ranker joins the shards'
 buffers. Each span is stripped of surrounding white space and punctuation (`strip_phrases`) and grouped by exact
-content from arrays computed once over the buffer (next / previous kept char, prefix sums of a polynomial
-hash): the hash finds the groups, then every key is compared with its group's first key element by
-element, and a group whose keys differ (a hash collision) is split by their strings, so two phrases are
-never merged. The stopword filter runs on the distinct keys (vectorized for ASCII keys, `poor_fill` for
-the others), case folding likewise. Strings are built only for the phrases that can be shown.
+content (fill.ragged.group_phrases: two phrases are never merged). The stopword filter runs on the distinct
+keys (vectorized for ASCII keys, `poor_fill` for the others), case folding likewise. Strings are built only for
+the phrases that can be shown.
 """
 
 from __future__ import annotations
@@ -19,12 +17,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.arrays import piece_starts, unique, unique_inverse
+from common.arrays import piece_starts, unique
 from encoder.stopwords import STOPWORD_SET, broken_span, poor_fill
+from fill.ragged import Ragged, group_phrases, next_true, prev_true
 from fill.spans import masses, strip_chars, top_values
 
-_MULT = np.uint64(0x9E3779B97F4A7C15)
-_BASE = 0xD6E8FEB86659FD93  # odd: invertible modulo 2**64
 _PACKED = 7  # chars of a word packed into one uint64 (a byte each, the length in the top byte)
 
 
@@ -46,97 +43,6 @@ def _pack(word: bytes) -> int:
     return int.from_bytes(word, "little") | (len(word) << 56)
 
 
-def _powers(n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(BASE**i, BASE**-i) modulo 2**64 for i < n (uint64 arithmetic wraps modulo 2**64). Computed per call:
-    two cumulative products of a mask's buffer size cost ~0.1 ms, and nothing is shared between threads."""
-    up = np.empty(max(n, 1), dtype=np.uint64)
-    down = np.empty(max(n, 1), dtype=np.uint64)
-    up[0] = down[0] = 1
-    np.cumprod(np.full(up.size - 1, _BASE, dtype=np.uint64), out=up[1:])
-    np.cumprod(np.full(up.size - 1, pow(_BASE, -1, 1 << 64), dtype=np.uint64), out=down[1:])
-    return up, down
-
-
-def _hashes(keys: "Ragged") -> np.ndarray:
-    """A 64-bit hash of each segment's content: sum of (code + 1) * BASE**rel modulo 2**64, from prefix
-    sums over the whole code array (so overlapping segments cost nothing extra), mixed with the length."""
-    up, down = _powers(keys.codes.size + 1)
-    prefix = np.zeros(keys.codes.size + 1, dtype=np.uint64)
-    np.cumsum((keys.codes.astype(np.uint64) + np.uint64(1)) * up[: keys.codes.size], out=prefix[1:])
-    h = (prefix[keys.start + keys.length] - prefix[keys.start]) * down[keys.start]
-    return h ^ keys.length.astype(np.uint64) * _MULT
-
-
-@dataclass
-class Ragged:
-    """Segments of a flat code-point array: segment i is codes[start[i] : start[i] + length[i]]. Segments may
-    overlap (the spans of a shard share a buffer of their blocks' text, `shard_span_texts`), so
-    every per-segment question below is answered from arrays over `codes` computed once, not per element."""
-
-    codes: np.ndarray
-    start: np.ndarray
-    length: np.ndarray
-
-    def flat_index(self) -> tuple[np.ndarray, np.ndarray]:
-        """(segment of each element, its position within the segment) over all segments in order."""
-        seg = np.repeat(np.arange(self.length.size), self.length)
-        first = piece_starts(self.length)
-        return seg, np.arange(seg.size) - first[seg]
-
-    def text(self, i: int) -> str:
-        a = int(self.start[i])
-        return self.codes[a : a + int(self.length[i])].astype("<u4").tobytes().decode("utf-32-le")
-
-
-def _next_true(flag: np.ndarray) -> np.ndarray:
-    """Per position i (and one past the end): the first j >= i with flag[j], else flag.size."""
-    at = np.where(np.append(flag, True), np.arange(flag.size + 1), flag.size)
-    return np.minimum.accumulate(at[::-1])[::-1]
-
-
-def _prev_true(flag: np.ndarray) -> np.ndarray:
-    """Per position i: the last j <= i with flag[j], else -1."""
-    return np.maximum.accumulate(np.where(flag, np.arange(flag.size), -1)) if flag.size else np.empty(0, np.int64)
-
-
-def group_phrases(keys: Ragged) -> tuple[np.ndarray, np.ndarray]:
-    """(group of each segment, numbered in order of first appearance; the first segment of each group) for
-    non-empty segments, by exact content: groups by hash, each key checked against its group's first key
-    element by element; a group holding different keys (a hash collision) is split by their strings."""
-    n = keys.length.size
-    if n == 0:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64)
-    _, first, inverse = unique_inverse(_hashes(keys), first=True)
-    order = np.argsort(first, kind="stable")
-    number = np.empty(order.size, dtype=np.int64)
-    number[order] = np.arange(order.size)
-    groups, firsts = number[inverse], first[order]
-    rep = firsts[groups]
-    differs = keys.length[rep] != keys.length
-    others = np.flatnonzero((rep != np.arange(n)) & ~differs)  # compared element by element with their group's first
-    seg, rel = Ragged(keys.codes, keys.start[others], keys.length[others]).flat_index()
-    unequal = keys.codes[keys.start[rep[others]][seg] + rel] != keys.codes[keys.start[others][seg] + rel]
-    differs[others[seg[unequal]]] = True
-    if differs.any():
-        return _split(keys, groups, np.isin(groups, groups[differs]))
-    return groups, firsts
-
-
-def _split(keys: Ragged, groups: np.ndarray, collided: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`group_phrases` where the groups of the segments marked `collided` hashed different keys alike: those segments
-    are grouped by their strings, the others keep their hash group; all renumbered by first appearance."""
-    labels: list = groups.tolist()
-    for i in np.flatnonzero(collided).tolist():
-        labels[i] = keys.text(i)  # a str never equals an int label
-    number: dict = {}
-    out = np.empty(groups.size, dtype=np.int64)
-    for i, label in enumerate(labels):
-        out[i] = number.setdefault(label, len(number))
-    firsts = np.full(len(number), groups.size, dtype=np.int64)
-    np.minimum.at(firsts, out, np.arange(groups.size))
-    return out, firsts
-
-
 def poor_fills(keys: Ragged) -> np.ndarray:
     """`encoder.stopwords.poor_fill` of each non-empty segment: vectorized where a segment is ASCII. A word
     is a maximal run of [A-Za-z0-9] inside the segment; the first and the last word may be runs of `codes`
@@ -154,11 +60,11 @@ def poor_fills(keys: Ragged) -> np.ndarray:
     alpha = (lower_c >= 97) & (lower_c <= 122)
     alnum = alpha | ((c >= 48) & (c <= 57))
     first_of_run = alnum & ~np.concatenate([[False], alnum[:-1]])
-    run_start = _prev_true(first_of_run)  # of the run holding an alnum position
-    run_end = _next_true(alnum & ~np.concatenate([alnum[1:], [False]])) + 1  # one past it
-    first_at = _next_true(alnum)[s]  # the first word's first char
+    run_start = prev_true(first_of_run)  # of the run holding an alnum position
+    run_end = next_true(alnum & ~np.concatenate([alnum[1:], [False]])) + 1  # one past it
+    first_at = next_true(alnum)[s]  # the first word's first char
     has = first_at < e
-    last_at = _prev_true(alnum)[np.maximum(e - 1, 0)]  # the last word's last char
+    last_at = prev_true(alnum)[np.maximum(e - 1, 0)]  # the last word's last char
     first_in, last_in = np.minimum(first_at, max(c.size - 1, 0)), np.maximum(last_at, 0)  # clipped into `codes`
     first_end = np.minimum(run_end[first_in], e)  # the first word is [first_at, first_end)
     last_start = np.maximum(run_start[last_in], s)  # the last word is [last_start, last_at + 1)
@@ -242,8 +148,8 @@ def strip_phrases(raw: Ragged) -> Ragged:
     segment of only such characters becomes empty (length 0)."""
     keep = ~_strip_table()[raw.codes]
     s, e = raw.start, raw.start + raw.length
-    first = _next_true(keep)[s]
-    last = _prev_true(keep)[np.maximum(e - 1, 0)] if raw.codes.size else np.full(s.size, -1)
+    first = next_true(keep)[s]
+    last = prev_true(keep)[np.maximum(e - 1, 0)] if raw.codes.size else np.full(s.size, -1)
     has = (raw.length > 0) & (first < e)
     lead = np.where(has, first - s, 0).astype(np.int64)
     return Ragged(raw.codes, s + lead, np.where(has, last + 1 - first, 0).astype(np.int64))
@@ -289,18 +195,6 @@ def _piece_codes(text, p_block: np.ndarray, p_a: np.ndarray, p_len: np.ndarray, 
         seg, rel = Ragged(block_codes, p_a[pieces] - text.block_chars[b], p_len[pieces]).flat_index()
         codes[p_at[pieces][seg] + rel] = block_codes[p_a[pieces][seg] - text.block_chars[b] + rel]
     return codes
-
-
-def join_ragged(parts: list[Ragged]) -> Ragged:
-    """The segments of several buffers as segments of one (buffers one after the other)."""
-    if not parts:
-        return Ragged(np.zeros(0, dtype=np.uint32), np.empty(0, dtype=np.int64), np.empty(0, dtype=np.int64))
-    shift = piece_starts([p.codes.size for p in parts])
-    return Ragged(
-        np.concatenate([p.codes for p in parts]),
-        np.concatenate([p.start + d for p, d in zip(parts, shift)]),
-        np.concatenate([p.length for p in parts]),
-    )
 
 
 @dataclass

@@ -15,7 +15,8 @@ import numpy as np
 
 from common.arrays import piece_starts
 from fill.candidates import ShardCandidates
-from fill.phrases import PhraseTable, join_ragged, phrase_table, rank_table
+from fill.phrases import PhraseTable, phrase_table, rank_table
+from fill.ragged import join_ragged
 from fill.schemas import FillOptions
 from fill.spans import softmax
 

@@ -26,7 +26,8 @@ from common.arrays import piece_starts
 from encoder.reader import Reader, ReaderInput, ReadingSpec
 from fill.budget import Deadline
 from fill.candidates import ShardCandidates
-from fill.phrases import join_ragged, phrase_table
+from fill.phrases import phrase_table
+from fill.ragged import join_ragged
 from fill.ranker import CandidatePool, RankedMask
 from fill.schemas import FillOptions
 from fill.shard_group import Shards

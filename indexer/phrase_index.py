@@ -4,7 +4,6 @@ write side is `indexer.build` / `indexer.shard_writer`)."""
 from __future__ import annotations
 
 import logging
-import stat
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -14,15 +13,14 @@ import faiss
 import numpy as np
 
 from common.arrays import unique_inverse
-from common.errors import AppError, IndexDamaged
-from common.files import sha256_file
+from common.errors import AppError
 from indexer.ann import is_exact, search_params, search_preassigned, set_search_params, shared_quantizer
 from indexer.bm25 import BM25, BlockSearch
-from indexer.integrity import check_bm25, damaged
-from indexer.manifest import MANIFEST_NAME, FileInfo, Manifest
+from indexer.index_files import IndexFiles
+from indexer.integrity import check_bm25
+from indexer.manifest import Manifest
 from indexer.shard import Shard, delta_bm25_name
 from indexer.tombstones import Liveness, Tombstones
-from indexer.write_events import write_events
 
 logger = logging.getLogger(__name__)
 
@@ -30,22 +28,12 @@ logger = logging.getLogger(__name__)
 DEFAULT_REFINE = 2
 
 
-def fingerprint(path: Path) -> tuple[int, int, int] | None:
-    """(inode, size, mtime in ns) of a file, None when it is not there: writing the file (also through a shared
-    memory map) or replacing it changes one of them."""
-    try:
-        st = path.stat()
-    except OSError:
-        return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
-
-
 class PhraseIndex:
     """`search` asks each approximate (ANN) shard for `refine` * k hits, re-scores them exactly from the
     stored vectors and keeps the top k over all shards, so ANN error costs recall only at the far end.
 
     Opening refuses a damaged index (an AppError naming the file): every file's structure is checked against
-    the manifest (indexer.integrity, ~30 ms at 10.5M tokens); `verify` adds the sha256 of every byte.
+    the manifest (indexer.integrity, ~30 ms at 10.5M tokens); `files.verify` adds the sha256 of every byte.
 
     An updated index (indexer.update) is served as it is: delta shards are shards, their BM25 files join the
     build's (BlockSearch), and the tombstoned documents' tokens and blocks are left out of every search.
@@ -73,10 +61,6 @@ class PhraseIndex:
             raise AppError(f"refine must be >= 1, got {refine}", kind="validation")
         self.manifest = Manifest.load(self.root)
         same = reuse is not None and reuse.root.resolve() == self.root.resolve()
-        # files whose bytes were hashed and found right: path -> sha256, shared with the generations to come
-        self.verified: dict[Path, str] = reuse.verified if same else {}
-        # each file's (inode, size, mtime) when it was hashed or first seen: a file written since differs (`changed`)
-        self.fingerprints: dict[Path, tuple[int, int, int]] = reuse.fingerprints if same else {}
         everything = list(range(len(self.manifest.shards)))
         self.numbers = everything if shard_nos is None else sorted(set(shard_nos))
         if not set(self.numbers) <= set(everything):
@@ -84,9 +68,10 @@ class PhraseIndex:
                 f"index {self.root} has shards 0-{len(everything) - 1}; shard numbers {self.numbers} name others",
                 kind="validation",
             )
-        self._with_bm25 = bm25
+        # the files of what is open, hashed (`files.verify`) and watched (`files.changed`)
+        self.files = IndexFiles(self.root, self.manifest, self.numbers, bm25, reuse.files if same else None)
         if verify:
-            self.verify()
+            self.files.verify()
         self.tombstones = Tombstones.load(self.root, self.manifest)
         self._open_shards(reuse if same else None, nprobe, ef_search)
         self.scale = self.manifest.similarity_scale
@@ -127,8 +112,8 @@ class PhraseIndex:
             self.root, nprobe=self._search_params[0], ef_search=self._search_params[1], refine=self.refine, reuse=self
         )
         try:
-            old = {p for p, _ in self.files()}
-            index.verify([f for f in index.files() if f[0] not in old])  # the update's own files
+            old = {p for p, _ in self.files.all()}
+            index.files.verify([f for f in index.files.all() if f[0] not in old])  # the update's own files
         except BaseException:
             index.close()
             raise
@@ -179,66 +164,6 @@ class PhraseIndex:
     def shards_by_name(self) -> dict[str, Shard]:
         return {s.info.name: s for s in self.shards}
 
-    def files(self) -> list[tuple[Path, FileInfo]]:
-        """Every file the manifest lists (of the opened shards, and BM25's when it is open), with its record
-        (size, sha256)."""
-        infos = [self.manifest.shards[n] for n in self.numbers]
-        files = [(self.root / info.name / fname, rec) for info in infos for fname, rec in info.files.items()]
-        if self._with_bm25:
-            files += [(self.root / delta_bm25_name(info.name), info.bm25) for info in self.manifest.shards if info.bm25]
-            if self.manifest.bm25 is not None:
-                files.append((self.root / self.manifest.bm25_name, self.manifest.bm25))
-        if self.manifest.tombstones is not None:
-            files.append((self.root / self.manifest.tombstones.name, self.manifest.tombstones))
-        return files
-
-    def verify(self, files: list[tuple[Path, FileInfo]] | None = None) -> None:
-        """Check every file (or `files`) against the manifest's sha256 (slow: reads everything). Without it,
-        opening checks every file's structure only (indexer.integrity), which cannot see bytes changed inside
-        a payload."""
-        for path, rec in self.files() if files is None else files:
-            seen = fingerprint(path)  # before reading: a write during the hash shows at the next `changed`
-            if seen is None:
-                raise damaged(path, "is missing")
-            if sha256_file(path) != rec.sha256:
-                self.verified.pop(path, None)
-                raise damaged(path, "does not match the manifest's sha256 (corrupted)")
-            self.verified[path], self.fingerprints[path] = rec.sha256, seen
-
-    def changed(self) -> list[tuple[Path, FileInfo]]:
-        """The files written or replaced since they were hashed (or first seen here: a file not hashed yet gets its
-        baseline now), by their inode, size and modification time: a few microseconds per file, so a served index
-        can be watched every few seconds (service.state). A file that is gone is not listed: the writers never
-        rewrite a file under its name, but remove a superseded generation's (indexer.gc) while a server may still
-        serve it from memory. A change that keeps all three (the clock set back on purpose, or bytes rotting
-        under the page cache) is found only by hashing (`verify`)."""
-        out = []
-        for path, rec in self.files():
-            now, then = fingerprint(path), self.fingerprints.get(path)
-            if now is None:
-                continue
-            if then is None:
-                self.fingerprints[path] = now
-            elif now != then:
-                write_events().forget(path)  # its checked blocks are not trusted any more (indexer.checksums)
-                out.append((path, rec))
-        return out
-
-    def check_manifest(self) -> None:
-        """Read the manifest again (a few KB; the watch's every round, whatever its mtime says): IndexDamaged when
-        it no longer matches its own checksum (a later generation written by an update is not damage)."""
-        try:
-            Manifest.load(self.root)
-        except IndexDamaged:
-            raise
-        except AppError as exc:
-            path = self.root / MANIFEST_NAME
-            raise IndexDamaged(f"index manifest {path} can no longer be read: {exc.message}", str(path)) from None
-
-    def unverified(self, files: list[tuple[Path, FileInfo]] | None = None) -> list[tuple[Path, FileInfo]]:
-        """The files (default: all) not yet hashed and found right, in this generation or an earlier one."""
-        return [(p, rec) for p, rec in (self.files() if files is None else files) if self.verified.get(p) != rec.sha256]
-
     def warm(self, pages: bool = True, hashes: bool = False) -> None:
         """Shard after shard: with `hashes`, check the sha256 of every file not checked yet (reading it also
         brings it into the page cache; an AppError naming the first file that differs); with `pages`, map every
@@ -246,11 +171,11 @@ class PhraseIndex:
         t = time.perf_counter()
         for shard in self.shards:
             if hashes:
-                self.verify(self.unverified([(shard.dir / f, rec) for f, rec in shard.info.files.items()]))
+                self.files.verify(self.files.unverified([(shard.dir / f, rec) for f, rec in shard.info.files.items()]))
             if pages:
                 shard.warm()
         if hashes:
-            self.verify(self.unverified())  # BM25, delta BM25, tombstones
+            self.files.verify(self.files.unverified())  # BM25, delta BM25, tombstones
         logger.info(
             "warmed %d shards (pages mapped: %s, sha256 checked: %s) in %.1f s",
             len(self.shards),

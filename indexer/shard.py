@@ -57,7 +57,7 @@ def read_shard_info(root: Path, number: int) -> ShardInfo | None:
 
 class Shard:
     """A finished shard opened read-only; large arrays are memory-mapped. Opening checks every file's
-    structure against the shard's info (indexer.integrity), not its every byte (PhraseIndex.verify); with the
+    structure against the shard's info (indexer.integrity), not its every byte (IndexFiles.verify); with the
     shard's block checksums (indexer.checksums) every read of its arrays and documents is checked, and
     docs.arrow in full when it opens.
 

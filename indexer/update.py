@@ -17,30 +17,27 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import re
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 from pydantic import BaseModel, Field
 
 from common.errors import AppError
 from common.files import file_record
 from common.priority import at_priority
-from corpus.blocking import Block, iter_blocks
-from corpus.readers import PRINTABLE_ID, Document, read_corpus
+from corpus.blocking import iter_blocks
+from corpus.readers import Document, read_corpus
 from encoder.model import Encoder
 from encoder.onnx_engine import ENGINE_HELP
 from indexer.ann import resolve_factory
 from indexer.bm25 import BM25, BaseStats, build_bm25
 from indexer.build import chunk_blocks
+from indexer.documents import check_documents, document_rows, each_with_tokens, id_problem
 from indexer.encode import default_batch_tokens, encode_shard
 from indexer.gc import collect_garbage
-from indexer.integrity import open_docs
 from indexer.lock import require_index, writer_lock
 from indexer.manifest import FileInfo, Manifest, ShardInfo
 from indexer.shard import Shard, delta_bm25_name
@@ -106,68 +103,6 @@ def run_delete(cfg: DeleteConfig) -> UpdateSummary:
         return IndexUpdate(cfg.index).delete(ids)
 
 
-def id_problem(doc_id: str) -> str | None:
-    """Why `doc_id` cannot name a document of an update (None when it can): ids are printable text, so that
-    every id added can be deleted again (by URL path, by an --ids-file line) and logged as it is."""
-    if not doc_id:
-        return "the id is empty"
-    if not re.fullmatch(PRINTABLE_ID, doc_id):
-        return "the id holds a control character (newline, tab, NUL...); ids must be printable"
-    return None
-
-
-def each_with_tokens(blocks: Iterator[Block], docs: list[Document]) -> Iterator[Block]:
-    """The blocks of `docs` (in their order), refusing a document whose text gives no token (only blank, control
-    or format characters: it would be a document without rows, neither replaceable nor deletable) with a validation
-    AppError naming it, as soon as the blocks of a later document begin (nothing is committed then)."""
-    at = {id(d): i for i, d in enumerate(docs)}
-    following = 0  # the document whose first block comes next
-    for block in blocks:
-        i = at[id(block.doc)]
-        if i > following:
-            raise _no_tokens(following, docs[following])
-        following = max(following, i + 1)
-        yield block
-    if following < len(docs):
-        raise _no_tokens(following, docs[following])
-
-
-def _no_tokens(i: int, doc: Document) -> AppError:
-    return AppError(
-        f"document {i} (id {doc.id!r}): its text gives no token of this model's vocabulary (only blank, control or "
-        "format characters); give it text, or delete the document to remove it",
-        kind="validation",
-        field=f"documents[{i}].text",
-    )
-
-
-def check_documents(documents: Iterable[Document]) -> list[Document]:
-    """The documents of an update, or a validation AppError naming the first bad one (by number and id): the
-    same rules for `indexer add` and POST /admin/documents. An empty text is refused (it would give a document
-    without rows, which could be neither replaced nor deleted; delete a document to remove its text)."""
-    docs = list(documents)
-    if not docs:
-        raise AppError("an update holds no documents", kind="validation")
-    seen: set[str] = set()
-    for i, d in enumerate(docs):
-        if problem := id_problem(d.id):
-            raise AppError(f"document {i} (id {d.id!r}): {problem}", kind="validation", field=f"documents[{i}].id")
-        if not d.text.strip():
-            raise AppError(
-                f"document {i} (id {d.id!r}): the text is empty; give it text, or delete the document to remove it",
-                kind="validation",
-                field=f"documents[{i}].text",
-            )
-        if d.id in seen:
-            raise AppError(
-                f"document id {d.id!r} appears twice in one update; give each document once",
-                kind="validation",
-                field=f"documents[{i}].id",
-            )
-        seen.add(d.id)
-    return docs
-
-
 @dataclass
 class UpdateSummary:
     index: str
@@ -183,29 +118,6 @@ class UpdateSummary:
             f"{self.index}: generation {self.generation}: {self.added} documents added ({self.replaced} "
             f"replacing), {self.deleted} deleted, {self.tokens} tokens encoded in {self.seconds:.2f} s"
         )
-
-
-def document_rows(
-    root: Path, manifest: Manifest, tombstones: Tombstones, ids: list[str], opened: dict[str, Shard] | None = None
-) -> dict[str, list[tuple[str, int]]]:
-    """Per id that the index holds, its live places: [(shard name, row of its docs.arrow), ...]. `opened`: shards
-    already open (a server's), whose checked documents table is used instead of opening the file again."""
-    wanted = pa.array(sorted(set(ids)), type=pa.string())
-    found: dict[str, list[tuple[str, int]]] = {}
-    opened = opened or {}
-    for info in manifest.shards:
-        shard = opened.get(info.name)
-        if shard is not None and shard.info == info:
-            shard.columns["id"].check_all()  # every id is read (indexer.checksums)
-            docs = shard.docs
-        else:
-            docs = open_docs(root / info.name / "docs.arrow", info.documents)
-        doc_ids = docs.column("id")
-        rows = np.flatnonzero(pc.is_in(doc_ids, value_set=wanted).to_numpy(zero_copy_only=False))
-        rows = np.setdiff1d(rows, tombstones.of(info.name))
-        for row in rows.tolist():
-            found.setdefault(doc_ids[row].as_py(), []).append((info.name, row))
-    return found
 
 
 class IndexUpdate:

@@ -5,7 +5,7 @@ the next read checks the bytes again. The events are read (one ioctl when there 
 would trust a checked block, so a write that returned before a fill began is seen by that fill.
 
 What inotify cannot report: a write through another process's shared memory map (no event; its mtime changes,
-which the service's watch sees: PhraseIndex.changed forgets the file's blocks too) and bytes rotting under the
+which the service's watch sees: IndexFiles.changed forgets the file's blocks too) and bytes rotting under the
 page cache (the sha256 checks at start and reload). Where inotify is missing (not Linux, no instance left: see
 /proc/sys/fs/inotify/max_user_instances), nothing is trusted: every read checks its blocks each time.
 """
@@ -91,7 +91,7 @@ class WriteEvents:
                     check.forget()
 
     def forget(self, path: Path) -> None:
-        """Make the checks of `path` forget their blocks (a change found another way, PhraseIndex.changed)."""
+        """Make the checks of `path` forget their blocks (a change found another way, IndexFiles.changed)."""
         with self._lock:
             targets = list(self._files.get(path.resolve(), ()))
         for check in targets:

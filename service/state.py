@@ -216,8 +216,8 @@ class ServiceState:
         return serving is not None
 
     def recheck(self, full: bool = False) -> bool:
-        """Read the served index's manifest again (its own checksum: PhraseIndex.check_manifest), and hash again its
-        files written since they were checked (PhraseIndex.changed), or every file (`full`); a manifest or a file
+        """Read the served index's manifest again (its own checksum: IndexFiles.check_manifest), and hash again its
+        files written since they were checked (IndexFiles.changed), or every file (`full`); a manifest or a file
         that differs turns the service not ready. True when it did."""
         with self._current:
             serving = self.serving
@@ -226,8 +226,9 @@ class ServiceState:
             serving.enter()  # a reload meanwhile cannot close the files being read
         try:
             index = serving.engine.index
-            index.check_manifest()
-            files = [(p, rec) for p, rec in index.files() if p.is_file()] if full else index.changed()  # gone: gc'd
+            listed = index.files
+            listed.check_manifest()
+            files = [(p, rec) for p, rec in listed.all() if p.is_file()] if full else listed.changed()  # gone: gc'd
             if files:
                 logger.warning(
                     "index %s: re-checking %d files (%s)",
@@ -235,7 +236,7 @@ class ServiceState:
                     len(files),
                     "every file" if full else "written since their check",
                 )
-                index.verify(files)
+                listed.verify(files)
         except AppError as exc:
             return self._unserve(serving.engine, exc.message)
         finally:

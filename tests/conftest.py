@@ -37,7 +37,7 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
 
 
 def _minilm_dir() -> Path:
-    from encoder.model import base_model_dir
+    from encoder.model_files import base_model_dir
 
     return base_model_dir()
 

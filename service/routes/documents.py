@@ -13,7 +13,8 @@ from pydantic import ValidationError
 
 from common.errors import AppError
 from corpus.readers import PRINTABLE_ID, Document, DocumentRecord
-from indexer.update import UpdateSummary, check_documents
+from indexer.documents import check_documents
+from indexer.update import UpdateSummary
 from service.dependencies import ERRORS, ready_state, require_admin
 from service.limits import JSON_LINES
 from service.schemas import ErrorResponse

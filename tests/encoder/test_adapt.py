@@ -15,9 +15,10 @@ from safetensors import safe_open
 
 from encoder.adapt import AdaptConfig, adapt
 from encoder.cli import main as cli_main
-from encoder.model import Encoder, model_fingerprint
-from encoder.train import lr_lambda
+from encoder.model import Encoder
+from encoder.model_files import model_fingerprint
 from encoder.train_config import TrainConfig
+from encoder.train_setup import lr_lambda
 from tests.conftest import write_jsonl
 from tests.encoder.test_train import city_docs
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from encoder.model import BUNDLED_MODEL, base_model_dir, default_model_dir, model_fingerprint
+from encoder.model_files import BUNDLED_MODEL, base_model_dir, default_model_dir, model_fingerprint
 from encoder.reader import BUNDLED_READER
 from tests.conftest import CORPUS, write_jsonl
 

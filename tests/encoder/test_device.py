@@ -14,9 +14,10 @@ import pytest
 import torch
 
 import encoder.device as device_mod
+from encoder.checkpoints import STATE_FILE
 from encoder.device import choose_device, choose_dtype, describe, distributed_backend, grad_scaler, is_accelerator
 from encoder.model import BlockInput, Encoder
-from encoder.train import STATE_FILE, Trainer
+from encoder.train import Trainer
 from tests.conftest import write_jsonl
 from tests.encoder.test_train import city_docs, config
 

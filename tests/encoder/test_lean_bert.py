@@ -15,7 +15,8 @@ import torch
 
 from encoder.device import lower_linear_weights
 from encoder.lean_bert import LeanBert, lean_bert
-from encoder.model import Encoder, load_transformer
+from encoder.model import Encoder
+from encoder.model_files import load_transformer
 
 ROOT = Path(__file__).resolve().parents[2]
 

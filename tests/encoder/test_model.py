@@ -361,7 +361,7 @@ def test_phrase_ids_are_the_ids_a_phrase_has_inside_running_text(which, encoders
 def test_a_lean_bert_tokenizer_gives_what_autotokenizer_gives(tiny_bert_dir, tiny_roberta_dir):
     from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-    from encoder.model import load_tokenizer
+    from encoder.model_files import load_tokenizer
     from encoder.template import derive_template
 
     auto, lean = AutoTokenizer.from_pretrained(str(tiny_bert_dir)), load_tokenizer(tiny_bert_dir, lean=True)

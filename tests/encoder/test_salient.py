@@ -15,7 +15,7 @@ from tests.encoder.test_masking import MASK, _check_invariants, _group, _single_
 def tokenizer():
     from transformers import AutoTokenizer
 
-    from encoder.model import base_model_dir
+    from encoder.model_files import base_model_dir
 
     return AutoTokenizer.from_pretrained(base_model_dir())
 

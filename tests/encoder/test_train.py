@@ -17,9 +17,10 @@ from safetensors.torch import load_file
 
 import encoder.train as train_mod
 from common.errors import AppError
+from encoder.checkpoints import LATEST, STATE_FILE
 from encoder.cli import main as cli_main
 from encoder.model import BlockInput, Encoder
-from encoder.train import LATEST, STATE_FILE, Trainer, train
+from encoder.train import Trainer, train
 from encoder.train_config import TrainConfig
 from tests.conftest import write_jsonl
 

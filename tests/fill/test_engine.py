@@ -86,6 +86,29 @@ def test_the_driver_runs_every_step_through_the_lanes_it_is_given(tiny_index):
         engine.close()
 
 
+def test_a_batch_gives_each_request_the_result_it_gets_alone(tiny_index):
+    """run_batch: fills of several modes and k and a score, prepared in one batch, each as it is alone."""
+    engine = FillEngine.open(
+        EngineConfig(index=tiny_index, device="cpu", dtype="fp32", reader_dir=None, use_reader=False)
+    )
+    try:
+        requests = [
+            FillRequest(text="Marie Curie was born in <mask> .", evidence=2),
+            FillRequest(text="Paris is the capital of <mask> .", mode="restricted"),
+            FillRequest(text="<mask> was a physicist . She moved to <mask> .", mode="dense", k=64),
+            ScoreRequest(text="Marie Curie was born in <mask> .", choices=["Warsaw", "Paris"]),
+        ]
+        batched = engine.run_batch(requests)
+        assert [type(r) for r in batched] == [FillResult, FillResult, FillResult, ScoreResult]
+        for request, result in zip(requests, batched):
+            assert result.model_dump(exclude={"took_ms", "timings_ms"}) == engine.run(request).model_dump(
+                exclude={"took_ms", "timings_ms"}
+            )
+        assert len(batched[2].masks) == 2
+    finally:
+        engine.close()
+
+
 def test_the_budget_is_checked_by_the_driver_before_any_step(tiny_index):
     engine = FillEngine.open(
         EngineConfig(index=tiny_index, device="cpu", dtype="fp32", reader_dir=None, use_reader=False)

@@ -172,7 +172,7 @@ def test_calibrated_confidence_is_monotone_in_the_score_and_abstains(engine):
 
 @pytest.mark.parametrize("options", [{}, {"alpha": 0.5, "aggregate": "sum", "case_sensitive": False, "top_k": 20}])
 def test_hash_collisions_are_split_inside_the_grouping_with_the_same_fills(engine, monkeypatch, options):
-    import fill.phrases as phrases
+    import fill.ragged as ragged
 
     request = FillRequest(text="Allan Peiper was born in <mask> .", mode="hybrid", **options)
     want = engine.fill(request).model_dump(exclude={"took_ms", "timings_ms"})
@@ -182,9 +182,9 @@ def test_hash_collisions_are_split_inside_the_grouping_with_the_same_fills(engin
         calls.append(1)
         return original(*args)
 
-    original = phrases._split
-    monkeypatch.setattr(phrases, "_split", split)
-    monkeypatch.setattr(phrases, "_hashes", lambda keys: np.zeros(keys.length.size, dtype=np.uint64))  # all keys alike
+    original = ragged._split
+    monkeypatch.setattr(ragged, "_split", split)
+    monkeypatch.setattr(ragged, "_hashes", lambda keys: np.zeros(keys.length.size, dtype=np.uint64))  # all keys alike
     assert engine.fill(request).model_dump(exclude={"took_ms", "timings_ms"}) == want
     assert calls  # the collision was seen and the group split
 

@@ -8,18 +8,10 @@ import random
 import numpy as np
 import pytest
 
-import fill.phrases as phrases
+import fill.ragged as ragged
 from encoder.stopwords import STOPWORDS, broken_span, poor_fill
-from fill.phrases import (
-    Ragged,
-    group_phrases,
-    join_ragged,
-    lower_phrases,
-    phrase_table,
-    poor_fills,
-    rank_table,
-    strip_phrases,
-)
+from fill.phrases import lower_phrases, phrase_table, poor_fills, rank_table, strip_phrases
+from fill.ragged import Ragged, group_phrases, join_ragged
 from fill.spans import strip_phrase
 from tests.fill.reference import aggregate, rank
 
@@ -144,7 +136,7 @@ def test_group_is_exact_and_numbers_groups_by_first_appearance():
 
 
 def test_a_hash_collision_is_split_not_merged(monkeypatch):
-    monkeypatch.setattr(phrases, "_hashes", lambda keys: np.zeros(keys.length.size, dtype=np.uint64))  # every key alike
+    monkeypatch.setattr(ragged, "_hashes", lambda keys: np.zeros(keys.length.size, dtype=np.uint64))  # every key alike
     groups, firsts = group_phrases(_ragged(["ab", "ba", "ab", "abc", "ba"]))  # same hash; lengths and texts differ
     assert groups.tolist() == [0, 1, 0, 2, 1] and firsts.tolist() == [0, 1, 3]
     groups, _ = group_phrases(_ragged(["ab", "ab"]))  # equal keys still group
@@ -154,7 +146,7 @@ def test_a_hash_collision_is_split_not_merged(monkeypatch):
 def test_a_collision_leaves_the_other_groups_alone(monkeypatch):
     """Only the colliding hash group is split by strings; the numbering is by first appearance over all."""
     texts = ["x", "ab", "y", "ba", "x", "ab", "z"]
-    real = phrases._hashes
+    real = ragged._hashes
 
     def collide(keys):
         h = real(keys)
@@ -162,7 +154,7 @@ def test_a_collision_leaves_the_other_groups_alone(monkeypatch):
         h[pair] = h[pair[0]]
         return h
 
-    monkeypatch.setattr(phrases, "_hashes", collide)
+    monkeypatch.setattr(ragged, "_hashes", collide)
     groups, firsts = group_phrases(_ragged(texts))
     seen: dict[str, int] = {}
     assert groups.tolist() == [seen.setdefault(t, len(seen)) for t in texts]

@@ -7,7 +7,7 @@ import math
 import numpy as np
 
 from fill.candidates import ShardCandidates
-from fill.phrases import Ragged
+from fill.ragged import Ragged
 from fill.ranker import CandidatePool, rank_mask
 from fill.schemas import FillOptions
 

@@ -68,7 +68,7 @@ def test_groups_must_add_up_to_the_queries(tmp_path, groups):
 def test_changed_names_the_files_written_since_their_hash_not_those_removed(tiny_index, fresh_copy):
     root = fresh_copy(tiny_index)
     index = PhraseIndex(root, verify=True)
-    assert index.changed() == []
+    assert index.files.changed() == []
     written = root / "shard_00001" / "token_ids.npy"
     mapped = np.load(written, mmap_mode="r+")  # written in place through a shared map: size and inode kept
     mapped[:] = 0
@@ -76,19 +76,19 @@ def test_changed_names_the_files_written_since_their_hash_not_those_removed(tiny
     del mapped
     (root / "shard_00002" / "flags.npy").unlink()
     # a removed file is a superseded generation's collected by a writer (indexer.gc), not damage
-    assert [p.relative_to(root).as_posix() for p, _ in index.changed()] == ["shard_00001/token_ids.npy"]
+    assert [p.relative_to(root).as_posix() for p, _ in index.files.changed()] == ["shard_00001/token_ids.npy"]
     with pytest.raises(AppError, match="token_ids.npy does not match the manifest's sha256"):
-        index.verify([f for f in index.changed() if f[0] == written])
+        index.files.verify([f for f in index.files.changed() if f[0] == written])
     index.close()
 
 
 def test_a_file_touched_but_unchanged_is_checked_once_then_quiet(tiny_index, fresh_copy):
     root = fresh_copy(tiny_index)
     index = PhraseIndex(root)  # not hashed at open: changed() takes each file's baseline at first sight
-    assert index.changed() == []
+    assert index.files.changed() == []
     tokens = root / "shard_00000" / "token_ids.npy"
     os.utime(tokens, ns=(1, 1))
-    assert [p for p, _ in index.changed()] == [tokens]
-    index.verify(index.changed())  # the same bytes: found right, the new time recorded
-    assert index.changed() == []
+    assert [p for p, _ in index.files.changed()] == [tokens]
+    index.files.verify(index.files.changed())  # the same bytes: found right, the new time recorded
+    assert index.files.changed() == []
     index.close()

@@ -266,7 +266,7 @@ def test_writers_beside_the_server_are_not_damage_to_the_watch(tiny_index, tiny_
     state = ServiceState(settings)
     with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
         _wait_for(client, "/readyz", 200, "")
-        served = [p for p, _ in state.engine.index.files()]
+        served = [p for p, _ in state.engine.index.files.all()]
         corpus = write_jsonl(tmp_path / "add.jsonl", [{"id": "n1", "text": "Vexmoor is a harbour town."}])
         run_add(AddConfig(index=root, corpus=corpus, model=tiny_bert_dir, device="cpu", dtype="fp32"))
         run_delete(DeleteConfig(index=root, ids=["d2"]))
