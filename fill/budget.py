@@ -5,6 +5,7 @@ by the clock that times those steps."""
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from common.errors import AppError
 from common.masks import count_masks
@@ -93,7 +94,7 @@ class Budget:
             + Budget.matches(request, mode, block_tokens) / MATCHES_PER_FILL
         )
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """The bounds and how a request's cost is counted (the OpenAPI schema's `x-cost-budget`)."""
         return {
             "max_search": self.max_search,

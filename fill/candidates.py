@@ -192,4 +192,5 @@ def _phrase_tokens(shard: Shard, first: np.ndarray, last: np.ndarray, a: np.ndar
     pos = first[:, None] + steps[None, :]
     inside = pos <= last[:, None]
     offs = shard.offsets[np.where(inside, pos, first[:, None]).ravel()].reshape(pos.shape + (2,))
-    return (inside & (offs[..., 0] < b[:, None]) & (offs[..., 1] > a[:, None])).sum(axis=1)
+    counts: np.ndarray = (inside & (offs[..., 0] < b[:, None]) & (offs[..., 1] > a[:, None])).sum(axis=1)
+    return counts

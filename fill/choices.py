@@ -17,14 +17,16 @@ token voted for is abstained (its probabilities uniform). This is NPM's `npm.py`
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import numpy as np
 
 from common.arrays import unique
 from common.errors import AppError
 from corpus.tokens import WORD_END, WORD_START
+from encoder.model import Encoder
 from fill.candidates import exact_logits
 from fill.evidence import Lazy, Place, SpotAt, Want, gather, read_places
 from fill.hits import MaskHits
@@ -46,14 +48,14 @@ class Phrases:
     synonyms: list[list[str]]  # per choice, the words added to its phrases (encoder.synonyms), nearest first
 
     @classmethod
-    def of(cls, encoder, choices: list[Choice], synonyms: int = 0) -> "Phrases":
+    def of(cls, encoder: Encoder, choices: list[Choice], synonyms: int = 0) -> "Phrases":
         """Each choice's phrases, plus up to `synonyms` words nearest to its one-token phrases in the encoder's
         word-embedding space (NPM's fuzzy verbalizers). AppError (validation, field choices) for a phrase the
         tokenizer turns into nothing."""
         listed = [(c, p) for c, choice in enumerate(choices) for p in dict.fromkeys(choice.phrases)]  # distinct
         tokens = encoder.phrase_ids([p for _, p in listed])
-        for (c, p), ids in zip(listed, tokens):
-            if not ids:
+        for (c, p), phrase_tokens in zip(listed, tokens):
+            if not phrase_tokens:
                 raise AppError(
                     f"choice {choices[c].label!r}: the phrase {p!r} has no token in this model's vocabulary",
                     kind="validation",
@@ -105,8 +107,8 @@ def votes(shard: Shard, positions: np.ndarray, phrases: Phrases, forward: bool) 
         flags = np.asarray(shard.flags[positions])
         whole = ((flags & WORD_START) != 0) & ((flags & WORD_END) != 0)
         tokens = np.asarray(shard.token_ids[positions])
-        for c, ids in single.items():
-            out[:, c] |= whole & np.isin(tokens, ids)
+        for c, same in single.items():
+            out[:, c] |= whole & np.isin(tokens, same)
     return out
 
 
@@ -231,7 +233,7 @@ def score_masks(
 
 def _score(
     m: int, tasks: list[VotesTask], sides: list[Votes], phrases: Phrases, temperature: float, prior: np.ndarray | None
-):
+) -> tuple[MaskScore, Callable[[int], list[Want]]]:
     """Mask m's score from its sides' (positions, logits, votes), and a function giving its evidence wants."""
     if not sides:
         return _abstained(m, phrases), lambda limit: []
@@ -256,7 +258,7 @@ def _score(
     ]
     bounds = np.cumsum([0] + [side.positions.size for side in sides])
 
-    def place(i: int, ids: tuple) -> tuple[int, tuple]:
+    def place(i: int, ids: tuple[tuple[int, ...], ...]) -> tuple[int, tuple[Any, ...]]:
         k = int(np.searchsorted(bounds, i, side="right")) - 1
         return tasks[k].shard_no, (int(sides[k].positions[i - bounds[k]]), tasks[k].forward, ids)
 
@@ -271,9 +273,7 @@ def _score(
             )
             voting = np.flatnonzero(voted[:, c])
             order = voting[np.argsort(-p[voting], kind="stable")]  # only the voters are sorted
-            out.append(
-                Want(Lazy(order.size, lambda j, order=order, ids=ids: place(int(order[j]), ids)), p[order], limit)
-            )
+            out.append(Want(Lazy(order.size, functools.partial(_place_of, place, order, ids)), p[order], limit))
         return out
 
     return MaskScore(index=m, choices=choices, predicted=phrases.labels[best], abstained=False), wants
@@ -301,3 +301,13 @@ def _span(
         if ok[0]:
             return int(first[0]), int(first[0]) + len(ids) - 1
     raise AssertionError("a voting position matches none of its choice's phrases")  # pragma: no cover
+
+
+def _place_of(
+    place: Callable[[int, tuple[tuple[int, ...], ...]], tuple[int, tuple[Any, ...]]],
+    order: np.ndarray,
+    ids: tuple[tuple[int, ...], ...],
+    j: int,
+) -> tuple[int, tuple[Any, ...]]:
+    """The j-th voter's place (`order`: the voters, best first), for a Lazy list of a choice's evidence."""
+    return place(int(order[j]), ids)

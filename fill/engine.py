@@ -20,7 +20,7 @@ prepare step with concurrent requests and run the finish step on a worker thread
 from __future__ import annotations
 
 import time
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar, overload
 
 import numpy as np
 
@@ -28,20 +28,20 @@ from common.errors import AppError
 from common.masks import MASK_PATTERN, blank_masks
 from encoder.model import Encoder
 from encoder.reader import Reader
+from fill.answers import answer_masks
 from fill.budget import Budget, Deadline, StageClock
 from fill.candidates import CandidateTask, LexicalBonus, MaskQuery
 from fill.choices import Phrases
 from fill.config import EngineConfig
-from fill.evidence import gather, pool_want
 from fill.hits import Hits, MaskHits, blocks_by_shard
 from fill.loading import describe, open_parts, open_reader
-from fill.prepared import Lanes, Planned, Prepared
+from fill.prepared import Lanes, Planned, Prepared, Req
 from fill.ranker import RankedMask, rank_mask
 from fill.reading import PRIOR_PHRASES, read_masks
-from fill.schemas import MODES, Candidate, FillRequest, FillResult, MaskFill, ScoreRequest, ScoreResult
+from fill.schemas import MODES, FillRequest, FillResult, Mode, ScoreRequest, ScoreResult
 from fill.score_finish import ScoreFinish
-from fill.scoring import Scoring, mask_features, query_overlap
-from fill.shard_group import BlockTokensTask, ShardGroup, Shards
+from fill.scoring import Scoring
+from fill.shard_group import ShardGroup, Shards
 from fill.spans import BlockPrior
 from indexer.phrase_index import PhraseIndex
 
@@ -94,16 +94,34 @@ class FillEngine:
         the same encoder, scoring and reader."""
         return FillEngine(self.encoder, self.index.next_generation(), self.scoring, self.reader)
 
-    def describe(self) -> dict:
+    def describe(self) -> dict[str, Any]:
         """What is being served: the index, the model and how it runs, the build settings."""
         return describe(self.index, self.encoder, self.scoring, self.default_mode(), self.reader)
 
-    def default_mode(self, request: FillRequest | ScoreRequest | None = None) -> str:
+    def default_mode(self, request: FillRequest | ScoreRequest | None = None) -> Mode:
         """The mode of a request that names none: hybrid for a fill, restricted for a score (the best measured,
         docs/QUALITY.md), dense on an index without BM25 (no request: a fill's)."""
         if self.index.bm25 is None:
             return "dense"
         return "restricted" if isinstance(request, ScoreRequest) else "hybrid"
+
+    @overload
+    def run(
+        self,
+        request: FillRequest,
+        budget: Budget | None = ...,
+        deadline: Deadline | None = ...,
+        lanes: Lanes | None = ...,
+    ) -> FillResult: ...
+
+    @overload
+    def run(
+        self,
+        request: ScoreRequest,
+        budget: Budget | None = ...,
+        deadline: Deadline | None = ...,
+        lanes: Lanes | None = ...,
+    ) -> ScoreResult: ...
 
     def run(
         self,
@@ -111,14 +129,24 @@ class FillEngine:
         budget: Budget | None = None,
         deadline: Deadline | None = None,
         lanes: Lanes | None = None,
-        finish: Callable[[Prepared, Deadline | None], T] | None = None,
-    ) -> FillResult | ScoreResult | T:
-        """A fill or a closed-set score, start to end: plan (checked against `budget`) -> prepare -> finish
-        (`deadline` checked between its steps; the step: `finish`, default `finish` for a fill and
-        `finish_score` for a score). `lanes` runs the prepare and finish steps (the server: batched with
-        concurrent requests, then on a worker thread of the request's lane); by default here, alone."""
-        if finish is None:
-            finish = self.finish_score if isinstance(request, ScoreRequest) else self.finish
+    ) -> FillResult | ScoreResult:
+        """A fill or a closed-set score, start to end (`drive`, with `finish` for a fill, `finish_score` for a
+        score)."""
+        if isinstance(request, ScoreRequest):
+            return self.drive(request, self.finish_score, budget, deadline, lanes)
+        return self.drive(request, self.finish, budget, deadline, lanes)
+
+    def drive(
+        self,
+        request: Req,
+        finish: Callable[[Prepared[Req], Deadline | None], T],
+        budget: Budget | None = None,
+        deadline: Deadline | None = None,
+        lanes: Lanes | None = None,
+    ) -> T:
+        """plan (checked against `budget`) -> prepare -> `finish` (`deadline` checked between its steps). `lanes`
+        runs the prepare and finish steps (the server: batched with concurrent requests, then on a worker thread of
+        the request's lane); by default here, alone."""
         lanes = lanes if lanes is not None else Alone(self)
         planned = self.plan(request, budget)
         prepared = lanes.prepare(planned, deadline)
@@ -129,11 +157,13 @@ class FillEngine:
     ) -> list[FillResult | ScoreResult]:
         """Requests run as one batch, as the server's batcher runs concurrent ones: each planned, all prepared
         together (one encoder pass padded to `shape`, one search per distinct k), then each finished."""
-        planned = [self.plan(r) for r in requests]
-        return [
-            (self.finish_score if isinstance(p.request, ScoreRequest) else self.finish)(prepared)
-            for p, prepared in zip(planned, self.prepare(planned, shape))
-        ]
+        planned: list[Planned[Any]] = [self.plan(r) for r in requests]
+        return [self._finish_any(prepared) for prepared in self.prepare(planned, shape)]
+
+    def _finish_any(self, prepared: Prepared[Any]) -> FillResult | ScoreResult:
+        if isinstance(prepared.planned.request, ScoreRequest):
+            return self.finish_score(prepared)
+        return self.finish(prepared)
 
     def fill(self, request: FillRequest) -> FillResult:
         """One fill, start to end, here (`run`)."""
@@ -146,13 +176,12 @@ class FillEngine:
     def fill_detailed(self, request: FillRequest) -> tuple[FillResult, list[np.ndarray]]:
         """The fill, and per mask the confidence features of its candidates (fill.scoring.FEATURES;
         before abstention), which `fill-fit` fits the calibration on."""
-        return self.run(request, finish=self.finish_detailed)
+        return self.drive(request, self.finish_detailed)
 
-    def plan(self, request: FillRequest | ScoreRequest, budget: Budget | None = None) -> Planned:
+    def plan(self, request: Req, budget: Budget | None = None) -> Planned[Req]:
         """The request (a fill, or a closed-set score) checked against this index (mode, cost budget) and its
         query tokenized; AppError (validation) naming the field otherwise."""
         t0 = time.perf_counter()
-        scoring = isinstance(request, ScoreRequest)
         mode = request.mode or self.default_mode(request)
         if mode not in MODES:
             raise AppError(f"mode must be one of {MODES}, got {mode!r}", kind="validation", field="mode")
@@ -160,8 +189,10 @@ class FillEngine:
             raise AppError(
                 f"mode {mode!r} needs a BM25 index; this index has none (rebuild it)", kind="validation", field="mode"
             )
-        phrases = Phrases.of(self.encoder, request.choice_list(), request.synonyms) if scoring else None
-        if not scoring and request.reader and self.reader is None:
+        phrases = None
+        if isinstance(request, ScoreRequest):
+            phrases = Phrases.of(self.encoder, request.choice_list(), request.synonyms)
+        elif request.reader and self.reader is None:
             raise AppError(
                 "this server has no reader (started without one, or with --no-use-reader); leave "
                 "`reader` out or set it false",
@@ -175,8 +206,8 @@ class FillEngine:
         return Planned(request, mode, ids, mask_at, t0, Budget.cost(request, mode, block_tokens), phrases)
 
     def prepare(
-        self, planned: list[Planned], shape: Callable[[int, int], tuple[int, int]] | None = None
-    ) -> list[Prepared]:
+        self, planned: list[Planned[Any]], shape: Callable[[int, int], tuple[int, int]] | None = None
+    ) -> list[Prepared[Any]]:
         """Encode the queries in one forward pass and run one FAISS search per distinct k for all their
         masks (start and end queries of every dense / hybrid request). `shape(rows, width)` gives the
         padded shape of the encoder's batch (Encoder.encode_layouts)."""
@@ -201,36 +232,29 @@ class FillEngine:
         search_ms = (time.perf_counter() - mark) * 1000
         return [Prepared(p, q, h, encode_ms, search_ms) for p, q, h in zip(planned, queries, hits)]
 
-    def finish(self, prepared: Prepared, deadline: Deadline | None = None) -> FillResult:
+    def finish(self, prepared: Prepared[FillRequest], deadline: Deadline | None = None) -> FillResult:
         """The fill of a prepared request: BM25 (restricted / hybrid), then per mask its candidates and
         ranking, the reader's re-ranking, confidence and evidence. `deadline` is checked between steps and
         masks (AppError kind timeout)."""
         return self.finish_detailed(prepared, deadline)[0]
 
     def finish_detailed(
-        self, prepared: Prepared, deadline: Deadline | None = None
+        self, prepared: Prepared[FillRequest], deadline: Deadline | None = None
     ) -> tuple[FillResult, list[np.ndarray]]:
         """`finish`, and per mask the confidence features of its candidates (`fill_detailed`)."""
         request, mode = prepared.planned.request, prepared.planned.mode
         laps = StageClock(prepared.encode_ms, prepared.search_ms, deadline)
-        read = self.reader is not None and request.reader is not False
+        reader = self.reader if request.reader is not False else None
+        read = reader is not None
         ranked, prior = self.retrieve(prepared, read, laps)
-        if read:
+        if reader is not None:
+            planned, weight = prepared.planned, self.scoring.reader_weight_of(mode)
             ranked = read_masks(
-                self.reader,
-                self.encoder,
-                self.shards,
-                prepared.planned.ids,
-                prepared.planned.mask_at,
-                ranked,
-                self.scoring.reader_weight_of(mode),
-                request,
-                deadline,
+                reader, self.encoder, self.shards, planned.ids, planned.mask_at, ranked, weight, request, deadline
             )
             laps.lap("read")
-        masks, features = self._answers(
-            ranked, request, mode, prior, read, self.encoder.content_tokens(prepared.planned.ids)
-        )
+        terms = self.encoder.content_tokens(prepared.planned.ids)
+        masks, features = answer_masks(self.index, self.shards, self.scoring, ranked, request, mode, prior, read, terms)
         laps.lap("rank")
         tops = iter([mf.candidates[0].phrase if mf.candidates else None for mf in masks])
         filled = MASK_PATTERN.sub(lambda match: _or(next(tops), match.group(0)), request.text)
@@ -242,7 +266,7 @@ class FillEngine:
         ), features
 
     def retrieve(
-        self, prepared: Prepared, read: bool = False, laps: StageClock | None = None
+        self, prepared: Prepared[FillRequest], read: bool = False, laps: StageClock | None = None
     ) -> tuple[list[RankedMask], BlockPrior | None]:
         """Per mask, its phrases ranked by retrieval (with `read`: as many as the reader's windows and prior
         come from), and the BM25 block prior (None in dense mode). A mask's candidates in every shard are one
@@ -251,6 +275,7 @@ class FillEngine:
         laps = laps if laps is not None else StageClock(prepared.encode_ms, prepared.search_ms, None)
         prior, bonus, blocks = None, None, {}
         if mode != "dense":
+            assert self.index.bm25 is not None  # plan refuses a BM25 mode on an index without BM25
             weight = self.scoring.weight(mode) if request.lexical_weight is None else request.lexical_weight
             found, bm25 = self.index.bm25.search_scored(blank_masks(request.text), max(request.blocks, PRIOR_BLOCKS))
             prior = BlockPrior.from_bm25(found, bm25)
@@ -278,54 +303,13 @@ class FillEngine:
             laps.lap("rank")
         return ranked, prior
 
-    def _retrieved(self, top_k: int, mode: str) -> int:
+    def _retrieved(self, top_k: int, mode: Mode) -> int:
         """Phrases to rank by retrieval before reading: the reader's candidates, and the prior's phrases when
         the retrieval value weighs in (PRIOR_PHRASES without a reader: `retrieve` for fill-reader-data)."""
         if self.reader is None:
             return max(top_k, PRIOR_PHRASES)
         prior = PRIOR_PHRASES if self.scoring.reader_weight_of(mode) else 0
         return max(top_k, self.reader.card.phrases, prior)
-
-    def _answers(
-        self,
-        ranked: list[RankedMask],
-        request: FillRequest,
-        mode: str,
-        prior: BlockPrior | None,
-        read: bool,
-        terms: frozenset[int],
-    ) -> tuple[list[MaskFill], list[np.ndarray]]:
-        """Each mask's shown phrases with confidence and evidence (`terms`: the query's content tokens); the
-        tokens of each top phrase's best block (the query overlap) come with the evidence's first call."""
-        blocks = [np.array([r.pool.block(r.shown[0].occurrences[0])]) if r.shown else None for r in ranked]
-        tops = [(m, int(self.index.block_shards(b)[0][0])) for m, b in enumerate(blocks) if b is not None]
-        extra = [BlockTokensTask(s, int(blocks[m][0])) for m, s in tops]
-        wants = [pool_want(r.pool, p.occurrences, request.evidence) for r in ranked for p in r.shown[: request.top_k]]
-        evidence, block_tokens = gather(self.shards, wants, along=extra)
-        overlaps = {
-            m: query_overlap(terms, tokens) if tokens.size else 0.0 for (m, _), tokens in zip(tops, block_tokens)
-        }
-        masks, features, found = [], [], iter(evidence)
-        for m, r in enumerate(ranked):
-            shown = r.shown[: request.top_k]
-            lexical = float(prior(blocks[m])[0]) if shown and prior is not None else 0.0
-            feats = mask_features(
-                np.array([p.value for p in shown]),
-                r.runner_up,
-                lexical,
-                r.pool.start_max,
-                r.pool.end_max,
-                overlaps.get(m, 0.0),
-            )
-            confidence = self.scoring.confidence_of(mode, feats, read).tolist()
-            candidates = [
-                Candidate(phrase=p.text, score=p.value, confidence=min(1.0, max(0.0, conf)), evidence=next(found))
-                for p, conf in zip(shown, confidence)
-            ]
-            abstained = not candidates or candidates[0].confidence < request.min_confidence
-            masks.append(MaskFill(index=m, candidates=[] if abstained else candidates, abstained=abstained))
-            features.append(feats)
-        return masks, features
 
 
 def _or(top: str | None, mask: str) -> str:
@@ -338,8 +322,9 @@ class Alone:
     def __init__(self, engine: FillEngine) -> None:
         self.engine = engine
 
-    def prepare(self, planned: Planned, deadline: Deadline | None) -> Prepared:
-        return self.engine.prepare([planned])[0]
+    def prepare(self, planned: Planned[Req], deadline: Deadline | None) -> Prepared[Req]:
+        prepared: Prepared[Req] = self.engine.prepare([planned])[0]
+        return prepared
 
-    def finish(self, planned: Planned, work: Callable[[], T]) -> T:
+    def finish(self, planned: Planned[Req], work: Callable[[], T]) -> T:
         return work()

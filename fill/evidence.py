@@ -8,6 +8,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Callable, NamedTuple
 
+import numpy as np
+
 from fill.ranker import CandidatePool
 from fill.schemas import Evidence
 from fill.shard_group import R, Shards, ShardTask, by_shard
@@ -67,7 +69,7 @@ class PlacesTask:
         return read_places(shard, self.places)
 
 
-class Lazy(Sequence):
+class Lazy(Sequence[Any]):
     """A sequence whose item i is `make(i)`, computed when asked: a want is asked a few places at a time, and a
     frequent phrase has thousands of occurrences."""
 
@@ -77,7 +79,7 @@ class Lazy(Sequence):
     def __len__(self) -> int:
         return self.n
 
-    def __getitem__(self, i):  # type: ignore[override]
+    def __getitem__(self, i: int) -> Any:  # type: ignore[override]  # no slices: `gather` asks one item at a time
         return self.make(i)
 
 
@@ -87,7 +89,7 @@ class Want:
     `limit` distinct places (by document id and chars) with their scores."""
 
     items: Sequence[tuple[int, Any]]
-    scores: Sequence[float]
+    scores: Sequence[float] | np.ndarray
     limit: int
 
 
@@ -95,14 +97,14 @@ def gather(
     shards: Shards,
     wants: list[Want],
     along: Sequence[ShardTask[R]] = (),
-    task: Callable[[int, tuple], ShardTask[list[Place]]] = PlacesTask,
+    task: Callable[[int, tuple[Any, ...]], ShardTask[list[Place]]] = PlacesTask,
 ) -> tuple[list[list[Evidence]], list[R]]:
     """The evidence of every want, asked of the shards in as few calls as there are rounds: the first round
     asks for each want's first AHEAD x `limit` places, a later round only for the wants still short (places found
     twice) that have places left. `task(shard_no, places)` makes one shard's task. The tasks `along` travel with
     the first round (one call to the shards, not two) and their results come back second."""
     out: list[list[Evidence]] = [[] for _ in wants]
-    seen: list[set] = [set() for _ in wants]
+    seen: list[set[Any]] = [set() for _ in wants]
     taken = [0] * len(wants)
     along_results: list[R] = []
     first = True
@@ -118,7 +120,7 @@ def gather(
             break
         per, where = by_shard([wants[w].items[i] for w, i in asks])
         tasks = [task(s, tuple(items)) for s, items in per.items()]
-        results: list = shards.run([*tasks, *along] if first else tasks)
+        results: list[Any] = shards.run([*tasks, *along] if first else tasks)
         if first:
             along_results, first = results[len(tasks) :], False
         found: dict[int, list[Place]] = dict(zip(per, results[: len(tasks)]))

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.arrays import unique
+from indexer.phrase_index import PhraseIndex
 
 _EMPTY = np.empty(0, dtype=np.int64)
 _EMPTY.flags.writeable = False  # shared by every empty Hits
@@ -28,11 +29,13 @@ class Hits:
 
     def shard_nos(self) -> list[int]:
         """The shards holding at least one hit, ascending."""
-        return unique(self.shard_no).tolist()
+        shards: list[int] = unique(self.shard_no).tolist()
+        return shards
 
     def in_shard(self, shard_no: int) -> np.ndarray:
         """The positions of the hits in shard `shard_no`."""
-        return self.positions[self.shard_no == shard_no]
+        positions: np.ndarray = self.positions[self.shard_no == shard_no]
+        return positions
 
     def plus(self, other: "Hits") -> "Hits":
         return Hits(np.concatenate([self.shard_no, other.shard_no]), np.concatenate([self.positions, other.positions]))
@@ -53,10 +56,11 @@ class MaskHits:
 
     def shard_nos(self) -> list[int]:
         """The shards holding a start or an end hit, ascending."""
-        return unique(np.concatenate([self.start.shard_no, self.end.shard_no])).tolist()
+        shards: list[int] = unique(np.concatenate([self.start.shard_no, self.end.shard_no])).tolist()
+        return shards
 
 
-def blocks_by_shard(index, blocks: np.ndarray) -> dict[int, np.ndarray]:
+def blocks_by_shard(index: PhraseIndex, blocks: np.ndarray) -> dict[int, np.ndarray]:
     """The global block numbers `blocks` of `index` (indexer.phrase_index.PhraseIndex) per shard holding them, as
     block numbers in that shard."""
     shard_no, local = index.block_shards(blocks)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from common.errors import AppError
 from encoder.model import Encoder
@@ -89,7 +90,7 @@ def open_reader(config: EngineConfig, encoder: Encoder) -> Reader | None:
     # Built on the encoder's inference thread, where all its passes run: torch ops run from another thread (the
     # heads' initialisation) start a second OpenMP team, and two teams on two cores slowed the encoder's pass
     # ~2x in a process whose threads spin-wait (docs/BENCHMARKS.md, "One OpenMP team").
-    reader = encoder.on_thread(Reader, path, encoder.device, config.dtype, config.engine)
+    reader: Reader = encoder.on_thread(Reader, path, encoder.device, config.dtype, config.engine)
     if reader.card.vocab != vocab_fingerprint(encoder.tokenizer):
         raise AppError(
             f"reader {path} was trained on another vocabulary than the encoder {encoder.model_dir.name} "
@@ -101,7 +102,7 @@ def open_reader(config: EngineConfig, encoder: Encoder) -> Reader | None:
 
 def describe(
     index: PhraseIndex, encoder: Encoder, scoring: Scoring, default_mode: str, reader: Reader | None = None
-) -> dict:
+) -> dict[str, Any]:
     """What is being served: the index, the model and how it runs, the build settings (names, not the
     server's absolute paths)."""
     m = index.manifest

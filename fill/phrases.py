@@ -21,6 +21,8 @@ from common.arrays import piece_starts, unique
 from encoder.stopwords import STOPWORD_SET, broken_span, poor_fill
 from fill.ragged import Ragged, group_phrases, next_true, prev_true
 from fill.spans import masses, strip_chars, top_values
+from indexer.doc_text import DocText
+from indexer.shard import Shard
 
 _PACKED = 7  # chars of a word packed into one uint64 (a byte each, the length in the top byte)
 
@@ -91,7 +93,8 @@ def poor_fills(keys: Ragged) -> np.ndarray:
     out = has & (single_letter | in_first | in_last | all_stop)
     for i in np.flatnonzero(non_ascii).tolist():
         out[i] = poor_fill(keys.text(i))
-    return out
+    poor: np.ndarray = out
+    return poor
 
 
 def _word_codes(c: np.ndarray) -> np.ndarray:
@@ -155,7 +158,7 @@ def strip_phrases(raw: Ragged) -> Ragged:
     return Ragged(raw.codes, s + lead, np.where(has, last + 1 - first, 0).astype(np.int64))
 
 
-def shard_span_texts(shard, block: np.ndarray, first: np.ndarray, last: np.ndarray) -> tuple[Ragged, np.ndarray]:
+def shard_span_texts(shard: Shard, block: np.ndarray, first: np.ndarray, last: np.ndarray) -> tuple[Ragged, np.ndarray]:
     """(the text of each span [first, last] of one shard as a segment of one code-point buffer, the span's
     first char in its document). Spans of one block whose chars overlap share one piece of the buffer (a
     mask's spans are a few tokens either side of its hits, so most of them overlap), pieces in block order,
@@ -180,7 +183,9 @@ def shard_span_texts(shard, block: np.ndarray, first: np.ndarray, last: np.ndarr
     return Ragged(codes, p_at[piece_of] + (char_a - p_a[piece_of]), char_b - char_a), char_a
 
 
-def _piece_codes(text, p_block: np.ndarray, p_a: np.ndarray, p_len: np.ndarray, p_at: np.ndarray) -> np.ndarray:
+def _piece_codes(
+    text: DocText, p_block: np.ndarray, p_a: np.ndarray, p_len: np.ndarray, p_at: np.ndarray
+) -> np.ndarray:
     """The buffer of the pieces: piece i's code points at p_at[i], a NUL after each."""
     codes = np.zeros(int((p_len + 1).sum()), dtype=np.uint32)
     ascii_block, byte = text.ascii_bytes(p_block, p_a)

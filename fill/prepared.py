@@ -6,21 +6,24 @@ threads in the service (service.lanes)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Protocol, TypeVar
+from typing import Callable, Generic, Protocol, TypeVar
 
 from encoder.model import QueryVectors
 from fill.budget import Deadline
 from fill.choices import Phrases
 from fill.hits import MaskHits
-from fill.schemas import FillRequest, ScoreRequest
+from fill.schemas import FillRequest, Mode, ScoreRequest
+
+# the request a step holds: a fill's steps and a score's are typed apart (`Planned[FillRequest]`, ...)
+Req = TypeVar("Req", FillRequest, ScoreRequest)
 
 
 @dataclass
-class Planned:
+class Planned(Generic[Req]):
     """A request checked and tokenized (`FillEngine.plan`)."""
 
-    request: FillRequest | ScoreRequest
-    mode: str
+    request: Req
+    mode: Mode
     ids: list[int]  # query token ids, each mask as MASK_s MASK_e
     mask_at: list[int]  # the token index of each mask's MASK_s
     t0: float  # when the fill started (perf_counter)
@@ -33,10 +36,10 @@ class Planned:
 
 
 @dataclass
-class Prepared:
+class Prepared(Generic[Req]):
     """A request encoded and searched (`FillEngine.prepare`, possibly in a batch with others)."""
 
-    planned: Planned
+    planned: Planned[Req]
     queries: QueryVectors  # per mask, its start and end query vectors
     hits: list[MaskHits]  # per mask, the search's hits (empty in restricted mode)
     encode_ms: float  # the batch's encode and search times
@@ -49,11 +52,11 @@ T = TypeVar("T")
 class Lanes(Protocol):
     """Where a request's prepare and finish steps run (FillEngine.run drives the steps through it)."""
 
-    def prepare(self, planned: Planned, deadline: Deadline | None) -> Prepared:
+    def prepare(self, planned: Planned[Req], deadline: Deadline | None) -> Prepared[Req]:
         """The request encoded and searched (the service: in a batch with concurrent requests; AppError timeout
         when `deadline` passes before its batch)."""
         ...
 
-    def finish(self, planned: Planned, work: Callable[[], T]) -> T:
+    def finish(self, planned: Planned[Req], work: Callable[[], T]) -> T:
         """`work()`, the request's finish step (the service: on a worker thread of the request's lane)."""
         ...

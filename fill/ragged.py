@@ -34,7 +34,8 @@ def _hashes(keys: "Ragged") -> np.ndarray:
     prefix = np.zeros(keys.codes.size + 1, dtype=np.uint64)
     np.cumsum((keys.codes.astype(np.uint64) + np.uint64(1)) * up[: keys.codes.size], out=prefix[1:])
     h = (prefix[keys.start + keys.length] - prefix[keys.start]) * down[keys.start]
-    return h ^ keys.length.astype(np.uint64) * _MULT
+    out: np.ndarray = h ^ keys.length.astype(np.uint64) * _MULT
+    return out
 
 
 @dataclass
@@ -95,10 +96,10 @@ def group_phrases(keys: Ragged) -> tuple[np.ndarray, np.ndarray]:
 def _split(keys: Ragged, groups: np.ndarray, collided: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """`group_phrases` where the groups of the segments marked `collided` hashed different keys alike: those segments
     are grouped by their strings, the others keep their hash group; all renumbered by first appearance."""
-    labels: list = groups.tolist()
+    labels: list[int | str] = groups.tolist()
     for i in np.flatnonzero(collided).tolist():
         labels[i] = keys.text(i)  # a str never equals an int label
-    number: dict = {}
+    number: dict[int | str, int] = {}
     out = np.empty(groups.size, dtype=np.int64)
     for i, label in enumerate(labels):
         out[i] = number.setdefault(label, len(number))

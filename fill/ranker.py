@@ -55,7 +55,8 @@ def _probabilities(logits: list[np.ndarray], rows: list[np.ndarray]) -> np.ndarr
     """Per span: the softmax over every part's distinct positions, read at the span's own position."""
     sizes = np.array([x.size for x in logits], dtype=np.int64)
     shift = piece_starts(sizes)
-    return softmax(np.concatenate(logits))[np.concatenate([r + d for r, d in zip(rows, shift)])]
+    probabilities: np.ndarray = softmax(np.concatenate(logits))[np.concatenate([r + d for r, d in zip(rows, shift)])]
+    return probabilities
 
 
 @dataclass

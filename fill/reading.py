@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.arrays import piece_starts
+from encoder.model import Encoder
 from encoder.reader import Reader, ReaderInput, ReadingSpec
 from fill.budget import Deadline
 from fill.candidates import ShardCandidates
@@ -88,17 +89,17 @@ def plan_reading(
     if budget <= 0 or not ranked.shown:
         return None
     windows = mask_windows(ranked, card.phrases, card.window, budget)
-    titled = bool(card.title_tokens and spec.title_ids)
-    spans = window_spans(shards, windows, max_span_tokens, titles=titled)
+    title_ids = spec.title_ids if card.title_tokens else None
+    spans = window_spans(shards, windows, max_span_tokens, titles=title_ids is not None)
     if not spans.shard_nos:
         return None
-    titles = [spec.title_ids(t) for t in spans.titles] if titled else None
+    titles = [title_ids(t) for t in spans.titles] if title_ids is not None and spans.titles is not None else None
     return MaskReading(ReaderInput(ids, mask_at, spans.tokens, titles), windows, spans)
 
 
 def read_masks(
     reader: Reader,
-    encoder,
+    encoder: Encoder,
     shards: Shards,
     ids: list[int],
     mask_at: list[int],

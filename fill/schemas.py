@@ -18,7 +18,7 @@ MASK_SCHEMA_PATTERN = r"<[Mm][Aa][Ss][Kk]>|\[[Mm][Aa][Ss][Kk]\]"  # common.masks
 
 Mode = Literal["dense", "restricted", "hybrid"]
 Aggregate = Literal["max", "sum"]
-MODES: tuple[str, ...] = get_args(Mode)
+MODES: tuple[Mode, ...] = get_args(Mode)
 AGGREGATIONS: tuple[str, ...] = get_args(Aggregate)
 
 
@@ -106,7 +106,7 @@ class MaskedText(BaseModel):
         return text
 
 
-def _integer_only(value):
+def _integer_only(value: object) -> object:
     """Strict numbers: an integer field takes a JSON integer, not 5.0 (which JSON Schema would count as one: the
     fuzz tests know this rule) nor "5" nor true (strict mode)."""
     if isinstance(value, float):
@@ -121,7 +121,7 @@ class FillRequest(FillOptions, MaskedText):
 
     @field_validator("top_k", "k", "max_span_tokens", "evidence", "blocks", mode="before")
     @classmethod
-    def _no_floats(cls, value):
+    def _no_floats(cls, value: object) -> object:
         return _integer_only(value)
 
 
@@ -264,7 +264,7 @@ class ScoreRequest(MaskedText):
 
     @field_validator("k", "blocks", "evidence", "synonyms", mode="before")
     @classmethod
-    def _no_floats(cls, value):
+    def _no_floats(cls, value: object) -> object:
         return _integer_only(value)
 
     @field_validator("choices")

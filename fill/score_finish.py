@@ -13,7 +13,7 @@ from fill.budget import Deadline, StageClock
 from fill.choices import Phrases, choice_counts, score_masks
 from fill.hits import blocks_by_shard
 from fill.prepared import Prepared
-from fill.schemas import SCORE_STAGES, ScoreResult
+from fill.schemas import SCORE_STAGES, ScoreRequest, ScoreResult
 from fill.shard_group import Shards
 from indexer.phrase_index import PhraseIndex
 
@@ -27,18 +27,20 @@ class ScoreFinish:
 
     def __init__(self, index: PhraseIndex, shards: Shards) -> None:
         self.index, self.shards = index, shards
-        self._priors: dict[tuple, np.ndarray] = {}
+        self._priors: dict[tuple[tuple[int, ...], tuple[tuple[int, ...], ...]], np.ndarray] = {}
 
-    def __call__(self, prepared: Prepared, deadline: Deadline | None = None) -> ScoreResult:
-        planned = prepared.planned
+    def __call__(self, prepared: Prepared[ScoreRequest], deadline: Deadline | None = None) -> ScoreResult:
+        planned, phrases = prepared.planned, prepared.planned.phrases
+        assert phrases is not None  # a score's plan holds its choices' phrases (FillEngine.plan)
         request, q = planned.request, prepared.queries
         laps = StageClock(prepared.encode_ms, prepared.search_ms, deadline, SCORE_STAGES)
-        blocks = {}
+        blocks: dict[int, np.ndarray] = {}
         if planned.mode != "dense":
+            assert self.index.bm25 is not None  # plan refuses a BM25 mode on an index without BM25
             found = self.index.bm25.search_scored(blank_masks(request.text), request.blocks)[0]
             blocks = blocks_by_shard(self.index, found)
             laps.lap("search")
-        prior = self.prior(planned.phrases) if request.calibrate else None
+        prior = self.prior(phrases) if request.calibrate else None
         masks = []
         for m, hits in enumerate(prepared.hits):  # a mask at a time: the deadline is checked between masks
             scored = score_masks(
@@ -48,7 +50,7 @@ class ScoreFinish:
                 q.q_start[m : m + 1],
                 q.q_end[m : m + 1],
                 self.index.scale,
-                planned.phrases,
+                phrases,
                 request.temperature,
                 request.scorer == "npm",
                 request.evidence,

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -109,7 +109,8 @@ class Calibration(BaseModel):
         n = len(self.coef)  # the first n FEATURES (a legacy calibration ignores the later ones)
         z = (np.asarray(features, dtype=np.float64)[..., :n] - np.array(self.mean)) / np.array(self.scale)
         logit = z @ np.array(self.coef) + self.intercept
-        return 1.0 / (1.0 + np.exp(-np.clip(logit, -50.0, 50.0)))
+        probability: np.ndarray = 1.0 / (1.0 + np.exp(-np.clip(logit, -50.0, 50.0)))
+        return probability
 
 
 class Confidence(BaseModel):
@@ -142,7 +143,7 @@ class Scoring(BaseModel):
         default_factory=dict, description="per mode, the power of the retrieval value in the reader's re-ranking"
     )
     reader_confidence: dict[Mode, Confidence] = Field(default_factory=dict)
-    fitted: dict = Field(default_factory=dict, description="provenance: data, model, grid, fit quality")
+    fitted: dict[str, Any] = Field(default_factory=dict, description="provenance: data, model, grid, fit quality")
 
     @classmethod
     def load(cls, path: Path) -> "Scoring":
@@ -161,14 +162,15 @@ class Scoring(BaseModel):
         default = Path(model_dir) / SCORING_NAME
         return cls.load(default) if default.is_file() else cls()
 
-    def weight(self, mode: str) -> float:
+    def weight(self, mode: Mode) -> float:
         return 0.0 if mode == "dense" else float(self.lexical_weight.get(mode, 0.0))
 
-    def reader_weight_of(self, mode: str) -> float:
+    def reader_weight_of(self, mode: Mode) -> float:
         return float(self.reader_weight.get(mode, 1.0))
 
-    def confidence_of(self, mode: str, features: np.ndarray, read: bool = False) -> np.ndarray:
+    def confidence_of(self, mode: Mode, features: np.ndarray, read: bool = False) -> np.ndarray:
         calibration = (self.reader_confidence if read else self.confidence).get(mode)
         if calibration is None:
             return np.clip(np.exp(features[:, 0]), 0.0, 1.0) if len(features) else np.empty(0)
-        return calibration(features)
+        confidence: np.ndarray = calibration(features)
+        return confidence

@@ -25,10 +25,15 @@ import numpy as np
 
 from common.arrays import unique
 from corpus.tokens import WORD_END, WORD_START
+from indexer.checksums import CheckedArray
 
 
 def spans_from_hits(
-    hits: np.ndarray, forward: bool, max_len: int, flags: np.ndarray, block_of
+    hits: np.ndarray,
+    forward: bool,
+    max_len: int,
+    flags: np.ndarray | CheckedArray,
+    block_of: Callable[[np.ndarray], np.ndarray],
 ) -> tuple[np.ndarray, np.ndarray]:
     """(first, last token) of every valid span that starts (forward) or ends (backward) at a hit position.
 
@@ -57,7 +62,8 @@ def softmax(x: np.ndarray) -> np.ndarray:
     if x.size == 0:
         return x.astype(np.float64)
     z = np.exp(x.astype(np.float64) - x.max())
-    return z / z.sum()
+    out: np.ndarray = z / z.sum()
+    return out
 
 
 @dataclass

@@ -3,7 +3,9 @@ which holds the fill engine."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -30,7 +32,7 @@ def create_app(
     load = state is None if load is None else load
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if load:
             app.state.service.start_loading()
         yield
@@ -54,12 +56,12 @@ def create_app(
     return app
 
 
-def _document_budget(app: FastAPI, budget: dict) -> None:
+def _document_budget(app: FastAPI, budget: dict[str, Any]) -> None:
     """The server's cost budget in the OpenAPI schema: `x-cost-budget` on FillRequest and ScoreRequest, and a
     sentence in their descriptions."""
     generate = app.openapi
 
-    def openapi() -> dict:
+    def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             schema = generate()
             for name in ("FillRequest", "ScoreRequest"):
@@ -79,7 +81,7 @@ def _document_budget(app: FastAPI, budget: dict) -> None:
             app.openapi_schema = schema
         return app.openapi_schema
 
-    app.openapi = openapi
+    app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend the schema
 
 
 def _middleware(app: FastAPI, settings: Settings, keys: list[str]) -> None:

@@ -20,6 +20,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
+from typing import Any, Callable
 
 from common.priority import lower_this_thread
 from encoder.model import WIDTH_STEP
@@ -40,9 +41,9 @@ def bucket_shape(rows: int, width: int) -> tuple[int, int]:
 class _Job:
     __slots__ = ("planned", "future")
 
-    def __init__(self, planned: Planned) -> None:
+    def __init__(self, planned: Planned[Any]) -> None:
         self.planned = planned
-        self.future: Future[Prepared] = Future()
+        self.future: Future[Prepared[Any]] = Future()
 
 
 class Batcher:
@@ -52,7 +53,7 @@ class Batcher:
         max_batch: int = 32,
         max_tokens: int = 4096,
         max_wait: float = 0.0,
-        on_batch=None,
+        on_batch: Callable[[int, int, float], None] | None = None,
         name: str = "batcher",
         nice: int = 0,
     ) -> None:
@@ -74,7 +75,7 @@ class Batcher:
         """Requests waiting for a batch."""
         return len(self._queue)
 
-    def submit(self, planned: Planned) -> Future:
+    def submit(self, planned: Planned[Any]) -> Future[Prepared[Any]]:
         """A future of the request's `Prepared` (or its exception). Cancel it to drop a request that has
         not been batched yet."""
         job = _Job(planned)
@@ -103,7 +104,8 @@ class Batcher:
                 self._cond.wait()
             if self._closed:
                 return None
-            batch, tokens = [], 0
+            batch: list[_Job] = []
+            tokens = 0
             until = time.perf_counter() + self.max_wait
             while len(batch) < self.max_batch:
                 if not self._queue:

@@ -3,17 +3,22 @@ requirement of admin routes, and the error responses every route documents."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import Depends, Request
 
 from common.errors import AppError
 from service.schemas import ErrorResponse
 from service.state import ServiceState
 
-ERRORS = {code: {"model": ErrorResponse} for code in (401, 413, 415, 422, 429, 503, 504)}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorResponse} for code in (401, 413, 415, 422, 429, 503, 504)
+}
 
 
 async def get_state(request: Request) -> ServiceState:
-    return request.app.state.service
+    state: ServiceState = request.app.state.service
+    return state
 
 
 async def ready_state(state: ServiceState = Depends(get_state)) -> ServiceState:

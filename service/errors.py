@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -36,14 +37,16 @@ def redact(message: str) -> str:
     return _ABSOLUTE_PATH.sub(r"\1", message)
 
 
-def error_response(kind: str, message: str, detail: list | None = None, headers: dict | None = None) -> JSONResponse:
-    body = {"error": redact(message), "error_type": kind}
+def error_response(
+    kind: str, message: str, detail: list[dict[str, Any]] | None = None, headers: dict[str, str] | None = None
+) -> JSONResponse:
+    body: dict[str, Any] = {"error": redact(message), "error_type": kind}
     if detail is not None:
         body["detail"] = detail
     return JSONResponse(body, status_code=STATUS[kind], headers={**KIND_HEADERS.get(kind, {}), **(headers or {})})
 
 
-def _describe(err: dict) -> str:
+def _describe(err: dict[str, Any]) -> str:
     loc = ".".join(str(x) for x in err.get("loc", ()) if x != "body") or "body"
     if err.get("type") == "json_invalid":  # loc is (body, char position)
         return f"body: invalid JSON at char {err['loc'][-1]}: {err.get('ctx', {}).get('error', 'decode error')}"

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import contextvars
 from concurrent.futures import ThreadPoolExecutor
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from common.priority import lower_this_thread
 from fill.budget import Deadline
-from fill.prepared import Planned, Prepared
+from fill.prepared import Planned, Prepared, Req
 from service.config import Settings
 from service.metrics import Metrics
 from service.serving import Serving
@@ -44,19 +44,21 @@ class ServerLanes:
     def __init__(self, serving: Serving, workers: Workers, heavy_weight: float, metrics: Metrics) -> None:
         self.serving, self.workers, self.heavy_weight, self.metrics = serving, workers, heavy_weight, metrics
 
-    def heavy(self, planned: Planned) -> bool:
+    def heavy(self, planned: Planned[Any]) -> bool:
         return planned.cost > self.heavy_weight
 
-    def prepare(self, planned: Planned, deadline: Deadline | None) -> Prepared:
+    def prepare(self, planned: Planned[Req], deadline: Deadline | None) -> Prepared[Req]:
         heavy = self.heavy(planned)
         self.metrics.lanes.labels("heavy" if heavy else "light").inc()
         future = (self.serving.heavy if heavy else self.serving.batcher).submit(planned)
         try:
-            return future.result(timeout=max(deadline.left(), 0) if deadline is not None else None)
+            prepared: Prepared[Req] = future.result(timeout=max(deadline.left(), 0) if deadline is not None else None)
         except TimeoutError:
             future.cancel()  # not batched yet: dropped from the queue
+            assert deadline is not None  # (no deadline: the wait has no timeout)
             raise deadline.error("queue") from None
+        return prepared
 
-    def finish(self, planned: Planned, work: Callable[[], T]) -> T:
+    def finish(self, planned: Planned[Req], work: Callable[[], T]) -> T:
         pool = self.workers.heavy if self.heavy(planned) else self.workers.light
         return pool.submit(contextvars.copy_context().run, work).result()

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 from urllib.parse import unquote_to_bytes
 
 import h11
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
@@ -90,7 +92,7 @@ class RequestLimits:
         await self.app(scope, limited, send)
 
 
-def _framing_or_path_problem(scope: Scope, headers: Headers):
+def _framing_or_path_problem(scope: Scope, headers: Headers) -> JSONResponse | None:
     """The 400 response (closing the connection) for a request smuggling's ambiguity or an undecodable path."""
     close = {"Connection": "close"}
     if "content-length" in headers and "transfer-encoding" in headers:
@@ -130,11 +132,11 @@ class JsonErrorsProtocol(H11Protocol):
         self.transport.write(self.conn.send(h11.EndOfMessage()))
         self.transport.close()
 
-    def __init__(self, *args, **kwargs) -> None:
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.conn.next_event = self._next_event  # keeps the parser's error for send_400_response
+        self.conn.next_event = self._next_event  # type: ignore[method-assign]  # keeps the parser's error for send_400_response
 
-    def _next_event(self):
+    def _next_event(self) -> Any:
         try:
             return h11.Connection.next_event(self.conn)
         except h11.RemoteProtocolError as exc:
@@ -147,13 +149,13 @@ def header_timeout_protocol(seconds: float, body_seconds: float | None = None) -
     after it opened, or after the first byte of its next request, is closed; so is one whose request body is
     not complete `body_seconds` (default `seconds`) after its head (uvicorn by itself waits forever for a client
     sending its headers, or its body, a byte at a time)."""
-    body_seconds = seconds if body_seconds is None else body_seconds
+    body_limit = seconds if body_seconds is None else body_seconds
 
     class HeaderTimeout(JsonErrorsProtocol):
         _timer: asyncio.TimerHandle | None = None
         _waiting_for: str | None = None  # "head" or "body"
 
-        def connection_made(self, transport) -> None:  # type: ignore[override]
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
             super().connection_made(transport)
             self._arm("head")
 
@@ -175,7 +177,7 @@ def header_timeout_protocol(seconds: float, body_seconds: float | None = None) -
         def _arm(self, what: str) -> None:
             self._disarm()
             self._waiting_for = what
-            self._timer = self.loop.call_later(seconds if what == "head" else body_seconds, self._expired)
+            self._timer = self.loop.call_later(seconds if what == "head" else body_limit, self._expired)
 
         def _disarm(self) -> None:
             if self._timer is not None:
@@ -189,7 +191,7 @@ def header_timeout_protocol(seconds: float, body_seconds: float | None = None) -
                 self.logger.info(
                     "closing a connection that sent no complete request %s in %.1f s",
                     what,
-                    seconds if what == "head" else body_seconds,
+                    seconds if what == "head" else body_limit,
                 )
                 self.transport.close()
 

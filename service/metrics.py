@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
-from fill.schemas import FillResult
+from fill.engine import FillEngine
+from fill.schemas import FillResult, ScoreResult
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 
@@ -64,7 +65,7 @@ class Metrics:
     def outcome(self, outcome: str) -> None:
         self.requests.labels(outcome).inc()
 
-    def filled(self, result: FillResult, seconds: float) -> None:
+    def filled(self, result: FillResult | ScoreResult, seconds: float) -> None:
         self.latency.observe(seconds)
         for stage, ms in result.timings_ms.items():
             self.stages.labels(stage).observe(ms / 1000)
@@ -75,7 +76,7 @@ class Metrics:
         self.batch_tokens.observe(tokens)
         self.batch_seconds.observe(seconds)
 
-    def serving(self, engine) -> None:
+    def serving(self, engine: FillEngine) -> None:
         """What is served now (after a load or reload): index size, model id."""
         described = engine.describe()
         self.index_tokens.set(described["counts"]["tokens"])

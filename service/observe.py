@@ -18,7 +18,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.metrics import Metrics
 
-REQUEST_ID = contextvars.ContextVar("request_id", default=None)
+REQUEST_ID: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
 _VALID_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")
 access_log = logging.getLogger("service.access")
 
@@ -66,7 +66,7 @@ class TextFormatter(logging.Formatter):
         return super().formatMessage(record)
 
 
-def _escape(match: re.Match) -> str:
+def _escape(match: re.Match[str]) -> str:
     code = ord(match.group())
     return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
 

@@ -5,6 +5,8 @@ the shards (service.ray_backend)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import FastAPI
 from ray import serve
 from ray.serve import Application
@@ -14,7 +16,7 @@ from service.api import create_app
 from service.config import Settings
 
 
-def ingress_settings(args: dict) -> Settings:
+def ingress_settings(args: dict[str, Any]) -> Settings:
     """The ingress's Settings: the config's `args` (Settings fields by name, e.g. index, ray_groups, api_keys) over
     the FILL_* variables, always the ray backend attached to the config's groups."""
     return Settings.model_validate(
@@ -27,7 +29,7 @@ def ingress_settings(args: dict) -> Settings:
 class FillIngress:
     """One ingress replica: the FastAPI app over its own ServiceState (the engine loads at start-up)."""
 
-    def __init__(self, args: dict) -> None:
+    def __init__(self, args: dict[str, Any]) -> None:
         single_thread_blas()
         self.settings = ingress_settings(args)
 
@@ -35,8 +37,9 @@ class FillIngress:
         return create_app(self.settings, load=True)
 
 
-def app_builder(args: dict) -> Application:
+def app_builder(args: dict[str, Any]) -> Application:
     """`import_path: service.ray_app:app_builder` of the ingress application; `args` are checked here, so a wrong
     field fails the deployment with the field's name."""
     ingress_settings(args)
-    return FillIngress.bind(args)
+    app: Application = FillIngress.bind(args)  # type: ignore[attr-defined]  # serve.deployment adds bind
+    return app

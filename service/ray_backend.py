@@ -92,7 +92,7 @@ class RayShards:
                 out[i] = result
         return out
 
-    def _call(self, calls: list[tuple[int, str, tuple]]) -> list:
+    def _call(self, calls: list[tuple[int, str, tuple[Any, ...]]]) -> list[Any]:
         """The results of the calls (group, method, args), sent together; one retry of a call whose replica
         died; AppError (not_ready, 503) naming the group that did not answer in time."""
         sent = [(g, method, args, getattr(self.groups[g].handle, method).remote(*args)) for g, method, args in calls]
@@ -105,7 +105,7 @@ class RayShards:
                 out.append(self._result(g, getattr(self.groups[g].handle, method).remote(*args)))
         return out
 
-    def _result(self, g: int, response) -> Any:
+    def _result(self, g: int, response: Any) -> Any:
         try:
             return response.result(timeout_s=self.timeout)
         except TimeoutError:
@@ -157,7 +157,7 @@ def shard_groups(settings: Settings, root: Path, deploy: bool, wait: float = ATT
 def _deploy(settings: Settings, root: Path, manifest: Manifest, group: Group) -> None:
     """Run (or update) the group's application and wait until it has its replicas; its handle into `group`."""
     t0 = time.perf_counter()
-    app = ShardGroupReplica.options(num_replicas=settings.ray_replicas).bind(
+    app = ShardGroupReplica.options(num_replicas=settings.ray_replicas).bind(  # type: ignore[attr-defined]
         str(root.resolve()),
         group.shard_nos,
         settings.nprobe,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from pathlib import Path
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 from pydantic import BaseModel, Field
@@ -15,8 +16,11 @@ from ray import serve
 from ray.serve import Application
 
 from common.process import single_thread_blas
-from fill.shard_group import ShardGroup
-from indexer.phrase_index import PhraseIndex
+from fill.shard_group import ShardGroup, ShardTask
+from indexer.manifest import Manifest
+from indexer.phrase_index import PhraseIndex, ScoredHits
+
+T = TypeVar("T")
 
 
 @serve.deployment(
@@ -45,20 +49,20 @@ class ShardGroupReplica:
         if warm:
             self.group.index.warm(pages=True)
 
-    def held(self) -> dict:
+    def held(self) -> dict[str, Any]:
         """What this replica serves: its shards and the index generation (an ingress attaching checks them)."""
         m = self.group.index.manifest
         return {"shard_nos": self.group.shard_nos, "generation": generation_of(m)}
 
     # The calls are coroutines whose work runs on a thread of the replica's event loop, so several run at once:
     # an async method costs Serve ~0.5-0.9 ms less per call than a sync one here (docs/BENCHMARKS.md).
-    async def search(self, queries: np.ndarray, k: int, groups: list[int] | None) -> list:
+    async def search(self, queries: np.ndarray, k: int, groups: list[int] | None) -> list[ScoredHits]:
         return await asyncio.to_thread(self._hop, self.group.search, queries, k, groups)
 
-    async def run(self, tasks: list) -> list:
+    async def run(self, tasks: list[ShardTask[Any]]) -> list[Any]:
         return await asyncio.to_thread(self._hop, self.group.run, tasks)
 
-    def _hop(self, work, *args):
+    def _hop(self, work: Callable[..., T], *args: Any) -> T:
         if self.delay:
             time.sleep(self.delay)
         out = work(*args)
@@ -74,7 +78,7 @@ def group_plan(shards: int, groups: int) -> list[list[int]]:
     return [list(range(a, b)) for a, b in zip(bounds, bounds[1:])]
 
 
-def generation_of(manifest) -> str:
+def generation_of(manifest: Manifest) -> str:
     """An index's build and generation, as one string: a group deployed with another one is redeployed."""
     return f"{manifest.created_at}#{manifest.generation}"
 
@@ -97,10 +101,8 @@ class GroupArgs(BaseModel):
     warm: bool = True
 
 
-def app_builder(args: dict) -> Application:
+def app_builder(args: dict[str, Any]) -> Application:
     """`import_path: service.ray_group:app_builder` of a shard group's application in a Serve config."""
-    from indexer.manifest import Manifest
-
     a = GroupArgs.model_validate(args)
     manifest = Manifest.load(Path(a.index))
     plan = group_plan(len(manifest.shards), a.groups)
@@ -109,6 +111,7 @@ def app_builder(args: dict) -> Application:
             f"group {a.group} of {a.groups}: the index {a.index} makes only {len(plan)} groups "
             f"(one shard each at most); use groups <= {len(plan)}"
         )
-    return ShardGroupReplica.bind(
+    app: Application = ShardGroupReplica.bind(  # type: ignore[attr-defined]  # serve.deployment adds bind
         a.index, plan[a.group], a.nprobe, a.ef_search, a.refine, a.warm, 0.0, generation_of(manifest)
     )
+    return app

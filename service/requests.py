@@ -11,7 +11,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from typing import Protocol
+from typing import Callable, Protocol, TypeVar
 
 from common.errors import AppError
 from fill.budget import Budget, Deadline
@@ -21,6 +21,8 @@ from service.config import Settings
 from service.lanes import ServerLanes, Workers
 from service.metrics import Metrics
 from service.serving import Serving
+
+Res = TypeVar("Res", FillResult, ScoreResult)
 
 
 class Admitting(Protocol):
@@ -50,13 +52,15 @@ class RequestPath:
 
     async def fill(self, request: FillRequest) -> FillResult:
         """One fill (see the module doc)."""
-        return await self.serve(request)
+        return await self.serve(lambda engine, deadline, lanes: engine.run(request, self.budget, deadline, lanes))
 
     async def score(self, request: ScoreRequest) -> ScoreResult:
         """One closed-set score, admitted, batched and timed out like a fill."""
-        return await self.serve(request)
+        return await self.serve(lambda engine, deadline, lanes: engine.run(request, self.budget, deadline, lanes))
 
-    async def serve(self, request: FillRequest | ScoreRequest) -> FillResult | ScoreResult:
+    async def serve(self, run: Callable[[FillEngine, Deadline, ServerLanes], Res]) -> Res:
+        """`run(engine, deadline, lanes)` (the engine's driver for one request) admitted in a slot, on a driver
+        thread, within the request's deadline, counted in the metrics."""
         state = self.state
         settings, metrics = state.settings, state.metrics
         state.ready_engine()
@@ -71,13 +75,7 @@ class RequestPath:
                 lanes = ServerLanes(serving, self.workers, settings.heavy_weight, metrics)
                 loop = asyncio.get_running_loop()  # the driver runs in this request's context (its log id)
                 result = await loop.run_in_executor(
-                    self.drivers,
-                    contextvars.copy_context().run,
-                    serving.engine.run,
-                    request,
-                    self.budget,
-                    deadline,
-                    lanes,
+                    self.drivers, contextvars.copy_context().run, run, serving.engine, deadline, lanes
                 )
         except AppError as exc:
             metrics.outcome("invalid" if exc.kind == "validation" else exc.kind)

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from pydantic import BaseModel, ConfigDict, Field
 
 
@@ -18,4 +20,4 @@ class ReloadRequest(BaseModel):
 class ErrorResponse(BaseModel):
     error: str
     error_type: str
-    detail: list[dict] | None = None
+    detail: list[dict[str, Any]] | None = None

@@ -14,6 +14,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
+from types import FrameType
 
 import typer
 import uvicorn
@@ -58,11 +59,11 @@ def serve(settings: Settings) -> None:
         log_config=None,
         access_log=False,
         http=header_timeout_protocol(settings.header_timeout, settings.body_timeout),
-        timeout_graceful_shutdown=settings.request_timeout + 5,
+        timeout_graceful_shutdown=settings.request_timeout + 5,  # type: ignore[arg-type]  # seconds; a float works
     )
     server = DrainingServer(config, state)
 
-    def on_hangup(*_) -> None:  # reload off the signal handler, which must return at once
+    def on_hangup(*_: object) -> None:  # reload off the signal handler, which must return at once
         threading.Thread(target=_reload, args=(state,), name="reload", daemon=True).start()
 
     signal.signal(signal.SIGHUP, on_hangup)
@@ -78,7 +79,7 @@ class DrainingServer(uvicorn.Server):
         super().__init__(config)
         self.state = state
 
-    def handle_exit(self, sig: int, frame) -> None:
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.state.documents.drain()
         super().handle_exit(sig, frame)
 

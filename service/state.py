@@ -10,7 +10,8 @@ import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from types import ModuleType
+from typing import Any, Callable, Iterator
 
 from common.errors import AppError, IndexDamaged
 from fill.engine import FillEngine
@@ -26,7 +27,7 @@ logger = logging.getLogger(__name__)
 WARMUP = FillRequest(text="<mask>", top_k=1, k=1, max_span_tokens=1, evidence=0)
 
 
-def ray_backend():
+def ray_backend() -> ModuleType:
     """service.ray_backend, imported only for FILL_BACKEND=ray; an AppError saying how to install Ray without it."""
     try:
         from service import ray_backend as module
@@ -39,7 +40,8 @@ def open_engine(settings: Settings) -> FillEngine:
     """The engine of the settings' backend: every shard here (local), or shard groups on Ray (ray is imported
     only then)."""
     if settings.backend == "ray":
-        return ray_backend().open_engine(settings)
+        engine: FillEngine = ray_backend().open_engine(settings)
+        return engine
     return FillEngine.open(settings.engine_config())
 
 
@@ -90,7 +92,7 @@ class ServiceState:
             if self.on_fatal is not None:
                 self.on_fatal(str(exc))
 
-    def reload(self, index: Path | None = None, first: bool = False) -> dict:
+    def reload(self, index: Path | None = None, first: bool = False) -> dict[str, Any]:
         """Open `index` (default: the configured directory, read again), warm it up, and swap it in; the
         engine it replaces is released after its last request. A failure leaves the current one serving.
         A reload (not the `first` load) checks every file's sha256 before it swaps (unless check_hashes is off)."""
@@ -141,7 +143,7 @@ class ServiceState:
                 updated.close()
                 raise
 
-    def reload_or_report(self, index: str | None = None) -> dict:
+    def reload_or_report(self, index: str | None = None) -> dict[str, Any]:
         """`reload`, counted in the metrics; an index that cannot be served is a validation error naming
         why (the old index keeps serving)."""
         target = Path(index) if index is not None else self.configured
@@ -162,11 +164,11 @@ class ServiceState:
         self.metrics.reloads.labels("ok").inc()
         return done
 
-    def _serves(self, root: Path) -> bool:
+    def _serves(self, root: Path | None) -> bool:
         """Whether the served index is the directory `root` (False for a path that cannot be resolved)."""
         engine = self.engine
         try:
-            return engine is not None and engine.index.root.resolve() == root.resolve()
+            return engine is not None and root is not None and engine.index.root.resolve() == root.resolve()
         except (OSError, ValueError):  # e.g. a NUL byte in a requested path
             return False
 
@@ -286,6 +288,7 @@ class ServiceState:
                 serving.enter()
         if serving is None:
             self.ready_engine()  # raises not_ready with the reason
+            raise AppError("service not ready (the index is being replaced)", kind="not_ready")  # loaded meanwhile
         try:
             yield serving
         except IndexDamaged as exc:  # a read met bytes that do not match their checksum (indexer.checksums)

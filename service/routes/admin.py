@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 
@@ -13,7 +15,7 @@ router = APIRouter(prefix="/admin")
 
 
 @router.post("/reload", responses={**ERRORS, 403: {"model": ErrorResponse}})
-async def reload(request: ReloadRequest, http: Request, state: ServiceState = Depends(get_state)) -> dict:
+async def reload(request: ReloadRequest, http: Request, state: ServiceState = Depends(get_state)) -> dict[str, Any]:
     """Serve another index directory (or the configured one, read again) without failing a request:
     the new index is opened and warmed up beside the old one, which is released after its last
     request. Needs API keys to be configured (else 403); a failure leaves the old index serving."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from fastapi import APIRouter, Depends
 from fastapi.responses import PlainTextResponse
 
@@ -12,12 +14,12 @@ router = APIRouter()
 
 
 @router.get("/healthz")
-def healthz() -> dict:
+def healthz() -> dict[str, str]:
     return {"status": "alive"}
 
 
 @router.get("/readyz", responses=ERRORS)
-def readyz(state: ServiceState = Depends(get_state)) -> dict:
+def readyz(state: ServiceState = Depends(get_state)) -> dict[str, str]:
     with state.using() as serving:  # 503 while loading; a reload cannot close it meanwhile
         serving.engine.fill(WARMUP)  # exercises the encoder and the index for real
     return {"status": "ready"}
@@ -28,7 +30,7 @@ router.add_api_route("/readyz", readyz, methods=["HEAD"], include_in_schema=Fals
 
 
 @router.get("/info", responses=ERRORS)
-def info(state: ServiceState = Depends(get_state)) -> dict:
+def info(state: ServiceState = Depends(get_state)) -> dict[str, Any]:
     with state.using() as serving:
         return serving.engine.describe()
 
