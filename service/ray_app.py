@@ -1,6 +1,6 @@
 """The whole service on Ray Serve from one Serve config (deploy/ray/serve.yaml, `serve run`): this project's
 FastAPI app (service.api) as the ingress deployment behind Serve's HTTP proxy, attached to the shard groups the
-same config deploys (service.ray_group.app_builder). The ingress encodes, holds BM25 and ranks; the groups hold
+same config deploys (service.ray_group.group_app). The ingress encodes, holds BM25 and ranks; the groups hold
 the shards (service.ray_backend)."""
 
 from __future__ import annotations
@@ -37,8 +37,8 @@ class FillIngress:
         return create_app(self.settings, load=True)
 
 
-def app_builder(args: dict[str, Any]) -> Application:
-    """`import_path: service.ray_app:app_builder` of the ingress application; `args` are checked here, so a wrong
+def ingress_app(args: dict[str, Any]) -> Application:
+    """`import_path: service.ray_app:ingress_app` of the ingress application; `args` are checked here, so a wrong
     field fails the deployment with the field's name."""
     ingress_settings(args)
     app: Application = FillIngress.bind(args)  # type: ignore[attr-defined]  # serve.deployment adds bind

@@ -205,7 +205,7 @@ def _attach(settings: Settings, root: Path, manifest: Manifest, group: Group, wa
         )
 
 
-def open_engine(settings: Settings) -> FillEngine:
+def open_ray_engine(settings: Settings) -> FillEngine:
     """The engine of a Ray ingress: encoder, reader, manifest and BM25 here, the shards in their groups."""
     connect(settings)
     root = settings.index_dir()

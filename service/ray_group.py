@@ -101,8 +101,8 @@ class GroupArgs(BaseModel):
     warm: bool = True
 
 
-def app_builder(args: dict[str, Any]) -> Application:
-    """`import_path: service.ray_group:app_builder` of a shard group's application in a Serve config."""
+def group_app(args: dict[str, Any]) -> Application:
+    """`import_path: service.ray_group:group_app` of a shard group's application in a Serve config."""
     a = GroupArgs.model_validate(args)
     manifest = Manifest.load(Path(a.index))
     plan = group_plan(len(manifest.shards), a.groups)

@@ -40,7 +40,7 @@ def open_engine(settings: Settings) -> FillEngine:
     """The engine of the settings' backend: every shard here (local), or shard groups on Ray (ray is imported
     only then)."""
     if settings.backend == "ray":
-        engine: FillEngine = ray_backend().open_engine(settings)
+        engine: FillEngine = ray_backend().open_ray_engine(settings)
         return engine
     return FillEngine.open(settings.engine_config())
 

@@ -36,8 +36,8 @@ def serve_config() -> dict:
 
 
 def split(config: dict) -> tuple[list[dict], dict]:
-    groups = [a for a in config["applications"] if a["import_path"] == "service.ray_group:app_builder"]
-    ingress = [a for a in config["applications"] if a["import_path"] == "service.ray_app:app_builder"]
+    groups = [a for a in config["applications"] if a["import_path"] == "service.ray_group:group_app"]
+    ingress = [a for a in config["applications"] if a["import_path"] == "service.ray_app:ingress_app"]
     assert len(ingress) == 1 and len(groups) + 1 == len(config["applications"])
     return groups, ingress[0]
 
