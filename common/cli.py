@@ -89,6 +89,7 @@ def _parameter(name: str, field, env_prefix: str) -> inspect.Parameter:
         if shown is not None:
             help_text += f" (default: {shown.value if isinstance(shown, Enum) else shown})"
     variable = envvar(env_prefix, name)
+    hint: Any  # a type form (Optional[...]), read by typer
     if annotation is bool:
         option = typer.Option(None, declared_flags(name, field), help=help_text, envvar=variable, show_default=False)
         hint = Optional[bool]
@@ -147,9 +148,9 @@ def model_command(
             own = {k: kwargs.pop(k) for k in list(kwargs) if k not in extra}
             run(parse_config(model, own, env_prefix), **kwargs)
 
-    command.__signature__ = inspect.Signature(params)  # typer reads the flags from the signature
+    setattr(command, "__signature__", inspect.Signature(params))  # typer reads the flags from the signature
     command.__annotations__ = {p.name: p.annotation for p in params}
     command.__doc__ = help or (model.__doc__ or "").strip()
     command.__name__ = name or model.__name__.lower()
-    command.command_config = config  # what the flags came from, for the generated reference
+    setattr(command, "command_config", config)  # what the flags came from, for the generated reference
     app.command(name)(command)

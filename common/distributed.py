@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,6 @@ def join(backend: str, timeout: dt.timedelta | None = None) -> Rank:
     import torch.distributed as dist
 
     if not dist.is_initialized():
-        kwargs = {"timeout": timeout} if timeout is not None else {}
+        kwargs: dict[str, Any] = {"timeout": timeout} if timeout is not None else {}
         dist.init_process_group(backend, **kwargs)
     return Rank(dist.get_rank(), world, int(os.environ.get("LOCAL_RANK", "0")))

@@ -77,5 +77,6 @@ class AdaptConfig(BaseModel):
 def adapt(cfg: AdaptConfig) -> Path:
     """Train for the budget (resuming an interrupted run), then export the last checkpoint to `out`."""
     last = train(cfg.train_config())
+    assert last is not None  # one process, at least one step: run() saved a checkpoint, or resumed from one
     logger.info("adapted %s; exporting to %s", last, cfg.out)
     return export_model(last, cfg.out)

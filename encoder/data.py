@@ -254,7 +254,7 @@ class BatchRows:
         crop = mb.ids[a : len(mb.ids) - (len(block.ids) - b)]
         title = block.title_ids if rng.random() >= self.cfg.query_title_dropout else None
         if self.cfg.inline_title and title is not None and len(title):
-            crop, title, a = title.tolist() + crop, None, a - len(title)
+            crop, a, title = title.tolist() + crop, a - len(title), None
         ids, types, first = self.encoder.layout(BlockInput(ids=np.asarray(crop, dtype=np.int64), prefix_ids=title))
         for pos, span in zip(mb.mask_positions, mb.spans):
             row = len(self.starts)

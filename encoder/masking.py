@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 
@@ -67,7 +68,7 @@ def mask_group(
     docs: list[int] | None = None,
     include_self: bool = False,
     regions: list[tuple[int, int]] | None = None,
-    salient: list[np.ndarray] | None = None,
+    salient: list[np.ndarray | None] | None = None,
 ) -> list[MaskedBlock]:
     """Mask every block of a group. `allowed(ids_tuple) -> bool` can veto spans (e.g. stopwords only).
 
@@ -96,7 +97,7 @@ def mask_group(
         by_len = _ngram_candidates(b, ids_l, fl, lo, hi, cfg.max_span, rules)
         named: list[_Candidate] = []
         if salient is not None and salient[b] is not None and cfg.salient_rate > 0:
-            named = _salient_candidates(b, ids_l, salient[b], lo, hi, rules)
+            named = _salient_candidates(b, ids_l, cast(np.ndarray, salient[b]), lo, hi, rules)  # (not None: above)
         budget = max(1, int(round(cfg.budget * (hi - lo))))
         chosen = _choose_spans(by_len, named, budget, len(ids_l), rng, cfg)
         out.append(_masked_block(ids_l, chosen, mask_id, tokens_per_span))

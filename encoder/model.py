@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, TypeVar, TypeVarTuple
 
 import numpy as np
 import torch
@@ -26,6 +26,9 @@ from encoder.synonyms import WordNeighbours
 from encoder.template import Template, derive_template
 
 logger = logging.getLogger(__name__)
+
+R = TypeVar("R")
+Ts = TypeVarTuple("Ts")
 
 WIDTH_STEP = 16  # a serving pass's padded length is a multiple of this many tokens (padded_width)
 
@@ -97,10 +100,9 @@ class Encoder:
     @cached_property
     def word_neighbours(self) -> WordNeighbours:
         """The vocabulary's whole words in its input-embedding space (closed-set synonyms), built on first use."""
+        model: Any = self.model  # transformers' model or LeanBert (no get_input_embeddings): read by name
         table = (
-            self.model.get_input_embeddings()
-            if hasattr(self.model, "get_input_embeddings")
-            else self.model.embeddings.word_embeddings
+            model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else model.embeddings.word_embeddings
         )
         return WordNeighbours(self.tokenizer, table.weight, self.phrase_ids)
 
@@ -136,7 +138,8 @@ class Encoder:
         self.engine = resolve_engine(engine, self.device, "encoder")
         self._onnx: OnnxPass | OpenVinoPass | None = None  # an ONNX engine's pass, made by for_inference
         self.model.to(self.device).eval()
-        self.dim = int(self.model.config.hidden_size)
+        config: Any = self.model.config  # transformers' config or LeanBert's namespace: fields read by name
+        self.dim = int(config.hidden_size)
         try:
             self.template: Template = derive_template(self.tokenizer)
         except ValueError as exc:
@@ -162,7 +165,7 @@ class Encoder:
         return self._onnx.path if self._onnx is not None else None
 
     def _max_length(self) -> int:
-        cfg = self.model.config
+        cfg: Any = self.model.config  # (as in __init__)
         limit = int(getattr(cfg, "max_position_embeddings", 512))
         if cfg.model_type in ("roberta", "xlm-roberta", "camembert", "mpnet"):
             limit -= 2  # positions are offset by padding_idx + 1
@@ -226,7 +229,7 @@ class Encoder:
             example["types"] = types
         return HiddenStates(self.model).eval(), example, ["hidden"]
 
-    def on_thread(self, fn, *args):
+    def on_thread(self, fn: Callable[[*Ts], R], *args: *Ts) -> R:
         """fn(*args) run on this encoder's inference thread (see _forward)."""
         if self._runner is None:
             self._runner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encoder")

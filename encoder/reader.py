@@ -33,6 +33,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -105,6 +106,7 @@ class TitleIds:
     """A title's first `n` token ids (cached: the same documents come back), for ReaderInput.titles."""
 
     def __init__(self, tokenizer, n: int, cache: int = 4096) -> None:
+        self._ids: dict[str, np.ndarray]  # {title: its ids}
         self.tokenizer, self.n, self.cache, self._ids = tokenizer, n, cache, {}
 
     def __call__(self, title: str) -> np.ndarray:
@@ -148,7 +150,8 @@ class ReaderModel(torch.nn.Module):
     def __init__(self, transformer: torch.nn.Module) -> None:
         super().__init__()
         self.transformer = transformer
-        dim = int(transformer.config.hidden_size)
+        config: Any = transformer.config  # transformers' config or LeanBert's namespace: fields read by name
+        dim = int(config.hidden_size)
         self.start = torch.nn.Linear(dim, dim)
         self.end = torch.nn.Linear(dim, dim)
         for head in (self.start, self.end):
@@ -198,7 +201,7 @@ def reader_tokenizer(reader_dir: Path, lean: bool = False):
         raise AppError(f"cannot load the tokenizer of reader {reader_dir}: {exc}") from exc
 
 
-def load_model(reader_dir: Path, lean: bool = False, tokenizer=None) -> tuple[ReaderModel, object]:
+def load_model(reader_dir: Path, lean: bool = False, tokenizer=None) -> tuple[ReaderModel, Any]:
     """The reader model (fp32) and its tokenizer (`tokenizer`, when given), from a reader directory (or an
     encoder directory, whose heads then start as the identity). `lean`: for inference only, a plain BERT
     transformer runs as encoder.lean_bert.LeanBert (as Encoder's `lean`)."""
@@ -248,7 +251,8 @@ def save_reader(model: ReaderModel, tokenizer, card: ReaderCard, out: Path, half
     from safetensors.torch import save_file
 
     dtype = torch.float16 if half else torch.float32
-    model.transformer.to(dtype).save_pretrained(out, safe_serialization=True)
+    transformer: Any = model.transformer.to(dtype)  # transformers' model (save_pretrained)
+    transformer.save_pretrained(out, safe_serialization=True)
     model.transformer.float()
     heads = {
         f"{name}.{k}": v.detach().to(dtype).contiguous()
@@ -322,6 +326,7 @@ class Reader:
         if self._onnx is not None:
             start, end = self._onnx.run(**{name: t.numpy() for name, t in zip(READER_INPUTS, tensors)})
         else:
+            assert self.model is not None  # the torch engine's (made in __init__)
             with autocast(self.device, self.dtype):
                 start, end = self.model(*(t.to(self.device) for t in tensors))
             start, end = start.float().cpu().numpy(), end.float().cpu().numpy()

@@ -24,6 +24,7 @@ import math
 import random
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -159,12 +160,13 @@ class ReaderTrainer:
         self.device = choose_device(cfg.device)
         start = self._start_dir()
         self.model, self.tokenizer = load_model(start)
+        transformer: Any = self.model.transformer  # transformers' model: its layers, config, embeddings read by name
         if cfg.layers is not None and start != cfg.out / "checkpoint":  # a checkpoint has its layers already
-            layers = self.model.transformer.encoder.layer
-            self.model.transformer.encoder.layer = layers[: cfg.layers]
-            self.model.transformer.config.num_hidden_layers = min(cfg.layers, len(layers))
+            layers = transformer.encoder.layer
+            transformer.encoder.layer = layers[: cfg.layers]
+            transformer.config.num_hidden_layers = min(cfg.layers, len(layers))
         if cfg.freeze_embeddings:
-            self.model.transformer.get_input_embeddings().weight.requires_grad_(False)
+            transformer.get_input_embeddings().weight.requires_grad_(False)
         self.model.to(self.device).train()
         self.template = derive_template(self.tokenizer)
         self.pad_id = self.tokenizer.pad_token_id or 0
@@ -202,7 +204,7 @@ class ReaderTrainer:
             return order
         lengths = np.array([example_length(ex) for ex in self.examples])
         run = size * self.cfg.bucket
-        out = []
+        out: list[np.ndarray] = []
         for at in range(0, need, run):
             chunk = order[at : at + run]
             chunk = chunk[np.argsort(lengths[chunk], kind="stable")]
@@ -233,6 +235,7 @@ class ReaderTrainer:
         torch.manual_seed(cfg.seed + self.step)
         cfg.out.mkdir(parents=True, exist_ok=True)
         with open(cfg.out / "metrics.jsonl", "a", encoding="utf-8") as log:
+            loss: torch.Tensor | float  # a batch's loss, then its value
             while self.step < self.steps:
                 at = self.step * cfg.batch_size
                 loss = self.loss([self.examples[i] for i in self.order[at : at + cfg.batch_size]])

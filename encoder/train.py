@@ -104,6 +104,7 @@ class Trainer:
         by_key: dict[str, list[TrainBlock]] = {}
         for b in blocks:
             by_key.setdefault(b.key, []).append(b)
+        assert self.cfg.query_pairs is not None  # (called with query pairs only)
         rows = load_pairs(self.cfg.query_pairs)
         pairs = match_pairs(rows, by_key, self.encoder)
         logger.info("query pairs: %d of %d have an answer in their document's blocks", len(pairs), len(rows))
@@ -155,6 +156,7 @@ class Trainer:
 
     def pair_loss(self, step: int) -> torch.Tensor:
         """The loss of the query pairs of `step` (this process's batch): starts and ends, summed."""
+        assert self.pairs is not None  # (called with query pairs only)
         batch = self.pairs.batch_at(step * self.world + self.rank)
         dev = self.encoder.device
         hq = self.encoder.hidden_states(batch.q_ids, batch.q_attn, batch.q_types).float()

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from encoder.data import BatchConfig
@@ -13,7 +15,8 @@ from encoder.train_config import TrainConfig
 def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
     """AdamW groups: matrices decay, vectors do not; with `freeze_embeddings` the word embeddings stay fixed."""
     if cfg.freeze_embeddings:
-        model.get_input_embeddings().weight.requires_grad_(False)
+        transformer: Any = model  # transformers' model: get_input_embeddings, which Module does not declare
+        transformer.get_input_embeddings().weight.requires_grad_(False)
     trained = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     return [
         {"params": [p for _, p in trained if p.ndim >= 2], "weight_decay": cfg.weight_decay},

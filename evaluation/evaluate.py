@@ -287,6 +287,7 @@ def run_classify(cfg: EvalConfig) -> None:
         ScoreRequest(text="<mask>", **options)  # the options checked before the engine loads
     except ValidationError as exc:
         raise AppError(describe_errors(exc), kind="validation") from None
+    assert cfg.data is not None and cfg.template is not None  # checked by score_options
     rows = load_labelled(cfg.data)
     single_thread_blas()
     engine = FillEngine.open(cfg.engine_config())

@@ -26,7 +26,7 @@ import datetime
 import io
 import logging
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import numpy as np
 import typer
@@ -198,7 +198,7 @@ def fit(engine: FillEngine, probes: list[dict], cfg: FitConfig) -> Scoring:
 
 def save_fills(path: Path, fills: dict[str, tuple[list[np.ndarray], list[np.ndarray]]]) -> None:
     """Per mode, every probe's candidate features and correctness, as one .npz (written atomically)."""
-    arrays = {}
+    arrays: dict[str, Any] = {}  # (np.savez's keywords: arrays)
     for mode, (feats, labels) in fills.items():
         arrays[f"{mode}.feats"] = np.concatenate([np.zeros((0, len(FEATURES))), *feats])
         arrays[f"{mode}.labels"] = np.concatenate([np.zeros(0, dtype=bool), *labels])
@@ -230,6 +230,7 @@ def fit_reader(engine: FillEngine, probes: list[dict], cfg: FitConfig) -> Scorin
     """The engine's scoring with, per mode, the reader's retrieval weight (the grid's best macro EM@1; ties:
     the smallest) and the confidence of re-ranked fills (on this run's fills and those of --with-fills)."""
     base = engine.scoring
+    fills: dict[str, tuple[list[np.ndarray], list[np.ndarray]]]
     weights, grids, calibrations, quality, fills = {}, {}, {}, {}, {}
     for mode in cfg.modes:
         scores, passes = {}, {}
@@ -255,6 +256,7 @@ def fit_reader(engine: FillEngine, probes: list[dict], cfg: FitConfig) -> Scorin
     engine.scoring = base
     if cfg.save_fills:
         save_fills(cfg.save_fills, fills)
+    assert engine.reader is not None  # checked by run before fit_reader
     fitted = {
         **base.fitted,
         "reader": {

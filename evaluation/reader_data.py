@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import typer
@@ -32,6 +33,7 @@ from fill.config import EngineConfig
 from fill.engine import FillEngine
 from fill.reading import MaskReading, plan_reading
 from fill.schemas import FillOptions, FillRequest, Mode
+from fill.shard_group import ShardGroup
 from fill.windows import reader_parts
 
 logger = logging.getLogger(__name__)
@@ -93,7 +95,7 @@ def examples(
 ) -> list[dict]:
     """The examples of the probes: one per probe whose answer is in its windows (with `unanswered`, one
     per probe; with `absent`, one per probe, none with gold spans)."""
-    shards = engine.shards
+    shards = cast(ShardGroup, engine.shards)  # opened by run, not elsewhere: its own ShardGroup (.shard)
     out = []
     for probe in probes:
         request = FillRequest(text=probe["query"], **options.model_dump(exclude={"reader"}), reader=False)

@@ -12,6 +12,7 @@ import logging
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import cast
 
 import faiss
 import numpy as np
@@ -59,9 +60,10 @@ def check_index_type(value: str, dim: int, vector_dtype: str = "int8") -> str:
 def unwrap(index: faiss.Index) -> tuple[list[faiss.VectorTransform], faiss.Index]:
     """(the pre-transforms, in order, the index behind them) of an index, downcast."""
     index = faiss.downcast_index(index)
-    chain = []
+    chain: list[faiss.VectorTransform] = []
     if isinstance(index, faiss.IndexPreTransform):
-        chain = [faiss.downcast_VectorTransform(index.chain.at(i)) for i in range(index.chain.size())]
+        # index.chain is a SWIG std::vector (at, size), which faiss's stubs call a list
+        chain = [faiss.downcast_VectorTransform(index.chain.at(i)) for i in range(index.chain.size())]  # type: ignore[attr-defined]
         index = faiss.downcast_index(index.index)
     return chain, index
 
@@ -193,14 +195,15 @@ def set_search_params(index: faiss.Index, nprobe: int | None = None, ef_search: 
 
 
 def search_params(index: faiss.Index, selector: faiss.IDSelector) -> faiss.SearchParameters:
-    """Search parameters that keep the index's own nprobe / efSearch and search only `selector`'s ids."""
+    """Search parameters that keep the index's own nprobe / efSearch and search only `selector`'s ids. (faiss's
+    Python wrapper takes the fields as keywords, and has SearchParametersHNSW: its stubs have neither.)"""
     ivf = _ivf(index)
     if ivf is not None:
-        return faiss.SearchParametersIVF(sel=selector, nprobe=ivf.nprobe)
+        return faiss.SearchParametersIVF(sel=selector, nprobe=ivf.nprobe)  # type: ignore[call-arg]
     hnsw = getattr(index, "hnsw", None)
     if hnsw is not None:
-        return faiss.SearchParametersHNSW(sel=selector, efSearch=hnsw.efSearch)
-    return faiss.SearchParameters(sel=selector)
+        return faiss.SearchParametersHNSW(sel=selector, efSearch=hnsw.efSearch)  # type: ignore[attr-defined]
+    return faiss.SearchParameters(sel=selector)  # type: ignore[call-arg]
 
 
 def search_preassigned(
@@ -212,7 +215,7 @@ def search_preassigned(
     distances = np.ascontiguousarray(assigned[0], dtype=np.float32)
     lists = np.ascontiguousarray(assigned[1], dtype=np.int64)
     scores, ids = np.empty((q.shape[0], k), dtype=np.float32), np.empty((q.shape[0], k), dtype=np.int64)
-    index.search_preassigned_c(
+    index.search_preassigned_c(  # type: ignore[attr-defined]  # the SWIG method (not in faiss's stubs)
         q.shape[0],
         faiss.swig_ptr(q),
         k,
@@ -226,7 +229,7 @@ def search_preassigned(
     return scores, ids
 
 
-def _ivf(index: faiss.Index):
+def _ivf(index: faiss.Index) -> faiss.IndexIVF | None:
     try:
         return faiss.extract_index_ivf(index)
     except RuntimeError:
@@ -239,13 +242,16 @@ def gpu_count() -> int:
     return int(get()) if get is not None and hasattr(faiss, "StandardGpuResources") else 0
 
 
+IndexCopy = Callable[[faiss.Index], faiss.Index]
+
+
 @dataclass(frozen=True)
 class FaissDevice:
     """Where FAISS trains and adds: `to_device` clones a CPU index there, `to_cpu` brings it back."""
 
     name: str
-    to_device: Callable[[faiss.Index], faiss.Index] | None = None  # None: work on the CPU index itself
-    to_cpu: Callable[[faiss.Index], faiss.Index] | None = None
+    to_device: IndexCopy | None = None  # None: work on the CPU index itself
+    to_cpu: IndexCopy | None = None
 
 
 def faiss_device() -> FaissDevice:
@@ -277,6 +283,7 @@ def train_faiss_index(vectors: np.ndarray, factory: str, seed: int = 0) -> faiss
         logger.info("faiss %s: training on %d vectors on %s", factory, len(rows), device.name)
         work = device.to_device(index)
         work.train(sample)
+        assert device.to_cpu is not None  # faiss_device sets it with to_device
         return device.to_cpu(work)
     if device.to_device is not None and ivf is not None:  # the k-means of the IVF lists still runs on the GPU
         ivf.clustering_index = device.to_device(faiss.IndexFlatIP(d))
@@ -285,7 +292,7 @@ def train_faiss_index(vectors: np.ndarray, factory: str, seed: int = 0) -> faiss
         logger.info("faiss %s: training on %d vectors on CPU", factory, len(rows))
     index.train(sample)
     if ivf is not None:
-        ivf.clustering_index = None
+        ivf.clustering_index = None  # type: ignore[assignment]  # a SWIG pointer, None clears it (stubs: Index)
     return index
 
 
@@ -299,11 +306,11 @@ def build_faiss_index(
     index = faiss.clone_index(trained) if trained is not None else train_faiss_index(vectors, factory, seed)
     device = faiss_device()
     on_gpu = device.to_device is not None and gpu_capable(factory)
-    work = device.to_device(index) if on_gpu else index
+    work = cast(IndexCopy, device.to_device)(index) if on_gpu else index  # (on_gpu: set)
     logger.info("faiss %s: adding %d vectors on %s", factory, n, device.name if on_gpu else "CPU")
     for a in range(0, n, ADD_CHUNK):
         work.add(np.asarray(vectors[a : a + ADD_CHUNK], dtype=np.float32))
-    return device.to_cpu(work) if on_gpu else index
+    return cast(IndexCopy, device.to_cpu)(work) if on_gpu else index  # (set with to_device)
 
 
 def shared_quantizer(shards: list) -> tuple[tuple[faiss.Index, int] | None, set[int]]:

@@ -16,6 +16,7 @@ process memory; an index read without the flag (lists in RAM) has its codes gath
 from __future__ import annotations
 
 from pathlib import Path
+from typing import cast
 
 import faiss
 import numpy as np
@@ -38,6 +39,7 @@ def code_slots(index: faiss.Index) -> np.ndarray:
     ivf = faiss.extract_index_ivf(index)
     slots = np.full(ivf.ntotal, np.iinfo(np.uint32).max, dtype=np.uint32)
     place = 0
+    assert ivf.invlists is not None  # an IVF index's lists (a pointer in faiss's stubs, never null here)
     for lst in range(ivf.nlist):
         size = ivf.invlists.list_size(lst)
         if size:
@@ -63,25 +65,27 @@ class AnnCodes:
         self.dim = index.d
         self.n = int(index.ntotal)
         if isinstance(inner, faiss.IndexFlat):
-            self.flat = faiss.rev_swig_ptr(inner.get_xb(), self.n * inner.d).reshape(self.n, inner.d)
+            self.flat: np.ndarray | None = faiss.rev_swig_ptr(inner.get_xb(), self.n * inner.d).reshape(self.n, inner.d)
             return
         self.flat = None
-        ivf = inner
+        ivf = cast(faiss.IndexIVF, inner)  # not Flat: IVF (integrity.read_faiss checked index_codes_problem)
         self.decode = _decoder(ivf)
         self.code_size = int(ivf.code_size)
         self.slots = load_checked(directory / CODE_SLOTS, (sums or {}).get(CODE_SLOTS))
-        quantizer = faiss.downcast_index(ivf.quantizer)
+        quantizer = faiss.downcast_index(ivf.quantizer)  # read as a Flat one (get_xb): the usual coarse quantizer
         self.centroids = (
-            faiss.rev_swig_ptr(quantizer.get_xb(), ivf.nlist * ivf.d).reshape(ivf.nlist, ivf.d)
+            faiss.rev_swig_ptr(quantizer.get_xb(), ivf.nlist * ivf.d).reshape(ivf.nlist, ivf.d)  # type: ignore[attr-defined]
             if ivf.by_residual
             else None
         )
+        assert ivf.invlists is not None  # an IVF index's lists (a pointer in faiss's stubs, never null here)
         lists = faiss.downcast_InvertedLists(ivf.invlists)
         sizes = np.array([lists.list_size(i) for i in range(ivf.nlist)], dtype=np.int64)
         self.list_starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         if isinstance(lists, faiss.OnDiskInvertedLists):  # as FAISS maps index.faiss: codes at byte offsets
-            self.data = np.memmap(lists.filename or directory / "index.faiss", dtype=np.uint8, mode="r")
-            self.byte_starts = np.array([lists.lists.at(i).offset for i in range(ivf.nlist)], dtype=np.int64)
+            self.data: np.ndarray = np.memmap(lists.filename or directory / "index.faiss", dtype=np.uint8, mode="r")
+            # lists.lists: a SWIG std::vector (at), which faiss's stubs call a list
+            self.byte_starts = np.array([lists.lists.at(i).offset for i in range(ivf.nlist)], dtype=np.int64)  # type: ignore[attr-defined]
         else:  # lists in RAM: their codes gathered once, list after list
             parts = [get_invlist(lists, i)[1].reshape(-1) for i in range(ivf.nlist) if sizes[i]]
             self.data = np.concatenate(parts) if parts else np.empty(0, dtype=np.uint8)

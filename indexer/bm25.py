@@ -100,7 +100,7 @@ class BaseStats:
         try:
             meta = dict(con.execute("SELECT key, value FROM postings_meta").fetchall())
             width = np.dtype(meta["block_dtype"].decode()).itemsize
-            found = {}
+            found: dict[str, int] = {}
             for a in range(0, len(terms), 500):
                 chunk = terms[a : a + 500]
                 found.update(
@@ -148,6 +148,9 @@ def _write_postings(con: sqlite3.Connection, rows: int, base: BaseStats | None =
         )
 
     # second pass, a term at a time (memory: one term's postings)
+    term: str | None
+    blocks: list[int]
+    freqs: list[int]
     term, blocks, freqs = None, [], []
     instances = con.execute("SELECT term, doc, count(*) FROM temp.vocab GROUP BY term, doc").fetchmany
     while batch := instances(65536):
@@ -238,6 +241,7 @@ class BM25:
                         np.array([r[0] for r in rows], dtype=np.int64),
                         -np.array([r[1] for r in rows], dtype=np.float64),
                     )
+        assert self.rows is not None  # the postings were read above: their file has rows
         score = np.zeros(self.rows, dtype=np.float64)
         for word in words:  # a word in no block adds 0 to every block (FTS5's nHit = 0)
             if word in found:
@@ -278,6 +282,7 @@ class BlockSearch:
         if words:
             score[: self.base.rows] = self.base.block_scores(words)
             for block_base, delta in self.deltas:
+                assert delta.rows is not None  # a delta's file has postings (build_bm25 writes them)
                 score[block_base : block_base + delta.rows] = delta.block_scores(words)
         score[self.dead_blocks] = 0.0
         return top_blocks(score, n)

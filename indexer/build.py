@@ -15,10 +15,10 @@ import datetime as dt
 import logging
 import math
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sized
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from pydantic import ConfigDict, Field
@@ -42,6 +42,8 @@ from indexer.shard_writer import ShardContent, ShardPlan, write_shard
 from indexer.templates import Templates, needs_training
 
 logger = logging.getLogger(__name__)
+
+B = TypeVar("B", bound=Sized)  # a block cut into shards (Block, indexer.compact's StoredBlock): len() is its tokens
 
 
 class BuildConfig(BuildSettings):
@@ -81,10 +83,11 @@ class ResolvedBuild:
         cfg = cfg.model_copy(update={"index_type": check_index_type(cfg.index_type, encoder.dim, cfg.vector_dtype)})
         dtype = str(encoder.dtype).replace("torch.", "")
         tokenizer = encoder.tokenizer
+        config: Any = encoder.model.config  # transformers' config or LeanBert's namespace: fields read by name
         model = ModelInfo(
             path=str(encoder.model_dir),
             fingerprint=encoder.fingerprint,
-            model_type=encoder.model.config.model_type,
+            model_type=config.model_type,
             tokenizer=type(tokenizer).__name__,
             vocab_size=len(tokenizer),
             mask_token=tokenizer.mask_token,
@@ -143,9 +146,9 @@ class BuildSummary:
         )
 
 
-def chunk_blocks(blocks: Iterable[Block], shard_tokens: int) -> Iterator[list[Block]]:
+def chunk_blocks(blocks: Iterable[B], shard_tokens: int) -> Iterator[list[B]]:
     """Consecutive runs of blocks of at most `shard_tokens` tokens (a bigger block is a shard alone)."""
-    pending: list[Block] = []
+    pending: list[B] = []
     size = 0
     for block in blocks:
         if pending and size + len(block) > shard_tokens:
@@ -217,7 +220,7 @@ class BuildJob:
         bar = tqdm(
             total=None, unit="tok", unit_scale=True, desc="indexing", dynamic_ncols=True, disable=not self.place.leader
         )
-        plans = []
+        plans: list[ShardPlan] = []
         blocks = iter_blocks(
             read_corpus(cfg.corpus), self.encoder.tokenizer, cfg.block_tokens, cfg.title_tokens, stats=self.stats
         )

@@ -137,7 +137,8 @@ class FileCheck:
         blocks = np.unique(blocks)
         epoch, data = self.epoch, self.data
         found = np.fromiter(
-            (_digest(data[b * BLOCK_BYTES : (b + 1) * BLOCK_BYTES]) for b in blocks.tolist()),
+            # an ndarray is a buffer; numpy's stubs declare __buffer__ from Python 3.12 only
+            (_digest(data[b * BLOCK_BYTES : (b + 1) * BLOCK_BYTES]) for b in blocks.tolist()),  # type: ignore[arg-type]
             dtype=np.uint64,
             count=blocks.size,
         )

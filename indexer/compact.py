@@ -104,6 +104,11 @@ def first_changed(manifest: Manifest, tombstones: Tombstones, shards: list[Shard
 def content_of(blocks: list[StoredBlock]) -> ShardContent:
     """A new shard's content: the blocks' stored arrays copied, their documents renumbered in order."""
     rows: dict[tuple[str, int], int] = {}
+    ids: list[str]
+    titles: list[str | None]
+    texts: list[str]
+    block_rows: list[tuple[int, int, int]]
+    parts: list[tuple[Shard, int, int]]
     ids, titles, texts, block_rows, parts = [], [], [], [], []
     pos = 0
     for b in blocks:

@@ -37,6 +37,7 @@ class DocColumn:
         offsets_type = np.int64 if pa.types.is_large_string(array.type) else np.int32
         validity, offsets_buf, data_buf = array.buffers()
         width = np.dtype(offsets_type).itemsize
+        self.offsets: np.ndarray  # int64 [rows + 1]: where each row's characters start
         self.offsets = np.frombuffer(offsets_buf, dtype=offsets_type)[array.offset : array.offset + len(array) + 1]
         self.offsets = self.offsets.astype(np.int64)  # a copy: later changes to the file do not move the rows
         self.data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)

@@ -292,7 +292,8 @@ def fts5_totals_of(con: sqlite3.Connection) -> tuple[int, int]:
     """(rows, tokens) of the FTS5 table `blocks`: its averages record (the SQLite varints of the row count and
     the token count of its one column)."""
     blob = con.execute("SELECT block FROM blocks_data WHERE id = 1").fetchone()[0]
-    out, i = [], 0
+    out: list[int] = []
+    i = 0
     while i < len(blob) and len(out) < 2:
         value = 0
         for j in range(9):

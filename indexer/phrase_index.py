@@ -69,7 +69,8 @@ class PhraseIndex:
                 kind="validation",
             )
         # the files of what is open, hashed (`files.verify`) and watched (`files.changed`)
-        self.files = IndexFiles(self.root, self.manifest, self.numbers, bm25, reuse.files if same else None)
+        reused = reuse.files if same and reuse is not None else None  # (same: reuse is not None)
+        self.files: IndexFiles = IndexFiles(self.root, self.manifest, self.numbers, bm25, reused)
         if verify:
             self.files.verify()
         self.tombstones = Tombstones.load(self.root, self.manifest)
@@ -78,7 +79,7 @@ class PhraseIndex:
         self._block_bases = np.array([info.block_base for info in self.manifest.shards], dtype=np.int64)
         self.bm25 = self._open_bm25(reuse if same else None) if bm25 else None
         if not bm25:
-            self._delta_bm25 = {}
+            self._delta_bm25: dict[str, BM25] = {}
         self._quantizer, self._shared = shared_quantizer(self.shards)
         self._pool = self._shard_pool()
         logger.info("opened index %s: %d shards, %d tokens", self.root, len(self.shards), self.manifest.counts.tokens)
@@ -123,7 +124,7 @@ class PhraseIndex:
         """The BM25 of every live block of the whole index, opened or not (None for an index built without
         BM25). The delta shards' BM25 files that `reuse` has open (checked) are taken over from it: it no
         longer closes them."""
-        self._delta_bm25: dict[str, BM25] = {}
+        self._delta_bm25 = {}
         if self.manifest.bm25 is None:
             return None
         infos = self.manifest.shards
@@ -227,7 +228,10 @@ class PhraseIndex:
         if not ends or ends[-1] != q.shape[0]:
             raise ValueError(f"groups {groups} do not add up to the {q.shape[0]} queries")
         bounds = list(zip([0] + ends[:-1], ends))
-        assigned = self._pool.submit(self.assign, q).result() if self._quantizer else None  # one OpenMP thread
+        assigned = None
+        if self._quantizer:  # shared by two shards or more (shared_quantizer): there is a pool
+            assert self._pool is not None
+            assigned = self._pool.submit(self.assign, q).result()  # one OpenMP thread
 
         def one(s: int):
             scores, ids = self.faiss_search(s, q, k, assigned)
@@ -263,7 +267,8 @@ class PhraseIndex:
         params = None if live is None else search_params(shard.index, live.selector)
         if assigned is not None and s in self._shared:
             if params is None:
-                return shard.index.search_preassigned(q, hits, assigned[1], assigned[0])
+                # an IVF shard (in _shared); faiss's Python wrapper of the method (its stubs: Index has none)
+                return shard.index.search_preassigned(q, hits, assigned[1], assigned[0])  # type: ignore[attr-defined]
             return search_preassigned(shard.index, q, hits, assigned, params)
         return shard.index.search(q, hits, params=params)
 

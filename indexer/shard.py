@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 
@@ -133,11 +134,12 @@ class Shard:
         out[known] = histogram[ids[known]]
         return out
 
+    # ids and texts: never null in a docs.arrow the indexer writes (from lists of str)
     def doc_text(self, row: int) -> str:
-        return self.columns["text"].get(row)
+        return cast(str, self.columns["text"].get(row))
 
     def doc_id(self, row: int) -> str:
-        return self.columns["id"].get(row)
+        return cast(str, self.columns["id"].get(row))
 
     def doc_title(self, row: int) -> str | None:
         return self.columns["title"].get(row)

@@ -6,8 +6,10 @@ The files and their layout are described in indexer.shard, which opens what is w
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeGuard
 
 import faiss
 import numpy as np
@@ -36,7 +38,7 @@ class ShardPlan:
     block_base: int
     factory: str  # a FAISS factory string, already resolved (indexer.ann.resolve_factory)
 
-    def matches(self, info: ShardInfo | None) -> bool:
+    def matches(self, info: ShardInfo | None) -> TypeGuard[ShardInfo]:
         return info is not None and (info.tokens, info.blocks, info.token_base, info.block_base) == (
             self.tokens,
             self.blocks,
@@ -55,7 +57,7 @@ class ShardContent:
     flags: np.ndarray
     blocks: np.ndarray
     doc_ids: list[str]
-    doc_titles: list[str]
+    doc_titles: Sequence[str | None]  # None: a null title copied from a shard (indexer.compact, Shard.doc_title)
     doc_texts: list[str]
     stored: tuple[np.ndarray, np.ndarray | None] | None = None  # the stored vectors as written (codes, int8
     # scales) when copied from another shard (indexer.compact); None: from `vectors`, quantized per vector_dtype
@@ -64,6 +66,10 @@ class ShardContent:
     def from_blocks(cls, blocks: list[Block], vectors: np.ndarray) -> "ShardContent":
         """The content of a shard made of `blocks` (in order) whose token vectors are `vectors`."""
         doc_rows: dict[int, int] = {}
+        ids: list[str]
+        titles: list[str]
+        texts: list[str]
+        block_rows: list[tuple[int, int, int]]
         ids, titles, texts, block_rows = [], [], [], []
         pos = 0
         for b in blocks:

@@ -180,6 +180,7 @@ class IndexUpdate:
         encoder = self.encoder
         build = self.manifest.build
         blocks = each_with_tokens(iter_blocks(docs, encoder.tokenizer, build.block_tokens, build.title_tokens), docs)
+        shards: list[ShardInfo]
         shards, tokens = [], 0
         try:
             for chunk in chunk_blocks(blocks, build.shard_tokens):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from indexer.checksums import load_checked
+from indexer.checksums import CheckedArray, load_checked
 from indexer.manifest import VECTOR_DTYPES  # noqa: F401 - the storages this module reads
 
 CHUNK = 65_536
@@ -64,7 +64,7 @@ class StoredVectors:
         """Touch every page of the memory-mapped files, so that later random row reads take no page faults
         (a first read of a mapped page costs a fault even when the file is in the page cache)."""
         for array in (self.data, self.scales):
-            if hasattr(array, "check"):
+            if isinstance(array, CheckedArray):  # (the one with a `check`)
                 array.check.everything()  # reads every page: mapped, and checked
             elif array is not None:
                 touch_pages(array)
