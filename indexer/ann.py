@@ -78,9 +78,12 @@ def index_codes_problem(index: faiss.Index, name: str) -> str | None:
     chain, inner = unwrap(index)  # views into `index`, alive while it is
     if not all(isinstance(t, faiss.LinearTransform) for t in chain):
         return f"{name} has a pre-transform that is not linear"
-    if type(inner) in (faiss.IndexFlat, faiss.IndexFlatIP, faiss.IndexIVFFlat, faiss.IndexIVFScalarQuantizer):
+    if type(inner) in (faiss.IndexFlat, faiss.IndexFlatIP):
         return None
-    if type(inner) is faiss.IndexIVFPQ and inner.pq.nbits == 8:
+    ivf_kind = type(inner) in (faiss.IndexIVFFlat, faiss.IndexIVFScalarQuantizer)
+    if ivf_kind or (type(inner) is faiss.IndexIVFPQ and inner.pq.nbits == 8):
+        if not isinstance(faiss.downcast_index(inner.quantizer), faiss.IndexFlat):  # its centroids are read as rows
+            return f"{name} has a coarse quantizer that is not Flat (e.g. IVF4096,PQ48, not IVF4096_HNSW32,PQ48)"
         return None
     return f"{name} is neither Flat nor IVF-Flat, IVF-SQ or IVF-PQ with 8-bit codes (e.g. OPQ48,IVF4096,PQ48)"
 

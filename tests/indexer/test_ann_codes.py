@@ -104,6 +104,8 @@ def test_a_flat_index_scores_exactly_from_its_own_vectors(tmp_path):
         ("HNSW32,Flat", False),
         ("IVF16,SQ8", True),
         ("IVF16,Flat", True),
+        ("IVF16_HNSW8,PQ8", False),  # the coarse centroids are read from a Flat quantizer
+        ("IVF16(PQ4),SQ8", False),
     ],
 )
 def test_which_indexes_can_score_from_their_codes(factory, ok):
