@@ -81,7 +81,7 @@ def index_codes_problem(index: faiss.Index, name: str) -> str | None:
     if type(inner) in (faiss.IndexFlat, faiss.IndexFlatIP):
         return None
     ivf_kind = type(inner) in (faiss.IndexIVFFlat, faiss.IndexIVFScalarQuantizer)
-    if ivf_kind or (type(inner) is faiss.IndexIVFPQ and inner.pq.nbits == 8):
+    if isinstance(inner, faiss.IndexIVF) and (ivf_kind or (type(inner) is faiss.IndexIVFPQ and inner.pq.nbits == 8)):
         if not isinstance(faiss.downcast_index(inner.quantizer), faiss.IndexFlat):  # its centroids are read as rows
             return f"{name} has a coarse quantizer that is not Flat (e.g. IVF4096,PQ48, not IVF4096_HNSW32,PQ48)"
         return None
