@@ -9,7 +9,7 @@ import os
 def single_thread_blas() -> None:
     """One BLAS thread for the process. A fill's matrix products are small (hits x dim by dim x 2), so a
     second BLAS thread gains nothing, and its spin-waiting after each product took a core from the
-    encoder and FAISS (docs/BENCHMARKS.md, "The latency issue at 10.5M tokens"). The last bits of a score
+    encoder and FAISS (docs/history/BENCHMARKS.md, "The latency issue at 10.5M tokens"). The last bits of a score
     depend on the BLAS thread count, so fills are those of OMP_NUM_THREADS=1 wherever they are computed.
     Limits the BLAS libraries loaded now, and (OPENBLAS_NUM_THREADS) those loaded later, such as scipy's
     when transformers or scikit-learn import it."""
@@ -22,7 +22,7 @@ def single_thread_blas() -> None:
 def passive_openmp() -> None:
     """OpenMP threads (torch's encoder, FAISS) wait passively unless OMP_WAIT_POLICY is set: by default they
     spin after each parallel region, and under concurrent load that spinning took ~8 ms of CPU per fill from
-    the threads finishing other fills (docs/BENCHMARKS.md). Must run before torch or FAISS is imported."""
+    the threads finishing other fills (docs/history/BENCHMARKS.md, "The production service issue"). Must run before torch or FAISS is imported."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 

@@ -1,7 +1,7 @@
 """`encoder adapt`: continue training an encoder with the NPM objective on a user's own corpus, for a
 time budget, and write a model directory that `indexer build --model DIR` and the service accept.
 
-The corpus is unlabeled text; the objective is self-supervised. The recipe (docs/QUALITY.md,
+The corpus is unlabeled text; the objective is self-supervised. The recipe (docs/history/QUALITY.md,
 "Corpus adaptation") is a short, low, constant learning rate from the default model, with NPM's
 own positives (the same n-gram in other blocks of a group of lexically similar blocks) and short
 query windows, and titles dropped from half the queries so that untitled corpora are not a

@@ -89,7 +89,7 @@ def open_reader(config: EngineConfig, encoder: Encoder) -> Reader | None:
         raise AppError(f"reader directory {path} (--reader-dir) does not exist")
     # Built on the encoder's inference thread, where all its passes run: torch ops run from another thread (the
     # heads' initialisation) start a second OpenMP team, and two teams on two cores slowed the encoder's pass
-    # ~2x in a process whose threads spin-wait (docs/BENCHMARKS.md, "One OpenMP team").
+    # ~2x in a process whose threads spin-wait (docs/history/BENCHMARKS.md, "One OpenMP team").
     reader: Reader = encoder.on_thread(Reader, path, encoder.device, config.dtype, config.engine)
     if reader.card.vocab != vocab_fingerprint(encoder.tokenizer):
         raise AppError(

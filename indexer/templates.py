@@ -2,11 +2,10 @@
 
 IVF centroids and PQ codebooks are trained ONCE per factory string, on the vectors of the first
 shard that uses it, and saved as `trained/<factory>.faiss` (atomically) next to the shards. Every
-later shard with the same factory copies the template and only adds its vectors: in the 10M-token
-benchmark (docs/BENCHMARKS.md) the first shard's FAISS work took 124 s (training included) and each
-later one ~40 s, against ~250-330 s of encoding per shard. The file stays after the build, so a resumed or distributed
-build uses the same
-centroids as an uninterrupted one.
+later shard with the same factory copies the template and only adds its vectors: at 10.5M tokens
+(docs/BENCHMARKS.md, "Build throughput") the IVF / PQ training took ~27 s on the first shard, indexing and
+writing 18.6 s per later shard, against 48.5 s of encoding per shard. The file stays after the build, so a
+resumed or distributed build uses the same centroids as an uninterrupted one.
 """
 
 from __future__ import annotations
