@@ -15,17 +15,18 @@ import logging
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from encoder.export import export_model
 from encoder.model_files import default_model_dir
+from encoder.runtime_options import Placement
 from encoder.train import train
 from encoder.train_config import TrainConfig
 
 logger = logging.getLogger(__name__)
 
 
-class AdaptConfig(BaseModel):
+class AdaptConfig(Placement):
     """Adapt an encoder to a corpus with the NPM objective (a time budget), then export it."""
 
     corpus: Path = Field(description="the corpus to adapt to (any `indexer build` format)")
@@ -43,8 +44,6 @@ class AdaptConfig(BaseModel):
     block_tokens: int = Field(128, ge=8)
     title_tokens: int = Field(32, ge=0)
     seed: int = 0
-    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
-    dtype: str = Field("auto", description="auto, fp32, bf16 or fp16")
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(

@@ -6,10 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import Field, model_validator
+
+from encoder.runtime_options import Placement
 
 
-class TrainConfig(BaseModel):
+class TrainConfig(Placement):
     """One object per job; saved with every checkpoint."""
 
     corpus: list[Path] = Field(description="training corpus (any `indexer build` format); repeat for several")
@@ -80,8 +82,6 @@ class TrainConfig(BaseModel):
         False, description="keep the word embeddings fixed (a fine-tuning stage then changes the layers only)"
     )
     seed: int = 0
-    dtype: str = "auto"
-    device: str = "auto"
     save_every: int = 100
     keep_checkpoints: int = 3
     resume: bool = False

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, Field
+from pydantic import Field
 
 from common.errors import AppError
-from encoder.onnx_engine import ENGINE_HELP
+from encoder.runtime_options import RuntimeOptions
 
 
-class EngineConfig(BaseModel):
+class EngineConfig(RuntimeOptions):
     """The index, the encoder and how they run. A plain model: it reads no environment variable (a job's
     config that extends it decides where its values come from)."""
 
@@ -28,9 +28,6 @@ class EngineConfig(BaseModel):
     use_reader: bool = Field(
         True, description="load the reader and use it for fills that do not say `reader`; false: no reader at all"
     )
-    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
-    dtype: str = Field("auto", description="auto, fp32, bf16 or fp16")
-    engine: str = Field("auto", description=ENGINE_HELP)
     verify: bool = Field(False, description="check every index file's sha256 at start (slow on big indexes)")
     nprobe: int | None = Field(
         None, ge=1, description="IVF lists searched per query (default: 1/16 of the lists, >= 16)"

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from common.errors import AppError, IndexDamaged
 from common.files import write_json_atomic
-from encoder.onnx_engine import ENGINE_HELP
+from encoder.runtime_options import RuntimeOptions
 from indexer.ann import parse_bytes
 
 FORMAT_VERSION = 3  # 3: compact char offsets (indexer.offsets)
@@ -71,7 +71,7 @@ class Counts(BaseModel):
     deleted_tokens: int = 0  # their tokens, still counted in `tokens` until `indexer compact`
 
 
-class BuildSettings(BaseModel):
+class BuildSettings(RuntimeOptions):
     """The settings of a build, as the manifest records them (`indexer build`'s `BuildConfig` is these plus
     the job's own flags): the one definition of each setting and its default, read back typed."""
 
@@ -98,9 +98,6 @@ class BuildSettings(BaseModel):
     batch_tokens: int | None = Field(
         None, ge=64, description="padded tokens per encoder batch (default: 2048 on CPU, 16384 on GPU)"
     )
-    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
-    dtype: str = Field("auto", description="auto, fp32, bf16 or fp16")
-    engine: str = Field("auto", description=ENGINE_HELP)
 
     @field_validator("memory_budget", mode="before")
     @classmethod

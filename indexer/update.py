@@ -31,7 +31,7 @@ from common.priority import at_priority
 from corpus.blocking import iter_blocks
 from corpus.readers import Document, read_corpus
 from encoder.model import Encoder
-from encoder.onnx_engine import ENGINE_HELP
+from encoder.runtime_options import RuntimeOptions
 from indexer.ann import resolve_factory
 from indexer.bm25 import BM25, BaseStats, build_bm25
 from indexer.build import chunk_blocks
@@ -48,7 +48,7 @@ from indexer.tombstones import Tombstones
 logger = logging.getLogger(__name__)
 
 
-class AddConfig(BaseModel):
+class AddConfig(RuntimeOptions):
     """Add documents to a finished index (a document whose id is in the index replaces it), without a rebuild."""
 
     index: Path = Field(description="index directory built by `indexer build`")
@@ -61,9 +61,6 @@ class AddConfig(BaseModel):
         description="the index's model directory, where it has moved (default: the one "
         "the manifest names; another model is refused)",
     )
-    device: str = Field("auto", description="auto, cpu, cuda or cuda:N")
-    dtype: str = Field("auto", description="auto, fp32, bf16 or fp16")
-    engine: str = Field("auto", description=ENGINE_HELP)
 
 
 class DeleteConfig(BaseModel):
