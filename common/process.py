@@ -22,7 +22,8 @@ def single_thread_blas() -> None:
 def passive_openmp() -> None:
     """OpenMP threads (torch's encoder, FAISS) wait passively unless OMP_WAIT_POLICY is set: by default they
     spin after each parallel region, and under concurrent load that spinning took ~8 ms of CPU per fill from
-    the threads finishing other fills (docs/history/BENCHMARKS.md, "The production service issue"). Must run before torch or FAISS is imported."""
+    the threads finishing other fills (docs/history/BENCHMARKS.md, "The production service issue"). Must run
+    before torch or FAISS is imported."""
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 

@@ -51,7 +51,7 @@ def choose_device(requested: str = "auto", local_rank: int = 0) -> torch.device:
     return device
 
 
-def describe(device: torch.device) -> str:
+def describe_device(device: torch.device) -> str:
     """A log-friendly device name that says whether it is the GPU path."""
     return f"{device} (GPU path)" if is_accelerator(device) else f"{device} (CPU path)"
 

@@ -19,7 +19,7 @@ import torch
 
 from common.errors import AppError
 from common.masks import split_on_masks
-from encoder.device import autocast, choose_device, choose_dtype, describe, lower_linear_weights
+from encoder.device import autocast, choose_device, choose_dtype, describe_device, lower_linear_weights
 from encoder.model_files import default_model_dir, load_tokenizer, load_transformer, model_fingerprint
 from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass, resolve_engine
 from encoder.synonyms import WordNeighbours
@@ -152,7 +152,7 @@ class Encoder:
         logger.info(
             "encoder %s on %s (%s, %s), dim %d, max length %d",
             self.model_dir,
-            describe(self.device),
+            describe_device(self.device),
             self.engine,
             str(self.dtype).replace("torch.", ""),
             self.dim,

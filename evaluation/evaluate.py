@@ -256,7 +256,7 @@ def format_report(report: dict) -> str:
     return "\n".join(lines)
 
 
-def run(cfg: EvalConfig) -> None:
+def run_eval(cfg: EvalConfig) -> None:
     logging.basicConfig(level=logging.WARNING)
     if cfg.task == "classify":
         return run_classify(cfg)
@@ -298,7 +298,7 @@ def run_classify(cfg: EvalConfig) -> None:
 
 
 app = typer.Typer(add_completion=False)
-model_command(app, EvalConfig, run, name="fill-eval", env_prefix="FILL_EVAL_")
+model_command(app, EvalConfig, run_eval, name="fill-eval", env_prefix="FILL_EVAL_")
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -280,7 +280,7 @@ def fit_reader(engine: FillEngine, probes: list[dict], cfg: FitConfig) -> Scorin
     )
 
 
-def run(cfg: FitConfig) -> None:
+def run_fit(cfg: FitConfig) -> None:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     if cfg.google_re and cfg.side in ("held", "all"):
         raise AppError(
@@ -312,7 +312,7 @@ def run(cfg: FitConfig) -> None:
 
 
 app = typer.Typer(add_completion=False)
-model_command(app, FitConfig, run, name="fill-fit", env_prefix="FILL_FIT_", exclude=("scoring",))
+model_command(app, FitConfig, run_fit, name="fill-fit", env_prefix="FILL_FIT_", exclude=("scoring",))
 
 
 def main(argv: list[str] | None = None) -> None:

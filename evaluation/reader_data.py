@@ -122,7 +122,7 @@ def examples(
     return out
 
 
-def run(cfg: ReaderDataConfig) -> None:
+def run_reader_data(cfg: ReaderDataConfig) -> None:
     logging.basicConfig(level=logging.WARNING)
     probes = load_probes(cfg.probes)
     single_thread_blas()
@@ -157,7 +157,7 @@ def run(cfg: ReaderDataConfig) -> None:
 
 
 app = typer.Typer(add_completion=False)
-model_command(app, ReaderDataConfig, run, name="fill-reader-data", env_prefix="FILL_READER_DATA_")
+model_command(app, ReaderDataConfig, run_reader_data, name="fill-reader-data", env_prefix="FILL_READER_DATA_")
 
 
 def main(argv: list[str] | None = None) -> None:

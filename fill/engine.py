@@ -34,7 +34,7 @@ from fill.candidates import CandidateTask, LexicalBonus, MaskQuery
 from fill.choices import Phrases
 from fill.config import EngineConfig
 from fill.hits import Hits, MaskHits, blocks_by_shard
-from fill.loading import describe, open_parts, open_reader
+from fill.loading import describe_served, open_parts, open_reader
 from fill.prepared import Lanes, Planned, Prepared, Req
 from fill.ranker import RankedMask, rank_mask
 from fill.reading import PRIOR_PHRASES, read_masks
@@ -96,7 +96,7 @@ class FillEngine:
 
     def describe(self) -> dict[str, Any]:
         """What is being served: the index, the model and how it runs, the build settings."""
-        return describe(self.index, self.encoder, self.scoring, self.default_mode(), self.reader)
+        return describe_served(self.index, self.encoder, self.scoring, self.default_mode(), self.reader)
 
     def default_mode(self, request: FillRequest | ScoreRequest | None = None) -> Mode:
         """The mode of a request that names none: hybrid for a fill, restricted for a score (the best measured,

@@ -100,7 +100,7 @@ def open_reader(config: EngineConfig, encoder: Encoder) -> Reader | None:
     return reader
 
 
-def describe(
+def describe_served(
     index: PhraseIndex, encoder: Encoder, scoring: Scoring, default_mode: str, reader: Reader | None = None
 ) -> dict[str, Any]:
     """What is being served: the index, the model and how it runs, the build settings (names, not the

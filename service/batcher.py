@@ -10,8 +10,9 @@ the next one gathers by itself.
 A batch of two or more is padded to a bucketed shape (`bucket_shape`: rows to a power of two, width to a
 multiple of 16 tokens), so the encoder meets a few dozen input shapes rather than every (requests x
 longest query) pair: each new shape costs kernel caches and allocator fragments that stay (RSS grew with
-the variety of shapes, docs/history/BENCHMARKS.md "The production service issue"). A request alone keeps its one row; its width is rounded up
-as every serving pass's is (encoder.model.padded_width), so its fill is the unbatched one."""
+the variety of shapes, docs/history/BENCHMARKS.md "The production service issue"). A request alone keeps its one
+row; its width is rounded up as every serving pass's is (encoder.model.padded_width), so its fill is the unbatched
+one."""
 
 from __future__ import annotations
 

@@ -55,7 +55,8 @@ class ShardGroupReplica:
         return {"shard_nos": self.group.shard_nos, "generation": generation_of(m)}
 
     # The calls are coroutines whose work runs on a thread of the replica's event loop, so several run at once:
-    # an async method costs Serve ~0.5-0.9 ms less per call than a sync one here (docs/history/BENCHMARKS.md, "Beyond one machine: Ray Serve").
+    # an async method costs Serve ~0.5-0.9 ms less per call than a sync one here (docs/history/BENCHMARKS.md,
+    # "Beyond one machine: Ray Serve").
     async def search(self, queries: np.ndarray, k: int, groups: list[int] | None) -> list[ScoredHits]:
         return await asyncio.to_thread(self._hop, self.group.search, queries, k, groups)
 

@@ -15,7 +15,14 @@ import torch
 
 import encoder.device as device_mod
 from encoder.checkpoints import STATE_FILE
-from encoder.device import choose_device, choose_dtype, describe, distributed_backend, grad_scaler, is_accelerator
+from encoder.device import (
+    choose_device,
+    choose_dtype,
+    describe_device,
+    distributed_backend,
+    grad_scaler,
+    is_accelerator,
+)
 from encoder.model import BlockInput, Encoder
 from encoder.train import Trainer
 from tests.conftest import write_jsonl
@@ -35,7 +42,7 @@ def test_without_gpu_everything_is_cpu():
     assert device_mod.accelerator() is None
     assert choose_device("auto") == torch.device("cpu") and not is_accelerator(torch.device("cpu"))
     assert distributed_backend() == "gloo"
-    assert "CPU path" in describe(torch.device("cpu"))
+    assert "CPU path" in describe_device(torch.device("cpu"))
     assert not grad_scaler(torch.device("cpu"), choose_dtype(torch.device("cpu"))).is_enabled()
 
 
@@ -45,7 +52,7 @@ def test_gpu_present_decisions(gpu_present):
     assert choose_dtype(dev, "auto") == torch.float16  # GPUs run fp16 autocast
     assert choose_dtype(dev, "bf16") == torch.bfloat16  # an explicit request still wins
     assert distributed_backend() == "nccl"
-    assert "GPU path" in describe(dev)
+    assert "GPU path" in describe_device(dev)
     assert grad_scaler(dev, torch.float16).is_enabled() and not grad_scaler(dev, torch.bfloat16).is_enabled()
 
 
