@@ -18,7 +18,7 @@ checks byte ranges (docs.arrow's text, see indexer.doc_text). Files small enough
 shard opens are checked once, then.
 Not covered: index.faiss, read inside FAISS (a damaged one changes which tokens a search finds, not the scores
 or text served: those come from the checked vectors and docs.arrow), and BM25's SQLite files (indexer.integrity).
-The cost per fill is in docs/BENCHMARKS.md ("Issue 55: checksums on read").
+The cost per fill is in docs/BENCHMARKS.md ("Checksums on read").
 """
 
 from __future__ import annotations
