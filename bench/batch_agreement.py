@@ -1,28 +1,24 @@
 """Batched fills against fills made one at a time, on the engine (no HTTP):
 
-    OMP_NUM_THREADS=1 python bench/batch_agreement.py --index data-local/bench/idx_10m \
+    OMP_NUM_THREADS=1 python -m bench.batch_agreement --index data-local/bench/idx_10m \
         --corpus data-local/debian/corpus_10m.jsonl [--probes 100] [--batch 16]
 
-Each cloze probe (bench/probes.py) is filled in dense and in hybrid mode alone, then again in batches of
---batch (`FillEngine.plan` -> `prepare` on the batch, padded to its bucketed shape -> `finish` each, as the
-server's batcher does).
+Each cloze probe (bench.shared.make_probes) is filled in dense and in hybrid mode alone, then again in batches of
+--batch (`FillEngine.run_batch`: each planned, the batch prepared together padded to its bucketed shape, each
+finished, as the server's batcher does).
 Printed: responses equal field for field (timings aside) and with the same `filled` text (top-1)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from probes import make_probes  # noqa: E402
-
-from common.process import single_thread_blas  # noqa: E402
-from fill.engine import FillEngine  # noqa: E402
-from fill.schemas import FillRequest  # noqa: E402
-from service.batcher import bucket_shape  # noqa: E402
-from service.config import Settings  # noqa: E402
+from bench.shared import make_probes
+from common.process import single_thread_blas
+from fill.engine import FillEngine
+from fill.schemas import FillRequest
+from service.batcher import bucket_shape
+from service.config import Settings
 
 
 def main() -> None:
@@ -42,8 +38,7 @@ def main() -> None:
     skip = {"took_ms", "timings_ms"}
     for i in range(0, len(requests), args.batch):
         chunk = requests[i : i + args.batch]
-        for j, prepared in enumerate(engine.prepare([engine.plan(r) for r in chunk], bucket_shape)):
-            result = engine.finish(prepared)
+        for j, result in enumerate(engine.run_batch(chunk, bucket_shape)):
             same += result.model_dump(exclude=skip) == alone[i + j].model_dump(exclude=skip)
             top1 += result.filled == alone[i + j].filled
     print(

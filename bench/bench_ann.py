@@ -1,6 +1,6 @@
 """Top-1 fill agreement of ANN index types with exact (flat) search, and recall@k of the start/end searches.
 
-    python bench/bench_ann.py --index data-local/bench/idx_10m --corpus data-local/debian/corpus_10m.jsonl \
+    python -m bench.bench_ann --index data-local/bench/idx_10m --corpus data-local/debian/corpus_10m.jsonl \
         [--types "built;ivfsq"] [--refine 1,2,4] [--shards N] [--probes 500] [--k 1024] [--json OUT]
 
 All systems answer the same --probes queries through the real fill engine (dense mode, API defaults);
@@ -21,14 +21,12 @@ from __future__ import annotations
 import argparse
 import json
 import logging
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from probes import make_probes  # noqa: E402
+from bench.shared import make_probes
 
 CHUNK = 131_072
 
@@ -87,7 +85,7 @@ def _rebuild(index, kind: str) -> tuple[list, list[str]]:
     return out, factories
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", type=Path, required=True)
     p.add_argument("--corpus", type=Path, required=True, help="corpus the probe queries are drawn from")
@@ -102,39 +100,47 @@ def main() -> None:
     p.add_argument("--model", type=Path, default=None, help="encoder directory (default: the manifest's)")
     p.add_argument("--json", type=Path, default=None)
     args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    if not set(args.aggregates.split(",")) <= {"max", "sum"}:
+        p.error(f"--aggregates: use max and/or sum, got {args.aggregates!r}")
+    return args
 
+
+def _encoder(index, args: argparse.Namespace):
+    """The encoder the index was built with (--model, or the manifest's)."""
     from encoder.model import Encoder
     from encoder.model_files import model_fingerprint
-    from fill.engine import FillEngine
-    from fill.schemas import FillRequest
-    from indexer.phrase_index import PhraseIndex, is_exact
 
-    index = _restrict(PhraseIndex(args.index), args.shards)
-    tokens = sum(len(s) for s in index.shards)
     model_dir = args.model or Path(index.manifest.model.path)
     if model_fingerprint(model_dir) != index.manifest.model.fingerprint:
-        p.error(f"{model_dir} is not the model {args.index} was built with; pass that one with --model")
-    encoder = Encoder(model_dir)
-    probes = make_probes(args.corpus, args.probes)
-    aggregates = args.aggregates.split(",")
-    if not set(aggregates) <= {"max", "sum"}:
-        p.error(f"--aggregates: use max and/or sum, got {args.aggregates!r}")
-    params = {agg: dict(k=args.k, aggregate=agg, mode="dense") for agg in aggregates}  # the token search alone
-    qvecs = [encoder.encode_queries([t])[0] for t in probes]  # as the engine computes them, one query at a time
+        raise SystemExit(f"error: {model_dir} is not the model {args.index} was built with; pass that one with --model")
+    return Encoder(model_dir)
+
+
+def _exact(index, encoder, probes: list[str], k: int):
+    """The probes' start/end query vectors (as the engine computes them, one query at a time), their exact top-k,
+    and a `search` that looks the exact hits up (groups change nothing)."""
+    qvecs = [encoder.encode_queries([t])[0] for t in probes]
     queries = np.concatenate([np.concatenate([q.q_start, q.q_end]) for q in qvecs]).astype(np.float32)
     t0 = time.perf_counter()
-    exact = exact_topk(index.shards, queries, args.k)
+    exact = exact_topk(index.shards, queries, k)
+    tokens = sum(len(s) for s in index.shards)
     logging.info(
-        "exact top-%d of %d queries over %d tokens in %.0f s", args.k, len(queries), tokens, time.perf_counter() - t0
+        "exact top-%d of %d queries over %d tokens in %.0f s", k, len(queries), tokens, time.perf_counter() - t0
     )
     lookup = {queries[i].tobytes(): exact[i][:2] for i in range(len(queries))}
 
-    def exact_search(q: np.ndarray, k: int, groups=None):  # exact: groups change nothing
+    def exact_search(q: np.ndarray, k: int, groups=None):
         return [lookup[row.astype(np.float32).tobytes()] for row in q]
 
+    return queries, exact, exact_search
+
+
+def _filler(encoder, probes: list[str], params: dict[str, dict]):
+    """run(searcher): the top-1 fill of every probe per aggregation over `searcher`, and ms per fill."""
+    from fill.engine import FillEngine
+    from fill.schemas import FillRequest
+
     def run(searcher) -> tuple[dict[str, list[str]], float]:
-        """Top-1 fill of every probe per aggregation, and ms per fill."""
         engine, tops, t = FillEngine(encoder, searcher), {agg: [] for agg in params}, time.perf_counter()
         for text in probes:
             for agg, prm in params.items():
@@ -142,7 +148,22 @@ def main() -> None:
                 tops[agg].append(cands[0].phrase if cands else "")
         return tops, (time.perf_counter() - t) / len(probes) / len(params) * 1000
 
+    return run
+
+
+def main() -> None:
+    args = parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    from indexer.phrase_index import PhraseIndex, is_exact
+
+    index = _restrict(PhraseIndex(args.index), args.shards)
+    encoder = _encoder(index, args)
+    probes = make_probes(args.corpus, args.probes)
+    params = {agg: dict(k=args.k, aggregate=agg, mode="dense") for agg in args.aggregates.split(",")}  # tokens alone
+    queries, exact, exact_search = _exact(index, encoder, probes, args.k)
+    run = _filler(encoder, probes, params)
     ref, ref_ms = run(_Searcher(index, exact_search))
+    tokens = sum(len(s) for s in index.shards)
     report = {
         "tokens": tokens,
         "shards": len(index.shards),

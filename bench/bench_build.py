@@ -1,6 +1,6 @@
 """Build throughput against the bare encoder forward on the same batches.
 
-    python bench/bench_build.py --corpus data-local/debian/corpus_10m.jsonl --out data-local/bench/idx_10m \
+    python -m bench.bench_build --corpus data-local/debian/corpus_10m.jsonl --out data-local/bench/idx_10m \
         [--model DIR] [--device auto] [--forward-tokens 1000000] [--json data-local/bench/build.json]
 
 1. `indexer build` with DEFAULT settings (only corpus, out, model given), timed end to end: reading,
@@ -45,7 +45,7 @@ class _Collect(logging.Handler):
             self.bm25 += float(m[1])
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--corpus", type=Path, required=True)
     p.add_argument("--out", type=Path, required=True, help="index directory (replaced)")
@@ -53,38 +53,44 @@ def main() -> None:
     p.add_argument("--forward-tokens", type=int, default=1_000_000, help="tokens for the bare-forward rate")
     p.add_argument("--device", default="auto", help="the build's --device: auto, cpu, cuda or cuda:N")
     p.add_argument("--json", type=Path, default=None, help="also write the figures here")
-    args = p.parse_args()
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return p.parse_args()
 
-    from corpus.blocking import iter_blocks
-    from corpus.readers import read_corpus
-    from encoder.model import Encoder
+
+def timed_build(args: argparse.Namespace):
+    """`indexer build` with default settings, timed: (its config, its summary, seconds, the seconds it logged)."""
     from indexer.build import BuildConfig, build_index
-    from indexer.encode import default_batch_tokens, encode_shard
 
     collect = _Collect()
     logging.getLogger("indexer.build").addHandler(collect)
     cfg = BuildConfig(corpus=args.corpus, out=args.out, model=args.model, overwrite=True, device=args.device)
     t0 = time.perf_counter()
     summary = build_index(cfg)
-    build_s = time.perf_counter() - t0
+    return cfg, summary, time.perf_counter() - t0, collect
+
+
+def forward_alone(cfg, tokens: int):
+    """The build's encoder loop alone over the corpus's first `tokens` tokens' blocks: (encoder, tokens, seconds)."""
+    from corpus.blocking import iter_blocks
+    from corpus.readers import read_corpus
+    from encoder.model import Encoder
+    from indexer.encode import default_batch_tokens, encode_shard
 
     encoder = Encoder(cfg.model, device=cfg.device, dtype=cfg.dtype)
     blocks, n = [], 0
     for block in iter_blocks(read_corpus(cfg.corpus), encoder.tokenizer, cfg.block_tokens, cfg.title_tokens):
         blocks.append(block)
         n += len(block)
-        if n >= args.forward_tokens:
+        if n >= tokens:
             break
     t1 = time.perf_counter()
     encode_shard(encoder, blocks, cfg.batch_tokens or default_batch_tokens(encoder.device), tqdm(disable=True))
-    forward_s = time.perf_counter() - t1
+    return encoder, n, time.perf_counter() - t1
 
+
+def figures_of(summary, build_s: float, collect: _Collect, encoder, n: int, forward_s: float) -> dict:
     build_rate, forward_rate = summary.tokens / build_s, summary.tokens / max(collect.encode, 1e-9)
-    alone_rate = n / forward_s
     first_rate = collect.first[0] / collect.first[1] if collect.first else float("nan")
-    other = build_s - collect.encode - collect.index - collect.bm25
-    figures = {
+    return {
         "tokens": summary.tokens,
         "documents": summary.documents,
         "blocks": summary.blocks,
@@ -98,25 +104,42 @@ def main() -> None:
         "seconds_encode": round(collect.encode, 1),
         "seconds_index_and_write": round(collect.index, 1),
         "seconds_bm25": round(collect.bm25, 1),
-        "seconds_other": round(other, 1),
+        "seconds_other": round(build_s - collect.encode - collect.index - collect.bm25, 1),
         "standalone_forward_tokens": n,
-        "standalone_forward_tokens_per_s": round(alone_rate),
+        "standalone_forward_tokens_per_s": round(n / forward_s),
         "first_shard_in_build_tokens_per_s": round(first_rate),
     }
+
+
+def print_figures(fig: dict, build_s: float, collect: _Collect) -> None:
     print(
-        f"build   {summary.tokens:,} tokens in {build_s:.1f} s = {build_rate:,.0f} tokens/s "
-        f"({summary.shards} shards, {encoder.device} {figures['dtype']})"
+        f"build   {fig['tokens']:,} tokens in {build_s:.1f} s = {fig['build_tokens_per_s']:,} tokens/s "
+        f"({fig['shards']} shards, {fig['device']} {fig['dtype']})"
     )
-    print(f"forward the same batches: {collect.encode:.1f} s = {forward_rate:,.0f} tokens/s (the build's encoder loop)")
-    print(f"ratio   {figures['ratio']:.3f} (target >= 0.9)")
+    print(
+        f"forward the same batches: {collect.encode:.1f} s = {fig['forward_tokens_per_s_same_batches']:,} tokens/s "
+        "(the build's encoder loop)"
+    )
+    print(f"ratio   {fig['ratio']:.3f} (target >= 0.9)")
+    other = build_s - collect.encode - collect.index - collect.bm25
     print(
         f"build time: encode {collect.encode:.1f} s, int8 + FAISS + shard files {collect.index:.1f} s, "
         f"BM25 {collect.bm25:.1f} s, reading/tokenizing/loading/other {other:.1f} s"
     )
     print(
-        f"cross-check: encoder loop alone on the first {n:,} tokens {alone_rate:,.0f} tokens/s; "
-        f"in the build, first shard {first_rate:,.0f} tokens/s"
+        f"cross-check: encoder loop alone on the first {fig['standalone_forward_tokens']:,} tokens "
+        f"{fig['standalone_forward_tokens_per_s']:,} tokens/s; in the build, first shard "
+        f"{fig['first_shard_in_build_tokens_per_s']:,} tokens/s"
     )
+
+
+def main() -> None:
+    args = parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg, summary, build_s, collect = timed_build(args)
+    encoder, n, forward_s = forward_alone(cfg, args.forward_tokens)
+    figures = figures_of(summary, build_s, collect, encoder, n, forward_s)
+    print_figures(figures, build_s, collect)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")

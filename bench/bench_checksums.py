@@ -1,6 +1,6 @@
 """The cost of checking block checksums on read (indexer.checksums), per fill, against the same fills unchecked:
 
-    python bench/bench_checksums.py --index data-local/trex_dev/index --probes data-local/trex_dev/probes.jsonl \
+    python -m bench.bench_checksums --index data-local/trex_dev/index --probes data-local/trex_dev/probes.jsonl \
         [--n 200] [--mode hybrid] [--work data-local/bench/checksums]
 
 --work gets a copy of the index made of symbolic links to its files plus each shard's checksums.npy (written here,

@@ -1,7 +1,7 @@
 """Closed-set scoring through the API: accuracy of POST /score on labelled sets, and /score latency against
 /fill on the same index, measured on the real server process (`python -m service`).
 
-    python bench/bench_classify.py --index data-local/classify/idx/imdb \
+    python -m bench.bench_classify --index data-local/classify/idx/imdb \
         --set data-local/classify/rt.jsonl --set data-local/classify/uci_yelp.jsonl \
         --template "{text} It was <mask> ." --choice positive=great --choice negative=terrible \
         [--scorer npm_single] [--mode dense] [--blocks 10] [--k 4096] [--temperature 5] [--limit 500] [--latency 200]
@@ -20,18 +20,13 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import httpx
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_service import Server  # noqa: E402
-
-from evaluation.classify import fill_template, load_labelled, parse_choices, report  # noqa: E402
+from bench.shared import Server
+from evaluation.classify import fill_template, load_labelled, parse_choices, report
 
 
 def _post(client: httpx.Client, url: str, body: dict) -> tuple[dict, float]:

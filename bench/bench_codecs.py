@@ -1,6 +1,6 @@
 """Compact codecs for the re-scoring vectors measured on real fills (issue 41): bytes per token, agreement, EM.
 
-    python bench/bench_codecs.py --index IDX --probes P.jsonl [--per-relation 200] [--mode dense] [--no-reader] \\
+    python -m bench.bench_codecs --index IDX --probes P.jsonl [--per-relation 200] [--mode dense] [--no-reader] \\
         --codec PQ48 --codec OPQ48,PQ48 --codec SQ4 [--json out.json]
 
 The index is opened once, as fill-eval opens it (its stored vectors as built: int8 by default); its fills are
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,14 +27,10 @@ from pathlib import Path
 import faiss
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from compare_predictions import compare  # noqa: E402
-
-from common.process import single_thread_blas  # noqa: E402
-from evaluation.evaluate import EvalConfig, evaluate, select_probes  # noqa: E402
-from fill.engine import FillEngine  # noqa: E402
+from bench.shared import compare
+from common.process import single_thread_blas
+from evaluation.evaluate import EvalConfig, evaluate, select_probes
+from fill.engine import FillEngine
 
 
 class DecodedVectors:
@@ -137,7 +132,7 @@ def fills(engine: FillEngine, probes: list[dict], cfg: EvalConfig) -> tuple[dict
         return report, [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--index", type=Path, required=True)
     ap.add_argument("--probes", type=Path, required=True)
@@ -148,7 +143,62 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--codec", action="append", required=True, help="FAISS factory string of a standalone codec")
     ap.add_argument("--sample", type=int, default=65_536, help="vectors the codecs are trained on")
     ap.add_argument("--json", type=Path)
-    args = ap.parse_args(argv)
+    return ap.parse_args(argv)
+
+
+def check_codecs(factories: list[str], dim: int) -> None:
+    """Every codec is a FAISS factory string for `dim` (checked before the first fill)."""
+    for factory in factories:
+        try:
+            faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
+        except RuntimeError:
+            raise SystemExit(
+                f"error: --codec {factory!r} is not a FAISS factory string for dimension {dim} "
+                "(e.g. SQ8, SQ4, PQ48, OPQ48,PQ48, PCAR128,SQ8)"
+            ) from None
+
+
+def baseline_row(shards: list, report: dict) -> dict:
+    """The stored vectors' row: their bytes per token (int8 rows carry a 2-byte scale)."""
+    dtype = shards[0].info.vector_dtype
+    size = shards[0].vectors.data.dtype.itemsize * shards[0].vectors.shape[1] + (2 if dtype == "int8" else 0)
+    return {
+        "codec": f"stored ({dtype})",
+        "bytes": size,
+        "agreement": 100.0,
+        "macro_em": report["macro_em@1"],
+        "micro_em_diff": 0.0,
+        "micro_em_diff_se": 0.0,
+        "rel_mse": 0.0,
+    }
+
+
+def codec_row(factory: str, engine: FillEngine, probes: list[dict], cfg: EvalConfig, args, base: list[dict]) -> dict:
+    """The shards re-scoring from `factory`'s decoded codes (trained on --sample stored vectors), filled again."""
+    shards = engine.index.shards
+    t0 = time.perf_counter()
+    codec, codes, rel = train_codec(factory, shards, args.sample)
+    seconds = time.perf_counter() - t0
+    stored = (
+        estimated(codec, shards, codes)
+        if "RaBitQ" in factory
+        else [DecodedVectors(c, codec, s.vectors.shape[1]) for s, c in zip(shards, codes)]
+    )
+    for s, v in zip(shards, stored):
+        s.vectors = v
+    report, other = fills(engine, probes, cfg)
+    return {
+        "codec": factory,
+        "bytes": int(codec.sa_code_size()),
+        "macro_em": report["macro_em@1"],
+        "rel_mse": rel,
+        "train_encode_s": seconds,
+        **compare(base, other),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     cfg = EvalConfig(
         index=args.index,
         probes=args.probes,
@@ -162,54 +212,14 @@ def main(argv: list[str] | None = None) -> int:
     single_thread_blas()
     engine = FillEngine.open(cfg.engine_config())
     shards = engine.index.shards
-    dim = shards[0].vectors.shape[1]
-    for factory in args.codec:  # every codec checked before the first fill
-        try:
-            faiss.index_factory(dim, factory, faiss.METRIC_INNER_PRODUCT)
-        except RuntimeError:
-            raise SystemExit(
-                f"error: --codec {factory!r} is not a FAISS factory string for dimension {dim} "
-                "(e.g. SQ8, SQ4, PQ48, OPQ48,PQ48, PCAR128,SQ8)"
-            ) from None
+    check_codecs(args.codec, shards[0].vectors.shape[1])
     originals = [s.vectors for s in shards]
     base_report, base = fills(engine, probes, cfg)
-    dtype = shards[0].info.vector_dtype
-    base_bytes = shards[0].vectors.data.dtype.itemsize * shards[0].vectors.shape[1] + (2 if dtype == "int8" else 0)
-    rows = [
-        {
-            "codec": f"stored ({dtype})",
-            "bytes": base_bytes,
-            "agreement": 100.0,
-            "macro_em": base_report["macro_em@1"],
-            "micro_em_diff": 0.0,
-            "micro_em_diff_se": 0.0,
-            "rel_mse": 0.0,
-        }
-    ]
+    rows = [baseline_row(shards, base_report)]
     for factory in args.codec:
         for s, v in zip(shards, originals):
             s.vectors = v
-        t0 = time.perf_counter()
-        codec, codes, rel = train_codec(factory, shards, args.sample)
-        seconds = time.perf_counter() - t0
-        stored = (
-            estimated(codec, shards, codes)
-            if "RaBitQ" in factory
-            else [DecodedVectors(c, codec, s.vectors.shape[1]) for s, c in zip(shards, codes)]
-        )
-        for s, v in zip(shards, stored):
-            s.vectors = v
-        report, other = fills(engine, probes, cfg)
-        rows.append(
-            {
-                "codec": factory,
-                "bytes": int(codec.sa_code_size()),
-                "macro_em": report["macro_em@1"],
-                "rel_mse": rel,
-                "train_encode_s": seconds,
-                **compare(base, other),
-            }
-        )
+        rows.append(codec_row(factory, engine, probes, cfg, args, base))
     print(f"{len(probes)} probes, mode {args.mode}{' (no reader)' if args.no_reader else ''}, {args.index}")
     print("| codec | bytes/token | top-1 agreement % | macro EM@1 | micro EM diff (SE) | rel. MSE |")
     print("|---|---|---|---|---|---|")

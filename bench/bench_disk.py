@@ -1,6 +1,6 @@
 """Disk bytes per token of an index directory, every file counted, by kind of file.
 
-    python bench/bench_disk.py --index data-local/bench/idx_10m [--json OUT]
+    python -m bench.bench_disk --index data-local/bench/idx_10m [--json OUT]
 
 Target (issue 4): <= 450 bytes per token at d = 384 with default build settings.
 """

@@ -1,6 +1,6 @@
 """Encoder throughput of the build's batching loop by batch token budget and precision.
 
-    python bench/bench_encode.py --corpus data-local/debian/corpus_10m.jsonl [--tokens 150000] \
+    python -m bench.bench_encode --corpus data-local/debian/corpus_10m.jsonl [--tokens 150000] \
         [--batch-tokens 2048,16384] [--dtypes fp32,bf16]
 
 Takes the corpus's first blocks (the build's blocking: 256 tokens, 32 title tokens) until --tokens,

@@ -1,7 +1,7 @@
 """Fairness under heavy requests (issue 26): a client sending default fills while other clients loop an
 expensive request.
 
-    python bench/bench_fairness.py --index data-local/bench/idx_3m --corpus data-local/debian/corpus_3m.jsonl \
+    python -m bench.bench_fairness --index data-local/bench/idx_3m --corpus data-local/debian/corpus_3m.jsonl \
         [--heavy-clients 4] [--light N] [--configs lanes,one_lane,before] [--json OUT]
 
 For each config a server is started (`python -m service`, the config's FILL_* variables), made ready and left
@@ -21,14 +21,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import threading
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_service import Server  # noqa: E402
-from load import run_load  # noqa: E402
-from probes import make_probes  # noqa: E402
+from bench.shared import Server, make_probes, run_load
 
 ACCEPTED = {"text": " and ".join(["<mask>"] * 8) + " .", "mode": "dense", "k": 1024, "max_span_tokens": 1}
 OUTSIDE = {"text": " and ".join(["<mask>"] * 16) + " .", "mode": "dense", "k": 4480, "max_span_tokens": 1}

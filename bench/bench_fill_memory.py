@@ -1,6 +1,6 @@
 """Anonymous memory of a fill process over its first fills (in one process, as the server's engine fills):
 
-    python bench/bench_fill_memory.py --index data-local/bench/idx_3m --probes data-local/bench/cloze_3m.jsonl \
+    python -m bench.bench_fill_memory --index data-local/bench/idx_3m --probes data-local/bench/cloze_3m.jsonl \
         [--fills 200] [--mode hybrid] [--no-reader] [--engine auto] [--pad both|reader|queries|none]
         [--ov-cache-capacity N] [--json OUT]
 
@@ -22,8 +22,6 @@ import json
 import sys
 import time
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 MARKS = (1, 10, 50, 100, 200, 400, 800, 1600)
 

@@ -1,6 +1,6 @@
 """The schema-driven fuzz run at benchmark size: tests/service/test_fuzz.py with more examples.
 
-    python bench/bench_fuzz.py [--examples 400]
+    python -m bench.bench_fuzz [--examples 400]
 
 Runs the fuzz test (schemathesis strategies from the app's own OpenAPI, positive and negative, every
 operation, over the test suite's tiny index) with FUZZ_EXAMPLES=--examples and prints the number of

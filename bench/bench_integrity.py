@@ -1,6 +1,6 @@
 """The hardening issue's (37) re-run checks on the real server (`python -m service`, API keys on):
 
-    python bench/bench_integrity.py --index data-local/eval/default_model/idx_imdb [--updates 200] [--json OUT]
+    python -m bench.bench_integrity --index data-local/eval/default_model/idx_imdb [--updates 200] [--json OUT]
 
 The index is copied to --work (the updates change it), then:
   ready        seconds to /readyz 200 with FILL_CHECK_BEFORE_READY true (every file's sha256 before ready, the
@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
@@ -30,8 +29,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_service import Server  # noqa: E402
+from bench.shared import Server
 
 KEY = {"Authorization": "Bearer bench-key"}
 ENV = {"FILL_API_KEYS": "bench-key"}

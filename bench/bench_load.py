@@ -1,14 +1,14 @@
 """Throughput and latency of the real server under concurrent clients, batched against unbatched:
 
-    python bench/bench_load.py --index data-local/bench/idx_10m --corpus data-local/debian/corpus_10m.jsonl \
+    python -m bench.bench_load --index data-local/bench/idx_10m --corpus data-local/debian/corpus_10m.jsonl \
         [--clients 1,4,16,64] [--requests 400] [--mode hybrid] [--configs batched,unbatched] [--json OUT]
         [--config NAME:KEY=VALUE,KEY=VALUE ...]
 
 For each config a server is started (`python -m service`; unbatched = FILL_MAX_BATCH=1, each request
 encoded and searched alone; batched = the defaults), made ready, left --settle seconds (it maps the
 vectors' pages in the background after ready, FILL_WARM), warmed up with 20 requests, and then,
-per client count C, max(--requests, 20 C) POST /fill are sent by C closed-loop clients (bench/load.py)
-with cloze probes drawn from --corpus (bench/probes.py) and the API defaults but --mode. Printed per
+per client count C, max(--requests, 20 C) POST /fill are sent by C closed-loop clients (bench.shared.run_load)
+with cloze probes drawn from --corpus (bench.shared.make_probes) and the API defaults but --mode. Printed per
 config and C: fills/s, p50 / p99 ms (client side), the server's CPU time per fill and cores busy
 (/proc/PID/stat), statuses, and the server's RSS before and after. The load client runs in this process
 on the same 2 cores: it takes a share of the CPU from the server.
@@ -21,14 +21,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_service import Server  # noqa: E402
-from load import cpu_seconds, rss_bytes, run_load  # noqa: E402
-from probes import make_probes  # noqa: E402
+from bench.shared import Server, cpu_seconds, make_probes, rss_bytes, run_load
 
 CONFIGS = {"batched": {}, "unbatched": {"FILL_MAX_BATCH": "1"}}
 

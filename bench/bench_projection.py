@@ -1,6 +1,6 @@
 """A linear projection of the token space trained to keep the start / end logits, with a code behind it (issue 56).
 
-    PYTHONPATH=. python bench/bench_projection.py --train-index IDX --train-probes P.jsonl [--train-cloze C.jsonl] \\
+    python -m bench.bench_projection --train-index IDX --train-probes P.jsonl [--train-cloze C.jsonl] \\
         --eval-index DEV_IDX --eval-probes DEV.jsonl --per-relation 50 --dims 64,96 --out DIR \\
         [--recode-from DEV_IDX --recode-dim 96 --recode-inner IVF4096,PQ48]
 
@@ -20,7 +20,7 @@ its residuals decoded as the index decodes them). Printed and written to DIR/res
 
 `--recode-from` writes DIR/index_p{dim}: that index re-coded without stored vectors (`indexer recode`) behind
 the projection: the pre-transformed, trained index is put where recode looks for its shards' template, so every
-shard adds its tokens through it. Then `bash bench/eval_trex_dev.sh` with IDX=DIR/index_p{dim} fills with it.
+shard adds its tokens through it. Then `bash recipes/eval_trex_dev.sh` with IDX=DIR/index_p{dim} fills with it.
 Such an index cannot be compacted (`indexer compact` re-adds decoded tokens, and a LinearTransform that is not
 orthonormal has no reverse): re-code it again from the int8 index instead.
 """

@@ -1,6 +1,6 @@
 """The query encoder for one short query at a time, as /fill runs it, in several runtimes on this CPU:
 
-    python bench/bench_query_encode.py [--model DIR] [--corpus data/sample/encyclopedia.jsonl] [--queries 200]
+    python -m bench.bench_query_encode [--model DIR] [--corpus data/sample/encyclopedia.jsonl] [--queries 200]
 
 Per runtime: ms per query (p50 / mean) of the bare forward pass over the queries' token ids, and how
 far its mask vectors are from the served path's (`Encoder` with its run-time dtype choice): the
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -24,8 +23,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from probes import make_probes  # noqa: E402
+from bench.shared import make_probes
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -94,14 +92,66 @@ def _with_onnx(variants: list, model, example_ids: list[int]):
         yield ("fp32 ONNX Runtime", onnx, False)
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model", type=Path, default=None)
     p.add_argument("--corpus", type=Path, default=ROOT / "data" / "sample" / "encyclopedia.jsonl")
     p.add_argument("--queries", type=int, default=200)
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    args = p.parse_args()
-    sys.path.insert(0, str(ROOT))
+    return p.parse_args()
+
+
+def _runner(forward, autocast_bf16: bool):
+    """run(layout): the mask vectors (start, end) of one query's forward pass through `forward`."""
+
+    def run(layout):
+        ids, pos = layout
+        x = torch.tensor([ids])
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_bf16):
+            h = forward(x, torch.ones_like(x), torch.zeros_like(x))
+        h = h[0].float().numpy()
+        pos = np.asarray(pos)
+        return np.concatenate([h[pos], h[pos + 1]])
+
+    return run
+
+
+def _torch_variants(model, example_ids: list[int]) -> list:
+    """(name, forward, bf16 autocast) of the torch runtimes: eager, torch.compile, torch.jit.trace (when it traces)."""
+    eager = lambda ids, att, types: model(input_ids=ids, attention_mask=att, token_type_ids=types).last_hidden_state  # noqa: E731
+    variants = [("fp32 eager", eager, False), ("bf16 autocast eager", eager, True)]
+    compiled = torch.compile(eager, dynamic=True)
+    variants += [("fp32 torch.compile", compiled, False), ("bf16 torch.compile", compiled, True)]
+    try:
+        example = torch.tensor([example_ids])
+        with torch.inference_mode():
+            traced = torch.jit.trace(
+                lambda ids, att, types: model(
+                    input_ids=ids, attention_mask=att, token_type_ids=types, return_dict=False
+                )[0],
+                (example, torch.ones_like(example), torch.zeros_like(example)),
+                check_trace=False,
+                strict=False,
+            )
+        variants.append(("fp32 torch.jit.trace", traced, False))
+    except Exception as exc:  # tracing support varies by model class; report and go on
+        print(f"torch.jit.trace failed: {str(exc)[:200]}")
+    return variants
+
+
+def _print_rows(rows: list) -> None:
+    base = statistics.median(rows[2][1]) if len(rows) > 2 else 1.0
+    print(f"{'runtime':<28} {'p50 ms':>8} {'mean ms':>8} {'vs fp32':>8} {'max |diff|':>11} {'min cos':>9}")
+    for name, times, diff in rows:
+        extra = f"{diff[0]:>11.4f} {diff[1]:>9.5f}" if diff else ""
+        print(
+            f"{name:<28} {statistics.median(times):>8.2f} {statistics.mean(times):>8.2f} "
+            f"{statistics.median(times) / base:>8.2f} {extra}"
+        )
+
+
+def main() -> None:
+    args = parse_args()
     from encoder.model import Encoder
 
     if args.threads:
@@ -115,60 +165,21 @@ def main() -> None:
         f"{len(texts)} queries, {statistics.mean(len(ids) for ids, _ in layouts):.1f} tokens on average; "
         f"served dtype {str(served.dtype).replace('torch.', '')}, {torch.get_num_threads()} threads"
     )
-
     t_tok, _ = _timed(served.query_layout, texts)
     t_all, _ = _timed(lambda t: served.encode_queries([t]), texts)
     rows = [("tokenize (query_layout)", t_tok, None), ("encode_queries (served)", t_all, None)]
     model = served.model
     model.requires_grad_(False)  # inference only (torch.jit.trace refuses parameters that require grad)
-
-    def runner(forward, autocast_bf16: bool):
-        def run(layout):
-            ids, pos = layout
-            x = torch.tensor([ids])
-            with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_bf16):
-                h = forward(x, torch.ones_like(x), torch.zeros_like(x))
-            h = h[0].float().numpy()
-            pos = np.asarray(pos)
-            return np.concatenate([h[pos], h[pos + 1]])
-
-        return run
-
-    eager = lambda ids, att, types: model(input_ids=ids, attention_mask=att, token_type_ids=types).last_hidden_state  # noqa: E731
-    variants = [("fp32 eager", eager, False), ("bf16 autocast eager", eager, True)]
-    compiled = torch.compile(eager, dynamic=True)
-    variants += [("fp32 torch.compile", compiled, False), ("bf16 torch.compile", compiled, True)]
-    try:
-        example = torch.tensor([layouts[0][0]])
-        with torch.inference_mode():
-            traced = torch.jit.trace(
-                lambda ids, att, types: model(
-                    input_ids=ids, attention_mask=att, token_type_ids=types, return_dict=False
-                )[0],
-                (example, torch.ones_like(example), torch.zeros_like(example)),
-                check_trace=False,
-                strict=False,
-            )
-        variants.append(("fp32 torch.jit.trace", traced, False))
-    except Exception as exc:  # tracing support varies by model class; report and go on
-        print(f"torch.jit.trace failed: {str(exc)[:200]}")
-    for name, forward, bf16 in _with_onnx(variants, model, layouts[0][0]):
+    for name, forward, bf16 in _with_onnx(_torch_variants(model, layouts[0][0]), model, layouts[0][0]):
         try:  # on the served encoder's thread, as the served path runs (one OpenMP team)
-            times, outs = served.on_thread(_timed, runner(forward, bf16), layouts)
+            times, outs = served.on_thread(_timed, _runner(forward, bf16), layouts)
         except Exception as exc:
             print(f"{name}: failed ({type(exc).__name__}: {str(exc)[:200]})")
             continue
         got = np.concatenate(outs)
         cos = (got * ref).sum(1) / (np.linalg.norm(got, axis=1) * np.linalg.norm(ref, axis=1))
         rows.append((name, times, (float(np.abs(got - ref).max()), float(cos.min()))))
-    base = statistics.median(rows[2][1]) if len(rows) > 2 else 1.0
-    print(f"{'runtime':<28} {'p50 ms':>8} {'mean ms':>8} {'vs fp32':>8} {'max |diff|':>11} {'min cos':>9}")
-    for name, times, diff in rows:
-        extra = f"{diff[0]:>11.4f} {diff[1]:>9.5f}" if diff else ""
-        print(
-            f"{name:<28} {statistics.median(times):>8.2f} {statistics.mean(times):>8.2f} "
-            f"{statistics.median(times) / base:>8.2f} {extra}"
-        )
+    _print_rows(rows)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
 """The Ray path's cost per fill, and a simulated multi-node deployment (issue 26):
 
-    python bench/bench_ray.py --index data-local/bench/idx_10m16 --corpus data-local/debian/corpus_10m.jsonl \
+    python -m bench.bench_ray --index data-local/bench/idx_10m16 --corpus data-local/debian/corpus_10m.jsonl \
         --groups 1,4,8,16 --delays 0,1,5 --n 200 [--clients 1] [--mode hybrid] [--json OUT]
 
 In this process: first the local engine (every shard here), then for each number of shard groups G and each
 delay D, the index's shards split into G groups deployed on a Ray started here (one replica each, Ray Serve)
 whose every call sleeps D ms before and D ms after its work (a network hop each way), and the ingress's engine
 over them (FILL_BACKEND=ray's path, service.ray_backend.RayShards). Each configuration gets 20 warm-up fills,
-then --n fills of cloze probes drawn from --corpus (bench/probes.py), with the API defaults but --mode, from
+then --n fills of cloze probes drawn from --corpus (bench.shared.make_probes), with the API defaults but --mode, from
 --clients closed-loop threads. Printed per configuration: p50 / p99 ms and fills/s; the overhead is the p50
 against the local engine's; the JSON also holds the ingress's calls per fill by kind (search, CandidateTask,
 WindowTask, PlacesTask) with their median ms (and, with --sizes, the median size of their answers), and the
@@ -21,16 +21,11 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from probes import make_probes  # noqa: E402
+from bench.shared import make_probes
 
 
 def measure(engine, bodies: list[dict], n: int, clients: int) -> dict:
@@ -140,7 +135,7 @@ def ray_engine(index: Path, groups: int, delay_ms: float, app: str):
     return engine, [h.name for h in handles]
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--index", type=Path, required=True)
     ap.add_argument("--corpus", type=Path, required=True)
@@ -151,7 +146,44 @@ def main() -> None:
     ap.add_argument("--mode", default="hybrid")
     ap.add_argument("--json", type=Path, default=None)
     ap.add_argument("--sizes", action="store_true", help="also the pickled size of the groups' answers")
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def ray_runs(args: argparse.Namespace, bodies: list[dict]) -> list[dict]:
+    """Per number of groups and delay: the shard groups deployed on the Ray started here, measured, deleted."""
+    from ray import serve
+
+    log = CallLog(args.sizes)
+    runs = []
+    for g in [int(x) for x in args.groups.split(",")]:
+        for d in [float(x) for x in args.delays.split(",")]:
+            engine, names = ray_engine(args.index, g, d, f"b{g}d{int(d)}")
+            figures = measure(engine, bodies, args.n, args.clients)
+            calls = log.summary(args.n + 20)
+            bare = bare_call_ms(engine.shards.groups[0].handle)
+            runs.append({"config": "ray", "groups": len(names), "delay_ms": d, **figures, "calls": calls})
+            runs[-1]["bare_call_ms"] = bare
+            print(json.dumps(runs[-1]), flush=True)
+            engine.close()
+            for name in names:
+                serve.delete(name)
+    return runs
+
+
+def print_runs(runs: list[dict]) -> None:
+    base = runs[0]["p50_ms"]
+    print(
+        f"\n{'config':6} {'groups':>6} {'delay ms':>8} {'p50 ms':>7} {'p99 ms':>7} {'fills/s':>7} {'p50 - local':>11}"
+    )
+    for r in runs:
+        print(
+            f"{r['config']:6} {r['groups']:>6} {r['delay_ms']:>8g} {r['p50_ms']:>7} {r['p99_ms']:>7} "
+            f"{r['fills_per_s']:>7} {r['p50_ms'] - base:>11.1f}"
+        )
+
+
+def main() -> None:
+    args = parse_args()
     from common.process import passive_openmp
 
     passive_openmp()  # as `python -m service` does, before torch and FAISS load (here and in the Ray it starts)
@@ -170,35 +202,8 @@ def main() -> None:
     print(json.dumps(runs[-1]), flush=True)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     serve.start(proxy_location="Disabled")
-    log = CallLog(args.sizes)
-    for g in [int(x) for x in args.groups.split(",")]:
-        for d in [float(x) for x in args.delays.split(",")]:
-            engine, names = ray_engine(args.index, g, d, f"b{g}d{int(d)}")
-            figures = measure(engine, bodies, args.n, args.clients)
-            calls = log.summary(args.n + 20)
-            runs.append(
-                {
-                    "config": "ray",
-                    "groups": len(names),
-                    "delay_ms": d,
-                    **figures,
-                    "calls": calls,
-                    "bare_call_ms": bare_call_ms(engine.shards.groups[0].handle),
-                }
-            )
-            print(json.dumps(runs[-1]), flush=True)
-            engine.close()
-            for name in names:
-                serve.delete(name)
-    base = runs[0]["p50_ms"]
-    print(
-        f"\n{'config':6} {'groups':>6} {'delay ms':>8} {'p50 ms':>7} {'p99 ms':>7} {'fills/s':>7} {'p50 - local':>11}"
-    )
-    for r in runs:
-        print(
-            f"{r['config']:6} {r['groups']:>6} {r['delay_ms']:>8g} {r['p50_ms']:>7} {r['p99_ms']:>7} "
-            f"{r['fills_per_s']:>7} {r['p50_ms'] - base:>11.1f}"
-        )
+    runs += ray_runs(args, bodies)
+    print_runs(runs)
     if args.json:
         args.json.write_text(
             json.dumps({"index": args.index.name, "mode": args.mode, "clients": args.clients, "runs": runs}, indent=1)

@@ -1,6 +1,6 @@
 """Reader training steps with and without batches of similar length (`encoder train-reader --bucket`):
 
-    PYTHONPATH=. .venv/bin/python bench/bench_reader_steps.py --examples data-local/reader_v2/examples{0,1,2,3}.jsonl \
+    .venv/bin/python -m bench.bench_reader_steps --examples data-local/reader_v2/examples{0,1,2,3}.jsonl \
         --init data-local/models/r15 [--steps 12] [--threads 2]
 
 Alternating rounds of --bucket 0 and 50: the mean padded row length of the run's batches (window and query

@@ -1,6 +1,6 @@
 """Where the time to ready goes, in one fresh process, in the order the server spends it:
 
-    python bench/bench_ready.py --index data-local/bench/idx_10m
+    python -m bench.bench_ready --index data-local/bench/idx_10m
 
 imports (numpy + faiss, torch, transformers, the service's HTTP app), opening the index (manifest,
 memory maps, FAISS indexes, BM25) while the encoder loads on a thread (fill.loading.open_parts, as the server
@@ -16,10 +16,7 @@ import time
 T0 = time.perf_counter()
 
 import argparse  # noqa: E402
-import sys  # noqa: E402
 from pathlib import Path  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main() -> None:

@@ -1,22 +1,18 @@
 """The server's RSS over rounds of load, to tell a leak (steady growth) from a settling high-water mark:
 
-    python bench/bench_rss_rounds.py --index data-local/bench/idx_baseline --corpus data/sample/encyclopedia.jsonl \
+    python -m bench.bench_rss_rounds --index data-local/bench/idx_baseline --corpus data/sample/encyclopedia.jsonl \
         [--rounds 8] [--requests 1000] [--clients 32] [--env FILL_MAX_BATCH=1 ...]
 
 Starts `python -m service` (with --env settings), then runs --rounds rounds of --requests hybrid fills
-from --clients closed-loop clients (bench/load.py, probes from --corpus), printing after each round
+from --clients closed-loop clients (bench.shared.run_load, probes from --corpus), printing after each round
 fills/s, VmRSS and RssAnon (MB)."""
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_service import Server  # noqa: E402
-from load import memory, run_load  # noqa: E402
-from probes import make_probes  # noqa: E402
+from bench.shared import Server, make_probes, memory, run_load
 
 
 def main() -> None:

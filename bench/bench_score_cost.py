@@ -2,7 +2,7 @@
 (fill.budget.Budget.cost) must track the measured time, so that no accepted /score is heavier than the heavy
 lane's guarantee says.
 
-    python bench/bench_score_cost.py --index data-local/eval/default_model/idx_imdb [--repeats 5] [--json OUT]
+    python -m bench.bench_score_cost --index data-local/eval/default_model/idx_imdb [--repeats 5] [--json OUT]
 
 Each request is run --repeats times after one warm-up; printed per request: the median ms, that over the default
 fill's median (a one-mask hybrid fill with the default fields), the budget's cost, the phrase matches
@@ -16,17 +16,14 @@ import argparse
 import json
 import re
 import statistics
-import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from common.errors import AppError  # noqa: E402
-from fill.budget import Budget  # noqa: E402
-from fill.engine import FillEngine  # noqa: E402
-from fill.schemas import FillRequest, ScoreRequest  # noqa: E402
-from service.config import Settings  # noqa: E402
+from common.errors import AppError
+from fill.budget import Budget
+from fill.engine import FillEngine
+from fill.schemas import FillRequest, ScoreRequest
+from service.config import Settings
 
 SENTENCE = "The film was <mask> and the acting was good ."
 

@@ -1,6 +1,6 @@
 """The two searches of a fill against their slower reference paths, on the same queries:
 
-    python bench/bench_search.py --index data-local/bench/idx_10m --corpus data-local/debian/corpus_10m.jsonl \
+    python -m bench.bench_search --index data-local/bench/idx_10m --corpus data-local/debian/corpus_10m.jsonl \
         [--probes 300]
 
 - BM25: `BM25.search_scored` (numpy over the postings copied out of FTS5) against `search_fts5` (the FTS5
@@ -17,16 +17,12 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from probes import make_probes  # noqa: E402
+from bench.shared import make_probes
 
 
 def _ms(fn) -> tuple[float, object]:

@@ -1,6 +1,6 @@
 """Service figures over one index, measured on the real server process (`python -m service`):
 
-    python bench/bench_service.py --index data-local/bench/idx_10m --corpus data-local/debian/corpus_10m.jsonl \
+    python -m bench.bench_service --index data-local/bench/idx_10m --corpus data-local/debian/corpus_10m.jsonl \
         [--baseline-index DIR] [--probes 500] [--starts 3] [--json OUT]
 
 - time to ready: from spawning the process to the first 200 of /readyz (which runs a real fill),
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -34,42 +33,7 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from load import memory  # noqa: E402
-from probes import make_probes  # noqa: E402
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-class Server:
-    def __init__(self, index: Path, port: int, env: dict[str, str] | None = None) -> None:
-        self.url = f"http://127.0.0.1:{port}"
-        env = {**os.environ, "FILL_LOG_LEVEL": "warning", **(env or {})}
-        self.t0 = time.perf_counter()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "service", "--index", str(index), "--port", str(port)],
-            cwd=ROOT,
-            env=env,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    def wait_ready(self, timeout: float = 600) -> float:
-        with httpx.Client(timeout=60) as client:
-            while time.perf_counter() - self.t0 < timeout:
-                if self.proc.poll() is not None:
-                    raise SystemExit(f"server exited with {self.proc.returncode}")
-                try:
-                    if client.get(self.url + "/readyz").status_code == 200:
-                        return time.perf_counter() - self.t0
-                except httpx.TransportError:
-                    pass
-                time.sleep(0.05)
-        raise SystemExit("server not ready in time")
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(60)
+from bench.shared import ROOT, Server, make_probes, memory
 
 
 def _baseline(path: Path | None) -> Path:
@@ -100,7 +64,6 @@ def _floors(index: Path, texts: list[str], k: int) -> dict[str, float]:
     """p50 ms of the bare encoder and of the bare FAISS search of its vectors over `texts`."""
     import numpy as np
 
-    sys.path.insert(0, str(ROOT))
     from common.process import single_thread_blas
     from fill.engine import FillEngine
     from service.config import Settings
@@ -123,7 +86,7 @@ def _floors(index: Path, texts: list[str], k: int) -> dict[str, float]:
     return {"encoder": round(statistics.median(enc), 2), "faiss": round(statistics.median(faiss_ms), 2)}
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", type=Path, required=True)
     p.add_argument("--corpus", type=Path, required=True, help="corpus the probe queries are drawn from")
@@ -140,16 +103,32 @@ def main() -> None:
     )
     p.add_argument("--port", type=int, default=8765)
     p.add_argument("--json", type=Path, default=None)
-    args = p.parse_args()
-    tokens = json.loads((args.index / "manifest.json").read_text())["counts"]["tokens"]
-    base_index = _baseline(args.baseline_index)
-    base_tokens = json.loads((base_index / "manifest.json").read_text())["counts"]["tokens"]
+    return p.parse_args()
 
+
+def _latencies(server: Server, probes: list[str], mode: str) -> tuple[list[float], dict[str, list[float]]]:
+    """Client-side ms of each /fill of `probes` but the first 10 (warm-up), and the engine's ms per stage."""
+    lat: list[float] = []
+    stages: dict[str, list[float]] = {}
+    with httpx.Client(timeout=120) as client:
+        for i, text in enumerate(probes):
+            t = time.perf_counter()
+            r = client.post(server.url + "/fill", json={"text": text, "mode": mode})
+            if r.status_code != 200:
+                raise SystemExit(f"/fill answered {r.status_code}: {r.text[:200]}")
+            if i >= 10:
+                lat.append((time.perf_counter() - t) * 1000)
+                for stage, ms in r.json()["timings_ms"].items():
+                    stages.setdefault(stage, []).append(ms)
+    return lat, stages
+
+
+def _measure(args: argparse.Namespace, base_index: Path) -> dict:
+    """Starts, memory and /fill latency of the server over --index; the baseline server's start and memory."""
     base = Server(base_index, args.port)
     base_ready = base.wait_ready()
     rss_base = memory(base.proc.pid)
     base.stop()
-
     ready = []
     for _ in range(args.starts - 1):
         s = Server(args.index, args.port)
@@ -160,30 +139,32 @@ def main() -> None:
     rss_ready = memory(server.proc.pid)
     time.sleep(args.settle)
     probes = make_probes(args.corpus, args.probes + 10)
-    lat, stages = [], {}
-    with httpx.Client(timeout=120) as client:
-        for i, text in enumerate(probes):
-            t = time.perf_counter()
-            r = client.post(server.url + "/fill", json={"text": text, "mode": args.mode})
-            if r.status_code != 200:
-                raise SystemExit(f"/fill answered {r.status_code}: {r.text[:200]}")
-            if i >= 10:
-                lat.append((time.perf_counter() - t) * 1000)
-                for stage, ms in r.json()["timings_ms"].items():
-                    stages.setdefault(stage, []).append(ms)
+    lat, stages = _latencies(server, probes, args.mode)
     rss_after = memory(server.proc.pid)
     server.stop()
-    floors = _floors(args.index, probes[10:], 1024)
+    return {
+        "base_ready": base_ready,
+        "rss_base": rss_base,
+        "ready": ready,
+        "rss_ready": rss_ready,
+        "lat": lat,
+        "stages": stages,
+        "rss_after": rss_after,
+        "floors": _floors(args.index, probes[10:], 1024),
+    }
 
+
+def _figures(m: dict, tokens: int, base_tokens: int) -> dict:
+    lat, stages, floors, rss_base, rss_after = m["lat"], m["stages"], m["floors"], m["rss_base"], m["rss_after"]
     q = statistics.quantiles(lat, n=100)
     per_token = {k: (rss_after[k] - rss_base[k]) / (tokens - base_tokens) for k in rss_after}
-    figures = {
+    return {
         "tokens": tokens,
-        "ready_seconds": [round(x, 2) for x in ready],
+        "ready_seconds": [round(x, 2) for x in m["ready"]],
         "baseline_tokens": base_tokens,
-        "baseline_ready_seconds": round(base_ready, 2),
+        "baseline_ready_seconds": round(m["base_ready"], 2),
         "rss_baseline": rss_base,
-        "rss_ready": rss_ready,
+        "rss_ready": m["rss_ready"],
         "rss_after_probes": rss_after,
         "rss_bytes_per_token_after_probes": {k: round(v, 1) for k, v in per_token.items()},
         "fill_ms_p50": round(q[49], 1),
@@ -195,11 +176,18 @@ def main() -> None:
         "floor_ms_p50": floors,
         "fill_over_floors": round(q[49] / (floors["encoder"] + floors["faiss"]), 2),
     }
+
+
+def _print(index: Path, m: dict, fig: dict) -> None:
     mib = lambda b: f"{b / 2**20:,.0f} MiB"  # noqa: E731
-    print(f"index {args.index}: {tokens:,} tokens")
+    lat, floors, tokens, base_tokens = m["lat"], m["floors"], fig["tokens"], fig["baseline_tokens"]
+    rss_base, rss_ready, rss_after = m["rss_base"], m["rss_ready"], m["rss_after"]
+    per_token = fig["rss_bytes_per_token_after_probes"]
+    q = statistics.quantiles(lat, n=100)
+    print(f"index {index}: {tokens:,} tokens")
     print(
-        f"time to ready: {', '.join(f'{x:.2f} s' for x in ready)} (target <= 5 s); the same server over the "
-        f"{base_tokens:,}-token baseline index: {base_ready:.2f} s"
+        f"time to ready: {', '.join(f'{x:.2f} s' for x in m['ready'])} (target <= 5 s); the same server over the "
+        f"{base_tokens:,}-token baseline index: {m['base_ready']:.2f} s"
     )
     print(
         f"RSS baseline ({base_tokens:,} tokens): {mib(rss_base['VmRSS'])}; ready: {mib(rss_ready['VmRSS'])} "
@@ -217,12 +205,22 @@ def main() -> None:
     )
     print(
         "engine stages, p50 / mean ms: "
-        + ", ".join(f"{k} {figures['stage_ms_p50'][k]:.1f} / {figures['stage_ms_mean'][k]:.1f}" for k in stages)
+        + ", ".join(f"{k} {fig['stage_ms_p50'][k]:.1f} / {fig['stage_ms_mean'][k]:.1f}" for k in m["stages"])
     )
     print(
         f"floors p50: bare encoder {floors['encoder']:.1f} ms, bare FAISS search {floors['faiss']:.1f} ms; "
-        f"/fill p50 over their sum: {figures['fill_over_floors']:.2f}x"
+        f"/fill p50 over their sum: {fig['fill_over_floors']:.2f}x"
     )
+
+
+def main() -> None:
+    args = parse_args()
+    tokens = json.loads((args.index / "manifest.json").read_text())["counts"]["tokens"]
+    base_index = _baseline(args.baseline_index)
+    base_tokens = json.loads((base_index / "manifest.json").read_text())["counts"]["tokens"]
+    measured = _measure(args, base_index)
+    figures = _figures(measured, tokens, base_tokens)
+    _print(args.index, measured, figures)
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2) + "\n", encoding="utf-8")
 

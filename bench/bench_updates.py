@@ -1,14 +1,14 @@
 """Live corpus updates on the real server: how soon an added fact is filled, what an update costs the fills
 running beside it, fill latency against the number of delta shards, and what `indexer compact` costs and gives:
 
-    python bench/bench_updates.py --index data-local/bench/idx_3m --corpus data-local/debian/corpus_3m.jsonl \
+    python -m bench.bench_updates --index data-local/bench/idx_3m --corpus data-local/debian/corpus_3m.jsonl \
         [--work /tmp/bench_updates] [--sizes 1,100,10000] [--clients 4] [--json OUT]
 
 The index is copied to --work (the updates change it) and served (`python -m service`, API keys on, the defaults
 otherwise), left --settle seconds (the background page warming and sha256 check), then:
-  steady      --clients closed-loop clients send cloze probes of --corpus (bench/probes.py) for --steady seconds:
-              p50 / p99 ms; measured again before each size's updates (`steady_before`: the index with the delta
-              shards of the updates so far), the baseline of that size's p99
+  steady      --clients closed-loop clients send cloze probes of --corpus (bench.shared.make_probes) for --steady
+              seconds: p50 / p99 ms; measured again before each size's updates (`steady_before`: the index with the
+              delta shards of the updates so far), the baseline of that size's p99
   updates     per size N (--repeat times when N < 1,000), under the same load: POST /admin/documents with N new
               documents (the first "Ada Quint<tag> was born in Porto.", the others of other people and cities),
               then fills of the first one's fact until the top phrase is Porto: the POST's seconds, the seconds from
@@ -35,9 +35,7 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_service import ROOT, Server  # noqa: E402
-from probes import make_probes  # noqa: E402
+from bench.shared import ROOT, Server, make_probes
 
 KEY = "bench-key"
 HEADERS = {"Authorization": f"Bearer {KEY}"}

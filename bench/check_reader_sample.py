@@ -2,7 +2,7 @@
 sample, and the made-up same-type people of tests/encoder/test_default_model.py, each in every mode; prints each
 fill and the number of wrong ones (exit status 1 when any is wrong).
 
-    python bench/check_reader_sample.py [--model DIR] [--reader-dir DIR] [--scoring SCORING.json] \\
+    python -m bench.check_reader_sample [--model DIR] [--reader-dir DIR] [--scoring SCORING.json] \\
         [--work data-local/scratch]
 
 A check is right when every mask's top fill is the expected phrase, or, for a person the corpus lacks, when no
@@ -19,15 +19,14 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+from fill.config import EngineConfig
+from fill.engine import FillEngine
+from fill.schemas import FillRequest
+from indexer.build import BuildConfig, build_index
+from tests.conftest import CORPUS, write_jsonl
+from tests.encoder.test_default_model import SAME_TYPE
 
-from fill.config import EngineConfig  # noqa: E402
-from fill.engine import FillEngine  # noqa: E402
-from fill.schemas import FillRequest  # noqa: E402
-from indexer.build import BuildConfig, build_index  # noqa: E402
-from tests.conftest import CORPUS, write_jsonl  # noqa: E402
-from tests.encoder.test_default_model import SAME_TYPE  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 SAMPLE = [
     ("Marie Curie was born in <mask> .", "Warsaw"),

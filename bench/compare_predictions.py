@@ -3,15 +3,16 @@ paired micro EM@1 difference (b - a, in points) with its standard error (the spr
 Files of `fill-eval --task classify --out` (rows of text, predicted, correct) are compared the same way: the
 predicted label is the top-1, correct the EM.
 
-    python bench/compare_predictions.py data-local/pred_r4_080_dense.jsonl data-local/pred_r4_080_fp16_dense.jsonl
+    python -m bench.compare_predictions data-local/pred_r4_080_dense.jsonl data-local/pred_r4_080_fp16_dense.jsonl
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 from pathlib import Path
+
+from bench.shared import compare, fill_row, top
 
 
 def main() -> None:
@@ -21,7 +22,7 @@ def main() -> None:
     args = p.parse_args()
     a = [json.loads(line) for line in args.a.read_text(encoding="utf-8").splitlines()]
     b = [json.loads(line) for line in args.b.read_text(encoding="utf-8").splitlines()]
-    a, b = [_fill_row(r) for r in a], [_fill_row(r) for r in b]
+    a, b = [fill_row(r) for r in a], [fill_row(r) for r in b]
     if [r["query"] for r in a] != [r["query"] for r in b]:
         raise SystemExit("error: the two files hold different probes; run fill-eval with the same options")
     same = sum(top(x) == top(y) for x, y in zip(a, b))
@@ -31,30 +32,6 @@ def main() -> None:
         f"EM@1 {sum(r['em'] for r in a)} vs {sum(r['em'] for r in b)} probes; "
         f"paired micro EM diff {c['micro_em_diff']:+.1f} (SE {c['micro_em_diff_se']:.1f})"
     )
-
-
-def top(row: dict) -> str:
-    return row["predictions"][0] if row["predictions"] else ""
-
-
-def compare(a: list[dict], b: list[dict]) -> dict:
-    """Fill rows of the same probes: top-1 agreement (%), the paired micro EM difference b - a and its standard
-    error (points)."""
-    diff = [float(y["em"]) - float(x["em"]) for x, y in zip(a, b)]
-    mean = sum(diff) / len(diff)
-    se = math.sqrt(sum((d - mean) ** 2 for d in diff) / (len(diff) - 1) / len(diff)) if len(diff) > 1 else 0.0
-    return {
-        "agreement": 100 * sum(top(x) == top(y) for x, y in zip(a, b)) / len(a),
-        "micro_em_diff": 100 * mean,
-        "micro_em_diff_se": 100 * se,
-    }
-
-
-def _fill_row(row: dict) -> dict:
-    """A classify row (text, predicted, correct) as a fill row (query, predictions, em); a fill row as it is."""
-    if "query" in row:
-        return row
-    return {"query": row["text"], "predictions": [row["predicted"] or ""], "em": bool(row["correct"])}
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@
 # path's, the macro EM@1 and the ECE:
 #   bash bench/engine_agreement.sh            (ENGINES, MODES, SETS, IDX, MODEL, READER, OUT override)
 # Defaults: the held Wikipedia-leads cloze (991) and Google-RE held (600) over the r15 held flat indexes that
-# bench/eval_encoder.sh builds (data-local/eval/r15), the bundled reader and scoring, one thread per process
+# recipes/eval_encoder.sh builds (data-local/eval/r15), the bundled reader and scoring, one thread per process
 # (OMP_NUM_THREADS=1; the engines' sessions take torch's thread count). Latencies in the reports are not
 # the engines' speed (bench/engine_speed.py measures that on a quiet machine).
 set -euo pipefail

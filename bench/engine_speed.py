@@ -1,6 +1,6 @@
 """One pass of the encoder and of the reader per engine, on the CPU (issue 39, docs/BENCHMARKS.md "Engines"):
 
-    .venv/bin/python bench/engine_speed.py [--threads 1] [--rounds 3] [--engines torch openvino ...] [--compile]
+    .venv/bin/python -m bench.engine_speed [--threads 1] [--rounds 3] [--engines torch openvino ...] [--compile]
 
 Per engine (torch with its autocast dtype, the reference; OpenVINO in the same precision; ONNX Runtime
 fp32; ONNX Runtime with int8 weights; torch.compile with --compile), the median milliseconds of: a query pass (one

@@ -1,6 +1,6 @@
 """Where does the gold answer rank among ALL tokens of a single-shard index, by exact score?
 
-    python bench/gold_rank.py --index data-local/idx_NAME --google-re ../shared/data/google_re \
+    python -m bench.gold_rank --index data-local/idx_NAME --google-re ../shared/data/google_re \
         --corpus data-local/google_re/corpus.jsonl [--per-relation 30]
 
 For each Google-RE probe: the first token of the answer's first occurrence in the subject's own
@@ -29,7 +29,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--index", type=Path, required=True)
     ap.add_argument("--google-re", type=Path, required=True)
-    ap.add_argument("--corpus", type=Path, required=True, help="corpus.jsonl of bench/prepare_google_re.py")
+    ap.add_argument("--corpus", type=Path, required=True, help="corpus.jsonl of recipes/prepare_google_re.py")
     ap.add_argument("--per-relation", type=int, default=30)
     args = ap.parse_args()
     logging.basicConfig(level=logging.WARNING)

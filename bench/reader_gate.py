@@ -3,19 +3,16 @@ prediction files of the same probes, one with the reader and one with `--no-read
 unread top fill's calibrated confidence: the share of fills skipped (confidence >= t), the top-1 agreement of
 the gated fills (the unread fill where skipped, the read one elsewhere) with the read fills, and the EM change.
 
-    python bench/reader_gate.py READ.jsonl NOREAD.jsonl [--threshold 0.6 --threshold 0.9 ...]
+    python -m bench.reader_gate READ.jsonl NOREAD.jsonl [--threshold 0.6 --threshold 0.9 ...]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from compare_predictions import top  # noqa: E402
+from bench.shared import top
 
 
 def gate(read: list[dict], unread: list[dict], threshold: float) -> dict:

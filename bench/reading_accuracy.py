@@ -2,7 +2,7 @@
 
     fill-reader-data --index IDX --probes P --out read.jsonl ...          # which probes have the answer in front
     fill-eval --index IDX --probes P --out predictions.jsonl ...          # the fills, with or without the reader
-    python bench/reading_accuracy.py --read read.jsonl --predictions predictions.jsonl [--predictions more.jsonl]
+    python -m bench.reading_accuracy --read read.jsonl --predictions predictions.jsonl [--predictions more.jsonl]
 
 Prints, per predictions file, the share of probes whose answer the reader reads ("answer read"), EM@1 over all
 probes, and EM@1 over the read ones (the reading accuracy; issue 38: "had the answer in front of it for 63% of
@@ -13,13 +13,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from evaluation.evaluate import normalize  # noqa: E402
+from evaluation.evaluate import normalize
 
 
 def rows(path: Path) -> list[dict]:

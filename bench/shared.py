@@ -1,20 +1,109 @@
-"""A closed-loop load generator for POST /fill: `concurrency` clients on one asyncio loop, each sending
-its next request when its previous one is answered, until `total` requests are sent. Used by
-bench/bench_load.py (figures) and tests/bench/test_load.py (the bounded CI load test)."""
+"""Helpers the benchmarks share (imported as `from bench.shared import ...`; nothing here runs on its own):
+
+- cloze probes drawn from a corpus (`make_probes`, `make_cloze`; bench/probes.py writes them as a probe file);
+- the real server as a process (`Server`) and the repository root (`ROOT`);
+- a closed-loop load generator for POST /fill (`run_load`, used by bench/bench_load.py and tests/bench/test_load.py)
+  and a process's memory and CPU time from /proc (`memory`, `rss_bytes`, `cpu_seconds`);
+- two fill-eval prediction files compared (`top`, `compare`, `fill_row`; bench/compare_predictions.py).
+
+httpx (a test dependency) is imported where a request is sent: what only draws probes or compares files runs
+without it (on a lent GPU machine, recipes/device_build.sh).
+"""
 
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import os
+import random
+import re
 import statistics
+import subprocess
+import sys
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import httpx
-
 from common.masks import count_masks
+
+ROOT = Path(__file__).resolve().parents[1]
+WORD = re.compile(r"[A-Za-z][a-z]{3,}")
+
+
+# -- cloze probes ----------------------------------------------------------------------------------------------
+
+
+def make_probes(corpus: Path, n: int, seed: int = 0, window: int = 24) -> list[str]:
+    """n queries from a JSON-lines corpus: seeded documents, a ~24-word window, one alphabetic word -> <mask>.
+    The figures compare systems on the same queries, so the queries only need to look like real fill queries."""
+    return [query for query, _ in make_cloze(corpus, n, seed, window)]
+
+
+def make_cloze(corpus: Path, n: int, seed: int = 0, window: int = 24) -> list[tuple[str, str]]:
+    """Like make_probes, with the masked word of each query."""
+    lines = corpus.read_text(encoding="utf-8").splitlines()
+    rng = random.Random(seed)
+    probes: list[tuple[str, str]] = []
+    for _ in range(50 * n):
+        if len(probes) == n:
+            break
+        words = json.loads(lines[rng.randrange(len(lines))]).get("text", "").split()
+        if len(words) < 8:
+            continue
+        a = rng.randrange(max(1, len(words) - window))
+        chunk = words[a : a + window]
+        slots = [i for i, w in enumerate(chunk) if WORD.fullmatch(w)]
+        if not slots:
+            continue
+        slot = rng.choice(slots)
+        answer, chunk[slot] = chunk[slot], "<mask>"
+        probes.append((" ".join(chunk), answer))
+    return probes
+
+
+# -- the server as a process -----------------------------------------------------------------------------------
+
+
+class Server:
+    """`python -m service` over `index` on `port` (FILL_LOG_LEVEL warning, `env` added), started at once."""
+
+    def __init__(self, index: Path, port: int, env: dict[str, str] | None = None) -> None:
+        self.url = f"http://127.0.0.1:{port}"
+        env = {**os.environ, "FILL_LOG_LEVEL": "warning", **(env or {})}
+        self.t0 = time.perf_counter()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "service", "--index", str(index), "--port", str(port)],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+    def wait_ready(self, timeout: float = 600) -> float:
+        """Seconds from the start to the first 200 of /readyz."""
+        import httpx
+
+        with httpx.Client(timeout=60) as client:
+            while time.perf_counter() - self.t0 < timeout:
+                if self.proc.poll() is not None:
+                    raise SystemExit(f"server exited with {self.proc.returncode}")
+                try:
+                    if client.get(self.url + "/readyz").status_code == 200:
+                        return time.perf_counter() - self.t0
+                except httpx.TransportError:
+                    pass
+                time.sleep(0.05)
+        raise SystemExit("server not ready in time")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(60)
+
+
+# -- load: `concurrency` clients on one asyncio loop, each sending its next request when its previous one is
+# answered, until `total` requests are sent ---------------------------------------------------------------------
 
 
 @dataclass
@@ -54,6 +143,8 @@ class LoadResult:
 
 
 async def _run(url: str, bodies: list[dict], concurrency: int, total: int, headers: dict, timeout: float) -> LoadResult:
+    import httpx
+
     result = LoadResult(concurrency, total, 0.0)
     next_i = 0
     limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
@@ -114,3 +205,31 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU time a process has used (all its threads)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+# -- prediction files ------------------------------------------------------------------------------------------
+
+
+def top(row: dict) -> str:
+    """A fill row's top-1 prediction ("" when it abstained)."""
+    return row["predictions"][0] if row["predictions"] else ""
+
+
+def compare(a: list[dict], b: list[dict]) -> dict:
+    """Fill rows of the same probes: top-1 agreement (%), the paired micro EM difference b - a and its standard
+    error (points)."""
+    diff = [float(y["em"]) - float(x["em"]) for x, y in zip(a, b)]
+    mean = sum(diff) / len(diff)
+    se = math.sqrt(sum((d - mean) ** 2 for d in diff) / (len(diff) - 1) / len(diff)) if len(diff) > 1 else 0.0
+    return {
+        "agreement": 100 * sum(top(x) == top(y) for x, y in zip(a, b)) / len(a),
+        "micro_em_diff": 100 * mean,
+        "micro_em_diff_se": 100 * se,
+    }
+
+
+def fill_row(row: dict) -> dict:
+    """A classify row (text, predicted, correct) as a fill row (query, predictions, em); a fill row as it is."""
+    if "query" in row:
+        return row
+    return {"query": row["text"], "predictions": [row["predicted"] or ""], "em": bool(row["correct"])}

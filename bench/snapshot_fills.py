@@ -1,11 +1,11 @@
 """Snapshot the engine's fills over fixed probes, and compare two snapshots (a speed change must not
 change a fill):
 
-    python bench/snapshot_fills.py take --index data-local/bench/idx_10m \
+    python -m bench.snapshot_fills take --index data-local/bench/idx_10m \
         --corpus data-local/debian/corpus_10m.jsonl --n 500 --out data-local/bench/snap_before.jsonl
     (change the engine)
-    python bench/snapshot_fills.py take ... --out data-local/bench/snap_after.jsonl
-    python bench/snapshot_fills.py compare data-local/bench/snap_before.jsonl data-local/bench/snap_after.jsonl
+    python -m bench.snapshot_fills take ... --out data-local/bench/snap_after.jsonl
+    python -m bench.snapshot_fills compare data-local/bench/snap_before.jsonl data-local/bench/snap_after.jsonl
 
 With `--backend ray [--groups N]` the snapshot is taken through shard groups on a Ray started in the process
 (FILL_BACKEND=ray): compared with a local snapshot, every result must be equal field for field.
@@ -26,12 +26,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 VARIANT = {
     "top_k": 20,
@@ -48,8 +45,7 @@ SCORE_VARIANT = {"scorer": "npm", "evidence": 3, "synonyms": 0, "calibrate": Fal
 
 
 def take(args: argparse.Namespace) -> None:
-    from probes import make_probes
-
+    from bench.shared import make_probes
     from common.process import single_thread_blas
     from fill.schemas import FillRequest, ScoreRequest
     from service.config import Settings
@@ -150,7 +146,9 @@ def main() -> None:
     t = sub.add_parser("take")
     t.add_argument("--index", type=Path, required=True)
     src = t.add_mutually_exclusive_group(required=True)
-    src.add_argument("--corpus", type=Path, help="JSON-lines corpus to draw cloze queries from (bench/probes.py)")
+    src.add_argument(
+        "--corpus", type=Path, help="JSON-lines corpus to draw cloze queries from (bench.shared.make_probes)"
+    )
     src.add_argument("--probes", type=Path, help="fill-eval probe file (its `query` fields)")
     t.add_argument("--n", type=int, default=500)
     t.add_argument("--variants", type=int, default=100, help="probes also run with the variant options")

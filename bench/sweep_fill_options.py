@@ -1,13 +1,13 @@
 """Macro EM@1 (and recall@5, ECE) of several fill settings over one index, the engine opened once.
 
-    python bench/sweep_fill_options.py --index data-local/trex_dev/index \
+    python -m bench.sweep_fill_options --index data-local/trex_dev/index \
         --probes data-local/trex_dev/fit_probes.jsonl --per-relation 50 --seed 1 \
         --try 'mode=restricted' --try 'mode=hybrid lexical_weight=8' --try 'mode=restricted reader_weight=1'
 
 Each --try is space-separated key=value pairs: FillRequest fields (mode, blocks, k, alpha, lexical_weight,
 reader, ...; JSON values) and two scoring overrides, `reader_weight` (the reader's retrieval weight of the
 try's mode) and `scoring=FILE` (another scoring.json). The lever table of docs/QUALITY.md ("T-REx dev half") is
-made with it, on probes disjoint from the reported sample (bench/prepare_trex_dev.sh's fit_probes.jsonl).
+made with it, on probes disjoint from the reported sample (recipes/prepare_trex_dev.sh's fit_probes.jsonl).
 """
 
 from __future__ import annotations

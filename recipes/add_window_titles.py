@@ -2,7 +2,7 @@
 the title lever), without running the fill engine again: a window's tokens are found in the index the examples
 were made over (its shards' token ids), and the title is that block's document's.
 
-    python bench/add_window_titles.py --examples data-local/reader_v2/examples0.jsonl \
+    python -m recipes.add_window_titles --examples data-local/reader_v2/examples0.jsonl \
         --index data-local/reader_v2/idx_r15_round0 --out data-local/reader_v2/titled/examples0.jsonl
 
 A window found nowhere (an index other than the examples') gets the title "" and is counted; so is a window

@@ -1,6 +1,6 @@
 """A weight-space blend of two encoders of one architecture (WiSE-FT, Wortsman et al. 2022), issue 36's lever.
 
-    python bench/blend_models.py --base encoder/default_model --tuned data-local/models/s4_adj --alpha 0.5 \\
+    python -m recipes.blend_models --base encoder/default_model --tuned data-local/models/s4_adj --alpha 0.5 \\
         --out data-local/models/s4_adj_a05
 
 Every tensor becomes (1 - alpha) * base + alpha * tuned (fp32 arithmetic, written in fp16 like an exported
@@ -12,15 +12,12 @@ from __future__ import annotations
 
 import argparse
 import shutil
-import sys
 from pathlib import Path
 
 import torch
 from safetensors.torch import load_file, save_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from common.files import atomic_path  # noqa: E402
+from common.files import atomic_path
 
 WEIGHTS = "model.safetensors"
 NOT_COPIED = ("README.md", "scoring.json", "onnx", "openvino-cache")  # the card and fitted files of another model

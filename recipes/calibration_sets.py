@@ -3,24 +3,20 @@ fill (points, 10 bins, as fill-eval) for a calibration fitted on all the sets (i
 on the others (the set left out), with every feature and with some left out (docs/QUALITY.md, "The reader",
 why the `overlap` feature):
 
-    python bench/calibration_sets.py data-local/reader/fills_wikidev.npz data-local/reader/fills_devcloze.npz \
+    python -m recipes.calibration_sets data-local/reader/fills_wikidev.npz data-local/reader/fills_devcloze.npz \
         data-local/reader/fills_gre_trainb.npz [--modes hybrid restricted dense] [--drop overlap]
 
-The files are fills saved by `fill-fit --part reader --save-fills` (bench/train_reader.sh writes these three).
+The files are fills saved by `fill-fit --part reader --save-fills` (recipes/train_reader.sh writes these three).
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from evaluation.calibration import calibration  # noqa: E402
-from evaluation.fit import fit_confidence, load_fills  # noqa: E402
-from fill.scoring import FEATURES  # noqa: E402
+from evaluation.calibration import calibration
+from evaluation.fit import fit_confidence, load_fills
+from fill.scoring import FEATURES
 
 
 def set_eces(sets: dict[str, tuple[list, list]], fitted_on: list[str], tested_on: list[str]) -> dict[str, float]:

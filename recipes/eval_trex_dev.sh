@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The T-REx dev half in every mode (issue 54's dev protocol; docs/QUALITY.md "T-REx dev half"):
-#   bash bench/eval_trex_dev.sh [TAG]     -> $WORK/trex_dev/eval/TAG/{default,restricted,dense}.json (+ predictions)
-# An index of the dev half's evidence and ~1.3M tokens of distractors (bench/prepare_trex_dev.sh), built with the
+#   bash recipes/eval_trex_dev.sh [TAG]     -> $WORK/trex_dev/eval/TAG/{default,restricted,dense}.json (+ predictions)
+# An index of the dev half's evidence and ~1.3M tokens of distractors (recipes/prepare_trex_dev.sh), built with the
 # default `indexer build` settings (as the outside measure builds it) and MODEL (default: the bundled encoder);
 # the probes: PER_RELATION per relation (default 50, the outside measure's sample size; SEED 0), macro EM@1.
 # default = the engine's default mode with the reader, restricted = restricted with the reader, dense = dense
@@ -22,7 +22,7 @@ SEED="${SEED:-0}"
 MODES="${MODES:-default restricted dense}"
 read -r -a extra <<< "${FLAGS:-}"
 scoring=(); [ -n "${SCORING:-}" ] && scoring=(--scoring "$SCORING")
-[ -f "$D/index_corpus.jsonl" ] || bash bench/prepare_trex_dev.sh
+[ -f "$D/index_corpus.jsonl" ] || bash recipes/prepare_trex_dev.sh
 if [ ! -f "$IDX/manifest.json" ]; then
     model_flag=(); [ -n "$MODEL" ] && model_flag=(--model "$MODEL")
     "$VENV/bin/indexer" build --corpus "$D/index_corpus.jsonl" --out "$IDX" "${model_flag[@]}"

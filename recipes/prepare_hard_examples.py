@@ -1,7 +1,7 @@
 """Hard reader examples made from examples fill-reader-data wrote (with titles), for the two misreadings the
 reader v2 candidates show on the bundled sample (issue 38; docs/QUALITY.md "Reader v2e"):
 
-    python bench/prepare_hard_examples.py --examples data-local/reader_v2/titled/examples0.jsonl ... \
+    python -m recipes.prepare_hard_examples --examples data-local/reader_v2/titled/examples0.jsonl ... \
         --out data-local/reader_v2/hard
 
 relatives.jsonl       a RELATIVE's sentence added to the windows: another example's answer window (same query

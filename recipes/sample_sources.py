@@ -1,6 +1,6 @@
 """A seeded sample of about --words words from each source of a prepare_debian.py corpus (r7 in QUALITY.md).
 
-    python bench/sample_sources.py --corpus data-local/debian/corpus.jsonl --words 88000 \
+    python -m recipes.sample_sources --corpus data-local/debian/corpus.jsonl --words 88000 \
         --out data-local/debian/sample360k.jsonl
 
 The source is the id's prefix before ':' (gcide, linux, python, wordnet). Per source, in sorted order,

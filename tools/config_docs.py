@@ -1,15 +1,15 @@
 """docs/CONFIGURATION.md, the reference of every job's settings, generated from the jobs' config objects.
 
-    python bench/config_docs.py --write     # regenerate docs/CONFIGURATION.md
-    python bench/config_docs.py --check     # exit 1 when docs/CONFIGURATION.md is stale
-    python bench/config_docs.py             # print the reference
+    python -m tools.config_docs --write     # regenerate docs/CONFIGURATION.md
+    python -m tools.config_docs --check     # exit 1 when docs/CONFIGURATION.md is stale
+    python -m tools.config_docs             # print the reference
 
 Each job (`python -m service`, the console scripts of pyproject.toml and their subcommands) is a typer
 command; those made by `common.cli.model_command` carry the pydantic model their flags come from
 (`command_config`), and their flags and environment variables are named here by the same helpers the command
 line uses (`common.cli.declared_flags`, `common.cli.envvar`). A command's own flags and arguments (not fields
 of its model: `--verbose`, `indexer merge`'s indexes, `encoder export`'s) are read from its signature. The
-text is deterministic: no path of this machine, no time. tests/bench/test_config_docs.py fails when the file
+text is deterministic: no path of this machine, no time. tests/tools/test_config_docs.py fails when the file
 differs from a fresh rendering.
 """
 
@@ -26,16 +26,15 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
+from typer.models import ArgumentInfo, OptionInfo
+
+from common.cli import CommandConfig, declared_flags, envvar
+from common.files import write_bytes_atomic
+
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from typer.models import ArgumentInfo, OptionInfo  # noqa: E402
-
-from common.cli import CommandConfig, declared_flags, envvar  # noqa: E402
-from common.files import write_bytes_atomic  # noqa: E402
 
 DOC = ROOT / "docs" / "CONFIGURATION.md"
-REGENERATE = "python bench/config_docs.py --write"
+REGENERATE = "python -m tools.config_docs --write"
 
 # (the program as typed, the module holding its typer `app`): `python -m service` and pyproject's [project.scripts]
 PROGRAMS = (
@@ -242,7 +241,7 @@ def render() -> str:
         "# Configuration reference",
         "",
         f"Generated from the jobs' config objects by `{REGENERATE}`: do not edit it by hand "
-        "(tests/bench/test_config_docs.py fails when it is stale).",
+        "(tests/tools/test_config_docs.py fails when it is stale).",
         "",
         INTRO,
         "",

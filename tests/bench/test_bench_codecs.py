@@ -2,15 +2,10 @@
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import faiss
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from bench_codecs import EstimatedVectors  # noqa: E402
+from bench.bench_codecs import EstimatedVectors
 
 
 def test_estimated_products_follow_the_rows_and_track_the_exact_ones():

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -49,12 +48,7 @@ def test_a_projection_is_fitted_measured_and_an_index_recoded_behind_it_fills(tm
     args += ["IVF2,SQ8", "--out", str(out), "--recode-from", str(sample_index), "--recode-dim", "8"]
     args += ["--recode-inner", "IVF2,SQ8"]
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "bench_projection.py"), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=1800,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        [sys.executable, "-m", "bench.bench_projection", *args], cwd=ROOT, capture_output=True, text=True, timeout=1800
     )
     assert done.returncode == 0, done.stderr[-3000:]
     results = json.loads((out / "results.json").read_text())

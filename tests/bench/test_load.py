@@ -1,18 +1,13 @@
-"""The bounded load test (bench/load.py against the real server on loopback): 2,000 fills from 32
+"""The bounded load test (bench.shared.run_load against the real server on loopback): 2,000 fills from 32
 closed-loop clients get only 200s (or deliberate 429s), every 200 fills the request's masks, and the
-server's RSS stays flat (figures printed; the 10,000-request run is bench/bench_load.py --load)."""
+server's RSS stays flat (figures printed; the 10,000-request run is `python -m bench.bench_load --load`)."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 
+from bench.shared import rss_bytes, run_load
 from tests.service.test_server_process import clean_env, free_port, start_server  # noqa: F401 (fixture)
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-from load import rss_bytes, run_load  # noqa: E402
 
 pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
 

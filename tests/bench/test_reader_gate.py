@@ -27,16 +27,8 @@ def test_the_gate_keeps_the_unread_fill_only_above_the_threshold(tmp_path):
     read = write_jsonl(tmp_path / "read.jsonl", _rows(["Paris", "Paris", "Rome", "Paris"], [0.5] * 4))
     unread = write_jsonl(tmp_path / "unread.jsonl", _rows(["Paris", "Lyon", "Rome", "Nice"], [0.95, 0.85, 0.2, 0.5]))
     done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "reader_gate.py"),
-            str(read),
-            str(unread),
-            "--threshold",
-            "0.9",
-            "--threshold",
-            "0.8",
-        ],
+        [sys.executable, "-m", "bench.reader_gate", str(read), str(unread), "--threshold", "0.9", "--threshold", "0.8"],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         check=True,
@@ -46,6 +38,6 @@ def test_the_gate_keeps_the_unread_fill_only_above_the_threshold(tmp_path):
     assert lines[1] == "confidence >= 0.8: skipped 50.0%, agreement 75.0%, EM -25.0"  # Lyon replaces Paris
     other = write_jsonl(tmp_path / "other.jsonl", _rows(["Paris"], [0.9]))
     bad = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "reader_gate.py"), str(read), str(other)], capture_output=True, text=True
+        [sys.executable, "-m", "bench.reader_gate", str(read), str(other)], cwd=ROOT, capture_output=True, text=True
     )
     assert bad.returncode != 0 and "different probes" in bad.stderr

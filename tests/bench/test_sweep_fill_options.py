@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from sweep_fill_options import parse_try, scoring_for  # noqa: E402
-
-from fill.schemas import FillOptions  # noqa: E402
-from fill.scoring import Scoring  # noqa: E402
+from bench.sweep_fill_options import parse_try, scoring_for
+from fill.schemas import FillOptions
+from fill.scoring import Scoring
 
 
 def test_a_try_gives_typed_fill_options_and_scoring_overrides():

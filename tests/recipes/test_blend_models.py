@@ -1,4 +1,4 @@
-"""bench/blend_models.py: (1 - alpha) * base + alpha * tuned, tensor by tensor."""
+"""recipes/blend_models.py: (1 - alpha) * base + alpha * tuned, tensor by tensor."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _blend(*args) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "blend_models.py"), *map(str, args)],
+        [sys.executable, "-m", "recipes.blend_models", *map(str, args)],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -1,4 +1,4 @@
-"""bench/device_build.py: an encoder and a corpus packed small for a lent GPU machine, and unpacked there."""
+"""recipes/device_build.py: an encoder and a corpus packed small for a lent GPU machine, and unpacked there."""
 
 from __future__ import annotations
 
@@ -20,11 +20,7 @@ SAMPLE = ROOT / "data" / "sample" / "encyclopedia.jsonl"
 
 def _run(*args: str) -> str:
     done = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "device_build.py"), *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
+        [sys.executable, "-m", "recipes.device_build", *args], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-2000:]
     return done.stdout

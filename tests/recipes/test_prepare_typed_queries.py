@@ -1,16 +1,13 @@
-"""bench/prepare_typed_queries.py over a small WordNet in the real file format: typed answers (parts of compounds
+"""recipes/prepare_typed_queries.py over a small WordNet in the real file format: typed answers (parts of compounds
 too), the type named in the query, untyped and subject words never answers."""
 
 from __future__ import annotations
 
 import random
-import sys
 from collections import Counter
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-
-from prepare_typed_queries import Typer, answers_in, queries_of  # noqa: E402
+from recipes.prepare_typed_queries import Typer, answers_in, queries_of
 
 # offset lex_filenum ss_type w_cnt word lex_id p_cnt [pointer ...] | gloss (WordNet 3.0's data.noun)
 DATA = """\

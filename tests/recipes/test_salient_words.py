@@ -1,4 +1,4 @@
-"""bench/salient_words.py reads WordNet's data.adj (a small file in its format here)."""
+"""recipes/salient_words.py reads WordNet's data.adj (a small file in its format here)."""
 
 from __future__ import annotations
 
@@ -27,14 +27,8 @@ def test_one_word_lemmas_lower_cased_without_markers(tmp_path):
     (tmp_path / "wn" / "data.adj").write_text(DATA_ADJ, encoding="utf-8")
     out = tmp_path / "adj.txt"
     done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "salient_words.py"),
-            "--out",
-            str(out),
-            "--wordnet",
-            str(tmp_path / "wn"),
-        ],
+        [sys.executable, "-m", "recipes.salient_words", "--out", str(out), "--wordnet", str(tmp_path / "wn")],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,
@@ -45,14 +39,8 @@ def test_one_word_lemmas_lower_cased_without_markers(tmp_path):
 
 def test_missing_wordnet_is_named(tmp_path):
     done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "salient_words.py"),
-            "--out",
-            str(tmp_path / "x"),
-            "--wordnet",
-            str(tmp_path),
-        ],
+        [sys.executable, "-m", "recipes.salient_words", "--out", str(tmp_path / "x"), "--wordnet", str(tmp_path)],
+        cwd=ROOT,
         capture_output=True,
         text=True,
         timeout=120,

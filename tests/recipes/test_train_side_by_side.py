@@ -1,4 +1,4 @@
-"""bench/train_side_by_side.py: runs side by side, their changes packed in parts, a model rebuilt from them."""
+"""recipes/train_side_by_side.py: runs side by side, their changes packed in parts, a model rebuilt from them."""
 
 from __future__ import annotations
 
@@ -18,18 +18,20 @@ pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs):
 
 
 ROOT = Path(__file__).resolve().parents[2]
-SCRIPT = ROOT / "bench" / "train_side_by_side.py"
 
 
 def _script(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [sys.executable, str(SCRIPT), *map(str, args)], cwd=ROOT, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "recipes.train_side_by_side", *map(str, args)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
 
 def test_pack_in_parts_and_unpack_round_trip(tiny_bert_dir, tmp_path):
-    sys.path.insert(0, str(ROOT / "bench"))
-    import train_side_by_side as sbs
+    from recipes import train_side_by_side as sbs
 
     ckpt = tmp_path / "ckpt"
     shutil.copytree(tiny_bert_dir, ckpt)

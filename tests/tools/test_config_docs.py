@@ -1,19 +1,17 @@
-"""bench/config_docs.py: docs/CONFIGURATION.md is the fresh rendering of every job's config object, and it names
+"""tools/config_docs.py: docs/CONFIGURATION.md is the fresh rendering of every job's config object, and it names
 each job's settings with the flags and variables the command lines use."""
 
 from __future__ import annotations
 
 import difflib
-import sys
 import tomllib
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+from tools import config_docs
 
-import config_docs  # noqa: E402
+ROOT = Path(__file__).resolve().parents[2]
 
 # a known setting of each job, as (its row's first cells): setting, flag, variable
 KNOWN = {
@@ -71,7 +69,7 @@ def test_every_console_script_is_a_program_of_the_reference():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["scripts"]
     modules = {module for _, module in config_docs.PROGRAMS}
     missing = {name: target for name, target in scripts.items() if target.split(":")[0] not in modules}
-    assert missing == {}, "add these console scripts to bench/config_docs.py's PROGRAMS"
+    assert missing == {}, "add these console scripts to tools/config_docs.py's PROGRAMS"
 
 
 def test_check_reports_a_stale_file(tmp_path, monkeypatch, capsys, rendered):
