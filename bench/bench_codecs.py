@@ -1,4 +1,4 @@
-"""Compact codecs for the re-scoring vectors measured on real fills (issue 41): bytes per token, agreement, EM.
+"""Compact codecs for the re-scoring vectors measured on real fills: bytes per token, agreement, EM.
 
     python -m bench.bench_codecs --index IDX --probes P.jsonl [--per-relation 200] [--mode dense] [--no-reader] \\
         --codec PQ48 --codec OPQ48,PQ48 --codec SQ4 [--json out.json]

@@ -2,7 +2,7 @@
 
     python -m bench.bench_disk --index data-local/bench/idx_10m [--json OUT]
 
-Target (issue 4): <= 450 bytes per token at d = 384 with default build settings.
+Target: <= 450 bytes per token at d = 384 with default build settings.
 """
 
 from __future__ import annotations

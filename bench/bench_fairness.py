@@ -1,4 +1,4 @@
-"""Fairness under heavy requests (issue 26): a client sending default fills while other clients loop an
+"""Fairness under heavy requests: a client sending default fills while other clients loop an
 expensive request.
 
     python -m bench.bench_fairness --index data-local/bench/idx_3m --corpus data-local/debian/corpus_3m.jsonl \

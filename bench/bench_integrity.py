@@ -1,4 +1,4 @@
-"""The hardening issue's (37) re-run checks on the real server (`python -m service`, API keys on):
+"""Hardening checks re-run on the real server (`python -m service`, API keys on):
 
     python -m bench.bench_integrity --index data-local/eval/default_model/idx_imdb [--updates 200] [--json OUT]
 

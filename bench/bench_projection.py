@@ -1,4 +1,4 @@
-"""A linear projection of the token space trained to keep the start / end logits, with a code behind it (issue 56).
+"""A linear projection of the token space trained to keep the start / end logits, with a code behind it.
 
     python -m bench.bench_projection --train-index IDX --train-probes P.jsonl [--train-cloze C.jsonl] \\
         --eval-index DEV_IDX --eval-probes DEV.jsonl --per-relation 50 --dims 64,96 --out DIR \\

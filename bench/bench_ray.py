@@ -1,4 +1,4 @@
-"""The Ray path's cost per fill, and a simulated multi-node deployment (issue 26):
+"""The Ray path's cost per fill, and a simulated multi-node deployment:
 
     python -m bench.bench_ray --index data-local/bench/idx_10m16 --corpus data-local/debian/corpus_10m.jsonl \
         --groups 1,4,8,16 --delays 0,1,5 --n 200 [--clients 1] [--mode hybrid] [--json OUT]

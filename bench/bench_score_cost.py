@@ -1,4 +1,4 @@
-"""What a closed-set score costs against a default fill, in process (issue 37, item 6): the budget's cost
+"""What a closed-set score costs against a default fill, in process: the budget's cost
 (fill.budget.Budget.cost) must track the measured time, so that no accepted /score is heavier than the heavy
 lane's guarantee says.
 

@@ -18,7 +18,7 @@
   shared IVF assignment, then every shard's k hits, refine * k on ANN shards; no re-scoring), and the ratio of /fill
   p50 to the sum of their p50s: what the service adds over the
   two things it cannot skip.
-Targets (issue 4): ready <= 5 s at 10M tokens, <= 100 B of RAM per token, p50 <= 20 ms, p99 <= 60 ms.
+Targets: ready <= 5 s at 10M tokens, <= 100 B of RAM per token, p50 <= 20 ms, p99 <= 60 ms.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The sample checks of a reader (issue 38; docs/QUALITY.md "Reader v2e"): the demo's fill queries over the bundled
+"""The sample checks of a reader (docs/history/QUALITY.md "Reader v2e"): the demo's fill queries over the bundled
 sample, and the made-up same-type people of tests/encoder/test_default_model.py, each in every mode; prints each
 fill and the number of wrong ones (exit status 1 when any is wrong).
 

@@ -26,7 +26,7 @@ from pathlib import Path
 from bench.shared import make_probes
 
 OPTIONS = {"hybrid": {}, "dense": {"mode": "dense"}, "dense_alpha": {"mode": "dense", "alpha": 0.5}}
-STAGES = ("encode", "search", "spans", "rank", "read")  # read: with the reader (trees since issue 24)
+STAGES = ("encode", "search", "spans", "rank", "read")  # read: with the reader (trees with a reader)
 
 
 def time_stages(index: str, texts: list[str], options: dict[str, dict], stages: list[str]) -> dict[str, dict]:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Engines against the torch path (issue 39): the same fills through fill-eval with each engine, over indexes
+# Engines against the torch path: the same fills through fill-eval with each engine, over indexes
 # built with the torch path, then per engine and mode the share of probes whose top-1 fill is the torch
 # path's, the macro EM@1 and the ECE:
 #   bash bench/engine_agreement.sh            (ENGINES, MODES, SETS, IDX, MODEL, READER, OUT override)

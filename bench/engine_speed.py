@@ -1,4 +1,4 @@
-"""One pass of the encoder and of the reader per engine, on the CPU (issue 39, docs/BENCHMARKS.md "Engines"):
+"""One pass of the encoder and of the reader per engine, on the CPU (docs/BENCHMARKS.md "Engines"):
 
     .venv/bin/python -m bench.engine_speed [--threads 1] [--rounds 3] [--engines torch openvino ...] [--compile]
 

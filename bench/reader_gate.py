@@ -1,4 +1,4 @@
-"""What a gate that skips the reader when retrieval is confident would keep (issue 39): from two fill-eval
+"""What a gate that skips the reader when retrieval is confident would keep: from two fill-eval
 prediction files of the same probes, one with the reader and one with `--no-reader`, per threshold t on the
 unread top fill's calibrated confidence: the share of fills skipped (confidence >= t), the top-1 agreement of
 the gated fills (the unread fill where skipped, the read one elsewhere) with the read fills, and the EM change.

@@ -5,8 +5,8 @@
     python -m bench.reading_accuracy --read read.jsonl --predictions predictions.jsonl [--predictions more.jsonl]
 
 Prints, per predictions file, the share of probes whose answer the reader reads ("answer read"), EM@1 over all
-probes, and EM@1 over the read ones (the reading accuracy; issue 38: "had the answer in front of it for 63% of
-probes and chose it for 54% of those"). EM@1 is fill-eval's: the top prediction equals an answer, normalized.
+probes, and EM@1 over the read ones (the reading accuracy: "had the answer in front of it for 63% of probes and
+chose it for 54% of those"). EM@1 is fill-eval's: the top prediction equals an answer, normalized.
 """
 
 from __future__ import annotations

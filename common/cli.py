@@ -46,7 +46,7 @@ def declared_flags(name: str, field) -> str:
 @dataclass(frozen=True)
 class CommandConfig:
     """What `model_command` made a command from (kept on the command as `command_config`; read by
-    bench/config_docs.py, the generated settings reference)."""
+    tools/config_docs.py, the generated settings reference)."""
 
     model: type[BaseModel]
     env_prefix: str

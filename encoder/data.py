@@ -70,7 +70,7 @@ def read_word_list(path: Path) -> frozenset[str]:
     except (OSError, UnicodeDecodeError) as exc:
         raise AppError(
             f"salient word list {path}: cannot read it ({exc}); give a UTF-8 file of one word a line "
-            "(bench/salient_words.py writes one)"
+            "(recipes/salient_words.py writes one)"
         ) from exc
     words = frozenset(w.strip().lower() for w in lines if w.strip() and not w.lstrip().startswith("#"))
     if not words:

@@ -1,7 +1,7 @@
 """Query pairs: relation-like queries trained against their answer in the subject's own document.
 
 A pair is a query with one <mask> ("The language of Franz Kafka is <mask> .", written by
-bench/prepare_typed_queries.py from our own text), its answers ("German") and the id of the document
+recipes/prepare_typed_queries.py from our own text), its answers ("German") and the id of the document
 that states them. Its positives are the answers' occurrences in that document's blocks (word-aligned
 token runs: "German" inside "German-language" too); every other token of the batch is a negative,
 including answers of the same kind in the other documents of the batch (batches hold one kind of
@@ -52,7 +52,7 @@ def load_pairs(path: Path) -> list[dict]:
         except (ValueError, KeyError, TypeError) as exc:
             raise AppError(
                 f"query pairs {path} line {number}: {exc}; each line is {{'query', 'answers', 'doc'}} "
-                "(bench/prepare_typed_queries.py writes them)"
+                "(recipes/prepare_typed_queries.py writes them)"
             ) from exc
         rows.append(row)
     return rows

@@ -7,7 +7,7 @@ a run of words that each begin with an upper-case letter or a digit and are not 
 hyphens / apostrophes may join two such words. The tokenizer may be uncased: capitalisation is read
 from the document text through the token offsets.
 
-A word list (`listed`: lower-cased single words, e.g. WordNet's adjectives from bench/salient_words.py)
+A word list (`listed`: lower-cased single words, e.g. WordNet's adjectives from recipes/salient_words.py)
 makes each of its words a salient span of its own too: the answer types of fills that are not names
 (nationalities, colours, sentiment words) are then masked as often as names.
 """

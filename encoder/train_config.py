@@ -66,14 +66,14 @@ class TrainConfig(Placement):
     salient_words: Path | None = Field(
         None,
         description="a word list (one a line) whose words are salient spans too, e.g. adjectives "
-        "(bench/salient_words.py); drawn at --salient-rate like names",
+        "(recipes/salient_words.py); drawn at --salient-rate like names",
     )
     single: bool = False  # NPM-single: one mask token per masked token
     content_spans_only: bool = True  # never mask spans made only of stopwords / punctuation
     group_by_length: bool = True  # order groups of a window by length (less padding)
     query_pairs: Path | None = Field(
         None,
-        description="relation-like queries with their answers' document ids (bench/prepare_typed_queries.py): each "
+        description="relation-like queries with their answers' document ids (recipes/prepare_typed_queries.py): each "
         "step adds a batch of them, trained against their answers in their own documents (encoder.query_pairs)",
     )
     pair_batch: int = Field(32, ge=2, description="query pairs per step (one kind, distinct documents)")

@@ -16,7 +16,7 @@
    `--keep-weights` fits the confidence with the weights already in the model's scoring.
 
 Fit on text and probes the model never saw: the bundled model's scoring was fitted with a model of
-the same recipe trained on the train_a fold, on the train_b fold (bench/fit_scoring.sh). The held
+the same recipe trained on the train_a fold, on the train_b fold (recipes/fit_scoring.sh). The held
 side of the Google-RE split is refused: it is for reporting only.
 """
 

@@ -1,5 +1,5 @@
-"""Add each window's document title to reader examples written before fill-reader-data recorded them (issue 38,
-the title lever), without running the fill engine again: a window's tokens are found in the index the examples
+"""Add each window's document title to reader examples written before fill-reader-data recorded them (the
+title lever), without running the fill engine again: a window's tokens are found in the index the examples
 were made over (its shards' token ids), and the title is that block's document's.
 
     python -m recipes.add_window_titles --examples data-local/reader_v2/examples0.jsonl \

@@ -1,4 +1,4 @@
-"""A weight-space blend of two encoders of one architecture (WiSE-FT, Wortsman et al. 2022), issue 36's lever.
+"""A weight-space blend of two encoders of one architecture (WiSE-FT, Wortsman et al. 2022).
 
     python -m recipes.blend_models --base encoder/default_model --tuned data-local/models/s4_adj --alpha 0.5 \\
         --out data-local/models/s4_adj_a05

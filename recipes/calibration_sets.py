@@ -1,6 +1,6 @@
 """How a reader calibration fitted on several kinds of text holds on each: per fitting set, the ECE of the top
 fill (points, 10 bins, as fill-eval) for a calibration fitted on all the sets (in sample) and for one fitted
-on the others (the set left out), with every feature and with some left out (docs/QUALITY.md, "The reader",
+on the others (the set left out), with every feature and with some left out (docs/history/QUALITY.md, "The reader",
 why the `overlap` feature):
 
     python -m recipes.calibration_sets data-local/reader/fills_wikidev.npz data-local/reader/fills_devcloze.npz \

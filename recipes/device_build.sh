@@ -3,7 +3,7 @@
 # (the encoder on CUDA, FAISS on its 16 CPU cores) over a corpus and then on its 16 CPU cores alone over its first
 # 1M tokens,
 # each with bench/bench_build.py; then the CUDA fill path against the CPU one on the GPU-built index (dense fills,
-# no reader, the same probes). Figures for issue 41's on-paper table (docs/BENCHMARKS.md, "Build on a lent GPU").
+# no reader, the same probes). Figures for the on-paper table in docs/BENCHMARKS.md, "Build on a lent GPU".
 #
 # The working tree that travels is limited to 64 MiB, so the call carries $G (prepared here by
 #   .venv/bin/python -m recipes.device_build pack --model encoder/default_model --corpus CORPUS --out data-local/gpu_build

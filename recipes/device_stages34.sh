@@ -2,7 +2,7 @@
 # Stages 3 and 4 of recipes/train_default_model.sh in ONE call on a lent GPU (the device tool), from a carried
 # stage-2 export; each run's changed tensors come back under $OUT as fp16 parts (recipes/train_side_by_side.py),
 # unpacked here with `train_side_by_side.py unpack` (stage 3 from the stage-2 export, stage 4 from stage 3), then
-# blended (recipes/blend_models.py --alpha 0.5). r16's train_a fold model was made so (docs/QUALITY.md, "r16"):
+# blended (recipes/blend_models.py --alpha 0.5). r16's train_a fold model was made so (docs/history/QUALITY.md, "r16"):
 #   BUDGET=545 G=data-local/gpu_fold bash recipes/device_stages34.sh      # carry: $G and .whl (pydantic's wheels)
 # $G holds stage2/ (the export), gre.jsonl (the Google-RE side's corpus), wiki.jsonl (the train-side Wikipedia
 # leads) and adjectives.txt (recipes/salient_words.py); EXTRA="name=flags" adds a second stage-4 run side by side

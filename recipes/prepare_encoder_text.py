@@ -1,4 +1,4 @@
-"""The encoder's training text (issue 36): one JSON-lines corpus assembled from registry packages, train sides only.
+"""The encoder's training text: one JSON-lines corpus assembled from registry packages, train sides only.
 
     python -m recipes.prepare_encoder_text --work data-local [--max-tokens SOURCE=N ...]
 

@@ -1,5 +1,5 @@
 """Hard reader examples made from examples fill-reader-data wrote (with titles), for the two misreadings the
-reader v2 candidates show on the bundled sample (issue 38; docs/QUALITY.md "Reader v2e"):
+reader v2 candidates show on the bundled sample (docs/history/QUALITY.md "Reader v2e"):
 
     python -m recipes.prepare_hard_examples --examples data-local/reader_v2/titled/examples0.jsonl ... \
         --out data-local/reader_v2/hard

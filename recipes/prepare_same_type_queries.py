@@ -1,4 +1,4 @@
-"""Queries about the SECOND of two same-type slots of a sentence, for reader examples (issue 38): in "She was born
+"""Queries about the SECOND of two same-type slots of a sentence, for reader examples: in "She was born
 in Marbleton, and studied in Fenwick" retrieval ranks the sentence's first place first for "studied in <mask>",
 and the reader must read the words before each place to pick the second. The sentences come from train-side
 text already in an index (the Wikipedia leads without the dev fold, the Google-RE train_a snippets), so

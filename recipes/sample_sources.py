@@ -1,4 +1,5 @@
-"""A seeded sample of about --words words from each source of a prepare_debian.py corpus (r7 in QUALITY.md).
+"""A seeded sample of about --words words from each source of a prepare_debian.py corpus (r7 in
+docs/history/QUALITY.md, "The recipes").
 
     python -m recipes.sample_sources --corpus data-local/debian/corpus.jsonl --words 88000 \
         --out data-local/debian/sample360k.jsonl

@@ -20,7 +20,7 @@
 # content tokens, so the same phrases of different documents meet as hard negatives, and shapes the
 # queries like real fill queries: windows of 10-20 tokens that always keep the title (the subject).
 # Stage 2's checkpoint EXPORT_STEP (default 80 of its 320-step schedule) is r11's and r14's (chosen on the dev
-# sets, docs/QUALITY.md); STAGE2_UNTIL=320 trains the whole schedule (checkpoints every 40 steps) for the
+# sets, docs/history/QUALITY.md); STAGE2_UNTIL=320 trains the whole schedule (checkpoints every 40 steps) for the
 # quality-vs-steps table. Stage 3 (r15; STAGE3=0 gives r14) trains 320 steps of 4 groups of 16 blocks from
 # that model with NPM's own positives on every other query view (the same phrase in another block of the
 # group is a positive), the title still in every query, the word embeddings fixed, lr 3e-5, bf16 autocast,
@@ -37,7 +37,7 @@ EXPORT_TO="${EXPORT_TO:-$WORK/default_model}"
 EXPORT_STEP="${EXPORT_STEP:-80}"
 STAGE2_UNTIL="${STAGE2_UNTIL:-$EXPORT_STEP}"
 TRAIN_SIDE="${TRAIN_SIDE:-train}"
-extra=()  # EXTRA_CORPORA="a.jsonl b.jsonl": more training text (the reader issue's lever 3: multi-relation text)
+extra=()  # EXTRA_CORPORA="a.jsonl b.jsonl": more training text (multi-relation text)
 read -r -a more <<< "${EXTRA_CORPORA:-}"  # (paths without spaces)
 for c in ${more[@]+"${more[@]}"}; do extra+=(--corpus "$c"); done
 common=(--corpus "$WORK/google_re/$TRAIN_SIDE/corpus.jsonl" --corpus data/sample/encyclopedia.jsonl ${extra[@]+"${extra[@]}"}
@@ -58,7 +58,7 @@ late=(--corpus "$WORK/google_re/$TRAIN_SIDE/corpus.jsonl" --corpus "$WORK/encode
       --corpus data/sample/encyclopedia.jsonl --positives mixed --query-views 2 --group-size 16 --block-tokens 128
       --title-tokens 32 --grouping similar --query-window 20 --query-title-dropout 0.0 --freeze-embeddings
       --warmup-steps 20 --resume)
-# stage 4 (r16; STAGE4=0 leaves it out, docs/QUALITY.md "Stage 4" and "r16"): 800 steps of
+# stage 4 (r16; STAGE4=0 leaves it out, docs/history/QUALITY.md "Stage 4" and "r16"): 800 steps of
 # stage 3's recipe from $1 (this run's stage 3; with STAGE4_INIT, that model and no stages 1-3) with WordNet's
 # one-word adjectives as salient spans (half the spans drawn from the salient ones), then the weights blended half
 # and half with $1 (WiSE-FT, recipes/blend_models.py). ~80 min on 2 CPU cores.

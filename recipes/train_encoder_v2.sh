@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# The encoder issue's (36) recipe under test: the NPM objective on ~16M tokens of registry text, one command that
+# An encoder recipe under test (docs/history/QUALITY.md, "The encoder issue"): the NPM objective on ~16M tokens of registry text, one command that
 # builds what is missing and resumes after a kill (NOT the bundled default's recipe: recipes/train_default_model.sh):
 #   RUN=enc_mixed POSITIVES=mixed THREADS=1 STEPS=1000 EXPORT_TO=data-local/models/enc_mixed bash recipes/train_encoder_v2.sh
-# Its first runs lost the subject binding that Google-RE needs (docs/QUALITY.md, "The encoder issue"); INIT
+# Its first runs lost the subject binding that Google-RE needs (docs/history/QUALITY.md, "The encoder issue"); INIT
 # starts from another encoder (e.g. encoder/default_model) instead of all-MiniLM-L6-v2.
 # 1. Training text from registry packages, train sides only (recipes/prepare_encoder_text.py: Wikipedia leads,
 #    the CIA World Factbook, GCIDE, linux-doc, python3.11-doc, WordNet, the IMDB train half, Google-RE train_a,

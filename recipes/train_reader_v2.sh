@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
-# Reader v2 (issue 38; docs/QUALITY.md, "Reader v2" to "Reader v2e"; its v2e is the bundled reader): the v1 recipe
+# Reader v2 (docs/history/QUALITY.md, "Reader v2" to "Reader v2e"; its v2e is the bundled reader): the v1 recipe
 # (recipes/train_reader.sh) with 6x the examples, then the levers below, one command per round:
 #   FOLD_MODEL=data-local/models/gpu1_small bash recipes/train_reader_v2.sh   (git checkout encoder/ undoes it)
 # It writes the reader to encoder/default_reader and its fit into encoder/default_model/scoring.json, as
 # recipes/train_reader.sh does (the fit's grid of 7 weights x 3 modes over ~2,300 probes takes ~2 h on 2 cores;
-# the numbers in QUALITY used 577 dev-fold queries and the grid 0.5-8). INDEXED=1 adds the examples it lacks
+# the numbers in docs/history/QUALITY.md used 577 dev-fold queries and the grid 0.5-8). INDEXED=1 adds the examples it lacks
 # (Google-RE train_a probes over the train_a snippets, cloze windows left in the index): the next candidate.
 # It wins the Wikipedia-leads dev fold by ~10 points and loses Google-RE train_b by 7-13 (GRE-style queries,
 # whose answer sits in the indexed snippet itself, are not in its examples): not shipped. With INDEXED=1 and
-# EPOCHS=3 (v2b, docs/QUALITY.md "Reader v2b") it wins both dev sets and the held sets by 8-26 points but
+# EPOCHS=3 (v2b, docs/history/QUALITY.md "Reader v2b") it wins both dev sets and the held sets by 8-26 points but
 # misreads the sample's "Marie Curie was born in" as Pierre Curie's Paris: not shipped either. NULL=1 adds
 # no-answer examples (recipes/prepare_null_queries.py: queries about subjects the index lacks, over indexes full of
 # the relation's sentences about others; round 1's queries whose answer is in no window) and trains with
 # `--null` (a "none of these" option): v2c = v2b, then INDEXED=1 NULL=1 INIT=<v2b's reader> EPOCHS=1 LR=5e-5
-# RUN=data-local/reader_v2/run_v2c (docs/QUALITY.md "Reader v2c"). TITLE_TOKENS=10 reads each window after its
+# RUN=data-local/reader_v2/run_v2c (docs/history/QUALITY.md "Reader v2c"). TITLE_TOKENS=10 reads each window after its
 # document's title (fill-reader-data records the titles; examples written before it did get them from
 # recipes/add_window_titles.py): v2d = v2c, then the same with TITLE_TOKENS=10 INIT=<v2c's reader> RUN=.../run_v2d.
-# HARD=1 (v2e, docs/QUALITY.md "Reader v2e") trains on a mix: 14,000 of those examples and the hard ones
+# HARD=1 (v2e, docs/history/QUALITY.md "Reader v2e") trains on a mix: 14,000 of those examples and the hard ones
 # (recipes/prepare_hard_examples.py: a relative's sentence among the windows, with and without the subject's own;
 # two queries of one document with two masks; recipes/prepare_same_type_queries.py: each of two same-type slots
 # of a sentence): v2e = v2d, then INDEXED=1 NULL=1 HARD=1 TITLE_TOKENS=10 INIT=<v2d's reader> EPOCHS=1 LR=5e-5

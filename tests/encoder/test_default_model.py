@@ -30,7 +30,14 @@ def test_weights_are_fp16_safetensors_under_50_mb():
 
 def test_model_card_gives_recipe_data_license_and_quality():
     card = (BUNDLED_MODEL / "README.md").read_text(encoding="utf-8")
-    for needed in ("all-MiniLM-L6-v2", "Apache-2.0", "CC-BY-NC", "bench/train_default_model.sh", "EM@1", "restricted"):
+    for needed in (
+        "all-MiniLM-L6-v2",
+        "Apache-2.0",
+        "CC-BY-NC",
+        "recipes/train_default_model.sh",
+        "EM@1",
+        "restricted",
+    ):
         assert needed in card, needed
     cfg = json.loads((BUNDLED_MODEL / "train_config.json").read_text(encoding="utf-8"))
     # the subject binding: similar groups and the title (the subject) in every query
@@ -46,7 +53,7 @@ def test_the_bundled_scoring_is_fitted_for_every_mode_away_from_the_held_side():
     assert set(scoring.reader_confidence) == set(MODES) == set(scoring.reader_weight)
     assert scoring.weight("hybrid") > 0 and scoring.weight("restricted") > 0
     data = scoring.fitted["data"]
-    # the T-REx dev half's fit probes (bench/fit_trex_dev.sh): text the bundled models never trained on, and
+    # the T-REx dev half's fit probes (recipes/fit_trex_dev.sh): text the bundled models never trained on, and
     # never the reported sample; no Google-RE side at all in the retrieval fit
     assert data["probes_file"] == "fit_probes.jsonl" and data["google_re_side"] is None and data["probes"] >= 300
     assert data["seed"] != 0  # the reported sample is seed 0's

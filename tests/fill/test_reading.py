@@ -76,7 +76,7 @@ def test_rerank_weight_moves_the_ranking_from_the_reader_to_the_retrieval(engine
 @pytest.fixture(scope="module")
 def trained_reader(tmp_path_factory, engine, tiny_bert_dir):
     """A reader trained on the tiny index to read Warsaw where Curie was born (the data path of
-    bench/train_reader.sh: fill-reader-data's examples, then encoder train-reader)."""
+    recipes/train_reader.sh: fill-reader-data's examples, then encoder train-reader)."""
     root = tmp_path_factory.mktemp("reader")
     card = ReaderCard(vocab=vocab_fingerprint(engine.encoder.tokenizer), window=4, phrases=8, max_tokens=64)
     spec = ReadingSpec(card, 1, 128)
