@@ -1,7 +1,7 @@
 """The service's state: the engine being served (loaded in the background, so the process answers
-/healthz at once; swapped by `reload` without failing a request; its files checked), and the metrics. The
-request path (admission, budget, deadline, lanes): service.requests (`requests`); live document changes of the
-served index: service.updates (`documents`)."""
+/healthz at once; swapped by `reload` without failing a request; its files checked: service.index_watch), and
+the metrics. The request path (admission, budget, deadline, lanes): service.requests (`requests`); live document
+changes of the served index: service.updates (`documents`)."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from common.errors import AppError, IndexDamaged
 from fill.engine import FillEngine
 from fill.schemas import FillRequest
 from service.config import Settings
+from service.index_watch import IndexWatch, check_before_ready
 from service.metrics import Metrics
 from service.requests import RequestPath
 from service.serving import Serving
@@ -57,7 +58,7 @@ class ServiceState:
         self.serving: Serving | None = None
         self._swap = threading.Lock()  # one load or reload at a time
         self._current = threading.Lock()  # guards `serving` between taking and entering it
-        self._closed = threading.Event()  # set by `close`: ends the watching thread
+        self.watch = IndexWatch(self)  # the served files' checks (service.index_watch)
         self.documents = DocumentChanges(self)  # live document changes (service.updates)
         self.requests = RequestPath(self)  # fills and scores (service.requests)
         self.metrics.queue.set_function(
@@ -103,7 +104,7 @@ class ServiceState:
             t0 = time.perf_counter()
             engine = open_engine(settings)
             if first and settings.check_hashes and settings.check_before_ready:
-                self._check_before_ready(engine)
+                check_before_ready(engine)
             self._install(engine)
             self.settings = settings.model_copy(update={"verify": self.settings.verify})
             return {
@@ -112,22 +113,6 @@ class ServiceState:
                 "tokens": engine.index.total_tokens,
                 "generation": engine.index.manifest.generation,
             }
-
-    @staticmethod
-    def _check_before_ready(engine: FillEngine) -> None:
-        """Hash every file of `engine`'s index before it is first served (Settings.check_before_ready); a file
-        that differs closes it and raises the AppError naming the file."""
-        t = time.perf_counter()
-        try:
-            engine.index.warm(pages=False, hashes=True)
-        except BaseException:
-            engine.close()
-            raise
-        logger.info(
-            "index %s: every file's sha256 checked before ready in %.1f s",
-            engine.index.root.name,
-            time.perf_counter() - t,
-        )
 
     def serve_update(self, root: Path) -> None:
         """After a live change of `root` committed (service.updates): serve its next generation, the same models
@@ -152,7 +137,12 @@ class ServiceState:
         except Exception as exc:  # noqa: BLE001 - any failure to open is the index's, reported as such
             self.metrics.reloads.labels("failed").inc()
             message = exc.message if isinstance(exc, AppError) else f"{type(exc).__name__}: {exc}"
-            if isinstance(exc, AppError) and exc.kind == "input" and self._serves(target) and self.recheck(full=True):
+            if (
+                isinstance(exc, AppError)
+                and exc.kind == "input"
+                and self._serves(target)
+                and self.watch.recheck(full=True)
+            ):
                 raise AppError(
                     f"reload failed and the served index is damaged too, no longer served: {message}", kind="not_ready"
                 ) from None
@@ -190,22 +180,9 @@ class ServiceState:
         if old is not None:
             old.retire()
         if self.settings.warm or self.settings.check_hashes:
-            threading.Thread(target=self._warm, args=(engine,), name="warm-pages", daemon=True).start()
+            self.watch.warm_in_background(engine)
 
-    def _warm(self, engine: FillEngine) -> None:
-        """Map the pages of `engine`'s index and check its files' sha256 (Settings.warm, check_hashes); a file
-        that differs from the manifest turns the service not ready, naming it, while `engine` is still served.
-        With `warm`, the encoder's word table for `/score`'s synonyms is built too (~0.8 s, else the first score's)."""
-        try:
-            engine.index.warm(pages=self.settings.warm, hashes=self.settings.check_hashes)
-            if self.settings.warm:
-                engine.encoder.word_neighbours  # noqa: B018 (a cached property: built here, once)
-        except AppError as exc:
-            self._unserve(engine, exc.message)
-        except Exception:  # noqa: BLE001 - a warm-up that fails (e.g. a closed index) changes nothing served
-            logger.exception("warming index %s failed", engine.index.root.name)
-
-    def _unserve(self, engine: FillEngine, message: str) -> bool:
+    def unserve(self, engine: FillEngine, message: str) -> bool:
         """Stop serving `engine` (if it still is) because a file failed its check: not ready, naming the file."""
         with self._current:
             serving = self.serving if self.serving is not None and self.serving.engine is engine else None
@@ -217,52 +194,15 @@ class ServiceState:
             serving.retire()
         return serving is not None
 
-    def recheck(self, full: bool = False) -> bool:
-        """Read the served index's manifest again (its own checksum: IndexFiles.check_manifest), and hash again its
-        files written since they were checked (IndexFiles.changed), or every file (`full`); a manifest or a file
-        that differs turns the service not ready. True when it did."""
-        with self._current:
-            serving = self.serving
-            if serving is None:
-                return False
-            serving.enter()  # a reload meanwhile cannot close the files being read
-        try:
-            index = serving.engine.index
-            listed = index.files
-            listed.check_manifest()
-            files = [(p, rec) for p, rec in listed.all() if p.is_file()] if full else listed.changed()  # gone: gc'd
-            if files:
-                logger.warning(
-                    "index %s: re-checking %d files (%s)",
-                    index.root.name,
-                    len(files),
-                    "every file" if full else "written since their check",
-                )
-                listed.verify(files)
-        except AppError as exc:
-            return self._unserve(serving.engine, exc.message)
-        finally:
-            serving.leave()
-        return False
-
-    def _watch(self) -> None:
-        """Every Settings.recheck_seconds, `recheck` what was written since its check (until `close`)."""
-        while not self._closed.wait(self.settings.recheck_seconds):
-            try:
-                self.recheck()
-            except Exception:  # noqa: BLE001 - a check that cannot run (e.g. a closed index) is tried again later
-                logger.exception("re-checking the served index failed")
-
     def start_loading(self) -> threading.Thread:
         """Load in the background, and watch the served files from then on (Settings.recheck_seconds)."""
         thread = threading.Thread(target=self.load, name="load-engine", daemon=True)
         thread.start()
-        if self.settings.recheck_seconds > 0:
-            threading.Thread(target=self._watch, name="recheck-files", daemon=True).start()
+        self.watch.start()
         return thread
 
     def close(self) -> None:
-        self._closed.set()
+        self.watch.close()
         with self._current:
             serving, self.serving = self.serving, None
         if serving is not None:
@@ -280,19 +220,27 @@ class ServiceState:
         return engine
 
     @contextmanager
-    def using(self) -> Iterator[Serving]:
-        """The current engine, kept open (a reload cannot close it) until the block ends."""
+    def held(self) -> Iterator[Serving | None]:
+        """What is served (None: nothing), kept open (a reload cannot close it) until the block ends."""
         with self._current:
             serving = self.serving
             if serving is not None:
                 serving.enter()
-        if serving is None:
-            self.ready_engine()  # raises not_ready with the reason
-            raise AppError("service not ready (the index is being replaced)", kind="not_ready")  # loaded meanwhile
         try:
             yield serving
-        except IndexDamaged as exc:  # a read met bytes that do not match their checksum (indexer.checksums)
-            self._unserve(serving.engine, exc.message)
-            raise
         finally:
-            serving.leave()
+            if serving is not None:
+                serving.leave()
+
+    @contextmanager
+    def using(self) -> Iterator[Serving]:
+        """The current engine, kept open (a reload cannot close it) until the block ends; not_ready without one."""
+        with self.held() as serving:
+            if serving is None:
+                self.ready_engine()  # raises not_ready with the reason
+                raise AppError("service not ready (the index is being replaced)", kind="not_ready")  # loaded meanwhile
+            try:
+                yield serving
+            except IndexDamaged as exc:  # a read met bytes that do not match their checksum (indexer.checksums)
+                self.unserve(serving.engine, exc.message)
+                raise

@@ -1,0 +1,105 @@
+"""The served index's files, checked: every file's sha256 before an index is first served
+(`check_before_ready`), its pages mapped and its hashes checked in the background once it is served (`warm`),
+and every Settings.recheck_seconds the files written since their check hashed again (`recheck`). A file that
+differs from the manifest turns the service not ready, naming the file (the state's `unserve`)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from contextlib import AbstractContextManager
+from typing import Protocol
+
+from common.errors import AppError
+from fill.engine import FillEngine
+from service.config import Settings
+from service.serving import Serving
+
+logger = logging.getLogger(__name__)
+
+
+class Watched(Protocol):
+    """What the watch needs of the service's state (service.state.ServiceState)."""
+
+    settings: Settings
+
+    def held(self) -> AbstractContextManager[Serving | None]: ...
+
+    def unserve(self, engine: FillEngine, message: str) -> bool: ...
+
+
+def check_before_ready(engine: FillEngine) -> None:
+    """Hash every file of `engine`'s index before it is first served (Settings.check_before_ready); a file that
+    differs closes it and raises the AppError naming the file."""
+    t = time.perf_counter()
+    try:
+        engine.index.warm(pages=False, hashes=True)
+    except BaseException:
+        engine.close()
+        raise
+    logger.info(
+        "index %s: every file's sha256 checked before ready in %.1f s", engine.index.root.name, time.perf_counter() - t
+    )
+
+
+class IndexWatch:
+    def __init__(self, state: Watched) -> None:
+        self.state = state
+        self.closed = threading.Event()  # set by `close`: ends the watching thread
+
+    def warm(self, engine: FillEngine) -> None:
+        """Map the pages of `engine`'s index and check its files' sha256 (Settings.warm, check_hashes); a file
+        that differs from the manifest turns the service not ready, naming it, while `engine` is still served.
+        With `warm`, the encoder's word table for `/score`'s synonyms is built too (~0.8 s, else the first score's)."""
+        settings = self.state.settings
+        try:
+            engine.index.warm(pages=settings.warm, hashes=settings.check_hashes)
+            if settings.warm:
+                engine.encoder.word_neighbours  # noqa: B018 (a cached property: built here, once)
+        except AppError as exc:
+            self.state.unserve(engine, exc.message)
+        except Exception:  # noqa: BLE001 - a warm-up that fails (e.g. a closed index) changes nothing served
+            logger.exception("warming index %s failed", engine.index.root.name)
+
+    def warm_in_background(self, engine: FillEngine) -> None:
+        threading.Thread(target=self.warm, args=(engine,), name="warm-pages", daemon=True).start()
+
+    def recheck(self, full: bool = False) -> bool:
+        """Read the served index's manifest again (its own checksum: IndexFiles.check_manifest), and hash again its
+        files written since they were checked (IndexFiles.changed), or every file (`full`); a manifest or a file
+        that differs turns the service not ready. True when it did."""
+        with self.state.held() as serving:  # a reload meanwhile cannot close the files being read
+            if serving is None:
+                return False
+            try:
+                index = serving.engine.index
+                listed = index.files
+                listed.check_manifest()
+                files = [(p, rec) for p, rec in listed.all() if p.is_file()] if full else listed.changed()  # gone: gc'd
+                if files:
+                    logger.warning(
+                        "index %s: re-checking %d files (%s)",
+                        index.root.name,
+                        len(files),
+                        "every file" if full else "written since their check",
+                    )
+                    listed.verify(files)
+            except AppError as exc:
+                return self.state.unserve(serving.engine, exc.message)
+        return False
+
+    def start(self) -> None:
+        """Watch the served files from now on, every Settings.recheck_seconds (none when it is 0)."""
+        if self.state.settings.recheck_seconds > 0:
+            threading.Thread(target=self._watch, name="recheck-files", daemon=True).start()
+
+    def close(self) -> None:
+        self.closed.set()
+
+    def _watch(self) -> None:
+        while not self.closed.wait(self.state.settings.recheck_seconds):
+            try:
+                self.recheck()
+            except Exception:  # noqa: BLE001 - a check that cannot run (e.g. a closed index) is tried again later
+                logger.exception("re-checking the served index failed")
