@@ -250,6 +250,15 @@ def test_the_readme_is_a_short_front_door():
     assert readme[3].startswith("bash deploy/demo.sh") and readme[4].startswith("bash deploy/test.sh")
 
 
+def test_the_status_pages_say_where_main_stands_and_keep_their_history_apart():
+    """docs/QUALITY.md and docs/BENCHMARKS.md are current-state pages (at most 400 lines); their record grows in
+    docs/history/, which each page links."""
+    for page in ("QUALITY.md", "BENCHMARKS.md"):
+        text = (ROOT / "docs" / page).read_text(encoding="utf-8")
+        assert len(text.splitlines()) <= 400, f"docs/{page} is past 400 lines: move what is history to docs/history/"
+        assert (ROOT / "docs" / "history" / page).is_file() and f"(history/{page})" in text
+
+
 def test_the_readme_rule_reads_the_table():
     table = "| `fill/engine.py` | the facade (`fill/ranker.py` is named, not listed) |\n| `a/b.py` | x |\n"
     assert layout_names(table) == {"fill/engine.py", "a/b.py"}
