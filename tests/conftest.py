@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
 
 CORPUS = [
     {
@@ -34,6 +38,16 @@ def no_bundled_reader(tmp_path_factory):
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
     path.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows), encoding="utf-8")
     return path
+
+
+def run_module(module: str, *args: str) -> str:
+    """`python -m MODULE ARGS` from the repository root (bench, recipes, tools); its standard output (it must
+    succeed)."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=REPO_ROOT, capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout
 
 
 def _minilm_dir() -> Path:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import write_jsonl
+from tests.conftest import run_module, write_jsonl
 
 pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
 
@@ -20,17 +20,10 @@ ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "sample" / "encyclopedia.jsonl"
 
 
-def _run(module: str, *args: str) -> str:
-    """`python -m MODULE ARGS` from the repository root; its standard output (it must succeed)."""
-    done = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
-
-
 @pytest.fixture(scope="module")
 def built(tmp_path_factory) -> Path:
     work = tmp_path_factory.mktemp("bench")
-    out = _run(
+    out = run_module(
         "bench.bench_build",
         "--corpus",
         str(SAMPLE),
@@ -58,7 +51,7 @@ def test_bench_build_figures(built):
 
 
 def test_bench_ready_times_each_part_of_a_start(built):
-    out = _run("bench.bench_ready", "--index", str(built / "idx"))
+    out = run_module("bench.bench_ready", "--index", str(built / "idx"))
     names = [line.rsplit(None, 2)[0] for line in out.strip().splitlines()]
     assert names[-4:] == [names[-4], "load the reader (openvino)", "warm-up fill", "total"]
     assert names[-4].startswith("open the index (")
@@ -70,7 +63,7 @@ def test_bench_fill_memory_reports_anonymous_memory_after_each_mark(built):
         built / "mem_probes.jsonl",
         [{"query": "Marie Curie was born in <mask> ."}, {"query": "The Seine flows through <mask> ."}],
     )
-    out = _run(
+    out = run_module(
         "bench.bench_fill_memory",
         "--index",
         str(built / "idx"),
@@ -85,7 +78,7 @@ def test_bench_fill_memory_reports_anonymous_memory_after_each_mark(built):
     assert [r["fills"] for r in rows] == [0, 1, 10, 12]
     assert all(r["anon_mb"] > 0 for r in rows) and rows[-1]["seconds"] > 0
     assert f"growth over 12 fills: {rows[-1]['anon_mb'] - rows[0]['anon_mb']:.1f} MB" in out
-    _run(
+    run_module(
         "bench.bench_fill_memory",
         "--index",
         str(built / "idx"),
@@ -104,14 +97,14 @@ def test_bench_fill_memory_reports_anonymous_memory_after_each_mark(built):
 
 
 def test_bench_disk_counts_every_file(built):
-    _run("bench.bench_disk", "--index", str(built / "idx"), "--json", str(built / "disk.json"))
+    run_module("bench.bench_disk", "--index", str(built / "idx"), "--json", str(built / "disk.json"))
     fig = json.loads((built / "disk.json").read_text())
     files = sum(p.stat().st_size for p in (built / "idx").rglob("*") if p.is_file())
     assert fig["bytes"] == files and fig["bytes_per_token"] == pytest.approx(files / fig["tokens"])
 
 
 def test_bench_ann_flat_agrees_with_exact(built):
-    _run(
+    run_module(
         "bench.bench_ann",
         "--index",
         str(built / "idx"),
@@ -140,7 +133,7 @@ def test_bench_ann_flat_agrees_with_exact(built):
 
 
 def test_compare_fill_stages_times_every_stage_of_this_tree(built):
-    out = _run(
+    out = run_module(
         "bench.compare_fill_stages",
         "--tree",
         str(ROOT),
@@ -173,7 +166,7 @@ def test_bench_service_measures_a_real_server(built, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    _run(
+    run_module(
         "bench.bench_service",
         "--index",
         str(built / "idx"),
@@ -206,9 +199,9 @@ def test_compare_predictions(tmp_path):
 
     a = write_jsonl(tmp_path / "a.jsonl", rows(["Paris", "London", "Rome", ""]))
     b = write_jsonl(tmp_path / "b.jsonl", rows(["Paris", "Berlin", "Rome", ""]))
-    assert "top-1 agreement 3/4 = 75.0%; EM@1 1 vs 1 probes" in _run("bench.compare_predictions", str(a), str(b))
+    assert "top-1 agreement 3/4 = 75.0%; EM@1 1 vs 1 probes" in run_module("bench.compare_predictions", str(a), str(b))
     c = write_jsonl(tmp_path / "c2.jsonl", rows(["Paris", "Paris", "Paris", ""]))  # +2 of 4 probes right
-    assert "paired micro EM diff +50.0 (SE 28.9)" in _run("bench.compare_predictions", str(a), str(c))
+    assert "paired micro EM diff +50.0 (SE 28.9)" in run_module("bench.compare_predictions", str(a), str(c))
     other = write_jsonl(tmp_path / "c.jsonl", rows(["Paris"]))
     done = subprocess.run(
         [sys.executable, "-m", "bench.compare_predictions", str(a), str(other)],
@@ -223,20 +216,20 @@ def test_compare_predictions(tmp_path):
 
     d = write_jsonl(tmp_path / "d.jsonl", labels(["pos", "neg", "neg", None]))
     e = write_jsonl(tmp_path / "e.jsonl", labels(["pos", "pos", "neg", "pos"]))  # fill-eval --task classify rows
-    assert "top-1 agreement 2/4 = 50.0%; EM@1 1 vs 3 probes; paired micro EM diff +50.0 (SE 28.9)" in _run(
+    assert "top-1 agreement 2/4 = 50.0%; EM@1 1 vs 3 probes; paired micro EM diff +50.0 (SE 28.9)" in run_module(
         "bench.compare_predictions", str(d), str(e)
     )
 
 
 def test_bench_encode_reports_each_budget():
-    out = _run("bench.bench_encode", "--corpus", str(SAMPLE), "--tokens", "2000", "--batch-tokens", "256,1024")
+    out = run_module("bench.bench_encode", "--corpus", str(SAMPLE), "--tokens", "2000", "--batch-tokens", "256,1024")
     assert "block length median" in out
     assert "batch    256 tokens:" in out and "batch   1024 tokens:" in out
 
 
 def test_probes_script_writes_cloze_probes_whose_answer_restores_the_text(tmp_path):
     out = tmp_path / "cloze.jsonl"
-    assert "20 cloze probes" in _run("bench.probes", "--corpus", str(SAMPLE), "--n", "20", "--out", str(out))
+    assert "20 cloze probes" in run_module("bench.probes", "--corpus", str(SAMPLE), "--n", "20", "--out", str(out))
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     texts = [json.loads(line)["text"] for line in SAMPLE.read_text().splitlines()]
     assert len(rows) == 20 and not (tmp_path / "cloze.jsonl.tmp").exists()
@@ -261,7 +254,7 @@ def test_bench_classify_scores_a_set_through_the_api(tmp_path, tiny_index):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    printed = _run(
+    printed = run_module(
         "bench.bench_classify",
         "--index",
         str(tiny_index),
@@ -291,7 +284,7 @@ def test_bench_updates_times_updates_deltas_and_compaction(built, tmp_path):
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    _run(
+    run_module(
         "bench.bench_updates",
         "--index",
         str(built / "idx"),
@@ -328,7 +321,7 @@ def test_bench_updates_times_updates_deltas_and_compaction(built, tmp_path):
 
 def test_bench_ray_times_the_local_engine_and_shard_groups_with_hops(built, tmp_path):
     pytest.importorskip("ray")
-    out = _run(
+    out = run_module(
         "bench.bench_ray",
         "--index",
         str(built / "idx"),
@@ -372,12 +365,12 @@ def test_reading_accuracy_counts_right_fills_among_the_read_probes(tmp_path):
             {"query": "d <mask> .", "answers": ["v"], "predictions": []},  # not read, abstained
         ],
     )
-    out = json.loads(_run("bench.reading_accuracy", "--read", str(read), "--predictions", str(predictions)))
+    out = json.loads(run_module("bench.reading_accuracy", "--read", str(read), "--predictions", str(predictions)))
     assert out["probes"] == 4 and out["answer_read"] == 50.0 and out["em@1"] == 50.0 and out["reading_accuracy"] == 50.0
 
 
 def test_engine_speed_times_each_engine_against_torch():
-    out = _run("bench.engine_speed", "--engines", "openvino", "--rounds", "1", "--repeat", "1")
+    out = run_module("bench.engine_speed", "--engines", "openvino", "--rounds", "1", "--repeat", "1")
     rows = {line.split()[0]: line for line in out.splitlines() if line.startswith(("torch ", "openvino "))}
     assert set(rows) == {"torch", "openvino"}
     assert rows["torch"].count("(1.00x)") == 3  # the reference's ratio to itself, for the three passes
@@ -397,7 +390,7 @@ def test_bench_reader_steps_compares_plain_and_bucketed_batches(tmp_path, tiny_b
         }
         for n in rng.integers(2, 60, size=64)
     ]
-    out = _run(
+    out = run_module(
         "bench.bench_reader_steps",
         "--examples",
         str(write_jsonl(tmp_path / "ex.jsonl", rows)),
@@ -413,7 +406,7 @@ def test_bench_reader_steps_compares_plain_and_bucketed_batches(tmp_path, tiny_b
 
 
 def test_check_reader_sample_finds_every_fill_of_the_bundled_reader_right(tmp_path):
-    out = _run("bench.check_reader_sample", "--work", str(tmp_path))
+    out = run_module("bench.check_reader_sample", "--work", str(tmp_path))
     assert out.strip().splitlines()[-1] == "wrong: 0 of 36"
     # the known misreads (bench/check_reader_sample.py KNOWN_MISREADS; none since encoder r17) are still wrong: a
     # fixed one leaves the list
@@ -423,8 +416,8 @@ def test_check_reader_sample_finds_every_fill_of_the_bundled_reader_right(tmp_pa
 
 def test_bench_codecs_reports_each_codec_against_the_stored_vectors(built, tmp_path):
     probes = tmp_path / "cloze.jsonl"
-    _run("bench.probes", "--corpus", str(SAMPLE), "--n", "12", "--out", str(probes))
-    out = _run(
+    run_module("bench.probes", "--corpus", str(SAMPLE), "--n", "12", "--out", str(probes))
+    out = run_module(
         "bench.bench_codecs",
         "--index",
         str(built / "idx"),
@@ -505,7 +498,7 @@ def test_bench_shell_scripts_parse(script):
 
 def test_snapshot_fills_takes_fills_and_scores_and_compare_finds_a_changed_one(built, tmp_path):
     snap = tmp_path / "a.jsonl"
-    out = _run(
+    out = run_module(
         "bench.snapshot_fills",
         "take",
         "--index",
@@ -530,7 +523,7 @@ def test_snapshot_fills_takes_fills_and_scores_and_compare_finds_a_changed_one(b
     assert [r["options"] for r in scores].count("score-variant") == 4 and all(
         "predicted" in r["masks"][0] for r in scores
     )
-    same = _run("bench.snapshot_fills", "compare", str(snap), str(snap))
+    same = run_module("bench.snapshot_fills", "compare", str(snap), str(snap))
     assert "restricted score-variant    2 probes: top-1 agreement 2/2; equal field for field 2" in same
     changed = rows[-1]
     changed["masks"][0]["predicted"] = "nothing"
@@ -546,7 +539,7 @@ def test_snapshot_fills_takes_fills_and_scores_and_compare_finds_a_changed_one(b
 
 
 def test_batch_agreement_finds_batched_fills_equal_to_single_ones(built):
-    out = _run(
+    out = run_module(
         "bench.batch_agreement", "--index", str(built / "idx"), "--corpus", str(SAMPLE), "--probes", "6", "--batch", "4"
     )
     # FillEngine.run_batch, as the server's batcher runs concurrent requests, answers as the fills made alone
@@ -554,7 +547,7 @@ def test_batch_agreement_finds_batched_fills_equal_to_single_ones(built):
 
 
 def test_bench_batch_times_run_batch_and_its_batched_stage_per_size(built):
-    out = _run(
+    out = run_module(
         "bench.bench_batch",
         "--index",
         str(built / "idx"),

