@@ -19,14 +19,13 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
 import numpy as np
 
 from common.arrays import unique
 from common.errors import AppError
 from corpus.tokens import WORD_END, WORD_START
-from encoder.model import Encoder
 from fill.candidates import exact_logits
 from fill.evidence import Lazy, Place, SpotAt, Want, gather, read_places
 from fill.hits import MaskHits
@@ -34,6 +33,9 @@ from fill.schemas import Choice, ChoiceScore, MaskScore
 from fill.shard_group import Shards
 from fill.spans import softmax
 from indexer.shard import Shard
+
+if TYPE_CHECKING:  # (not at run time: a shard group's process imports this module and must not load torch)
+    from encoder.model import Encoder
 
 _NONE = np.empty(0, dtype=np.int64)
 
