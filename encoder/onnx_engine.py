@@ -72,7 +72,7 @@ def cache_path(model_dir: Path, fingerprint: str, kind: str, engine: str) -> Pat
     return root / name
 
 
-def export_onnx(
+def write_onnx(
     module: torch.nn.Module, example: dict[str, torch.Tensor], outputs: list[str], path: Path, engine: str
 ) -> Path:
     """Write `module` (fp32, eval) as ONNX to `path`, atomically: inputs named as `example`'s keys, whose
@@ -215,7 +215,7 @@ def engine_pass(
         with export_lock(path):  # processes starting together export once, one after the other
             if not path.is_file():
                 module, example, outputs = build()
-                export_onnx(module, example, outputs, path, engine)
+                write_onnx(module, example, outputs, path, engine)
     if engine == "openvino":
         return OpenVinoPass(path, torch.get_num_threads(), dtype)
     return OnnxPass(path, torch.get_num_threads())

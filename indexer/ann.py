@@ -82,7 +82,8 @@ def index_codes_problem(index: faiss.Index, name: str) -> str | None:
         return None
     ivf_kind = type(inner) in (faiss.IndexIVFFlat, faiss.IndexIVFScalarQuantizer)
     if isinstance(inner, faiss.IndexIVF) and (ivf_kind or (type(inner) is faiss.IndexIVFPQ and inner.pq.nbits == 8)):
-        if not isinstance(faiss.downcast_index(inner.quantizer), faiss.IndexFlat):  # its centroids are read as rows
+        residual = inner.by_residual  # the codes are residuals to the list centroids, read as a Flat's rows
+        if residual and not isinstance(faiss.downcast_index(inner.quantizer), faiss.IndexFlat):
             return f"{name} has a coarse quantizer that is not Flat (e.g. IVF4096,PQ48, not IVF4096_HNSW32,PQ48)"
         return None
     return f"{name} is neither Flat nor IVF-Flat, IVF-SQ or IVF-PQ with 8-bit codes (e.g. OPQ48,IVF4096,PQ48)"

@@ -3,10 +3,14 @@ and per engine stage), requests in flight and waiting for a batch, batch sizes, 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Counter, Gauge, Histogram, Info, generate_latest
 
-from fill.engine import FillEngine
 from fill.schemas import FillResult, ScoreResult
+
+if TYPE_CHECKING:  # (the engine's module loads torch; the metrics need only its type)
+    from fill.engine import FillEngine
 
 BATCH_SIZES = (1, 2, 4, 8, 16, 32, 64, 128)
 

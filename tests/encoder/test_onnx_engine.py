@@ -55,7 +55,7 @@ def test_the_export_is_made_once_and_named_by_the_models_fingerprint(model_dir, 
     Encoder(model_dir, device="cpu", engine="onnx-int8").for_inference()
     files = list((model_dir / "onnx").glob("*.onnx"))
     assert len(files) == 1 and files[0].name.startswith("encoder-onnx-int8-")
-    monkeypatch.setattr(onnx_engine, "export_onnx", lambda *a: pytest.fail("exported again"))
+    monkeypatch.setattr(onnx_engine, "write_onnx", lambda *a: pytest.fail("exported again"))
     again = Encoder(model_dir, device="cpu", engine="onnx-int8").for_inference()
     assert again.onnx_path == files[0]
     cfg = (model_dir / "config.json").read_text()
@@ -182,13 +182,13 @@ def test_exports_started_together_make_one_file(model_dir, monkeypatch):
     from concurrent.futures import ThreadPoolExecutor
 
     calls = []
-    real = onnx_engine.export_onnx
+    real = onnx_engine.write_onnx
 
     def counted(*args):
         calls.append(1)
         return real(*args)
 
-    monkeypatch.setattr(onnx_engine, "export_onnx", counted)
+    monkeypatch.setattr(onnx_engine, "write_onnx", counted)
     with ThreadPoolExecutor(max_workers=2) as pool:
         done = list(pool.map(lambda _: Encoder(model_dir, device="cpu", engine="onnx").for_inference(), range(2)))
     assert len(calls) == 1  # the second waited for the first's file instead of racing it

@@ -69,7 +69,7 @@ def test_code_slots_place_every_token_once_list_after_list(coded):
     assert sorted(slots[ids].tolist()) == list(range(len(ids)))  # the first list's tokens come first
 
 
-@pytest.mark.parametrize("factory", ["IVF4,SQ8", "IVF4,Flat"])
+@pytest.mark.parametrize("factory", ["IVF4,SQ8", "IVF4,Flat", "IVF4_HNSW8,Flat"])
 def test_ivf_sq_and_ivf_flat_products_are_their_search_scores(tmp_path, factory):
     x = np.random.default_rng(2).standard_normal((500, DIM)).astype(np.float32)
     index = faiss.index_factory(DIM, factory, faiss.METRIC_INNER_PRODUCT)
@@ -104,8 +104,9 @@ def test_a_flat_index_scores_exactly_from_its_own_vectors(tmp_path):
         ("HNSW32,Flat", False),
         ("IVF16,SQ8", True),
         ("IVF16,Flat", True),
-        ("IVF16_HNSW8,PQ8", False),  # the coarse centroids are read from a Flat quantizer
+        ("IVF16_HNSW8,PQ8", False),  # residual codes: the centroids are read from a Flat quantizer
         ("IVF16(PQ4),SQ8", False),
+        ("IVF16_HNSW8,Flat", True),  # not residual: no centroid is read
     ],
 )
 def test_which_indexes_can_score_from_their_codes(factory, ok):
