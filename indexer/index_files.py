@@ -17,14 +17,19 @@ from indexer.write_events import write_events
 Listed = list[tuple[Path, FileInfo]]
 
 
-def fingerprint(path: Path) -> tuple[int, int, int] | None:
-    """(inode, size, mtime in ns) of a file, None when it is not there: writing the file (also through a shared
-    memory map) or replacing it changes one of them."""
+Fingerprint = tuple[int, int, int, int]
+
+
+def fingerprint(path: Path) -> Fingerprint | None:
+    """(inode, size, mtime, ctime in ns) of a file, None when it is not there: writing the file, through any of its
+    names or a shared memory map, or replacing it changes one of them; the ctime whatever the writer does after (a
+    restored mtime sets it again; only the clock set back could restore it). A name linked to it or removed
+    changes the ctime too: the file is hashed again then, rather than trusted."""
     try:
         st = path.stat()
     except OSError:
         return None
-    return (st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+    return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns) if stat.S_ISREG(st.st_mode) else None
 
 
 class IndexFiles:
@@ -38,8 +43,8 @@ class IndexFiles:
         self.root, self.manifest, self.numbers, self.with_bm25 = root, manifest, numbers, with_bm25
         # files whose bytes were hashed and found right: path -> sha256, shared with the generations to come
         self.verified: dict[Path, str] = reuse.verified if reuse is not None else {}
-        # each file's (inode, size, mtime) when it was hashed or first seen: a file written since differs (`changed`)
-        self.fingerprints: dict[Path, tuple[int, int, int]] = reuse.fingerprints if reuse is not None else {}
+        # each file's (inode, size, mtime, ctime) when hashed or first seen: one written since differs (`changed`)
+        self.fingerprints: dict[Path, Fingerprint] = reuse.fingerprints if reuse is not None else {}
 
     def all(self) -> Listed:
         """Every file the manifest lists (of the opened shards, and BM25's when it is open), with its record
@@ -69,11 +74,12 @@ class IndexFiles:
 
     def changed(self) -> Listed:
         """The files written or replaced since they were hashed (or first seen here: a file not hashed yet gets its
-        baseline now), by their inode, size and modification time: a few microseconds per file, so a served index
-        can be watched every few seconds (service.state). A file that is gone is not listed: the writers never
-        rewrite a file under its name, but remove a superseded generation's (indexer.gc) while a server may still
-        serve it from memory. A change that keeps all three (the clock set back on purpose, or bytes rotting
-        under the page cache) is found only by hashing (`verify`)."""
+        baseline now), by their inode, size, modification and change times (`fingerprint`): a few microseconds per
+        file, so a served index can be watched every few seconds (service.index_watch), the files held in memory
+        too. A file that is gone is not listed: the writers never rewrite a file under its name, but remove a
+        superseded generation's (indexer.gc) while a server may still serve it from memory. A change that keeps all
+        four (the clock set back on purpose, or bytes rotting under the page cache) is found only by hashing
+        (`verify`)."""
         out = []
         for path, rec in self.all():
             now, then = fingerprint(path), self.fingerprints.get(path)

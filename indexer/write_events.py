@@ -1,17 +1,20 @@
 """Writes to the served index files as the kernel reports them (Linux inotify, through inotify_simple), so that a
 block checked once (indexer.checksums) is trusted only until its file is written again: a write or a change of
-attributes (`touch`, restoring an mtime) to a checked file forgets every block of it that was found right, and
-the next read checks the bytes again. The events are read (one ioctl when there are none) before each read that
-would trust a checked block, so a write that returned before a fill began is seen by that fill.
+attributes (`touch`, restoring an mtime, a name linked or removed) to a checked file, through any of its names,
+forgets every block of it that was found right, and the next read checks the bytes again. The events are read (one
+ioctl when there are none) before each read that would trust a checked block, so a write that returned before a
+fill began is seen by that fill.
 
 What inotify cannot report: a write through another process's shared memory map (no event; its mtime changes,
 which the service's watch sees: IndexFiles.changed forgets the file's blocks too) and bytes rotting under the
 page cache (the sha256 checks at start and reload). Where inotify is missing (not Linux, no instance left: see
-/proc/sys/fs/inotify/max_user_instances), nothing is trusted: every read checks its blocks each time.
+/proc/sys/fs/inotify/max_user_instances) or a file cannot be watched (no watch left: max_user_watches, one per
+checked file), nothing of it is trusted: every read checks its blocks each time.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import weakref
@@ -36,14 +39,15 @@ class Forgetful(Protocol):
 
 
 class WriteEvents:
-    """The process's one inotify instance over the directories of the checked files (`watch`), and `poll`, which
-    makes every registered file that was written since forget its checked blocks."""
+    """One inotify instance over the inodes of the checked files (`watch`), and `poll`, which makes every registered
+    file that was written since forget its checked blocks. The watch is on each file itself, not its directory: a
+    file's inode reports a write through any of its names (a hard link of `indexer merge`, another directory's),
+    where a directory reports only writes through the names it holds."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._dirs: dict[int, Path] = {}  # watch descriptor -> directory
-        self._watched: dict[Path, int] = {}
-        self._files: dict[Path, weakref.WeakSet] = {}
+        self._paths: dict[int, set[Path]] = {}  # watch descriptor -> the names of its inode registered here
+        self._files: dict[Path, weakref.WeakSet] = {}  # name -> the checks of the file
         self._inotify = None
         if INotify is not None:
             try:
@@ -56,19 +60,18 @@ class WriteEvents:
         return self._inotify is not None
 
     def watch(self, check: Forgetful) -> bool:
-        """Tell `check` when its file is written (False: cannot; the caller must trust nothing)."""
+        """Tell `check` when its file is written, through whatever name (False: cannot, e.g. no watch left, see
+        /proc/sys/fs/inotify/max_user_watches; the caller must trust nothing)."""
         if self._inotify is None:
             return False
-        real = check.path.resolve()  # a linked file is written where it lies: its events come from there
-        directory = real.parent
+        real = check.path.resolve()
         with self._lock:
-            if directory not in self._watched:
-                try:
-                    wd = self._inotify.add_watch(directory, _MASK)
-                except OSError as exc:
-                    logger.warning("cannot watch %s (%s): its reads are checked each time", directory, exc)
-                    return False
-                self._watched[directory], self._dirs[wd] = wd, directory
+            try:  # the same inode again (another name, another generation) gives the same descriptor
+                wd = self._inotify.add_watch(real, _MASK)
+            except OSError as exc:
+                logger.warning("cannot watch %s (%s): its reads are checked each time", real, exc)
+                return False
+            self._paths.setdefault(wd, set()).add(real)
             self._files.setdefault(real, weakref.WeakSet()).add(check)
         return True
 
@@ -76,19 +79,18 @@ class WriteEvents:
         """Read the events queued so far (none: one ioctl) and make the written files forget their blocks."""
         if self._inotify is None:
             return
-        with self._lock:
-            events = self._inotify.read(timeout=0)
-            for event in events:
-                directory = self._dirs.get(event.wd)
-                if event.mask & inotify_flags.IGNORED and directory is not None:  # the directory is gone
-                    del self._dirs[event.wd], self._watched[directory]
-                    continue
-                if event.wd < 0 or directory is None:  # the queue overflowed: any file may have been written
+        with self._lock:  # held until the checks forgot: a poll meanwhile waits, and then trusts nothing written
+            targets = []
+            for event in self._inotify.read(timeout=0):
+                if event.wd < 0:  # the queue overflowed: any file may have been written
                     targets = [c for checks in self._files.values() for c in checks]
-                else:
-                    targets = list(self._files.get(directory / event.name, ()))
-                for check in targets:
-                    check.forget()
+                    break
+                paths = self._paths.get(event.wd, ())
+                if event.mask & inotify_flags.IGNORED:  # the inode is gone (its last name removed): no more events
+                    paths = self._paths.pop(event.wd, ())
+                targets += [c for path in paths for c in self._files.get(path, ())]
+            for check in targets:
+                check.forget()
 
     def forget(self, path: Path) -> None:
         """Make the checks of `path` forget their blocks (a change found another way, IndexFiles.changed)."""
@@ -98,14 +100,8 @@ class WriteEvents:
             check.forget()
 
 
-_events: WriteEvents | None = None
-_events_lock = threading.Lock()
-
-
+@functools.cache
 def write_events() -> WriteEvents:
-    """The process's WriteEvents, made on first use."""
-    global _events
-    with _events_lock:
-        if _events is None:
-            _events = WriteEvents()
-        return _events
+    """The process's WriteEvents (one inotify instance, whose watches every opened index shares), made on first
+    use."""
+    return WriteEvents()

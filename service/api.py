@@ -11,7 +11,7 @@ from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
 from service.auth import ApiKeys
-from service.config import Settings, get_settings
+from service.config import Role, Settings, get_settings
 from service.errors import install_handlers
 from service.limits import RequestLimits
 from service.observe import Observe
@@ -47,7 +47,6 @@ def create_app(
     )
     app.state.service = state or ServiceState(settings)
     keys = settings.keys()
-    app.state.admin = bool(keys)
     install_handlers(app)
     _middleware(app, settings, keys)
     for group in (probe_routes, fill_routes, score_routes, admin_routes, document_routes):
@@ -84,11 +83,10 @@ def _document_budget(app: FastAPI, budget: dict[str, Any]) -> None:
     app.openapi = openapi  # type: ignore[method-assign]  # FastAPI's documented way to extend the schema
 
 
-def _middleware(app: FastAPI, settings: Settings, keys: list[str]) -> None:
+def _middleware(app: FastAPI, settings: Settings, keys: dict[str, Role]) -> None:
     # the last added is the outermost: CORS answers preflights, then keys are checked, then the body
     app.add_middleware(RequestLimits, max_body=settings.max_body_bytes, max_documents=settings.max_documents_bytes)
-    if keys:
-        app.add_middleware(ApiKeys, keys=keys)
+    app.add_middleware(ApiKeys, keys=keys)  # also without keys: the admin routes are off then
     if settings.origins():
         app.add_middleware(
             CORSMiddleware,

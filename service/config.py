@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
@@ -13,6 +14,8 @@ from common.errors import AppError
 from fill.config import EngineConfig
 
 ENV_PREFIX = "FILL_"
+Role = Literal["fill", "admin"]
+ROLES: tuple[Role, ...] = ("fill", "admin")  # fill: /fill, /score and the read-only routes; admin: every route
 
 
 class Settings(EngineConfig, BaseSettings):
@@ -165,11 +168,22 @@ class Settings(EngineConfig, BaseSettings):
     )
     api_keys: str | None = Field(
         None,
-        description="comma-separated API keys; when set (or api_keys_file), every route "
-        "but /healthz and /readyz needs `Authorization: Bearer <key>`, else 401",
+        description="comma-separated fill keys: when any key is set (here, admin_keys or api_keys_file), every route "
+        "but /healthz and /readyz needs `Authorization: Bearer <key>`, else 401; a fill key may use /fill, /score "
+        "and the read-only routes, not /admin/* (403)",
+    )
+    admin_keys: str | None = Field(
+        None, description="comma-separated admin keys: every route, the admin routes (/admin/*) too"
     )
     api_keys_file: Path | None = Field(
-        None, description="file of API keys, one per line (# comments and blank lines ignored); adds to api_keys"
+        None,
+        description="file of keys, one per line: `<key>` (a fill key) or `<key> admin` (# comments and blank lines "
+        "ignored); adds to api_keys and admin_keys",
+    )
+    reload_root: Path | None = Field(
+        None,
+        description="POST /admin/reload serves only directories under this one; none: the directory that holds "
+        "the configured index",
     )
     cors_origins: str = Field("", description="comma-separated origins allowed by CORS (`*` for any); empty: CORS off")
     backend: Literal["local", "ray"] = Field(
@@ -215,25 +229,71 @@ class Settings(EngineConfig, BaseSettings):
         description="json: one JSON object per line (time, level, logger, message, request_id, ...); text: plain lines",
     )
 
-    def keys(self) -> list[str]:
-        """The API keys from api_keys and api_keys_file (empty: no authentication), or an AppError naming
-        the file that cannot be read."""
-        keys = [k.strip() for k in (self.api_keys or "").split(",") if k.strip()]
+    def keys(self) -> dict[str, Role]:
+        """Every configured key with its role, from api_keys, admin_keys and api_keys_file (empty: no
+        authentication), or an AppError naming the file that cannot be read or its line that names no role."""
+        keys: dict[str, Role] = {k: "fill" for k in _split(self.api_keys)}
+        keys.update({k: "admin" for k in _split(self.admin_keys)})  # a key given as both is an admin key
         if self.api_keys_file is not None:
-            try:
-                lines = self.api_keys_file.read_text(encoding="utf-8").splitlines()
-            except (OSError, UnicodeDecodeError) as exc:
-                raise AppError(
-                    f"cannot read the API keys file {self.api_keys_file} (--api-keys-file / "
-                    f"FILL_API_KEYS_FILE): {exc.strerror if isinstance(exc, OSError) else exc}"
-                ) from None
-            keys += [line.strip() for line in lines if line.strip() and not line.lstrip().startswith("#")]
-            if not keys:
-                raise AppError(f"the API keys file {self.api_keys_file} holds no key; write one key per line")
+            keys.update(_keys_file(self.api_keys_file))
         return keys
+
+    def reload_target(self, index: str, configured: Path) -> Path:
+        """The directory POST /admin/reload names, resolved, or a validation AppError naming the path: missing, not
+        a directory, a symlink loop, unreadable, or neither the `configured` index nor under reload_root (default:
+        the directory that holds the `configured` index)."""
+        root = (self.reload_root or configured.absolute().parent).resolve()
+        try:  # where it leads first, so that nothing outside the root is even looked at
+            target = Path(index).resolve()
+        except (OSError, RuntimeError, ValueError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "a symlink loop"
+            why = str(exc) if isinstance(exc, ValueError) else why  # e.g. an embedded null byte
+            raise AppError(f"{index} cannot be resolved: {why}", kind="validation", field="index") from None
+        problem = None
+        if not target.is_relative_to(root) and target != configured.resolve():
+            problem = f"is not under the reload root {root} (--reload-root / FILL_RELOAD_ROOT)"
+        elif not target.exists():
+            problem = "does not exist"
+        elif not target.is_dir():
+            problem = "is not a directory"
+        elif not os.access(target, os.R_OK | os.X_OK):
+            problem = "cannot be read by the server (permission denied)"
+        if problem is not None:
+            raise AppError(f"{index} {problem}", kind="validation", field="index")
+        return target
 
     def origins(self) -> list[str]:
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]
+
+
+def _split(keys: str | None) -> list[str]:
+    return [k.strip() for k in (keys or "").split(",") if k.strip()]
+
+
+def _keys_file(path: Path) -> dict[str, Role]:
+    """The keys of a keys file (`<key>` or `<key> <role>` per line), or an AppError naming the file."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise AppError(
+            f"cannot read the API keys file {path} (--api-keys-file / FILL_API_KEYS_FILE): "
+            f"{exc.strerror if isinstance(exc, OSError) else exc}"
+        ) from None
+    keys: dict[str, Role] = {}
+    for number, line in enumerate(lines, 1):
+        words = line.split()
+        if not words or words[0].startswith("#"):
+            continue
+        role = words[1] if len(words) > 1 else "fill"
+        if len(words) > 2 or role not in ROLES:
+            raise AppError(
+                f"the API keys file {path}, line {number}: write `<key>` or `<key> <role>` with a role of "
+                f"{' or '.join(ROLES)}"
+            )
+        keys[words[0]] = role  # checked against ROLES just above
+    if not keys:
+        raise AppError(f"the API keys file {path} holds no key; write one key per line")
+    return keys
 
 
 @lru_cache

@@ -1,5 +1,5 @@
-"""What routes depend on: the service state (the app's), the state with a ready engine, the API keys
-requirement of admin routes, and the error responses every route documents."""
+"""What routes depend on: the service state (the app's), the state with a ready engine, and the error responses
+every route documents (the keys and their roles are checked before any route: service.auth)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from typing import Any
 
 from fastapi import Depends, Request
 
-from common.errors import AppError
 from service.schemas import ErrorResponse
 from service.state import ServiceState
 
@@ -24,12 +23,3 @@ async def get_state(request: Request) -> ServiceState:
 async def ready_state(state: ServiceState = Depends(get_state)) -> ServiceState:
     state.ready_engine()  # 503 before the body is looked at
     return state
-
-
-def require_admin(request: Request) -> None:
-    """Admin routes need API keys configured (else 403: without keys anybody could use them)."""
-    if not request.app.state.admin:
-        raise AppError(
-            "the admin routes are off: configure API keys (FILL_API_KEYS or FILL_API_KEYS_FILE) to use them",
-            kind="forbidden",
-        )

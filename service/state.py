@@ -131,8 +131,9 @@ class ServiceState:
     def reload_or_report(self, index: str | None = None) -> dict[str, Any]:
         """`reload`, counted in the metrics; an index that cannot be served is a validation error naming
         why (the old index keeps serving)."""
-        target = Path(index) if index is not None else self.configured
+        configured, target = self.configured or self.settings.index_dir(), None
         try:
+            target = self.settings.reload_target(index, configured) if index is not None else configured
             done = self.reload(target)
         except Exception as exc:  # noqa: BLE001 - any failure to open is the index's, reported as such
             self.metrics.reloads.labels("failed").inc()

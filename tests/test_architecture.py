@@ -1,8 +1,8 @@
 """The layout's rules, checked on every test run: one-way import floors (import-linter's contract in
 pyproject.toml), no import cycle between modules, source files of at most 350 lines and functions under 60 lines
 (the packages and the script packages bench/, recipes/, tools/ alike), no edit of the import path (sys.path)
-outside tests/, shell scripts that run modules (`python -m`), not files, and every package module named in the
-module table of docs/ARCHITECTURE.md."""
+outside tests/, no singleton set through `global`, shell scripts that run modules (`python -m`), not files, and
+every package module named in the module table of docs/ARCHITECTURE.md."""
 
 from __future__ import annotations
 
@@ -212,6 +212,35 @@ def test_the_sys_path_rule_catches_an_edit():
         sys.path[0] == "z"
     """)
     assert sys_path_edits(source) == [2, 3, 4, 5, 6]
+
+
+def global_statements(source: str) -> list[int]:
+    """Lines of `source` with a `global` statement (a module-level singleton set from a function)."""
+    return [node.lineno for node in ast.walk(ast.parse(source)) if isinstance(node, ast.Global)]
+
+
+def test_no_module_keeps_a_singleton_in_a_global():
+    """A process-wide object is owned where it is opened or made by a cached factory (functools.cache), never
+    set through `global` (the fill path's rule: no globals)."""
+    found = {}
+    for path in _modules(PACKAGES):
+        if lines := global_statements(path.read_text(encoding="utf-8")):
+            found[str(path.relative_to(ROOT))] = lines
+    assert found == {}
+
+
+def test_the_global_rule_catches_a_global():
+    source = textwrap.dedent("""\
+        _x = None
+        def get():
+            global _x
+            if _x is None:
+                _x = object()
+            return _x
+        def other():
+            return _x
+    """)
+    assert global_statements(source) == [3]
 
 
 # a Python file run by its path (`python bench/x.py`, `"$VENV/bin/python" recipes/x.py`, `"$PY" recipes/x.py`)

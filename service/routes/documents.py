@@ -1,5 +1,5 @@
-"""POST /admin/documents and DELETE /admin/documents/{id}: change the served index's corpus live (only when API
-keys are configured). The change is written to the index directory (indexer.update) and the new generation is
+"""POST /admin/documents and DELETE /admin/documents/{id}: change the served index's corpus live (admin keys
+only: service.auth). The change is written to the index directory (indexer.update) and the new generation is
 served as soon as it is committed, without a restart and without failing a request (service.updates.DocumentChanges)."""
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from common.errors import AppError
 from corpus.readers import PRINTABLE_ID, Document, DocumentRecord
 from indexer.documents import check_documents
 from indexer.update import UpdateSummary
-from service.dependencies import ERRORS, ready_state, require_admin
+from service.auth import ADMIN_PREFIX
+from service.dependencies import ERRORS, ready_state
 from service.limits import JSON_LINES
 from service.schemas import ErrorResponse
 from service.state import ServiceState
 
-router = APIRouter(prefix="/admin")
+router = APIRouter(prefix=ADMIN_PREFIX)
 
 RESPONSES = {**ERRORS, 403: {"model": ErrorResponse}, 409: {"model": ErrorResponse}}
 BODY = {
@@ -92,7 +93,6 @@ async def add_documents(http: Request, state: ServiceState = Depends(ready_state
     """Add documents to the served index (a document whose id is in it replaces it): encoded with the served
     model into a new delta shard, searchable once this returns. Body: a JSON array of {id, text, title?}, one such
     object, or JSON lines (Content-Type application/x-ndjson). 409 while another writer changes the index."""
-    require_admin(http)
     documents = parse_documents(await http.body(), http.headers.get("content-type", ""))
     return await run_in_threadpool(
         state.documents.apply, lambda update: update.add(documents), "add documents (POST /admin/documents)", True
@@ -104,12 +104,10 @@ async def add_documents(http: Request, state: ServiceState = Depends(ready_state
 )
 async def delete_document(
     doc_id: Annotated[str, Path(pattern=PRINTABLE_ID, description="a printable document id")],
-    http: Request,
     state: ServiceState = Depends(ready_state),
 ) -> UpdateSummary:
     """Delete a document of the served index by id: it is never returned again (candidates, evidence, BM25).
     404 when the index does not hold it."""
-    require_admin(http)
     return await run_in_threadpool(
         state.documents.apply, lambda update: update.delete([doc_id]), "delete documents (DELETE /admin/documents)"
     )

@@ -78,7 +78,7 @@ def test_the_compose_ray_profile_runs_a_head_and_workers_over_the_index_volume()
     assert head["build"]["args"]["EXTRAS"] == "[ray]" and worker["image"] == head["image"] == "npm-retrieval:ray"
     for service in (head, worker):
         assert "index:/index:ro" in service["volumes"]
-        assert "FILL_API_KEYS" in service["environment"]  # the ingress may run on any node: all hold the keys
+        assert {"FILL_API_KEYS", "FILL_ADMIN_KEYS"} <= set(service["environment"])  # the ingress may run on any node
     assert "serve deploy deploy/ray/serve.yaml" in head["command"][-1] and "--head" in head["command"][-1]
     assert worker["command"][:3] == ["ray", "start", "--address=ray-head:6379"] and "--block" in worker["command"]
     assert head["depends_on"]["indexer"]["condition"] == "service_completed_successfully"

@@ -97,3 +97,59 @@ def test_cors_is_off_by_default_and_answers_configured_origins(state):
         assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
         r = c.options("/fill", headers={**preflight, "origin": "https://evil.example"})
         assert r.headers.get("access-control-allow-origin") != "https://evil.example"
+
+
+ADMIN_ROUTES = [
+    ("post", "/admin/reload", {"json": {}}),
+    ("post", "/admin/documents", {"json": [{"id": "x", "text": "some text"}]}),
+    ("delete", "/admin/documents/enc-001", {}),
+]
+
+
+@pytest.mark.parametrize("method, path, kw", ADMIN_ROUTES, ids=[f"{m} {p}" for m, p, _ in ADMIN_ROUTES])
+def test_a_fill_key_gets_403_on_every_admin_route_and_nothing_changes(state, method, path, kw):
+    before = state.serving
+    with client_for(state, api_keys="fill-key", admin_keys="admin-key") as c:
+        for body in (kw, {"json": {"index": 7}} if kw else {}):  # a bad body is refused by role first, not a 422
+            r = getattr(c, method)(path, headers={"authorization": "Bearer fill-key"}, **body)
+            assert r.status_code == 403 and r.json()["error_type"] == "forbidden", r.text
+            assert "admin key" in r.json()["error"] and path in r.json()["error"]
+        r = c.post("/fill", json={"text": "<mask>"}, headers={"authorization": "Bearer fill-key"})
+        assert r.status_code == 200, r.text  # a fill key still fills
+    assert state.serving is before
+
+
+def test_an_admin_key_may_use_every_route(state):
+    with client_for(state, api_keys="fill-key", admin_keys="admin-key") as c:
+        headers = {"authorization": "Bearer admin-key"}
+        assert c.post("/fill", json={"text": "<mask>"}, headers=headers).status_code == 200
+        r = c.post("/admin/reload", json={"index": 7}, headers=headers)
+        assert r.status_code == 422 and "index" in r.text  # past the gate: the body is read and validated
+
+
+def test_without_keys_the_admin_routes_are_refused_before_the_body(state):
+    with client_for(state) as c:
+        for method, path, _ in ADMIN_ROUTES:
+            r = getattr(c, method)(path, json={"not": "a valid body"}) if method == "post" else c.delete(path)
+            assert r.status_code == 403 and "FILL_ADMIN_KEYS" in r.json()["error"], (path, r.text)
+
+
+def test_keys_file_roles(state, tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("# a fill key and an admin key\nreader\nops admin\nclient fill\n")
+    assert Settings(index=state.settings.index, api_keys_file=keys).keys() == {
+        "reader": "fill",
+        "ops": "admin",
+        "client": "fill",
+    }
+    with client_for(state, api_keys_file=keys) as c:
+        assert c.post("/admin/reload", json={"index": 7}, headers={"authorization": "Bearer reader"}).status_code == 403
+        assert c.post("/admin/reload", json={"index": 7}, headers={"authorization": "Bearer ops"}).status_code == 422
+
+
+@pytest.mark.parametrize("line", ["ops root", "ops admin extra"])
+def test_a_keys_file_line_with_an_unknown_role_is_refused_naming_the_line(state, tmp_path, line):
+    keys = tmp_path / "keys"
+    keys.write_text(f"reader\n{line}\n")
+    with pytest.raises(AppError, match=r"keys file .*keys, line 2: .*fill or admin"):
+        Settings(index=state.settings.index, api_keys_file=keys).keys()

@@ -35,7 +35,7 @@ def default_index(tmp_path_factory):
 
 
 def _client(index, **options):
-    settings = Settings(index=index, api_keys="admin-key", warm=False, **options)
+    settings = Settings(index=index, admin_keys="admin-key", warm=False, **options)
     state = ServiceState(settings, engine=FillEngine.open(settings.engine_config()))
     return TestClient(create_app(settings, state=state), raise_server_exceptions=False), state
 

@@ -42,7 +42,7 @@ def operations(tiny_index, tmp_path_factory):
     # every accepted add writes a delta shard: no cap here (the cap's 503 has a test of its own, test_documents)
     s = Settings(
         index=index,
-        api_keys="fuzz-key",
+        admin_keys="fuzz-key",
         warm=False,
         request_timeout=30,
         reader_dir=reader,

@@ -27,7 +27,7 @@ def served(tiny_index, tmp_path):
     """A client over tiny_index with an API key, and a second copy of that index under another name."""
     other = tmp_path / "index-b"
     shutil.copytree(tiny_index, other)
-    settings = Settings(index=tiny_index, api_keys="admin-key", warm=False)
+    settings = Settings(index=tiny_index, admin_keys="admin-key", warm=False, reload_root=tmp_path)
     state = ServiceState(settings, engine=FillEngine.open(settings.engine_config()))
     with TestClient(create_app(settings, state=state), raise_server_exceptions=False) as client:
         yield client, state, other
@@ -76,17 +76,61 @@ def test_a_reload_of_an_unresolvable_path_is_a_422(served):
     assert state.serving is before
 
 
-def test_reload_needs_the_key_and_keys_configured(served, tiny_index):
-    client, _, other = served
+def test_reload_needs_an_admin_key_and_refuses_before_reading_the_body(served, tiny_index):
+    client, state, other = served
+    before = state.serving
     assert client.post("/admin/reload", json={"index": str(other)}).status_code == 401
     settings = Settings(index=tiny_index)
     with TestClient(
         create_app(settings, state=ServiceState(settings, engine=FillEngine.open(settings.engine_config()))),
         raise_server_exceptions=False,
     ) as open_client:
-        r = open_client.post("/admin/reload", json={"index": str(other)})
-        assert r.status_code == 403 and r.json()["error_type"] == "forbidden"
-        assert "FILL_API_KEYS" in r.json()["error"]
+        for body in ({"index": str(other)}, {"index": 7, "extra": True}):  # a bad body too: 403, not 422
+            r = open_client.post("/admin/reload", json=body)
+            assert r.status_code == 403 and r.json()["error_type"] == "forbidden", r.text
+            assert "FILL_ADMIN_KEYS" in r.json()["error"]
+    assert state.serving is before
+
+
+@pytest.mark.parametrize(
+    "make, problem",
+    [
+        (lambda d: (d / "loop").symlink_to(d / "loop"), "cannot be resolved: a symlink loop"),
+        (lambda d: None, "does not exist"),
+        (lambda d: (d / "loop").write_text("x"), "is not a directory"),
+        (lambda d: (d / "loop").mkdir(mode=0), "cannot be read by the server"),
+    ],
+    ids=["symlink loop", "missing", "a file", "no permission"],
+)
+def test_a_reload_path_that_cannot_be_served_is_a_422_naming_it(served, tmp_path, make, problem):
+    client, state, _ = served
+    if problem.startswith("cannot be read") and os.geteuid() == 0:
+        pytest.skip("root reads a directory of mode 000")
+    before = state.serving
+    make(tmp_path)
+    r = client.post("/admin/reload", json={"index": str(tmp_path / "loop")}, headers=KEY)
+    assert r.status_code == 422, r.text
+    assert f"loop {problem}" in r.json()["error"] and r.json()["detail"][0]["loc"] == ["body", "index"]
+    assert state.serving is before
+
+
+def test_reload_serves_only_directories_under_the_reload_root(tiny_index, tmp_path):
+    """The default root is the directory that holds the configured index: an admin key cannot make the server
+    read a directory elsewhere, also not through a symlink under the root."""
+    root = tmp_path / "indexes"
+    served, other = root / "a", tmp_path / "elsewhere"
+    shutil.copytree(tiny_index, served)
+    shutil.copytree(tiny_index, other)
+    (root / "link").symlink_to(other)
+    shutil.copytree(tiny_index, root / "b")
+    settings = Settings(index=served, admin_keys="admin-key", warm=False)
+    state = ServiceState(settings, engine=FillEngine.open(settings.engine_config()))
+    with TestClient(create_app(settings, state=state), raise_server_exceptions=False) as client:
+        for path in (other, root / "link", root / "b" / ".." / ".." / "elsewhere"):
+            r = client.post("/admin/reload", json={"index": str(path)}, headers=KEY)
+            assert r.status_code == 422 and "is not under the reload root" in r.json()["error"], r.text
+        assert client.post("/admin/reload", json={"index": str(root / "b")}, headers=KEY).status_code == 200
+    state.close()
 
 
 def test_reload_under_load_fails_no_request(served):
@@ -150,7 +194,7 @@ def test_a_file_changed_in_place_turns_the_server_not_ready_naming_it(tiny_index
     root = tmp_path / "idx"
     shutil.copytree(tiny_index, root)
     _flip_last_byte(root / "shard_00001" / damaged_file)
-    settings = Settings(index=root, api_keys="admin-key", warm=True, check_before_ready=False, recheck_seconds=0)
+    settings = Settings(index=root, admin_keys="admin-key", warm=True, check_before_ready=False, recheck_seconds=0)
     state = ServiceState(settings)
     with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
         for _ in range(300):
@@ -167,7 +211,7 @@ def test_a_file_changed_in_place_turns_the_server_not_ready_naming_it(tiny_index
 
 
 def test_warming_builds_the_word_table_of_scores_synonyms(tiny_index):
-    settings = Settings(index=tiny_index, api_keys="admin-key", warm=True, check_before_ready=False)
+    settings = Settings(index=tiny_index, admin_keys="admin-key", warm=True, check_before_ready=False)
     state = ServiceState(settings)
     with TestClient(create_app(settings, state=state, load=True)) as client:
         _wait_for(client, "/readyz", 200, "")
@@ -194,7 +238,7 @@ def test_a_damaged_index_is_never_served_when_checked_before_ready(tiny_index, t
     root = tmp_path / "idx"
     shutil.copytree(tiny_index, root)
     _flip_last_byte(root / "shard_00002" / "vectors.npy")
-    settings = Settings(index=root, api_keys="admin-key", recheck_seconds=0)  # check_before_ready is the default
+    settings = Settings(index=root, admin_keys="admin-key", recheck_seconds=0)  # check_before_ready is the default
     fatal: list[str] = []
     state = ServiceState(settings, on_fatal=fatal.append)
     with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
@@ -221,7 +265,7 @@ def _zero_in_place(path) -> None:
 def test_a_file_written_in_place_while_served_turns_the_server_not_ready(tiny_index, tmp_path):
     root = tmp_path / "idx"
     shutil.copytree(tiny_index, root)
-    settings = Settings(index=root, api_keys="admin-key", recheck_seconds=0.05)
+    settings = Settings(index=root, admin_keys="admin-key", recheck_seconds=0.05)
     state = ServiceState(settings)
     with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
         _wait_for(client, "/readyz", 200, "")
@@ -236,7 +280,7 @@ def test_a_file_written_in_place_while_served_turns_the_server_not_ready(tiny_in
 def test_a_reload_that_finds_the_served_files_damaged_stops_serving_them(tiny_index, tmp_path):
     root = tmp_path / "idx"
     shutil.copytree(tiny_index, root)
-    settings = Settings(index=root, api_keys="admin-key", recheck_seconds=0)  # no watching: the reload finds it
+    settings = Settings(index=root, admin_keys="admin-key", recheck_seconds=0)  # no watching: the reload finds it
     state = ServiceState(settings)
     with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
         _wait_for(client, "/readyz", 200, "")
@@ -262,7 +306,7 @@ def test_writers_beside_the_server_are_not_damage_to_the_watch(tiny_index, tiny_
     root = tmp_path / "idx"
     shutil.copytree(tiny_index, root)
     run_delete(DeleteConfig(index=root, ids=["d1"]))  # the served generation (1) has a tombstones file
-    settings = Settings(index=root, api_keys="admin-key", recheck_seconds=0.02)
+    settings = Settings(index=root, admin_keys="admin-key", recheck_seconds=0.02)
     state = ServiceState(settings)
     with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
         _wait_for(client, "/readyz", 200, "")
@@ -286,7 +330,7 @@ def test_a_fill_that_reads_bytes_changed_in_place_gets_503_and_stops_the_serving
     monkeypatch.setattr(checksums, "IN_MEMORY_BELOW", 0)  # the tiny files mapped and checked on read, as large ones
     root = tmp_path / "idx"
     shutil.copytree(tiny_index, root)
-    settings = Settings(index=root, api_keys="admin-key", recheck_seconds=0)
+    settings = Settings(index=root, admin_keys="admin-key", recheck_seconds=0)
     state = ServiceState(settings)
     with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
         _wait_for(client, "/readyz", 200, "")
@@ -310,7 +354,7 @@ def test_a_fill_that_reads_bytes_changed_in_place_gets_503_and_stops_the_serving
 def test_the_watch_finds_a_manifest_changed_in_place(tiny_index, tmp_path):
     root = tmp_path / "idx"
     shutil.copytree(tiny_index, root)
-    settings = Settings(index=root, api_keys="admin-key", recheck_seconds=0.05)
+    settings = Settings(index=root, admin_keys="admin-key", recheck_seconds=0.05)
     state = ServiceState(settings)
     with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
         _wait_for(client, "/readyz", 200, "")
