@@ -32,7 +32,7 @@ import numpy as np
 from bench.shared import Server
 
 KEY = {"Authorization": "Bearer bench-key"}
-ENV = {"FILL_API_KEYS": "bench-key"}
+ENV = {"FILL_API_KEYS": "bench-key", "FILL_ADMIN_KEYS": "bench-key"}  # the admin routes need an admin key
 
 
 def ready_seconds(index: Path, port: int, before_ready: bool) -> float:

@@ -23,7 +23,7 @@ import numpy as np
 from faiss.contrib.inspect_tools import get_invlist
 
 from indexer.ann import unwrap
-from indexer.checksums import load_checked
+from indexer.checksums import load_checked, map_file
 from indexer.vectors import touch_pages
 
 CODE_SLOTS = "code_slots.npy"
@@ -83,7 +83,7 @@ class AnnCodes:
         sizes = np.array([lists.list_size(i) for i in range(ivf.nlist)], dtype=np.int64)
         self.list_starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
         if isinstance(lists, faiss.OnDiskInvertedLists):  # as FAISS maps index.faiss: codes at byte offsets
-            self.data: np.ndarray = np.memmap(lists.filename or directory / "index.faiss", dtype=np.uint8, mode="r")
+            self.data: np.ndarray = map_file(Path(lists.filename or directory / "index.faiss"))  # no descriptor
             # lists.lists: a SWIG std::vector (at), which faiss's stubs call a list
             self.byte_starts = np.array([lists.lists.at(i).offset for i in range(ivf.nlist)], dtype=np.int64)  # type: ignore[attr-defined]
         else:  # lists in RAM: their codes gathered once, list after list

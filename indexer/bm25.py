@@ -11,6 +11,9 @@ its words' weights with numpy in FTS5's order, so the blocks and scores are FTS5
 (tests/indexer/test_bm25.py). A word FTS5 may tokenize differently from Python (anything but ASCII letters
 and digits: "foo_bar" is the phrase "foo bar" to FTS5, "café" is "cafe") gets its weights from FTS5 as the
 score of the one-word query; indexes built before the postings existed use the whole FTS5 query.
+
+A file under IN_MEMORY_BELOW bytes (a delta shard's, indexer.update) is searched from a copy in memory, so that it holds
+no file descriptor (`connect_read_only`): a server with many delta shards would run out of them.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.files import atomic_path
+from common.files import IN_MEMORY_BELOW, atomic_path
 from indexer.integrity import fts5_totals_of
 from indexer.shard import Shard
 
@@ -179,12 +182,27 @@ def match_query(text: str) -> str | None:
     return " OR ".join(f'"{w}"' for w in query_words(text)) or None
 
 
+def connect_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection to a BM25 file, for any thread: a file under IN_MEMORY_BELOW bytes is read into memory
+    (the same database, holding no descriptor), a larger one is opened read-only (one descriptor)."""
+    if path.stat().st_size >= IN_MEMORY_BELOW:
+        return sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+    con = sqlite3.connect(":memory:", check_same_thread=False)
+    try:
+        con.deserialize(path.read_bytes())
+        con.execute("PRAGMA query_only = ON")
+    except sqlite3.Error:
+        con.close()
+        raise
+    return con
+
+
 class BM25:
     """Read-only BM25 search over bm25.sqlite; safe to call from several threads."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._con = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False)
+        self._con = connect_read_only(path)
         self._lock = threading.Lock()
         self.rows: int | None = None  # blocks; None: no postings (an index built before them), FTS5 queries only
         has = self._con.execute("SELECT 1 FROM sqlite_master WHERE name = 'postings_meta'").fetchone()

@@ -15,7 +15,8 @@ change, so trusting it longer would serve the change. Warming (Shard.warm) check
 whose blocks are all trusted costs a read one ioctl. Without write events nothing is trusted: every read hashes
 its blocks. `CheckedArray` wraps a memory-mapped array and checks the rows each indexing reads; `FileCheck.ranges`
 checks byte ranges (docs.arrow's text, see indexer.doc_text). Files small enough to be read into memory when the
-shard opens are checked once, then.
+shard opens are checked once, then. A mapped file holds no descriptor (`map_file`): a server with many delta shards
+(live updates) would run out of them.
 Not covered: index.faiss, read inside FAISS (a damaged one changes which tokens a search finds, not the scores
 or text served: those come from the checked vectors and docs.arrow), and BM25's SQLite files (indexer.integrity).
 The cost per fill is in docs/BENCHMARKS.md ("Checksums on read").
@@ -28,6 +29,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import xxhash
 from numpy.lib import format as npy_format
 
@@ -93,6 +95,15 @@ def split_sums(path: Path, sizes: dict[str, int]) -> dict[str, np.ndarray]:
     return dict(zip(names, np.split(sums, np.cumsum(counts)[:-1])))
 
 
+def map_file(path: Path) -> np.ndarray:
+    """A file's bytes memory-mapped read-only and shared (a write to the file shows through it, as through np.memmap),
+    as a read-only uint8 array that holds no file descriptor: Arrow's mapping outlives its file, closed here, while
+    Python's mmap (np.memmap's) keeps a duplicate descriptor as long as the mapping lives."""
+    with pa.memory_map(str(path), "r") as source:
+        mapped = source.read_buffer(source.size())
+    return np.frombuffer(mapped, dtype=np.uint8)
+
+
 class FileCheck:
     """One file's bytes (memory-mapped, or `data` already read) and block sums: `ranges` checks byte ranges.
 
@@ -102,7 +113,7 @@ class FileCheck:
     def __init__(self, path: Path, sums: np.ndarray, data: np.ndarray | None = None) -> None:
         self.path = path
         self.sums = sums
-        self.data = np.memmap(path, dtype=np.uint8, mode="r").view(np.ndarray) if data is None else data
+        self.data = map_file(path) if data is None else data
         if blocks_of(self.data.size) != sums.size:
             raise damaged(path, f"has {self.data.size} bytes, its checksums cover {sums.size} blocks")
         self.ok = np.zeros(sums.size, dtype=bool)

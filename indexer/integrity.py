@@ -173,16 +173,17 @@ def open_docs(path: Path, documents: int) -> pa.Table:
 
 
 def open_docs_mapped(path: Path, documents: int) -> tuple[pa.Table, int]:
-    """`open_docs`, and the address of the file's mapping (a buffer's file offset is its address minus it)."""
+    """`open_docs`, and the address of the file's mapping (a buffer's file offset is its address minus it). The
+    file is closed on return: the table's buffers keep the mapping, not a descriptor."""
     try:
-        source = pa.memory_map(str(path), "r")
-        base = source.read_buffer(source.size()).address
-        source.seek(0)
-        if source.read(6) != _ARROW_MAGIC:
-            raise damaged(path, "does not start as an Arrow IPC file")
-        source.seek(8)  # the magic's padding, then the file's stream: its schema message first
-        schemas = [pa.ipc.read_schema(pa.ipc.read_message(source))]
-        table = pa.ipc.open_file(source).read_all()
+        with pa.memory_map(str(path), "r") as source:
+            base = source.read_buffer(source.size()).address
+            source.seek(0)
+            if source.read(6) != _ARROW_MAGIC:
+                raise damaged(path, "does not start as an Arrow IPC file")
+            source.seek(8)  # the magic's padding, then the file's stream: its schema message first
+            schemas = [pa.ipc.read_schema(pa.ipc.read_message(source))]
+            table = pa.ipc.open_file(source).read_all()
         table.validate(full=True)  # offsets and UTF-8 of every string: ~1 ms per MB of text
     except (pa.ArrowException, OSError) as exc:
         raise damaged(path, f"is not a valid Arrow IPC file ({exc})") from exc

@@ -25,9 +25,9 @@ from common.process import raise_open_files_limit, single_thread_blas
 from indexer.manifest import Manifest
 from service.api import create_app
 from service.config import ENV_PREFIX, Settings
-from service.limits import header_timeout_protocol
 from service.observe import configure_logging
 from service.state import ServiceState, ray_backend
+from service.wire import http_protocol
 
 app = typer.Typer(add_completion=False)
 logger = logging.getLogger("service")
@@ -58,7 +58,7 @@ def serve(settings: Settings) -> None:
         log_level=settings.log_level,
         log_config=None,
         access_log=False,
-        http=header_timeout_protocol(settings.header_timeout, settings.body_timeout),
+        http=http_protocol(settings),
         timeout_graceful_shutdown=settings.request_timeout + 5,  # type: ignore[arg-type]  # seconds; a float works
     )
     server = DrainingServer(config, state)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import sqlite3
@@ -9,6 +10,7 @@ import sqlite3
 import numpy as np
 import pytest
 
+from indexer import bm25 as bm25_module
 from indexer.bm25 import BM25, BM25_NAME
 from tests.conftest import write_jsonl
 
@@ -90,3 +92,28 @@ def test_an_index_without_postings_uses_fts5(bm25_index, tmp_path):
     assert old.rows is None
     for text in _queries(20, seed=1):
         assert np.array_equal(old.search_scored(text, 10)[1], new.search_scored(text, 10)[1])
+
+
+def test_a_small_file_is_searched_from_memory_without_a_descriptor(bm25_index, monkeypatch):
+    """Under IN_MEMORY_BELOW bytes (a delta shard's file) the database is read into memory, read-only, and gives the
+    file's own answers; a larger file is opened (one descriptor)."""
+    path = bm25_index / BM25_NAME
+
+    def held() -> int:
+        return sum(os.path.realpath(f"/proc/self/fd/{fd}") == str(path.resolve()) for fd in os.listdir("/proc/self/fd"))
+
+    before = held()
+    small = BM25(path)
+    assert held() == before
+    monkeypatch.setattr(bm25_module, "IN_MEMORY_BELOW", 0)
+    large = BM25(path)
+    assert held() == before + 1
+    for text in _queries(40, seed=2):
+        found, expected = small.search_scored(text, 10), large.search_scored(text, 10)
+        assert np.array_equal(found[0], expected[0]) and np.array_equal(found[1], expected[1]), text
+        assert np.array_equal(small.search_fts5(text, 10)[1], large.search_fts5(text, 10)[1]), text
+    with pytest.raises(sqlite3.OperationalError, match="readonly|read-only|query_only"):
+        small._con.execute("DELETE FROM postings")
+    small.close()
+    large.close()
+    assert held() == before

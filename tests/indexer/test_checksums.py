@@ -194,3 +194,23 @@ def test_text_that_is_no_longer_utf8_in_a_shard_without_sums_is_named_not_a_500(
             shard.text.block_codes(block)
     finally:
         index.close()
+
+
+def test_a_mapped_file_holds_no_descriptor(index_copy, mapped):
+    """Every checked file mapped (`mapped`: none read into memory) and docs.arrow hold no descriptor once their
+    shard is open (indexer.checksums.map_file): a server with many (delta) shards keeps none per file."""
+    index = PhraseIndex(index_copy)
+    try:
+        shard = index.shards[0]
+        assert isinstance(shard.vectors.data, CheckedArray) and shard.columns["text"].check is not None
+        inside = f"{index_copy.resolve()}{os.sep}shard_"
+        held = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                held.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except OSError:  # the listing's own descriptor, closed since
+                pass
+        assert not [path for path in held if path.startswith(inside)]
+        assert shard.vectors[np.arange(len(shard))].shape[0] == len(shard) and shard.doc_text(0)  # read, checked
+    finally:
+        index.close()

@@ -315,3 +315,37 @@ def test_a_change_stopped_by_its_check_commits_nothing_and_leaves_no_file(index,
     assert len(calls) == 3
     assert Manifest.load(index) == before and sorted(p.name for p in index.iterdir()) == entries
     assert _update(index, tiny_bert_dir).add([NEW]).added == 1
+
+
+def _descriptors_under(root) -> int:
+    """How many of this process's open descriptors name a file under `root`."""
+    inside, found = f"{root.resolve()}{os.sep}", 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            found += os.readlink(f"/proc/self/fd/{fd}").startswith(inside)
+        except OSError:  # the listing's own descriptor, closed since
+            pass
+    return found
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts the descriptors in /proc/self/fd")
+def test_one_document_updates_served_one_after_the_other_hold_no_more_descriptors(index, tiny_bert_dir):
+    """As a server serves them (service.updates): each update's generation opened beside the served one, which is
+    closed. A small delta shard holds no descriptor (docs.arrow mapped without one, indexer.checksums.map_file; its
+    BM25 file searched from memory, indexer.bm25.connect_read_only), so 12 updates leave the count where it was
+    (it was two per delta shard: a server taking its 64th update held 148)."""
+    served = PhraseIndex(index)
+    at_open, encoder = _descriptors_under(index), _update(index, tiny_bert_dir).encoder
+    try:
+        for i in range(12):
+            doc = Document(0, f"u{i}", "", f"Update {i} says Vexmoor harbour glimmers.")
+            IndexUpdate(index, encoder=encoder, opened=served.shards_by_name()).add([doc])
+            following = served.next_generation()
+            served.close()
+            served = following
+        assert served.manifest == Manifest.load(index)  # the last generation is served
+        assert _descriptors_under(index) <= at_open
+        assert served.bm25 is not None and served.bm25.search_scored("Vexmoor harbour", 20)[0].size == 12
+        assert {served.shards[-1 - i].doc_id(0) for i in range(12)} == {f"u{i}" for i in range(12)}
+    finally:
+        served.close()

@@ -330,7 +330,7 @@ def test_what_the_http_parser_refuses_is_answered_in_the_json_shape_and_closed(s
         "no host": (b"GET /healthz HTTP/1.1\r\n\r\n", 400, "Host"),
         "bad length": (post + b"Content-Length: 1x\r\n\r\n{}", 400, "malformed HTTP request"),
         "huge header": (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 1_000_000 + b"\r\n\r\n", 431, "buffer"),
-        "not utf-8 path": (b"DELETE /admin/documents/%E9 HTTP/1.1\r\nHost: x\r\n\r\n", 400, "UTF-8"),
+        "not utf-8 path": (b"DELETE /fill/%E9 HTTP/1.1\r\nHost: x\r\n\r\n", 400, "UTF-8"),
     }
     for name, (request, status, words) in cases.items():
         got, headers, body = raw_exchange(port, request)
