@@ -539,11 +539,22 @@ def test_snapshot_fills_takes_fills_and_scores_and_compare_finds_a_changed_one(b
 
 
 def test_batch_agreement_finds_batched_fills_equal_to_single_ones(built):
+    from bench.batch_agreement import TOLERANCE
+
     out = run_module(
         "bench.batch_agreement", "--index", str(built / "idx"), "--corpus", str(SAMPLE), "--probes", "6", "--batch", "4"
     )
-    # FillEngine.run_batch, as the server's batcher runs concurrent requests, answers as the fills made alone
-    assert out.strip() == "12 requests in batches of 4: equal field for field 12, same filled text (top-1) 12"
+    # FillEngine.run_batch, as the server's batcher runs concurrent requests, answers as the fills made alone,
+    # within the stated tolerance: in bf16 a batch's padded shape may change the encoder's rounding (on AMX CPUs
+    # 4 of 12 stayed equal field for field), never a top fill
+    found = re.fullmatch(
+        rf"12 requests in batches of 4: equal field for field (\d+), equal within {re.escape(str(TOLERANCE))} (\d+), "
+        r"same filled text \(top-1\) (\d+); largest score / confidence difference (\S+)",
+        out.strip(),
+    )
+    assert found, out
+    within, top1, largest = int(found[2]), int(found[3]), float(found[4])
+    assert within == top1 == 12 and largest <= TOLERANCE, out
 
 
 def test_bench_batch_times_run_batch_and_its_batched_stage_per_size(built):
