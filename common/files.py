@@ -92,19 +92,50 @@ def write_json_atomic(path: Path, data: Any) -> None:
     write_bytes_atomic(path, (json.dumps(data, indent=2, sort_keys=False) + "\n").encode("utf-8"))
 
 
-IN_MEMORY_BELOW = 1 << 20  # .npy files smaller than this are read into memory by load_mapped, not mapped
+# .npy files smaller than this are read into memory (load_mapped, indexer.checksums.load_checked), larger ones
+# mapped: a shard's per-token arrays are mapped whatever its size (a 64k-token shard's uint8 flags are 64 KiB), so
+# that the server's anonymous memory does not grow with the index; a small update's arrays cost no mapping
+IN_MEMORY_BELOW = 64 << 10
+
+
+def map_file(path: Path) -> np.ndarray:
+    """A file's bytes memory-mapped read-only and shared (a write to the file shows through it, as through np.memmap),
+    as a read-only uint8 array that holds no file descriptor: Arrow's mapping outlives its file, closed here, while
+    Python's mmap (np.memmap's) keeps a duplicate descriptor as long as the mapping lives."""
+    import pyarrow as pa  # here: common/ is imported by light processes that never map a file
+
+    with pa.memory_map(str(path), "r") as source:
+        mapped = source.read_buffer(source.size())
+    return np.frombuffer(mapped, dtype=np.uint8)
+
+
+def npy_layout(path: Path) -> tuple[tuple[int, ...], bool, np.dtype, int]:
+    """A .npy file's shape, Fortran order, dtype and the byte offset of its data, from its header."""
+    from numpy.lib import format as npy_format
+
+    with open(path, "rb") as f:
+        version = npy_format.read_magic(f)
+        read = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
+        shape, fortran, dtype = read(f)
+        return shape, fortran, dtype, f.tell()
+
+
+def view_npy(data: np.ndarray, path: Path) -> np.ndarray:
+    """The array of the .npy file at `path` over `data`, the file's bytes (mapped: `map_file`)."""
+    shape, fortran, dtype, offset = npy_layout(path)
+    count = int(np.prod(shape, dtype=np.int64))
+    return data[offset : offset + count * dtype.itemsize].view(dtype).reshape(shape, order="F" if fortran else "C")
 
 
 def load_mapped(path: Path) -> np.ndarray:
-    """A .npy file memory-mapped read-only, as a plain ndarray over the mapping (it keeps the mapping alive):
-    an np.memmap adds Python overhead to every indexing, and a fill indexes the shards' arrays about a hundred times.
-    A file under IN_MEMORY_BELOW bytes is read instead: each mapping keeps a file descriptor open (Python's mmap
-    holds a duplicate), and a server with many small delta shards (live updates) ran out of them (6 per shard)."""
+    """A .npy file memory-mapped read-only (`map_file`: no descriptor held), as a plain ndarray over the mapping (it
+    keeps the mapping alive): an np.memmap adds Python overhead to every indexing, and a fill indexes the shards'
+    arrays about a hundred times. A file under IN_MEMORY_BELOW bytes is read instead."""
     if path.stat().st_size < IN_MEMORY_BELOW:
         array = np.load(path)
         array.flags.writeable = False  # read-only like a mapping
         return array
-    return np.load(path, mmap_mode="r").view(np.ndarray)
+    return view_npy(map_file(path), path)
 
 
 def hash_file(path: Path, into: hashlib._Hash | None = None) -> hashlib._Hash:

@@ -22,8 +22,9 @@ import faiss
 import numpy as np
 from faiss.contrib.inspect_tools import get_invlist
 
+from common.files import map_file
 from indexer.ann import unwrap
-from indexer.checksums import load_checked, map_file
+from indexer.checksums import load_checked
 from indexer.vectors import touch_pages
 
 CODE_SLOTS = "code_slots.npy"

@@ -12,8 +12,8 @@ its words' weights with numpy in FTS5's order, so the blocks and scores are FTS5
 and digits: "foo_bar" is the phrase "foo bar" to FTS5, "café" is "cafe") gets its weights from FTS5 as the
 score of the one-word query; indexes built before the postings existed use the whole FTS5 query.
 
-A file under IN_MEMORY_BELOW bytes (a delta shard's, indexer.update) is searched from a copy in memory, so that it holds
-no file descriptor (`connect_read_only`): a server with many delta shards would run out of them.
+A file under IN_MEMORY_BELOW bytes (a delta shard's, indexer.update) is searched from a copy in memory, so that it
+holds no file descriptor (`connect_read_only`): a server with many delta shards would run out of them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
-from common.files import IN_MEMORY_BELOW, atomic_path
+from common.files import atomic_path
 from indexer.integrity import fts5_totals_of
 from indexer.shard import Shard
 
@@ -180,6 +180,9 @@ def query_words(text: str) -> list[str]:
 def match_query(text: str) -> str | None:
     """An FTS5 query that ORs the words of `text` (quoted, so no user text is FTS5 syntax)."""
     return " OR ".join(f'"{w}"' for w in query_words(text)) or None
+
+
+IN_MEMORY_BELOW = 1 << 20  # bytes: a smaller BM25 file is read into memory (one per delta shard, 0 descriptors)
 
 
 def connect_read_only(path: Path) -> sqlite3.Connection:

@@ -29,11 +29,9 @@ import threading
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 import xxhash
-from numpy.lib import format as npy_format
 
-from common.files import IN_MEMORY_BELOW, load_mapped, sha256_file
+from common.files import IN_MEMORY_BELOW, load_mapped, map_file, npy_layout, sha256_file, view_npy
 from indexer.integrity import damaged
 from indexer.write_events import write_events
 
@@ -93,15 +91,6 @@ def split_sums(path: Path, sizes: dict[str, int]) -> dict[str, np.ndarray]:
     if sums.dtype != np.uint64 or sums.shape != (sum(counts),):
         raise damaged(path, f"holds {sums.dtype} {sums.shape}, expected uint64 ({sum(counts)},)")
     return dict(zip(names, np.split(sums, np.cumsum(counts)[:-1])))
-
-
-def map_file(path: Path) -> np.ndarray:
-    """A file's bytes memory-mapped read-only and shared (a write to the file shows through it, as through np.memmap),
-    as a read-only uint8 array that holds no file descriptor: Arrow's mapping outlives its file, closed here, while
-    Python's mmap (np.memmap's) keeps a duplicate descriptor as long as the mapping lives."""
-    with pa.memory_map(str(path), "r") as source:
-        mapped = source.read_buffer(source.size())
-    return np.frombuffer(mapped, dtype=np.uint8)
 
 
 class FileCheck:
@@ -260,11 +249,6 @@ def load_checked(path: Path, sums: np.ndarray | None) -> np.ndarray | CheckedArr
         array.flags.writeable = False
         return array
     check = FileCheck(path, sums)
-    with open(path, "rb") as f:  # the header, checked when the shard opened (indexer.integrity.check_npy)
-        version = npy_format.read_magic(f)
-        read = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
-        shape, fortran, dtype = read(f)
-        offset = f.tell()
-    count = int(np.prod(shape, dtype=np.int64))
-    raw = check.data[offset : offset + count * dtype.itemsize].view(dtype).reshape(shape, order="F" if fortran else "C")
+    offset = npy_layout(path)[3]  # the header, checked when the shard opened (indexer.integrity.check_npy)
+    raw = view_npy(check.data, path)
     return CheckedArray(raw, check, offset)

@@ -197,10 +197,13 @@ def open_docs_mapped(path: Path, documents: int) -> tuple[pa.Table, int]:
 
 
 def read_faiss(path: Path, info: ShardInfo, dim: int) -> faiss.Index:
-    """index.faiss (memory-mapped where FAISS can), holding the shard's tokens as `dim`-d inner-product vectors."""
+    """index.faiss, holding the shard's tokens as `dim`-d inner-product vectors, memory-mapped where FAISS can: with
+    IO_FLAG_MMAP_IFC an IVF index's lists (codes and ids) and a Flat index's vectors are views into the file (page
+    cache, not anonymous memory; no descriptor held); a fast-scan IVF index's packed lists cannot be, and are read
+    into memory (indexer.ann chooses 8-bit PQ for new shards)."""
     try:
         try:
-            index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP)
+            index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
         except RuntimeError:
             index = faiss.read_index(str(path))
     except (RuntimeError, MemoryError) as exc:

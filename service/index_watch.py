@@ -1,11 +1,12 @@
-"""The served index's files, checked: every file's sha256 before an index is first served
-(`check_before_ready`), its pages mapped and its hashes checked in the background once it is served (`warm`),
+"""The served index's files, checked: every file's sha256 before an index is first served (`check_before_ready`,
+for an index of at most Settings.check_before_ready_max_gb), its pages mapped (when they fit in half the memory) and its hashes checked in the background once it is served (`warm`),
 and every Settings.recheck_seconds the files written since their check hashed again (`recheck`). A file that
 differs from the manifest turns the service not ready, naming the file (the state's `unserve`)."""
 
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from contextlib import AbstractContextManager
@@ -29,9 +30,24 @@ class Watched(Protocol):
     def unserve(self, engine: FillEngine, message: str) -> bool: ...
 
 
-def check_before_ready(engine: FillEngine) -> None:
-    """Hash every file of `engine`'s index before it is first served (Settings.check_before_ready); a file that
-    differs closes it and raises the AppError naming the file."""
+def index_bytes(engine: FillEngine) -> int:
+    """The bytes of every file of `engine`'s index (the manifest's records)."""
+    return sum(rec.bytes for _, rec in engine.index.files.all())
+
+
+def check_before_ready(engine: FillEngine, max_gb: float = float("inf")) -> None:
+    """Hash every file of `engine`'s index before it is first served (Settings.check_before_ready), when it holds at
+    most `max_gb` GB (else the background warm-up hashes them); a file that differs closes it and raises the AppError
+    naming the file."""
+    size = index_bytes(engine)
+    if size > max_gb * 1e9:
+        logger.info(
+            "index %s: %.1f GB, over check_before_ready_max_gb (%g): its files are hashed in the background",
+            engine.index.root.name,
+            size / 1e9,
+            max_gb,
+        )
+        return
     t = time.perf_counter()
     try:
         engine.index.warm(pages=False, hashes=True)
@@ -41,6 +57,16 @@ def check_before_ready(engine: FillEngine) -> None:
     logger.info(
         "index %s: every file's sha256 checked before ready in %.1f s", engine.index.root.name, time.perf_counter() - t
     )
+
+
+def pages_fit(engine: FillEngine, fraction: float = 0.5) -> bool:
+    """Whether the index's files fit in `fraction` of the machine's memory: only then are all their pages mapped in
+    at start (Settings.warm); a larger index is read on demand, through the page cache."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):  # pragma: no cover - not a POSIX system
+        return True
+    return index_bytes(engine) <= fraction * total
 
 
 class IndexWatch:
@@ -53,8 +79,13 @@ class IndexWatch:
         that differs from the manifest turns the service not ready, naming it, while `engine` is still served.
         With `warm`, the encoder's word table for `/score`'s synonyms is built too (~0.8 s, else the first score's)."""
         settings = self.state.settings
+        pages = settings.warm and pages_fit(engine)
+        if settings.warm and not pages:
+            logger.info(
+                "index %s is over half the memory: its pages are read on demand, not warmed", engine.index.root.name
+            )
         try:
-            engine.index.warm(pages=settings.warm, hashes=settings.check_hashes)
+            engine.index.warm(pages=pages, hashes=settings.check_hashes)
             if settings.warm:
                 engine.encoder.word_neighbours  # noqa: B018 (a cached property: built here, once)
         except AppError as exc:

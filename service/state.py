@@ -104,7 +104,7 @@ class ServiceState:
             t0 = time.perf_counter()
             engine = open_engine(settings)
             if first and settings.check_hashes and settings.check_before_ready:
-                check_before_ready(engine)
+                check_before_ready(engine, settings.check_before_ready_max_gb)
             self._install(engine)
             self.settings = settings.model_copy(update={"verify": self.settings.verify})
             return {

@@ -108,3 +108,53 @@ def test_a_file_held_in_memory_damaged_with_its_mtime_restored_turns_the_server_
         assert f"{name} does not match" in r.json()["error"], r.text
         assert "index_integrity_failures_total 1.0" in client.get("/metrics", headers=KEY).text
     state.close()
+
+
+def test_an_index_over_the_size_limit_is_ready_at_once_and_hashed_in_the_background(tiny_index, tmp_path):
+    """check_before_ready_max_gb 0: no index is small enough, so it is served as soon as it opens; a damaged file
+    that reads do not check block by block (index.faiss) is found by the background hashing, and the server turns
+    not ready naming it (rather than exiting: it had already served)."""
+    root = tmp_path / "idx"
+    shutil.copytree(tiny_index, root)
+    path = root / "shard_00000" / "index.faiss"
+    raw = bytearray(path.read_bytes())
+    raw[-1] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    fatal: list[str] = []
+    settings = Settings(index=root, admin_keys="admin-key", recheck_seconds=0, check_before_ready_max_gb=0)
+    state = ServiceState(settings, on_fatal=fatal.append)
+    with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
+        r = _wait_for(client, 503, "check failed")
+        assert "shard_00000/index.faiss does not match" in r.json()["error"], r.text
+        assert "index_integrity_failures_total 1.0" in client.get("/metrics", headers=KEY).text
+    assert not fatal  # it was served: found after ready, not a failed start
+    state.close()
+
+
+def test_pages_are_warmed_only_when_the_index_fits_in_half_the_memory(tiny_index, monkeypatch):
+    from service import index_watch
+
+    for fits in (True, False):
+        monkeypatch.setattr(index_watch, "pages_fit", lambda engine, fraction=0.5: fits)
+        settings = Settings(index=tiny_index, warm=True, check_hashes=True, recheck_seconds=0)
+        state = ServiceState(settings)
+        with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
+            _wait_for(client, 200, "")
+            engine = state.engine
+            index_watch.IndexWatch(state).warm(engine)  # as the background warm-up runs it
+            assert all(shard.warmed for shard in engine.index.shards) is fits
+            assert not engine.index.files.unverified()  # hashed either way
+        state.close()
+
+
+def test_index_bytes_and_the_memory_rule(tiny_index):
+    from service.index_watch import index_bytes, pages_fit
+
+    settings = Settings(index=tiny_index)
+    state = ServiceState(settings)
+    with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
+        _wait_for(client, 200, "")
+        size = index_bytes(state.engine)
+        assert size == sum(p.stat().st_size for p, _ in state.engine.index.files.all())
+        assert pages_fit(state.engine) and not pages_fit(state.engine, fraction=0.0)
+    state.close()
