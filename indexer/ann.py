@@ -21,8 +21,9 @@ from common.errors import AppError
 
 logger = logging.getLogger(__name__)
 
-INDEX_TYPES = ("auto", "flat", "ivfpq", "ivfsq", "hnsw")
+INDEX_TYPES = ("auto", "flat", "ivfrabitq", "ivfpq", "ivfsq", "hnsw")
 FLAT_MAX_TOKENS = 65_536  # `auto` keeps small shards exact
+ANN_ORDER = ("flat", "ivfsq", "ivfrabitq", "ivfpq")  # `auto` with a memory budget: the first that fits
 TRAIN_POINTS_PER_LIST = 64  # IVF centroids / PQ codebooks are trained on a sample of this many vectors per list
 ADD_CHUNK = 65_536
 FASTSCAN_MIN_TOKENS = 4096  # below this, 8-bit PQ (fast-scan k-means wants many points per code)
@@ -125,9 +126,13 @@ def fastscan_m(dim: int) -> int | None:
 
 def bytes_per_vector(index_type: str, dim: int) -> float:
     """Approximate in-memory / on-disk bytes per vector of each type (IVF adds an 8-byte id per vector)."""
-    return {"flat": 4.0 * dim, "ivfsq": dim + 8.0, "ivfpq": pq_bytes_for(dim) + 8.0, "hnsw": 4.0 * dim + 32 * 8}[
-        index_type
-    ]
+    return {
+        "flat": 4.0 * dim,
+        "ivfsq": dim + 8.0,
+        "ivfrabitq": dim / 8 + 8.0 + 14.0,  # one bit a dimension, the id, RaBitQ's factors (70 B measured at d 384)
+        "ivfpq": pq_bytes_for(dim) + 8.0,
+        "hnsw": 4.0 * dim + 32 * 8,
+    }[index_type]
 
 
 def resolve_factory(
@@ -135,9 +140,10 @@ def resolve_factory(
 ) -> str:
     """A FAISS factory string for a shard of n vectors. `index_type` may also be a factory string.
 
-    `auto`: exact Flat for small shards; otherwise the most accurate of Flat > IVF-SQ8 > IVF-PQ whose
-    index fits `memory_budget` bytes (IVF-PQ when no budget is given: the smallest on disk and in RAM).
-    Without stored vectors (`vector_dtype` "none"): Flat for small shards, else `codes_factory`.
+    `auto`: exact Flat for small shards; otherwise the most accurate of Flat > IVF-SQ8 > IVF-RaBitQ > IVF-PQ whose
+    index fits `memory_budget` bytes (IVF-RaBitQ when no budget is given: more recall than fast-scan PQ, and its
+    lists map from the file where fast-scan's are read into memory; docs/OPERATIONS.md). Without stored vectors
+    (`vector_dtype` "none"): Flat for small shards, else `codes_factory`.
     """
     kind = index_type.lower()
     if kind not in INDEX_TYPES:
@@ -148,11 +154,9 @@ def resolve_factory(
     if kind == "auto":
         if n <= FLAT_MAX_TOKENS:
             kind = "flat"
-        elif memory_budget is None:
-            kind = "ivfpq"
-        else:
-            fitting = [t for t in ("flat", "ivfsq", "ivfpq") if bytes_per_vector(t, dim) * n <= memory_budget]
-            kind = fitting[0] if fitting else "ivfpq"
+        else:  # no budget: IVF-RaBitQ; a budget: the first type of ANN_ORDER that fits it, else the smallest
+            fits = [t for t in ANN_ORDER if memory_budget and bytes_per_vector(t, dim) * n <= memory_budget]
+            kind = "ivfrabitq" if memory_budget is None else (fits[0] if fits else "ivfpq")
     if kind == "flat":
         return "Flat"
     if kind == "hnsw":
@@ -160,6 +164,8 @@ def resolve_factory(
     nlist = nlist_for(n)
     if kind == "ivfsq":
         return f"IVF{nlist},SQ8"
+    if kind == "ivfrabitq":
+        return f"IVF{nlist},RaBitQ"
     fast = fastscan_m(dim)
     if fast is not None and n >= FASTSCAN_MIN_TOKENS:  # same code bytes as PQ{m}x8; trains, adds, searches faster
         return f"IVF{nlist},PQ{fast}x4fs"
@@ -267,8 +273,9 @@ def faiss_device() -> FaissDevice:
 
 
 def gpu_capable(factory: str) -> bool:
-    """FAISS has no GPU HNSW and no GPU fast-scan PQ: those train (k-means aside) and add on the CPU."""
-    return not factory.startswith("HNSW") and "fs" not in factory.split(",")[-1]
+    """FAISS has no GPU HNSW, fast-scan PQ or RaBitQ: those train (k-means aside) and add on the CPU."""
+    last = factory.split(",")[-1]
+    return not factory.startswith("HNSW") and "fs" not in last and "RaBitQ" not in last
 
 
 def train_faiss_index(vectors: np.ndarray, factory: str, seed: int = 0) -> faiss.Index:

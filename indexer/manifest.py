@@ -85,7 +85,8 @@ class BuildSettings(RuntimeOptions):
     title_tokens: int = Field(32, ge=0, description="title tokens prefixed to each block as context (0: none)")
     index_type: str = Field(
         "auto",
-        description="ANN index per shard: auto, flat, ivfpq, ivfsq, hnsw, or a FAISS factory string (inner product)",
+        description="ANN index per shard: auto, flat, ivfrabitq, ivfpq, ivfsq, hnsw, or a FAISS factory string "
+        "(inner product)",
     )
     memory_budget: int | None = Field(
         None, ge=1, description="RAM for the ANN indexes with --index-type auto, e.g. 2G or 500M"
@@ -111,7 +112,7 @@ class Manifest(BaseModel):
     model: ModelInfo
     dim: int
     metric: str = "inner_product"
-    index_type: str  # as requested (auto, flat, ivfpq, ivfsq, hnsw or a factory); each shard records its factory
+    index_type: str  # as requested (auto, flat, ivfrabitq, ivfpq, ivfsq, hnsw or a factory); each shard records its factory
     vector_dtype: str = "float16"
     similarity_scale: float  # scores are q.c * scale (1 / sqrt(dim))
     build: BuildSettings  # the build settings that produced this index

@@ -65,7 +65,8 @@ def test_fastscan_has_the_same_code_bytes():
         ("ivfpq", 10**6, "IVF4096,PQ64x4fs"),
         ("ivfpq", 2000, "IVF51,PQ32x8"),  # small: 8-bit PQ, >= 39 points per list
         ("auto", 1000, "Flat"),
-        ("auto", 10**6, "IVF4096,PQ64x4fs"),
+        ("auto", 10**6, "IVF4096,RaBitQ"),  # mapped from the file; more recall than fast-scan PQ
+        ("ivfrabitq", 2000, "IVF51,RaBitQ"),
         ("IVF64,Flat", 10**6, "IVF64,Flat"),
     ],
 )
@@ -77,6 +78,7 @@ def test_auto_picks_most_accurate_type_within_budget():
     n, d = 10**6, 384
     assert resolve_factory("auto", n, d, memory_budget=int(bytes_per_vector("flat", d) * n)) == "Flat"
     assert resolve_factory("auto", n, d, memory_budget=int(bytes_per_vector("ivfsq", d) * n)).endswith(",SQ8")
+    assert resolve_factory("auto", n, d, memory_budget=int(bytes_per_vector("ivfrabitq", d) * n)).endswith(",RaBitQ")
     assert ",PQ" in resolve_factory("auto", n, d, memory_budget=int(bytes_per_vector("ivfpq", d) * n))
     assert ",PQ" in resolve_factory("auto", n, d, memory_budget=1)  # nothing fits: the smallest
 
@@ -235,7 +237,7 @@ def test_is_exact():
     assert not is_exact("IVF8,Flat") and not is_exact("HNSW32") and not is_exact("IVF64,PQ16x4fs")
 
 
-@pytest.mark.parametrize("kind", ["ivfpq", "ivfsq", "hnsw"])
+@pytest.mark.parametrize("kind", ["ivfrabitq", "ivfpq", "ivfsq", "hnsw"])
 def test_ann_types_recall_after_exact_rescoring(tmp_path, kind):
     """Compressed ANN codes only pick candidates: re-scored exactly, the true top-1 is found."""
     rng = np.random.default_rng(2)

@@ -130,5 +130,5 @@ def test_without_stored_vectors_auto_is_flat_when_small_else_opq_ivfpq():
     assert resolve_factory("auto", 10_000, 384, vector_dtype="none") == "Flat"
     assert resolve_factory("auto", 1_000_000, 384, vector_dtype="none") == "OPQ48,IVF4096,PQ48"
     assert resolve_factory("ivfpq", 1_000_000, 384, vector_dtype="none") == "OPQ48,IVF4096,PQ48"
-    assert resolve_factory("auto", 1_000_000, 384) == "IVF4096,PQ64x4fs"  # with stored vectors (int8, the default)
+    assert resolve_factory("auto", 1_000_000, 384) == "IVF4096,RaBitQ"  # with stored vectors (int8, the default)
     assert codes_problem(resolve_factory("auto", 100_000, 768, vector_dtype="none"), 768) is None
