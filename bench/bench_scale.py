@@ -37,27 +37,38 @@ def parse_size(text: str) -> int:
     return int(float(text[:-1]) * SUFFIX[text[-1]]) if text[-1] in SUFFIX else int(text)
 
 
+def size_name(size: int) -> str:
+    """The name of a size in the files' names and the results: exact (3m, 20k, 12345)."""
+    for unit, name in ((10**6, "m"), (10**3, "k")):
+        if size >= unit and size % unit == 0:
+            return f"{size // unit}{name}"
+    return str(size)
+
+
 def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--corpus", type=Path, required=True, help="JSON-lines corpus to grow")
     ap.add_argument("--out", type=Path, required=True, help="folder of the corpora, indexes and results")
     ap.add_argument("--sizes", default="3m,10m,30m,100m", help="comma-separated token counts (k, m, b suffixes)")
     ap.add_argument("--probes", type=int, default=100)
-    ap.add_argument("--fills", type=int, default=200)
+    ap.add_argument("--fills", type=int, default=200, help="timed fills (at least 1)")
     ap.add_argument("--calibration", type=int, default=200_000, help="tokens encoded for real to draw vectors from")
     ap.add_argument("--noise", type=float, default=0.25, help="noise added, times the per-dimension spread")
     ap.add_argument("--port", type=int, default=8791)
     ap.add_argument("--shard-tokens", type=int, default=None, help="as indexer build's (default: its default)")
     ap.add_argument("--index-type", default="auto", help="as indexer build's")
     ap.add_argument("--vector-dtype", default="int8", help="as indexer build's")
-    return ap.parse_args()
+    args = ap.parse_args()
+    if args.fills < 1 or args.probes < 1:
+        ap.error("--fills and --probes must be at least 1")
+    return args
 
 
 def grow_corpus(base: Path, tokens: int, base_tokens: int, out: Path) -> Path:
     """`base` repeated with ids `<id>~<copy>` until about `tokens` tokens (the last copy cut short)."""
     if out.is_file():
         return out
-    lines = base.read_text(encoding="utf-8").splitlines()
+    lines = [line for line in base.read_text(encoding="utf-8").splitlines() if line.strip()]
     per_line = base_tokens / len(lines)
     total = math.ceil(tokens / per_line)
     tmp = out.with_suffix(".tmp")
@@ -172,7 +183,7 @@ def measure_size(args, size: int, base_tokens: int, resampler_of, probes: list[s
     """One size: its corpus, its index (built if missing) and its figures."""
     from indexer.manifest import Manifest
 
-    name = f"{size // 10**6}m" if size >= 10**6 else f"{size // 10**3}k"
+    name = size_name(size)
     corpus = grow_corpus(args.corpus, size, base_tokens, args.out / f"corpus_{name}.jsonl")
     index = args.out / f"idx_{name}"
     seconds = build(corpus, index, resampler_of(), args) if not (index / "manifest.json").is_file() else 0.0
@@ -200,29 +211,25 @@ def main() -> None:
     args = parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     results = args.out / "results.jsonl"
-    done = (
-        {json.loads(line)["size"]: json.loads(line) for line in results.read_text().splitlines()}
-        if (results.is_file())
-        else {}
-    )
+    rows_done = [json.loads(line) for line in results.read_text().splitlines()] if results.is_file() else []
+    done = {row["size"]: row for row in rows_done}
     probes = make_probes(args.corpus, args.probes, seed=0)
-    encoder, resampler = None, None
+    resampler: Resampler | None = None
 
-    def resampler_of() -> Resampler:
-        nonlocal encoder, resampler
+    def resampler_of() -> Resampler:  # the real encoder loaded only when an index is to be built
+        nonlocal resampler
         if resampler is None:
             from encoder.model import Encoder
             from encoder.model_files import default_model_dir
 
             encoder = Encoder(default_model_dir(), device="cpu").for_inference()
-            base = args.out / "resample.npz"
-            resampler = Resampler.fit(encoder, args.corpus, args.calibration, args.noise, base)
+            resampler = Resampler.fit(encoder, args.corpus, args.calibration, args.noise, args.out / "resample.npz")
         return resampler
 
     base_tokens = base_token_count(args.corpus)
     rows = []
     for size in sorted(parse_size(s) for s in args.sizes.split(",")):
-        name = f"{size // 10**6}m" if size >= 10**6 else f"{size // 10**3}k"
+        name = size_name(size)
         row = done.get(name) or measure_size(args, size, base_tokens, resampler_of, probes)
         if name not in done:
             with results.open("a") as f:
@@ -237,7 +244,7 @@ def base_token_count(corpus: Path) -> int:
     from encoder.model_files import default_model_dir, load_tokenizer
 
     tokenizer = load_tokenizer(default_model_dir())
-    texts = [json.loads(line)["text"] for line in corpus.read_text(encoding="utf-8").splitlines()]
+    texts = [json.loads(line)["text"] for line in corpus.read_text(encoding="utf-8").splitlines() if line.strip()]
     return sum(len(ids) for ids in tokenizer(texts, add_special_tokens=False)["input_ids"])
 
 

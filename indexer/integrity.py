@@ -200,10 +200,12 @@ def read_faiss(path: Path, info: ShardInfo, dim: int) -> faiss.Index:
     """index.faiss, holding the shard's tokens as `dim`-d inner-product vectors, memory-mapped where FAISS can: with
     IO_FLAG_MMAP_IFC an IVF index's lists (codes and ids) and a Flat index's vectors are views into the file (page
     cache, not anonymous memory; no descriptor held); a fast-scan IVF index's packed lists cannot be, and are read
-    into memory (indexer.ann chooses 8-bit PQ for new shards)."""
+    into memory (indexer.ann chooses IVF-RaBitQ for new shards). A shard without stored vectors reads its lists with
+    IO_FLAG_MMAP (OnDiskInvertedLists), whose byte offsets its scorer reads the codes at (indexer.ann_codes)."""
+    flag = faiss.IO_FLAG_MMAP if info.vector_dtype == "none" else faiss.IO_FLAG_MMAP_IFC
     try:
         try:
-            index = faiss.read_index(str(path), faiss.IO_FLAG_MMAP_IFC)
+            index = faiss.read_index(str(path), flag)
         except RuntimeError:
             index = faiss.read_index(str(path))
     except (RuntimeError, MemoryError) as exc:

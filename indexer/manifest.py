@@ -112,7 +112,7 @@ class Manifest(BaseModel):
     model: ModelInfo
     dim: int
     metric: str = "inner_product"
-    index_type: str  # as requested (auto, flat, ivfrabitq, ivfpq, ivfsq, hnsw or a factory); each shard records its factory
+    index_type: str  # as requested (auto, flat, ivfrabitq, ivfpq, ivfsq, hnsw, a factory); each shard records its own
     vector_dtype: str = "float16"
     similarity_scale: float  # scores are q.c * scale (1 / sqrt(dim))
     build: BuildSettings  # the build settings that produced this index

@@ -80,15 +80,17 @@ class WriteEvents:
         if self._inotify is None:
             return
         with self._lock:  # held until the checks forgot: a poll meanwhile waits, and then trusts nothing written
-            targets = []
+            targets, overflowed = [], False
             for event in self._inotify.read(timeout=0):
                 if event.wd < 0:  # the queue overflowed: any file may have been written
-                    targets = [c for checks in self._files.values() for c in checks]
-                    break
+                    overflowed = True
+                    continue
                 paths = self._paths.get(event.wd, ())
                 if event.mask & inotify_flags.IGNORED:  # the inode is gone (its last name removed): no more events
                     paths = self._paths.pop(event.wd, ())
                 targets += [c for path in paths for c in self._files.get(path, ())]
+            if overflowed:
+                targets = [c for checks in self._files.values() for c in checks]
             for check in targets:
                 check.forget()
 

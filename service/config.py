@@ -239,10 +239,13 @@ class Settings(EngineConfig, BaseSettings):
     def keys(self) -> dict[str, Role]:
         """Every configured key with its role, from api_keys, admin_keys and api_keys_file (empty: no
         authentication), or an AppError naming the file that cannot be read or its line that names no role."""
-        keys: dict[str, Role] = {k: "fill" for k in _split(self.api_keys)}
-        keys.update({k: "admin" for k in _split(self.admin_keys)})  # a key given as both is an admin key
+        given: list[tuple[str, Role]] = [(k, "fill") for k in _split(self.api_keys)]
+        given += [(k, "admin") for k in _split(self.admin_keys)]
         if self.api_keys_file is not None:
-            keys.update(_keys_file(self.api_keys_file))
+            given += _keys_file(self.api_keys_file)
+        keys: dict[str, Role] = {}
+        for key, role in given:  # a key given with both roles, anywhere, is an admin key
+            keys[key] = "admin" if "admin" in (role, keys.get(key)) else role
         return keys
 
     def reload_target(self, index: str, configured: Path) -> Path:
@@ -259,12 +262,16 @@ class Settings(EngineConfig, BaseSettings):
         problem = None
         if not target.is_relative_to(root) and target != configured.resolve():
             problem = f"is not under the reload root {root} (--reload-root / FILL_RELOAD_ROOT)"
-        elif not target.exists():
-            problem = "does not exist"
-        elif not target.is_dir():
-            problem = "is not a directory"
-        elif not os.access(target, os.R_OK | os.X_OK):
-            problem = "cannot be read by the server (permission denied)"
+        else:
+            try:
+                if not target.exists():
+                    problem = "does not exist"
+                elif not target.is_dir():
+                    problem = "is not a directory"
+            except OSError:  # a directory on the way that the server may not search
+                problem = "cannot be read by the server (permission denied)"
+            if problem is None and not os.access(target, os.R_OK | os.X_OK):
+                problem = "cannot be read by the server (permission denied)"
         if problem is not None:
             raise AppError(f"{index} {problem}", kind="validation", field="index")
         return target
@@ -277,7 +284,7 @@ def _split(keys: str | None) -> list[str]:
     return [k.strip() for k in (keys or "").split(",") if k.strip()]
 
 
-def _keys_file(path: Path) -> dict[str, Role]:
+def _keys_file(path: Path) -> list[tuple[str, Role]]:
     """The keys of a keys file (`<key>` or `<key> <role>` per line), or an AppError naming the file."""
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -286,7 +293,7 @@ def _keys_file(path: Path) -> dict[str, Role]:
             f"cannot read the API keys file {path} (--api-keys-file / FILL_API_KEYS_FILE): "
             f"{exc.strerror if isinstance(exc, OSError) else exc}"
         ) from None
-    keys: dict[str, Role] = {}
+    keys: list[tuple[str, Role]] = []
     for number, line in enumerate(lines, 1):
         words = line.split()
         if not words or words[0].startswith("#"):
@@ -297,7 +304,7 @@ def _keys_file(path: Path) -> dict[str, Role]:
                 f"the API keys file {path}, line {number}: write `<key>` or `<key> <role>` with a role of "
                 f"{' or '.join(ROLES)}"
             )
-        keys[words[0]] = role  # checked against ROLES just above
+        keys.append((words[0], role))  # checked against ROLES just above
     if not keys:
         raise AppError(f"the API keys file {path} holds no key; write one key per line")
     return keys

@@ -1,7 +1,8 @@
 """The served index's files, checked: every file's sha256 before an index is first served (`check_before_ready`,
-for an index of at most Settings.check_before_ready_max_gb), its pages mapped (when they fit in half the memory) and its hashes checked in the background once it is served (`warm`),
-and every Settings.recheck_seconds the files written since their check hashed again (`recheck`). A file that
-differs from the manifest turns the service not ready, naming the file (the state's `unserve`)."""
+for an index of at most Settings.check_before_ready_max_gb), its pages mapped (when they fit in half the memory)
+and its hashes checked in the background once it is served (`warm`), and every Settings.recheck_seconds the files
+written since their check hashed again (`recheck`). A file that differs from the manifest turns the service not
+ready, naming the file (the state's `unserve`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import threading
 import time
 from contextlib import AbstractContextManager
+from pathlib import Path
 from typing import Protocol
 
 from common.errors import AppError
@@ -59,14 +61,28 @@ def check_before_ready(engine: FillEngine, max_gb: float = float("inf")) -> None
     )
 
 
-def pages_fit(engine: FillEngine, fraction: float = 0.5) -> bool:
-    """Whether the index's files fit in `fraction` of the machine's memory: only then are all their pages mapped in
-    at start (Settings.warm); a larger index is read on demand, through the page cache."""
+def memory_bytes() -> int | None:
+    """The memory this process may use: the machine's, or its cgroup's limit when lower (a container's)."""
     try:
         total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError):  # pragma: no cover - not a POSIX system
-        return True
-    return index_bytes(engine) <= fraction * total
+        return None
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):  # cgroup v2, v1
+        try:
+            text = Path(limit).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
+def pages_fit(engine: FillEngine, fraction: float = 0.5) -> bool:
+    """Whether the index's files fit in `fraction` of the memory this process may use (`memory_bytes`): only then
+    are all their pages mapped in at start (Settings.warm); a larger index is read on demand, through the page
+    cache."""
+    total = memory_bytes()
+    return total is None or index_bytes(engine) <= fraction * total
 
 
 class IndexWatch:

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from bench.bench_scale import Resampler, grow_corpus, parse_size
+from bench.bench_scale import Resampler, grow_corpus, parse_size, size_name
 from tests.conftest import run_module, write_jsonl
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample" / "encyclopedia.jsonl"
@@ -24,6 +24,11 @@ def test_sizes_read_with_their_suffixes():
         2 * 10**9,
         12345,
     ]
+
+
+def test_every_size_has_its_own_name():
+    names = [size_name(n) for n in (3 * 10**6, 1_500_000, 20_000, 2500, 999, 10**9)]
+    assert names == ["3m", "1500k", "20k", "2500", "999", "1000m"] and len(set(names)) == len(names)
 
 
 def test_the_grown_corpus_repeats_the_documents_under_new_ids(tmp_path):

@@ -132,3 +132,21 @@ def test_without_stored_vectors_auto_is_flat_when_small_else_opq_ivfpq():
     assert resolve_factory("ivfpq", 1_000_000, 384, vector_dtype="none") == "OPQ48,IVF4096,PQ48"
     assert resolve_factory("auto", 1_000_000, 384) == "IVF4096,RaBitQ"  # with stored vectors (int8, the default)
     assert codes_problem(resolve_factory("auto", 100_000, 768, vector_dtype="none"), 768) is None
+
+
+@pytest.mark.parametrize("dtype, on_disk", [("none", True), ("int8", False)])
+def test_the_shards_reader_maps_the_lists_its_scorer_reads_in_place(coded, dtype, on_disk):
+    """indexer.integrity.read_faiss: a shard without stored vectors gets OnDiskInvertedLists, so AnnCodes reads each
+    code where FAISS mapped it instead of copying every list into memory; with stored vectors IO_FLAG_MMAP_IFC."""
+    from types import SimpleNamespace
+
+    from indexer.integrity import read_faiss
+
+    directory, x, _ = coded
+    info = SimpleNamespace(tokens=len(x), vector_dtype=dtype)
+    index = read_faiss(directory / "index.faiss", info, DIM)  # type: ignore[arg-type]
+    lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(index).invlists)
+    assert isinstance(lists, faiss.OnDiskInvertedLists) is on_disk
+    if on_disk:
+        codes = AnnCodes(directory, index)
+        assert codes.data.base is not None and codes.data.size == (directory / "index.faiss").stat().st_size

@@ -153,3 +153,10 @@ def test_a_keys_file_line_with_an_unknown_role_is_refused_naming_the_line(state,
     keys.write_text(f"reader\n{line}\n")
     with pytest.raises(AppError, match=r"keys file .*keys, line 2: .*fill or admin"):
         Settings(index=state.settings.index, api_keys_file=keys).keys()
+
+
+def test_a_key_given_with_both_roles_anywhere_is_an_admin_key(state, tmp_path):
+    keys = tmp_path / "keys"
+    keys.write_text("ops\nboth admin\nboth\nreader\n")
+    got = Settings(index=state.settings.index, admin_keys="ops", api_keys="reader", api_keys_file=keys).keys()
+    assert got == {"ops": "admin", "both": "admin", "reader": "fill"}

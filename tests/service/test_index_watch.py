@@ -148,7 +148,7 @@ def test_pages_are_warmed_only_when_the_index_fits_in_half_the_memory(tiny_index
 
 
 def test_index_bytes_and_the_memory_rule(tiny_index):
-    from service.index_watch import index_bytes, pages_fit
+    from service.index_watch import index_bytes, memory_bytes, pages_fit
 
     settings = Settings(index=tiny_index)
     state = ServiceState(settings)
@@ -157,4 +157,6 @@ def test_index_bytes_and_the_memory_rule(tiny_index):
         size = index_bytes(state.engine)
         assert size == sum(p.stat().st_size for p, _ in state.engine.index.files.all())
         assert pages_fit(state.engine) and not pages_fit(state.engine, fraction=0.0)
+        physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+        assert 0 < (memory_bytes() or 0) <= physical  # the cgroup's limit where it is lower
     state.close()
