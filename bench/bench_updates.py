@@ -188,7 +188,7 @@ def main() -> None:
     shutil.rmtree(args.work, ignore_errors=True)
     shutil.copytree(args.index, args.work / "idx")
     bodies = [{"text": t} for t in make_probes(args.corpus, 300, seed=11)]
-    server = Server(args.work / "idx", args.port, {"FILL_API_KEYS": KEY})
+    server = Server(args.work / "idx", args.port, {"FILL_ADMIN_KEYS": KEY})  # it adds documents: an admin key
     report: dict = {"index": args.index.name, "clients": args.clients}
     try:
         report["ready_s"] = round(server.wait_ready(), 1)

@@ -62,8 +62,8 @@ class ApiKeys:
         if admin and role != "admin":
             await error_response(
                 "forbidden",
-                f"{scope['method']} {scope['path']} needs an admin key (FILL_ADMIN_KEYS); this key may use /fill, "
-                "/score and the read-only routes",
+                f"{scope['method']} {scope['path']} needs an admin key (FILL_ADMIN_KEYS); this key may use POST /fill, "
+                "POST /score and the read-only routes",
             )(scope, receive, send)
             return
         await self.app(scope, receive, send)
