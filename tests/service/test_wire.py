@@ -13,22 +13,9 @@ import h11
 import pytest
 import uvicorn
 
-from fill.engine import FillEngine
 from service.api import create_app
-from service.config import Settings
-from service.state import ServiceState
 from service.wire import http_protocol, origin_form
-
-
-@pytest.fixture(scope="module")
-def settings(tiny_index) -> Settings:
-    return Settings(index=tiny_index, max_body_bytes=2048)
-
-
-@pytest.fixture(scope="module")
-def state(settings) -> ServiceState:
-    return ServiceState(settings, engine=FillEngine.open(settings.engine_config()))
-
+from tests.service.test_limits import settings, state  # noqa: F401  # the same server: body limit 2048 bytes
 
 WAIT = 20.0  # seconds a socket read may wait: a passing test's reads return at once
 
