@@ -45,9 +45,10 @@ class WriteEvents:
     where a directory reports only writes through the names it holds."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # reentrant: a check released by the garbage collector inside a locked region
         self._paths: dict[int, set[Path]] = {}  # watch descriptor -> the names of its inode registered here
         self._files: dict[Path, weakref.WeakSet] = {}  # name -> the checks of the file
+        self._held: dict[Path, tuple[int, int]] = {}  # name -> (its watch descriptor, checks registered and alive)
         self._inotify = None
         if INotify is not None:
             try:
@@ -73,7 +74,29 @@ class WriteEvents:
                 return False
             self._paths.setdefault(wd, set()).add(real)
             self._files.setdefault(real, weakref.WeakSet()).add(check)
+            self._held[real] = (wd, self._held.get(real, (wd, 0))[1] + 1)
+        weakref.finalize(check, self._release, real)  # the watch ends with the last check of the file
         return True
+
+    def _release(self, real: Path) -> None:
+        """A check of `real` is gone: with the last one, the file is no longer watched (a server reloaded across
+        many builds would otherwise keep a watch per file it ever served, up to max_user_watches)."""
+        with self._lock:
+            wd, alive = self._held.get(real, (-1, 0))
+            if alive > 1:
+                self._held[real] = (wd, alive - 1)
+                return
+            self._held.pop(real, None)
+            self._files.pop(real, None)
+            names = self._paths.get(wd, set())
+            names.discard(real)
+            if names or wd not in self._paths:
+                return
+            del self._paths[wd]
+            try:
+                self._inotify.rm_watch(wd)  # type: ignore[union-attr]  # set: a watch was added
+            except OSError:  # already gone with its file (IN_IGNORED)
+                pass
 
     def poll(self) -> None:
         """Read the events queued so far (none: one ioctl) and make the written files forget their blocks."""
