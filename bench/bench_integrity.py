@@ -29,7 +29,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-from bench.shared import Server
+from bench.shared import Server, disk_bytes
 
 KEY = {"Authorization": "Bearer bench-key"}
 ENV = {"FILL_API_KEYS": "bench-key", "FILL_ADMIN_KEYS": "bench-key"}  # the admin routes need an admin key
@@ -119,7 +119,7 @@ def main() -> None:
     index = args.work / "idx"
     shutil.rmtree(args.work, ignore_errors=True)
     shutil.copytree(args.index, index)
-    result: dict = {"index_bytes": sum(p.stat().st_size for p in index.rglob("*") if p.is_file())}
+    result: dict = {"index_bytes": disk_bytes(index)}
     if "ready" in checks:
         result["ready_s"] = {
             "check_before_ready": round(ready_seconds(index, args.port, True), 2),

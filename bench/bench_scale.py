@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bench.shared import Server, make_probes, memory
+from bench.shared import Server, disk_bytes, make_probes, memory
 
 SUFFIX = {"k": 10**3, "m": 10**6, "b": 10**9}
 
@@ -173,10 +173,6 @@ def serve_and_measure(index: Path, probes: list[str], fills: int, port: int) -> 
         "anon_mib": after["RssAnon"] / 2**20,
         "file_mib": after["RssFile"] / 2**20,
     }
-
-
-def disk_bytes(index: Path) -> int:
-    return sum(p.stat().st_size for p in index.rglob("*") if p.is_file())
 
 
 def measure_size(args, size: int, base_tokens: int, resampler_of, probes: list[str]) -> dict:

@@ -196,6 +196,11 @@ def memory(pid: int) -> dict[str, int]:
     return fields
 
 
+def disk_bytes(index: Path) -> int:
+    """The bytes of every file under an index directory."""
+    return sum(p.stat().st_size for p in index.rglob("*") if p.is_file())
+
+
 def rss_bytes(pid: int) -> int:
     """VmRSS of a process."""
     return memory(pid)["VmRSS"]

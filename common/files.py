@@ -110,21 +110,26 @@ def map_file(path: Path) -> np.ndarray:
 
 
 def npy_layout(path: Path) -> tuple[tuple[int, ...], bool, np.dtype, int]:
-    """A .npy file's shape, Fortran order, dtype and the byte offset of its data, from its header."""
+    """A .npy file's shape, Fortran order, dtype and the byte offset of its data, from its header (ValueError for a
+    format version other than 1.0 and 2.0)."""
     from numpy.lib import format as npy_format
 
     with open(path, "rb") as f:
         version = npy_format.read_magic(f)
+        if version not in ((1, 0), (2, 0)):
+            raise ValueError(f"unsupported .npy format version {version}")
         read = npy_format.read_array_header_1_0 if version == (1, 0) else npy_format.read_array_header_2_0
         shape, fortran, dtype = read(f)
         return shape, fortran, dtype, f.tell()
 
 
-def view_npy(data: np.ndarray, path: Path) -> np.ndarray:
-    """The array of the .npy file at `path` over `data`, the file's bytes (mapped: `map_file`)."""
+def view_npy(data: np.ndarray, path: Path) -> tuple[np.ndarray, int]:
+    """The array of the .npy file at `path` over `data`, the file's bytes (mapped: `map_file`), and the byte offset
+    of its data."""
     shape, fortran, dtype, offset = npy_layout(path)
     count = int(np.prod(shape, dtype=np.int64))
-    return data[offset : offset + count * dtype.itemsize].view(dtype).reshape(shape, order="F" if fortran else "C")
+    array = data[offset : offset + count * dtype.itemsize].view(dtype).reshape(shape, order="F" if fortran else "C")
+    return array, offset
 
 
 def load_mapped(path: Path) -> np.ndarray:
@@ -135,7 +140,7 @@ def load_mapped(path: Path) -> np.ndarray:
         array = np.load(path)
         array.flags.writeable = False  # read-only like a mapping
         return array
-    return view_npy(map_file(path), path)
+    return view_npy(map_file(path), path)[0]
 
 
 def hash_file(path: Path, into: hashlib._Hash | None = None) -> hashlib._Hash:

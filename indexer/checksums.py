@@ -31,7 +31,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from common.files import IN_MEMORY_BELOW, load_mapped, map_file, npy_layout, sha256_file, view_npy
+from common.files import IN_MEMORY_BELOW, load_mapped, map_file, sha256_file, view_npy
 from indexer.integrity import damaged
 from indexer.write_events import write_events
 
@@ -249,6 +249,5 @@ def load_checked(path: Path, sums: np.ndarray | None) -> np.ndarray | CheckedArr
         array.flags.writeable = False
         return array
     check = FileCheck(path, sums)
-    offset = npy_layout(path)[3]  # the header, checked when the shard opened (indexer.integrity.check_npy)
-    raw = view_npy(check.data, path)
+    raw, offset = view_npy(check.data, path)  # the header, checked when the shard opened (integrity.check_npy)
     return CheckedArray(raw, check, offset)

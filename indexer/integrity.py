@@ -31,9 +31,9 @@ from pathlib import Path
 import faiss
 import numpy as np
 import pyarrow as pa
-from numpy.lib import format as npy_format
 
 from common.errors import AppError, IndexDamaged
+from common.files import npy_layout
 from corpus.tokens import WORD_END, WORD_START
 from indexer.ann import index_codes_problem
 from indexer.manifest import VECTOR_DTYPES, FileInfo, ShardInfo
@@ -97,15 +97,7 @@ def check_npy(path: Path, dtypes: tuple[str, ...], shape: tuple[int, ...]) -> No
     """The header of a .npy file parses, its dtype is one of `dtypes`, its shape is `shape` (C order), and
     header and data fill the file exactly. Reads the header only."""
     try:
-        with open(path, "rb") as f:
-            version = npy_format.read_magic(f)
-            if version == (1, 0):
-                found, fortran, dtype = npy_format.read_array_header_1_0(f)
-            elif version == (2, 0):
-                found, fortran, dtype = npy_format.read_array_header_2_0(f)
-            else:
-                raise ValueError(f"unsupported .npy format version {version}")
-            offset = f.tell()
+        found, fortran, dtype, offset = npy_layout(path)
     except (ValueError, TypeError, OSError, SyntaxError) as exc:
         raise damaged(path, f"has no valid .npy header ({exc})") from exc
     if fortran or dtype not in {np.dtype(d) for d in dtypes} or tuple(found) != tuple(shape):
