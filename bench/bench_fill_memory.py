@@ -2,7 +2,7 @@
 
     python -m bench.bench_fill_memory --index data-local/bench/idx_3m --probes data-local/bench/cloze_3m.jsonl \
         [--fills 200] [--mode hybrid] [--no-reader] [--engine auto] [--pad both|reader|queries|none]
-        [--ov-cache-capacity N] [--json OUT]
+        [--ov-cache-capacity N] [--malloc bounded|default] [--json OUT]
 
 Opens the index, the encoder and the reader as the server does (fill.loading), warms every shard (the mapped
 pages are file-backed, not anonymous), then fills the probes' queries one at a time and prints RssAnon
@@ -12,8 +12,9 @@ objects are not the cause (tracemalloc finds < 1 MB kept over 150 fills).
 
 The levers of docs/BENCHMARKS.md's table, in this one script: `--pad` which serving passes round their length up
 (encoder.model.padded_width; `none` is the behaviour before 2026-11-27), `--ov-cache-capacity` OpenVINO's
-CPU_RUNTIME_CACHE_CAPACITY (its kernels kept per input shape), and glibc's allocator through the environment
-(e.g. MALLOC_MMAP_THRESHOLD_=131072)."""
+CPU_RUNTIME_CACHE_CAPACITY (its kernels kept per input shape), and glibc's allocator: `--malloc bounded` (the
+default) as `python -m service` sets it (common.process.bounded_malloc), `default` glibc's own; the environment
+(e.g. MALLOC_MMAP_THRESHOLD_=131072) wins over both."""
 
 from __future__ import annotations
 
@@ -74,8 +75,13 @@ def main() -> None:
     ap.add_argument(
         "--ov-cache-capacity", type=int, help="OpenVINO's CPU_RUNTIME_CACHE_CAPACITY for the compiled models"
     )
+    ap.add_argument("--malloc", choices=("bounded", "default"), default="bounded", help="glibc's allocator settings")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
+    if args.malloc == "bounded":
+        from common.process import bounded_malloc
+
+        bounded_malloc()
     set_levers(args.pad, args.ov_cache_capacity)
 
     from fill.config import EngineConfig
@@ -106,7 +112,10 @@ def main() -> None:
     print(f"growth over {args.fills} fills: {rows[-1]['anon_mb'] - rows[0]['anon_mb']:.1f} MB")
     if args.json:
         args.json.write_text(
-            json.dumps({"mode": args.mode, "reader": not args.no_reader, "pad": args.pad, "rows": rows}, indent=2)
+            json.dumps(
+                {"mode": args.mode, "reader": not args.no_reader, "pad": args.pad, "malloc": args.malloc, "rows": rows},
+                indent=2,
+            )
             + "\n"
         )
 

@@ -43,3 +43,34 @@ def raise_open_files_limit() -> tuple[int, int]:
             return soft, soft
         return soft, target
     return soft, soft
+
+
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8  # glibc's mallopt parameters (malloc.h)
+
+
+def bounded_malloc(arenas: int = 2, mmap_threshold: int = 128 * 1024) -> bool:
+    """Keep glibc's allocator from holding freed memory (returns whether it applied: glibc only). By default
+    every thread that allocates gets an arena of its own (up to 8 a core: the shard pool, the batcher, the
+    workers, FAISS's and torch's threads), and the mmap threshold rises to the largest block freed (up to 32
+    MiB), after which a fill's large temporary arrays come from those arenas and stay resident when freed: the
+    server's anonymous memory grew with the shards a fill searches. Here: `arenas` arenas, blocks over
+    `mmap_threshold` mapped (and unmapped when freed), free memory above it at the top of the heap returned.
+    MALLOC_ARENA_MAX / MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ in the environment win."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    settings = (
+        ("MALLOC_ARENA_MAX", M_ARENA_MAX, arenas),
+        ("MALLOC_MMAP_THRESHOLD_", M_MMAP_THRESHOLD, mmap_threshold),
+        ("MALLOC_TRIM_THRESHOLD_", M_TRIM_THRESHOLD, 2 * mmap_threshold),
+    )
+    for env, param, value in settings:
+        if env not in os.environ:
+            mallopt(ctypes.c_int(param), ctypes.c_int(value))
+    return True

@@ -30,11 +30,11 @@ class EngineConfig(RuntimeOptions):
     )
     verify: bool = Field(False, description="check every index file's sha256 at start (slow on big indexes)")
     nprobe: int | None = Field(
-        None, ge=1, description="IVF lists searched per query (default: 1/16 of the lists, >= 16)"
+        None, ge=1, description="IVF lists searched per query (default: indexer.ann.scaled_nprobe of the index size)"
     )
     ef_search: int | None = Field(None, ge=1, description="HNSW search breadth (default 256)")
     refine: int | None = Field(
-        None, ge=1, description="ANN shards return refine * k hits (default 2), re-scored exactly"
+        None, ge=1, description="the best refine * k ANN hits over all shards (default 2) are re-scored exactly"
     )
 
     def index_dir(self) -> Path:

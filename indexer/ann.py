@@ -27,6 +27,7 @@ ANN_ORDER = ("flat", "ivfsq", "ivfrabitq", "ivfpq")  # `auto` with a memory budg
 TRAIN_POINTS_PER_LIST = 64  # IVF centroids / PQ codebooks are trained on a sample of this many vectors per list
 ADD_CHUNK = 65_536
 FASTSCAN_MIN_TOKENS = 4096  # below this, 8-bit PQ (fast-scan k-means wants many points per code)
+SCAN_TOKENS = 262_144  # the tokens a query's probed IVF lists hold, over all shards (scaled_nprobe)
 
 
 def check_index_type(value: str, dim: int, vector_dtype: str = "int8") -> str:
@@ -186,19 +187,24 @@ def codes_m(dim: int) -> int:
     return min(divisors, key=lambda m: (abs(m - dim / 8), -m))
 
 
-def default_nprobe(index: faiss.Index) -> int | None:
-    """nprobe giving high recall for the k of span search: 1/16 of the lists, at least 16."""
-    ivf = _ivf(index)
-    if ivf is None:
-        return None
-    return int(min(ivf.nlist, max(16, ivf.nlist // 16)))
+def scaled_nprobe(nlist: int, tokens: int) -> int:
+    """nprobe for IVF shards of `nlist` lists holding `tokens` tokens together (shards of one template share a
+    quantizer, so a query scans the same lists of each): the lists that hold about SCAN_TOKENS tokens, never
+    more than 1/16 of the lists (a single shard's recall) nor fewer than 16: a query's scan stops growing with the
+    index."""
+    per_list = max(1.0, tokens / max(1, nlist))
+    wanted = max(16, math.ceil(SCAN_TOKENS / per_list))
+    return int(min(nlist, max(16, nlist // 16), wanted))
 
 
-def set_search_params(index: faiss.Index, nprobe: int | None = None, ef_search: int | None = None) -> None:
-    """Apply search-time parameters where the index type has them (others are ignored)."""
+def set_search_params(
+    index: faiss.Index, nprobe: int | None = None, ef_search: int | None = None, tokens: int | None = None
+) -> None:
+    """Apply search-time parameters where the index type has them (others are ignored). Without `nprobe`, an IVF
+    index probes `scaled_nprobe` of `tokens` (the tokens of every shard sharing its lists; default its own)."""
     ivf = _ivf(index)
     if ivf is not None:
-        ivf.nprobe = int(min(ivf.nlist, nprobe or default_nprobe(index) or 1))
+        ivf.nprobe = int(min(ivf.nlist, nprobe or scaled_nprobe(ivf.nlist, ivf.ntotal if tokens is None else tokens)))
     hnsw = getattr(index, "hnsw", None)
     if hnsw is not None:
         hnsw.efSearch = int(ef_search or 256)

@@ -37,9 +37,9 @@ class DocColumn:
         offsets_type = np.int64 if pa.types.is_large_string(array.type) else np.int32
         validity, offsets_buf, data_buf = array.buffers()
         width = np.dtype(offsets_type).itemsize
-        self.offsets: np.ndarray  # int64 [rows + 1]: where each row's characters start
+        self.offsets: np.ndarray  # [rows + 1], int32 (int64 for large strings): where each row's characters start
         self.offsets = np.frombuffer(offsets_buf, dtype=offsets_type)[array.offset : array.offset + len(array) + 1]
-        self.offsets = self.offsets.astype(np.int64)  # a copy: later changes to the file do not move the rows
+        self.offsets = self.offsets.copy()  # a copy: later changes to the file do not move the rows
         self.data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)
         self._offsets_at = offsets_buf.address - base + array.offset * width
         self._data_at = data_buf.address - base if data_buf is not None else 0
@@ -54,8 +54,8 @@ class DocColumn:
         if self.check is None:
             return
         rows = np.asarray(rows, dtype=np.int64).ravel()
-        starts = [self._offsets_at + rows * self._width, self._data_at + self.offsets[rows]]
-        ends = [starts[0] + 2 * self._width, self._data_at + self.offsets[rows + 1]]
+        starts = [self._offsets_at + rows * self._width, self._data_at + self.offsets[rows].astype(np.int64)]
+        ends = [starts[0] + 2 * self._width, self._data_at + self.offsets[rows + 1].astype(np.int64)]
         if self._validity_at is not None:
             bits = self._validity_at + (self.array.offset + rows) // 8
             starts.append(bits)
@@ -85,26 +85,27 @@ class DocText:
         self._ready = False
 
     def load(self) -> None:
-        """Read the shard's text once to find each block's first byte and whether it is ASCII (else on first use)."""
+        """Read the shard's text once to find each block's first byte, its byte length and whether it is ASCII
+        (else on first use): 13 B a block kept, besides CharOffsets' first char of each block."""
         with self._lock:
             if self._ready:
                 return
-            self._rows = np.asarray(self._blocks[:, 0], dtype=np.int64)
-            self.block_chars = np.asarray(self._offsets.block_chars, dtype=np.int64)  # first char of each block
+            rows = np.asarray(self._blocks[:, 0], dtype=np.int64)
+            self.block_chars = self._offsets.block_chars  # first char of each block (int64, in memory)
             # one past the last char of each block: the largest token end (empty blocks: their first char)
             ends = np.asarray(self._offsets.starts, np.int64) + np.asarray(self._offsets.lengths, np.int64)
             firsts, lasts = np.asarray(self._blocks[:, 1], np.int64), np.asarray(self._blocks[:, 2], np.int64)
             full = lasts > firsts
-            self.block_char_ends = self.block_chars.copy()
+            char_ends = np.array(self.block_chars, dtype=np.int64)
             if full.any():
-                self.block_char_ends[full] += np.maximum.reduceat(ends, firsts[full])[: int(full.sum())]
-            self.data, doc_bytes = self._texts.data, self._texts.offsets
+                char_ends[full] += np.maximum.reduceat(ends, firsts[full])[: int(full.sum())]
+            del ends
+            self.data, doc_bytes = self._texts.data, self._texts.offsets.astype(np.int64)
             self._texts.check_bytes(doc_bytes[:1], doc_bytes[-1:])  # all of it: it is read below
             used = self.data[doc_bytes[0] : doc_bytes[-1]]
             if used.size == 0 or int(used.max()) < 128:  # all ASCII: a char is a byte
-                self.block_bytes = doc_bytes[self._rows] + self.block_chars
-                self.block_byte_ends = doc_bytes[self._rows] + self.block_char_ends
-                self.block_ascii = np.ones(self._rows.shape, dtype=bool)
+                self.block_bytes = doc_bytes[rows] + self.block_chars
+                byte_ends = doc_bytes[rows] + char_ends
             else:  # char c of document r is the c-th UTF-8 lead byte from the document's first byte
                 leads = np.flatnonzero((self.data[: doc_bytes[-1]] & 0xC0) != 0x80)
                 first_lead = np.searchsorted(leads, doc_bytes)  # per document (and one past the last)
@@ -114,11 +115,11 @@ class DocText:
                     inside = i < first_lead[rows + 1]
                     return np.where(inside, leads[np.minimum(i, leads.size - 1)], doc_bytes[rows + 1])
 
-                self.block_bytes = byte_of(self._rows, self.block_chars)
-                self.block_byte_ends = byte_of(self._rows, self.block_char_ends)
-                self.block_ascii = (self.block_byte_ends - self.block_bytes) == (
-                    self.block_char_ends - self.block_chars
-                )
+                self.block_bytes = byte_of(rows, self.block_chars)
+                byte_ends = byte_of(rows, char_ends)
+            sizes = byte_ends - self.block_bytes
+            self.block_ascii = sizes == (char_ends - self.block_chars)
+            self.block_sizes = sizes.astype(np.int32) if sizes.size and sizes.max() < 2**31 else sizes  # bytes
             self._ready = True
 
     def ascii_bytes(self, blocks: np.ndarray, chars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -130,14 +131,16 @@ class DocText:
 
     def check_blocks(self, blocks: np.ndarray) -> None:
         """Check the file's bytes of the blocks' text (DocColumn.check_bytes)."""
-        self._texts.check_bytes(self.block_bytes[blocks], self.block_byte_ends[blocks])
+        starts = self.block_bytes[blocks]
+        self._texts.check_bytes(starts, starts + self.block_sizes[blocks])
 
     def block_codes(self, block: int) -> np.ndarray:
         """The code points of one block's text (for blocks that are not ASCII), a block that `ascii_bytes` was just
         given (which checked its bytes)."""
         self.load()
         try:
-            text = bytes(self.data[int(self.block_bytes[block]) : int(self.block_byte_ends[block])]).decode("utf-8")
+            start = int(self.block_bytes[block])
+            text = bytes(self.data[start : start + int(self.block_sizes[block])]).decode("utf-8")
         except UnicodeDecodeError as exc:  # a shard without checksums, changed since it opened
             raise damaged(self._texts.path, f"holds text that is not UTF-8 (block {block}: {exc.reason})") from None
         return np.frombuffer(text.encode("utf-32-le"), dtype="<u4")

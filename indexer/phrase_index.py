@@ -25,12 +25,14 @@ from indexer.tombstones import Liveness, Tombstones
 logger = logging.getLogger(__name__)
 
 
-DEFAULT_REFINE = 2
+DEFAULT_REFINE = 4
 
 
 class PhraseIndex:
-    """`search` asks each approximate (ANN) shard for `refine` * k hits, re-scores them exactly from the
-    stored vectors and keeps the top k over all shards, so ANN error costs recall only at the far end.
+    """`search` asks each approximate (ANN) shard for `refine` * k hits, re-scores the best `refine` * k of them
+    all by their ANN scores exactly from the stored vectors and keeps the top k over all shards, so ANN error
+    costs recall only at the far end and the re-scoring does not grow with the shard count. Shards of one
+    template probe `scaled_nprobe` of their lists (indexer.ann): a query scans about as many tokens at 100M as at 3M.
 
     Opening refuses a damaged index (an AppError naming the file): every file's structure is checked against
     the manifest (indexer.integrity, ~30 ms at 10.5M tokens); `files.verify` adds the sha256 of every byte.
@@ -92,8 +94,11 @@ class PhraseIndex:
         unchanged = {info.name for info in infos if info.name in lent and lent[info.name].info == info}
         self.shards = [lent[i.name] if i.name in unchanged else Shard(self.root, i, self.manifest.dim) for i in infos]
         self._search_params = (nprobe, ef_search)
+        tokens: dict[str, int] = {}  # per factory, over the whole index (a shard group probes as the index would)
+        for info in self.manifest.shards:
+            tokens[info.factory] = tokens.get(info.factory, 0) + info.tokens
         for shard in self.shards:
-            set_search_params(shard.index, nprobe, ef_search)
+            set_search_params(shard.index, nprobe, ef_search, tokens[shard.info.factory])
         dead = [self.tombstones.of(s.info.name) for s in self.shards]
         self.live = [Liveness(s.blocks, len(s), rows) if rows.size else None for s, rows in zip(self.shards, dead)]
 
@@ -219,8 +224,9 @@ class PhraseIndex:
         ties at the k-th score broken by (shard, position) (`top_hits`), so the top k of several groups' top k
         are the top k of their shards searched together.
 
-        Exact shards answer with exact scores; ANN shards' hits are re-scored from the stored vectors,
-        per group of consecutive queries (`groups`: their sizes, e.g. each request's queries in a batch;
+        Exact shards answer with exact scores; the best refine * k of the ANN shards' hits (`_rescore_best`)
+        are re-scored from the stored vectors, per group of consecutive queries (`groups`: their sizes, e.g. each
+        request's queries in a batch;
         default one group): each group's distinct hits times its own queries, so a batch costs what its
         requests cost alone (not hits x all queries) and scores each request as if it came alone."""
         q = np.ascontiguousarray(queries, dtype=np.float32)
@@ -234,12 +240,10 @@ class PhraseIndex:
             assigned = self._pool.submit(self.assign, q).result()  # one OpenMP thread
 
         def one(s: int):
-            scores, ids = self.faiss_search(s, q, k, assigned)
-            if is_exact(self.shards[s].info.factory) or not self.shards[s].vectors.rescores:
-                return scores, ids  # exact already, or scored by the codes that re-scoring would read
-            return np.concatenate([_rescore(self.shards[s], q[a:b], ids[a:b]) for a, b in bounds]), ids
+            return self.faiss_search(s, q, k, assigned)
 
         results = list(self._pool.map(one, range(len(self.shards)))) if self._pool else [one(0)]
+        self._rescore_best(q, results, bounds, k * self.refine)
         scores = np.concatenate([r[0] for r in results], axis=1)
         ids = np.concatenate([r[1] for r in results], axis=1)
         shard_no = np.concatenate(
@@ -250,6 +254,31 @@ class PhraseIndex:
             valid = ids[row] >= 0
             out.append(top_hits(scores[row][valid], shard_no[row][valid], ids[row][valid].astype(np.int64), k))
         return out
+
+    def _rescore_best(
+        self, q: np.ndarray, results: list[tuple[np.ndarray, np.ndarray]], bounds: list[tuple[int, int]], keep: int
+    ) -> None:
+        """The ANN shards' hits of each query merged by their ANN scores (one quantizer's estimates of the same
+        inner product), the best `keep` of them re-scored exactly from their shards' stored vectors, in place
+        (the others dropped: id -1): the re-scoring reads `keep` vectors a query however many shards there are.
+        Exact shards' hits (Flat, or scored by the codes re-scoring would read) stay as they are."""
+        approx = [i for i, s in enumerate(self.shards) if not is_exact(s.info.factory) and s.vectors.rescores]
+        if not approx:
+            return
+        scores = np.concatenate([results[i][0] for i in approx], axis=1)
+        ids = np.concatenate([results[i][1] for i in approx], axis=1).astype(np.int64)
+        owner = np.concatenate([np.full(results[i][1].shape[1], j, dtype=np.int64) for j, i in enumerate(approx)])
+        kept = np.full((q.shape[0], min(keep, ids.shape[1])), -1, dtype=np.int64)
+        kept_owner = np.full(kept.shape, -1, dtype=np.int64)
+        for row in range(q.shape[0]):
+            valid = np.flatnonzero(ids[row] >= 0)
+            best = top_hits(scores[row, valid], owner[valid], ids[row, valid], keep)
+            kept[row, : best.positions.size] = best.positions
+            kept_owner[row, : best.positions.size] = best.shard_no
+        for j, i in enumerate(approx):
+            mine = np.where(kept_owner == j, kept, -1)
+            exact = [_rescore(self.shards[i], q[a:b], mine[a:b]) for a, b in bounds]
+            results[i] = (np.concatenate(exact), mine)
 
     def assign(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
         """(distances, lists) of the queries' nearest IVF lists in the shards sharing one quantizer, or None."""

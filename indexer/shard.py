@@ -62,7 +62,9 @@ class Shard:
     shard's block checksums (indexer.checksums) every read of its arrays and documents is checked, and
     docs.arrow in full when it opens.
 
-    `blocks[b]` is block b's (document row in docs.arrow, first token, end token)."""
+    `blocks[b]` is block b's (document row in docs.arrow, first token, end token), int32 where they fit. What a
+    shard keeps in memory is per block (~53 B: `blocks`, `block_starts`, CharOffsets' and DocText's tables) and
+    per document (docs.arrow's row offsets, 4 B a column); every per-token array is mapped."""
 
     def __init__(self, root: Path, info: ShardInfo, dim: int) -> None:
         self.info = info
@@ -72,8 +74,8 @@ class Shard:
         self.checked = bool(sums)
         self.token_ids = load_checked(self.dir / "token_ids.npy", sums.get("token_ids.npy"))
         self.flags = load_checked(self.dir / "flags.npy", sums.get("flags.npy"))
-        self.blocks = np.array(load_checked(self.dir / "blocks.npy", sums.get("blocks.npy")))  # in memory
-        self.block_starts = np.ascontiguousarray(self.blocks[:, 1])
+        self.blocks = _narrow(np.array(load_checked(self.dir / "blocks.npy", sums.get("blocks.npy"))))  # in memory
+        self.block_starts = self.blocks[:, 1].astype(np.int64)  # contiguous: searched by int64 positions
         self.offsets = CharOffsets(self.dir, self.block_starts, sums)
         self.docs, base = open_docs_mapped(self.dir / "docs.arrow", info.documents)
         docs_check = FileCheck(self.dir / "docs.arrow", sums["docs.arrow"]) if sums else None
@@ -122,7 +124,7 @@ class Shard:
 
     @cached_property
     def _token_histogram(self) -> np.ndarray:
-        return np.bincount(np.asarray(self.token_ids, dtype=np.int64))
+        return _narrow(np.bincount(np.asarray(self.token_ids, dtype=np.int64)))
 
     def token_counts(self, ids: np.ndarray) -> np.ndarray:
         """How often each vocabulary id of `ids` occurs in the shard (tombstoned documents' tokens counted too);
@@ -143,3 +145,10 @@ class Shard:
 
     def doc_title(self, row: int) -> str | None:
         return self.columns["title"].get(row)
+
+
+def _narrow(values: np.ndarray) -> np.ndarray:
+    """An int64 array as int32 when every value fits (half the memory), else as it is."""
+    if values.dtype == np.int64 and (values.size == 0 or (values.min() >= 0 and values.max() < 2**31)):
+        return values.astype(np.int32)
+    return values

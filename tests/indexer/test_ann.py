@@ -22,6 +22,7 @@ from indexer.ann import (
     parse_bytes,
     pq_bytes_for,
     resolve_factory,
+    scaled_nprobe,
     set_search_params,
     train_faiss_index,
 )
@@ -326,3 +327,13 @@ def test_shared_trained_index_equals_training_per_build():
     b = build_faiss_index(vecs, "IVF16,PQ16x4fs", trained=trained)
     assert trained.ntotal == 0  # the template is copied, never filled
     assert faiss.serialize_index(a).tobytes() == faiss.serialize_index(b).tobytes()
+
+
+@pytest.mark.parametrize(
+    "nlist, tokens, nprobe",
+    [(4096, 3_000_000, 256), (4096, 10_000_000, 108), (4096, 30_000_000, 36), (4096, 10**9, 16), (76, 3000, 16)],
+)
+def test_nprobe_scales_down_as_the_lists_fill(nlist, tokens, nprobe):
+    """About SCAN_TOKENS tokens scanned a query: at most 1/16 of the lists, at least 16 (never more than all)."""
+    assert scaled_nprobe(nlist, tokens) == nprobe
+    assert scaled_nprobe(8, 100) == 8

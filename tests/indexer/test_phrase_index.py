@@ -92,3 +92,43 @@ def test_a_file_touched_but_unchanged_is_checked_once_then_quiet(tiny_index, fre
     index.files.verify(index.files.changed())  # the same bytes: found right, the new time recorded
     assert index.files.changed() == []
     index.close()
+
+
+def test_the_rescoring_reads_refine_times_k_hits_a_query_however_many_shards(tmp_path, monkeypatch):
+    """The ANN hits of every shard are merged by their ANN scores before the exact re-scoring: a query's
+    re-scored vectors are refine * k in all, not refine * k a shard, and the top k is still the exact top k of
+    the hits re-scored (each re-scored hit's score is its stored vector's inner product)."""
+    rng = np.random.default_rng(14)
+    shards = [_clustered(rng, 500) for _ in range(5)]
+    _index(tmp_path, shards, "IVF8,PQ8x4", template=True)
+    index = PhraseIndex(tmp_path, nprobe=8, refine=2)
+    rescored = np.zeros(3, dtype=np.int64)
+    real = phrase_index_mod._rescore
+
+    def spy(shard, q, ids):
+        rescored[:] += (ids >= 0).sum(axis=1)
+        return real(shard, q, ids)
+
+    monkeypatch.setattr(phrase_index_mod, "_rescore", spy)
+    queries = rng.standard_normal((3, DIM)).astype(np.float32)
+    found = index.search_scored(queries, 20)
+    assert rescored.tolist() == [40, 40, 40]  # 2 x 20 a query, over the 5 shards' 5 x 40 ANN hits
+    for q, hits in zip(queries, found):
+        assert hits.scores.size == 20 and len(set(hits.shard_no.tolist())) > 1
+        exact = [index.shards[s].vectors[p] @ q for s, p in zip(hits.shard_no.tolist(), hits.positions.tolist())]
+        np.testing.assert_allclose(hits.scores, exact, rtol=1e-3, atol=1e-3)  # int8 vectors, float32 sums
+    index.close()
+
+
+def test_a_shard_group_probes_as_many_lists_as_the_whole_index(tmp_path, monkeypatch):
+    """nprobe follows the tokens of every shard of the index's template (indexer.ann.scaled_nprobe), in a
+    shard group too (service.ray_backend opens some shards), so a group searches as the whole index does."""
+    monkeypatch.setattr("indexer.ann.SCAN_TOKENS", 1000)  # as an index of millions of tokens scales it
+    rng = np.random.default_rng(15)
+    _index(tmp_path, [_clustered(rng, 6000) for _ in range(4)], "IVF512,Flat", template=True)
+    whole, group = PhraseIndex(tmp_path), PhraseIndex(tmp_path, shard_nos=[1], bm25=False)
+    # 24,000 tokens in 512 lists, 46.9 a list: 22 lists hold 1000 (one shard alone: 86, over 512 / 16 = 32)
+    assert {s.index.nprobe for s in whole.shards} == {s.index.nprobe for s in group.shards} == {22}
+    assert PhraseIndex(tmp_path, nprobe=5).shards[0].index.nprobe == 5  # a given nprobe wins
+    whole.close()
+    group.close()
