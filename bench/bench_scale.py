@@ -15,6 +15,9 @@ by the real server (`python -m service`, a process of its own) and measured: dis
 10 to warm up), and the server's resident anonymous and file-backed memory after them. The slope of anonymous
 memory between the smallest and each larger size is printed in bytes per token.
 
+`--indexes NAME=DIR,...` measures indexes built elsewhere instead (e.g. the T-REx dev half grown to 30M tokens with
+the real encoder, recipes/prepare_trex_grown.sh), in the order given, with the same probes and fills.
+
 Resumable: a size whose corpus, index or result exists is not made again (results in `results.jsonl`)."""
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ import argparse
 import json
 import math
 import time
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +63,7 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--shard-tokens", type=int, default=None, help="as indexer build's (default: its default)")
     ap.add_argument("--index-type", default="auto", help="as indexer build's")
     ap.add_argument("--vector-dtype", default="int8", help="as indexer build's")
+    ap.add_argument("--indexes", help="NAME=DIR,...: measure these built indexes instead of building --sizes")
     args = ap.parse_args()
     if args.fills < 1 or args.probes < 1:
         ap.error("--fills and --probes must be at least 1")
@@ -177,14 +183,21 @@ def serve_and_measure(index: Path, probes: list[str], fills: int, port: int) -> 
 
 def measure_size(args, size: int, base_tokens: int, resampler_of, probes: list[str]) -> dict:
     """One size: its corpus, its index (built if missing) and its figures."""
-    from indexer.manifest import Manifest
 
     name = size_name(size)
     corpus = grow_corpus(args.corpus, size, base_tokens, args.out / f"corpus_{name}.jsonl")
     index = args.out / f"idx_{name}"
     seconds = build(corpus, index, resampler_of(), args) if not (index / "manifest.json").is_file() else 0.0
-    tokens = Manifest.load(index).counts.tokens
-    row = {"size": name, "tokens": tokens, "shards": len(Manifest.load(index).shards), "build_s": round(seconds)}
+    return measure_index(args, name, index, probes, seconds)
+
+
+def measure_index(args, name: str, index: Path, probes: list[str], build_s: float = 0.0) -> dict:
+    """One built index's figures (disk, then served: ready, latency, memory)."""
+    from indexer.manifest import Manifest
+
+    manifest = Manifest.load(index)
+    tokens = manifest.counts.tokens
+    row = {"size": name, "tokens": tokens, "shards": len(manifest.shards), "build_s": round(build_s)}
     row["disk_b_per_token"] = round(disk_bytes(index) / tokens, 1)
     row.update(serve_and_measure(index, probes, args.fills, args.port))
     return row
@@ -222,11 +235,19 @@ def main() -> None:
             resampler = Resampler.fit(encoder, args.corpus, args.calibration, args.noise, args.out / "resample.npz")
         return resampler
 
-    base_tokens = base_token_count(args.corpus)
+    jobs: list[tuple[str, Callable[[], dict]]]
+    if args.indexes:
+        given = [part.split("=", 1) for part in args.indexes.split(",")]
+        if any(len(pair) != 2 or not (Path(pair[1]) / "manifest.json").is_file() for pair in given):
+            raise SystemExit(f"--indexes {args.indexes}: give NAME=DIR pairs of built indexes (DIR/manifest.json)")
+        jobs = [(name, partial(measure_index, args, name, Path(d), probes)) for name, d in given]
+    else:
+        base_tokens = base_token_count(args.corpus)
+        sizes = sorted(parse_size(s) for s in args.sizes.split(","))
+        jobs = [(size_name(n), partial(measure_size, args, n, base_tokens, resampler_of, probes)) for n in sizes]
     rows = []
-    for size in sorted(parse_size(s) for s in args.sizes.split(",")):
-        name = size_name(size)
-        row = done.get(name) or measure_size(args, size, base_tokens, resampler_of, probes)
+    for name, measure in jobs:
+        row = done.get(name) or measure()
         if name not in done:
             with results.open("a") as f:
                 f.write(json.dumps(row) + "\n")

@@ -47,3 +47,10 @@ def piece_starts(sizes) -> np.ndarray:
     piece i is [out[i], out[i] + sizes[i]) of their concatenation; np.cumsum(sizes) - sizes."""
     sizes = np.asarray(sizes).astype(np.int64, copy=False)
     return np.cumsum(sizes) - sizes
+
+
+def narrow(values: np.ndarray) -> np.ndarray:
+    """An int64 array as int32 when every value fits (half the memory), else as it is."""
+    if values.dtype == np.int64 and (values.size == 0 or (values.min() >= 0 and values.max() < 2**31)):
+        return values.astype(np.int32)
+    return values

@@ -34,7 +34,7 @@ class EngineConfig(RuntimeOptions):
     )
     ef_search: int | None = Field(None, ge=1, description="HNSW search breadth (default 256)")
     refine: int | None = Field(
-        None, ge=1, description="the best refine * k ANN hits over all shards (default 2) are re-scored exactly"
+        None, ge=1, description="the best refine * k ANN hits over all shards (default 4) are re-scored exactly"
     )
 
     def index_dir(self) -> Path:

@@ -24,8 +24,8 @@ from indexer.offsets import CharOffsets
 
 
 class DocColumn:
-    """One string column of docs.arrow: its row offsets (copied into memory when the shard opens, after the whole
-    file was checked) and its characters (memory-mapped), each read checked when the shard has checksums. A
+    """One string column of docs.arrow: its row offsets and its characters (memory-mapped), each read checked
+    when the shard has checksums. A
     column of several chunks (not what indexer.shard_writer writes) is combined into memory, checked once."""
 
     def __init__(self, column: pa.ChunkedArray, check: FileCheck | None, base: int, path: Path) -> None:
@@ -37,9 +37,9 @@ class DocColumn:
         offsets_type = np.int64 if pa.types.is_large_string(array.type) else np.int32
         validity, offsets_buf, data_buf = array.buffers()
         width = np.dtype(offsets_type).itemsize
-        self.offsets: np.ndarray  # [rows + 1], int32 (int64 for large strings): where each row's characters start
+        # [rows + 1], int32 (int64 for large strings), mapped: where each row's characters start (check_rows checks
+        # the bytes of the offsets it reads as well as the characters)
         self.offsets = np.frombuffer(offsets_buf, dtype=offsets_type)[array.offset : array.offset + len(array) + 1]
-        self.offsets = self.offsets.copy()  # a copy: later changes to the file do not move the rows
         self.data = np.frombuffer(data_buf, dtype=np.uint8) if data_buf is not None else np.empty(0, np.uint8)
         self._offsets_at = offsets_buf.address - base + array.offset * width
         self._data_at = data_buf.address - base if data_buf is not None else 0
@@ -50,17 +50,17 @@ class DocColumn:
         return len(self.array)
 
     def check_rows(self, rows: np.ndarray) -> None:
-        """Check the file's bytes of the rows: their offsets, validity bits and characters."""
+        """Check the file's bytes of the rows: their offsets and validity bits, then the characters they bound."""
         if self.check is None:
             return
         rows = np.asarray(rows, dtype=np.int64).ravel()
-        starts = [self._offsets_at + rows * self._width, self._data_at + self.offsets[rows].astype(np.int64)]
-        ends = [starts[0] + 2 * self._width, self._data_at + self.offsets[rows + 1].astype(np.int64)]
+        starts, ends = [self._offsets_at + rows * self._width], [self._offsets_at + (rows + 2) * self._width]
         if self._validity_at is not None:
             bits = self._validity_at + (self.array.offset + rows) // 8
             starts.append(bits)
             ends.append(bits + 1)
         self.check.ranges(np.concatenate(starts), np.concatenate(ends))
+        self.check_bytes(self.offsets[rows].astype(np.int64), self.offsets[rows + 1].astype(np.int64))
 
     def check_bytes(self, starts: np.ndarray, ends: np.ndarray) -> None:
         """Check the file's bytes under [starts, ends) of the column's characters."""

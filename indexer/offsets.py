@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
+from common.arrays import narrow
 from indexer.checksums import load_checked
 
 OFFSET_FILES = ("char_starts.npy", "char_lengths.npy", "block_chars.npy")
@@ -64,7 +65,7 @@ class CharOffsets:
         sums = sums or {}  # the shard's block checksums: every read of the per-token arrays checked (indexer.checksums)
         self.starts = load_checked(directory / "char_starts.npy", sums.get("char_starts.npy"))
         self.lengths = load_checked(directory / "char_lengths.npy", sums.get("char_lengths.npy"))
-        self.block_chars = np.array(load_checked(directory / "block_chars.npy", sums.get("block_chars.npy")))
+        self.block_chars = narrow(np.array(load_checked(directory / "block_chars.npy", sums.get("block_chars.npy"))))
         self.block_starts = np.asarray(block_starts, dtype=np.int64)
         if self.lengths.shape != self.starts.shape or self.block_chars.shape != self.block_starts.shape:
             raise ValueError(f"offset files in {directory} disagree in length")

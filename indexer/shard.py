@@ -24,6 +24,7 @@ from typing import cast
 
 import numpy as np
 
+from common.arrays import narrow
 from indexer.ann_codes import AnnCodes
 from indexer.checksums import FileCheck, load_checked, shard_sums
 from indexer.doc_text import DocColumn, DocText
@@ -63,8 +64,9 @@ class Shard:
     docs.arrow in full when it opens.
 
     `blocks[b]` is block b's (document row in docs.arrow, first token, end token), int32 where they fit. What a
-    shard keeps in memory is per block (~53 B: `blocks`, `block_starts`, CharOffsets' and DocText's tables) and
-    per document (docs.arrow's row offsets, 4 B a column); every per-token array is mapped."""
+    shard keeps in memory is per block, 37 B (`blocks` 12, `block_starts` 8, CharOffsets' first char 4, DocText's
+    13), and per shard (its FAISS index's list heads, the token histogram of `token_counts`); every per-token and
+    per-document array is mapped."""
 
     def __init__(self, root: Path, info: ShardInfo, dim: int) -> None:
         self.info = info
@@ -74,7 +76,7 @@ class Shard:
         self.checked = bool(sums)
         self.token_ids = load_checked(self.dir / "token_ids.npy", sums.get("token_ids.npy"))
         self.flags = load_checked(self.dir / "flags.npy", sums.get("flags.npy"))
-        self.blocks = _narrow(np.array(load_checked(self.dir / "blocks.npy", sums.get("blocks.npy"))))  # in memory
+        self.blocks = narrow(np.array(load_checked(self.dir / "blocks.npy", sums.get("blocks.npy"))))  # in memory
         self.block_starts = self.blocks[:, 1].astype(np.int64)  # contiguous: searched by int64 positions
         self.offsets = CharOffsets(self.dir, self.block_starts, sums)
         self.docs, base = open_docs_mapped(self.dir / "docs.arrow", info.documents)
@@ -124,7 +126,7 @@ class Shard:
 
     @cached_property
     def _token_histogram(self) -> np.ndarray:
-        return _narrow(np.bincount(np.asarray(self.token_ids, dtype=np.int64)))
+        return narrow(np.bincount(np.asarray(self.token_ids, dtype=np.int64)))
 
     def token_counts(self, ids: np.ndarray) -> np.ndarray:
         """How often each vocabulary id of `ids` occurs in the shard (tombstoned documents' tokens counted too);
@@ -145,10 +147,3 @@ class Shard:
 
     def doc_title(self, row: int) -> str | None:
         return self.columns["title"].get(row)
-
-
-def _narrow(values: np.ndarray) -> np.ndarray:
-    """An int64 array as int32 when every value fits (half the memory), else as it is."""
-    if values.dtype == np.int64 and (values.size == 0 or (values.min() >= 0 and values.max() < 2**31)):
-        return values.astype(np.int32)
-    return values

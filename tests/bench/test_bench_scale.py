@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -11,7 +13,7 @@ import numpy as np
 import pytest
 
 from bench.bench_scale import Resampler, grow_corpus, parse_size, size_name
-from tests.conftest import run_module, write_jsonl
+from tests.conftest import REPO_ROOT, run_module, write_jsonl
 
 SAMPLE = Path(__file__).resolve().parents[2] / "data" / "sample" / "encyclopedia.jsonl"
 
@@ -69,3 +71,29 @@ def test_a_run_on_two_tiny_sizes_prints_their_figures(tmp_path):
     assert out.splitlines()[-1].startswith("20k") and "p50" in out.splitlines()[-1]
     again = run_module("bench.bench_scale", *args, "--port", str(port))  # resumed: nothing made again
     assert [json.loads(line) for line in again.splitlines() if line.startswith("{")] == rows
+    built = run_module(  # an index built elsewhere, measured by name
+        "bench.bench_scale",
+        "--corpus",
+        str(SAMPLE),
+        "--out",
+        str(tmp_path / "given"),
+        "--indexes",
+        f"small={tmp_path / 'idx_10k'}",
+        "--probes",
+        "4",
+        "--fills",
+        "3",
+        "--port",
+        str(port),
+    )
+    (given,) = [json.loads(line) for line in built.splitlines() if line.startswith("{")]
+    assert given["size"] == "small" and given["tokens"] == rows[0]["tokens"] and given["p50_ms"] > 0
+    refused = subprocess.run(  # not an index: refused, naming what to give
+        [sys.executable, "-m", "bench.bench_scale", "--corpus", str(SAMPLE), "--out", str(tmp_path / "x")]
+        + ["--indexes", f"a={tmp_path}"],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert refused.returncode != 0 and "NAME=DIR pairs of built indexes" in refused.stderr

@@ -79,3 +79,34 @@ def test_raise_open_files_limit_lifts_the_soft_limit_to_the_hard_one():
     before, after, now = map(int, _run(code).split())
     want = hard if hard != resource.RLIM_INFINITY else max(low, 1 << 20)
     assert (before, after, now) == (low, want, want)
+
+
+def test_bounded_malloc_sets_glibcs_allocator_unless_the_environment_does(monkeypatch):
+    """Two arenas, a fixed mmap threshold (no dynamic rise) and a trim threshold, each unless its MALLOC_* variable
+    is set (glibc reads those itself at start)."""
+    import ctypes
+
+    from common import process
+
+    calls: list[tuple[int, int]] = []
+
+    class FakeLibc:
+        def mallopt(self, param, value):
+            calls.append((param.value, value.value))
+            return 1
+
+    monkeypatch.setattr(ctypes, "CDLL", lambda name: FakeLibc())
+    for name in ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
+        monkeypatch.delenv(name, raising=False)
+    assert process.bounded_malloc()
+    assert calls == [(process.M_ARENA_MAX, 2), (process.M_MMAP_THRESHOLD, 131072), (process.M_TRIM_THRESHOLD, 262144)]
+    calls.clear()
+    monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
+    assert process.bounded_malloc(mmap_threshold=65536)
+    assert calls == [(process.M_MMAP_THRESHOLD, 65536), (process.M_TRIM_THRESHOLD, 131072)]
+
+
+def test_bounded_malloc_on_this_machines_libc_applies():
+    """A subprocess (mallopt is process-wide): the real call succeeds where glibc is the C library."""
+    code = "from common.process import bounded_malloc; print(bounded_malloc())"
+    assert _run(code).splitlines()[-1] == "True"

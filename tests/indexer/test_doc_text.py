@@ -46,3 +46,25 @@ def test_block_text_of_ascii_and_other_documents(tmp_path, tiny_bert_dir):
     index = PhraseIndex(out)
     counts = np.array([_check(s) for s in index.shards]).sum(axis=0)
     assert counts[0] > 0 and counts[1] > 0  # both kinds of block were checked
+
+
+def test_a_shard_keeps_37_bytes_a_block_in_memory_and_maps_the_rest(tiny_index, monkeypatch):
+    """What an opened, warmed shard holds in memory is per block (int32 where the values fit: blocks, first chars,
+    byte sizes; int64 block starts and first bytes; a bool): 37 B a block. docs.arrow's row offsets and the
+    block checksums are views of the mapped files, not copies."""
+    import common.files
+
+    monkeypatch.setattr(common.files, "IN_MEMORY_BELOW", 0)  # every file mapped, as at millions of tokens
+    monkeypatch.setattr("indexer.checksums.IN_MEMORY_BELOW", 0)
+    index = PhraseIndex(tiny_index)
+    for shard in index.shards:
+        shard.warm()
+        text = shard.text
+        held = [shard.blocks, shard.block_starts, shard.offsets.block_chars]
+        held += [text.block_bytes, text.block_sizes, text.block_ascii]
+        assert all(a.flags.owndata for a in held)
+        assert sum(a.nbytes for a in held) == 37 * shard.blocks.shape[0]
+        for column in shard.columns.values():
+            assert not column.offsets.flags.owndata  # a view of docs.arrow's mapped buffer
+        assert not shard.token_ids.check.sums.flags.owndata  # checksums.npy's sums of token_ids.npy, mapped
+    index.close()
