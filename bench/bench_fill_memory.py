@@ -2,7 +2,7 @@
 
     python -m bench.bench_fill_memory --index data-local/bench/idx_3m --probes data-local/bench/cloze_3m.jsonl \
         [--fills 200] [--mode hybrid] [--no-reader] [--engine auto] [--pad both|reader|queries|none]
-        [--ov-cache-capacity N] [--malloc bounded|default] [--json OUT]
+        [--ov-cache-capacity N] [--no-trim] [--json OUT]
 
 Opens the index, the encoder and the reader as the server does (fill.loading), warms every shard (the mapped
 pages are file-backed, not anonymous), then fills the probes' queries one at a time and prints RssAnon
@@ -12,9 +12,9 @@ objects are not the cause (tracemalloc finds < 1 MB kept over 150 fills).
 
 The levers of docs/BENCHMARKS.md's table, in this one script: `--pad` which serving passes round their length up
 (encoder.model.padded_width; `none` is the behaviour before 2026-11-27), `--ov-cache-capacity` OpenVINO's
-CPU_RUNTIME_CACHE_CAPACITY (its kernels kept per input shape), and glibc's allocator: `--malloc bounded` (the
-default) as `python -m service` sets it (common.process.bounded_malloc), `default` glibc's own; the environment
-(e.g. MALLOC_MMAP_THRESHOLD_=131072) wins over both."""
+CPU_RUNTIME_CACHE_CAPACITY (its kernels kept per input shape), and glibc's allocator: its free memory is handed
+back before each reading (common.process.trim_malloc, as the server does once idle; `--no-trim`: not), and its
+settings through the environment (e.g. MALLOC_ARENA_MAX=2)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,11 @@ from pathlib import Path
 MARKS = (1, 10, 50, 100, 200, 400, 800, 1600)
 
 
-def anonymous_mb() -> float:
+def anonymous_mb(trim: bool = False) -> float:
+    if trim:
+        from common.process import trim_malloc
+
+        trim_malloc()
     for line in Path("/proc/self/status").read_text().splitlines():
         if line.startswith("RssAnon:"):
             return int(line.split()[1]) / 1024
@@ -75,13 +79,9 @@ def main() -> None:
     ap.add_argument(
         "--ov-cache-capacity", type=int, help="OpenVINO's CPU_RUNTIME_CACHE_CAPACITY for the compiled models"
     )
-    ap.add_argument("--malloc", choices=("bounded", "default"), default="bounded", help="glibc's allocator settings")
+    ap.add_argument("--no-trim", action="store_true", help="keep the allocator's free memory (no malloc_trim)")
     ap.add_argument("--json", type=Path)
     args = ap.parse_args()
-    if args.malloc == "bounded":
-        from common.process import bounded_malloc
-
-        bounded_malloc()
     set_levers(args.pad, args.ov_cache_capacity)
 
     from fill.config import EngineConfig
@@ -97,7 +97,8 @@ def main() -> None:
     queries = [json.loads(line)["query"] for line in args.probes.read_text(encoding="utf-8").splitlines() if line]
     if not queries:
         sys.exit(f"{args.probes} holds no probes")
-    rows = [{"fills": 0, "anon_mb": round(anonymous_mb(), 1), "seconds": 0.0}]
+    trim = not args.no_trim
+    rows = [{"fills": 0, "anon_mb": round(anonymous_mb(trim), 1), "seconds": 0.0}]
     t0 = time.perf_counter()
     for n in range(1, args.fills + 1):
         engine.fill(
@@ -105,7 +106,7 @@ def main() -> None:
         )
         if n in MARKS or n == args.fills:
             rows.append(
-                {"fills": n, "anon_mb": round(anonymous_mb(), 1), "seconds": round(time.perf_counter() - t0, 2)}
+                {"fills": n, "anon_mb": round(anonymous_mb(trim), 1), "seconds": round(time.perf_counter() - t0, 2)}
             )
     for row in rows:
         print(f"after {row['fills']:5d} fills: anonymous {row['anon_mb']:8.1f} MB ({row['seconds']:.1f} s)")
@@ -113,8 +114,7 @@ def main() -> None:
     if args.json:
         args.json.write_text(
             json.dumps(
-                {"mode": args.mode, "reader": not args.no_reader, "pad": args.pad, "malloc": args.malloc, "rows": rows},
-                indent=2,
+                {"mode": args.mode, "reader": not args.no_reader, "pad": args.pad, "trim": trim, "rows": rows}, indent=2
             )
             + "\n"
         )

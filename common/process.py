@@ -3,7 +3,12 @@ the fill engine and every tool that runs it call these before their first fill."
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
+import functools
 import os
+import threading
+from collections.abc import Callable
 
 
 def single_thread_blas() -> None:
@@ -45,32 +50,53 @@ def raise_open_files_limit() -> tuple[int, int]:
     return soft, soft
 
 
-M_TRIM_THRESHOLD, M_MMAP_THRESHOLD, M_ARENA_MAX = -1, -3, -8  # glibc's mallopt parameters (malloc.h)
-
-
-def bounded_malloc(arenas: int = 2, mmap_threshold: int = 128 * 1024) -> bool:
-    """Keep glibc's allocator from holding freed memory (returns whether it applied: glibc only). By default
-    every thread that allocates gets an arena of its own (up to 8 a core: the shard pool, the batcher, the
-    workers, FAISS's and torch's threads), and the mmap threshold rises to the largest block freed (up to 32
-    MiB), after which a fill's large temporary arrays come from those arenas and stay resident when freed: the
-    server's anonymous memory grew with the shards a fill searches. Here: `arenas` arenas, blocks over
-    `mmap_threshold` mapped (and unmapped when freed), free memory above it at the top of the heap returned.
-    MALLOC_ARENA_MAX / MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ in the environment win."""
-    import ctypes
-    import ctypes.util
-
-    name = ctypes.util.find_library("c")
-    try:
-        libc = ctypes.CDLL(name or "libc.so.6")
-        mallopt = libc.mallopt
-    except (OSError, AttributeError):
+def trim_malloc() -> bool:
+    """Hand the memory glibc's allocator holds free back to the system (`malloc_trim(0)`: the free pages of every
+    arena, not only the heap's top); whether it could (glibc only). A fill's large temporary arrays are freed into
+    the allocator's arenas (one per thread that allocates, its mmap threshold risen to the largest block freed), where
+    they stayed resident: the server's anonymous memory grew with the shards a fill searches."""
+    trim = _malloc_trim()
+    if trim is None:
         return False
-    settings = (
-        ("MALLOC_ARENA_MAX", M_ARENA_MAX, arenas),
-        ("MALLOC_MMAP_THRESHOLD_", M_MMAP_THRESHOLD, mmap_threshold),
-        ("MALLOC_TRIM_THRESHOLD_", M_TRIM_THRESHOLD, 2 * mmap_threshold),
-    )
-    for env, param, value in settings:
-        if env not in os.environ:
-            mallopt(ctypes.c_int(param), ctypes.c_int(value))
+    trim(0)
     return True
+
+
+@functools.cache
+def _malloc_trim() -> Callable[[int], int] | None:
+    try:
+        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+
+
+class IdleTrim:
+    """`trim_malloc` once the process has been idle for `delay` seconds: `busy()` when a request starts, `idle()`
+    when the last one ends (a timer thread; a new request cancels it), so a server under load never pays for it."""
+
+    def __init__(self, delay: float = 0.5) -> None:
+        self.delay = delay
+        self.trims = 0
+        self._lock = threading.Lock()
+        self._timer: threading.Timer | None = None
+
+    def busy(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+
+    def idle(self) -> None:
+        with self._lock:
+            if self._timer is None:
+                self._timer = threading.Timer(self.delay, self._trim)
+                self._timer.daemon = True
+                self._timer.start()
+
+    def _trim(self) -> None:
+        with self._lock:
+            if self._timer is None or threading.current_thread() is not self._timer:
+                return  # cancelled meanwhile
+            self._timer = None
+        if trim_malloc():
+            self.trims += 1

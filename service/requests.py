@@ -14,6 +14,7 @@ from contextlib import AbstractContextManager
 from typing import Callable, Protocol, TypeVar
 
 from common.errors import AppError
+from common.process import IdleTrim
 from fill.budget import Budget, Deadline
 from fill.engine import FillEngine
 from fill.schemas import FillRequest, FillResult, ScoreRequest, ScoreResult
@@ -45,8 +46,12 @@ class RequestPath:
         # a request's driver thread waits for its batch and its worker: one per request in flight
         self.drivers = ThreadPoolExecutor(settings.max_concurrency, thread_name_prefix="request")
         self.workers = Workers(settings)
+        self.trim = IdleTrim()  # the allocator's free memory handed back once no request is in flight
+        self._in_flight = 0
+        self._count_lock = threading.Lock()
 
     def close(self) -> None:
+        self.trim.busy()  # no trim after the close
         self.drivers.shutdown(wait=False)
         self.workers.close()
 
@@ -70,6 +75,7 @@ class RequestPath:
         t0 = time.perf_counter()
         deadline = Deadline(settings.request_timeout, t0)
         metrics.in_flight.inc()
+        self._started()
         try:
             with state.using() as serving:
                 lanes = ServerLanes(serving, self.workers, settings.heavy_weight, metrics)
@@ -83,5 +89,17 @@ class RequestPath:
         finally:
             self.slots.release()
             metrics.in_flight.dec()
+            self._ended()
         metrics.filled(result, time.perf_counter() - t0)
         return result
+
+    def _started(self) -> None:
+        with self._count_lock:
+            self._in_flight += 1
+            self.trim.busy()
+
+    def _ended(self) -> None:
+        with self._count_lock:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self.trim.idle()

@@ -81,32 +81,32 @@ def test_raise_open_files_limit_lifts_the_soft_limit_to_the_hard_one():
     assert (before, after, now) == (low, want, want)
 
 
-def test_bounded_malloc_sets_glibcs_allocator_unless_the_environment_does(monkeypatch):
-    """Two arenas, a fixed mmap threshold (no dynamic rise) and a trim threshold, each unless its MALLOC_* variable
-    is set (glibc reads those itself at start)."""
-    import ctypes
+def test_trim_malloc_hands_back_free_memory_on_glibc():
+    from common.process import trim_malloc
+
+    assert trim_malloc() is True  # this machine's C library is glibc
+
+
+def test_idle_trim_trims_once_idle_and_never_while_busy(monkeypatch):
+    """`idle()` starts a timer that trims; `busy()` before it fires cancels it (a server under load never trims)."""
+    import threading
 
     from common import process
 
-    calls: list[tuple[int, int]] = []
-
-    class FakeLibc:
-        def mallopt(self, param, value):
-            calls.append((param.value, value.value))
-            return 1
-
-    monkeypatch.setattr(ctypes, "CDLL", lambda name: FakeLibc())
-    for name in ("MALLOC_ARENA_MAX", "MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_"):
-        monkeypatch.delenv(name, raising=False)
-    assert process.bounded_malloc()
-    assert calls == [(process.M_ARENA_MAX, 2), (process.M_MMAP_THRESHOLD, 131072), (process.M_TRIM_THRESHOLD, 262144)]
-    calls.clear()
-    monkeypatch.setenv("MALLOC_ARENA_MAX", "8")
-    assert process.bounded_malloc(mmap_threshold=65536)
-    assert calls == [(process.M_MMAP_THRESHOLD, 65536), (process.M_TRIM_THRESHOLD, 131072)]
-
-
-def test_bounded_malloc_on_this_machines_libc_applies():
-    """A subprocess (mallopt is process-wide): the real call succeeds where glibc is the C library."""
-    code = "from common.process import bounded_malloc; print(bounded_malloc())"
-    assert _run(code).splitlines()[-1] == "True"
+    trimmed = threading.Event()
+    monkeypatch.setattr(process, "trim_malloc", lambda: trimmed.set() or True)
+    waiting = process.IdleTrim(delay=3600)
+    waiting.idle()
+    timer = waiting._timer
+    assert timer is not None
+    waiting.idle()  # one timer at a time
+    assert waiting._timer is timer
+    waiting.busy()
+    timer.join(30)
+    assert not timer.is_alive() and not trimmed.is_set() and waiting.trims == 0
+    quick = process.IdleTrim(delay=0.01)
+    quick.idle()
+    fired = quick._timer
+    assert fired is not None
+    fired.join(60)
+    assert trimmed.is_set() and quick.trims == 1 and quick._timer is None

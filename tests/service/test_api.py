@@ -785,3 +785,20 @@ def test_fuzz_covers_both_outcomes(client):
     for body in FUZZ:
         statuses.add(client.post("/fill", content=json.dumps(body).encode(), headers=JSON_HEADERS).status_code)
     assert statuses == {200, 422}
+
+
+def test_the_allocator_is_trimmed_once_no_request_is_in_flight(client, state, monkeypatch):
+    """service.requests counts the requests in flight and starts common.process.IdleTrim's timer when the last ends
+    (the memory a fill's temporaries leave in the allocator handed back), never while one is in flight."""
+    trim = state.requests.trim
+    calls = []
+    monkeypatch.setattr(trim, "idle", lambda: calls.append("idle"))
+    monkeypatch.setattr(trim, "busy", lambda: calls.append("busy"))
+    r = client.post("/fill", json={"text": "The capital of France is <mask> ."})
+    assert r.status_code == 200, r.text
+    assert calls == ["busy", "idle"]
+    state.requests._started()  # one in flight: a second ending is not the last
+    client.post("/fill", json={"text": "<mask> is a city ."})
+    assert calls[2:] == ["busy", "busy"]
+    state.requests._ended()
+    assert calls[-1] == "idle"
