@@ -221,8 +221,8 @@ class PhraseIndex:
 
     def search_scored(self, queries: np.ndarray, k: int, groups: list[int] | None = None) -> list[ScoredHits]:
         """Top-k tokens by inner product over the opened shards, per query (ScoredHits),
-        ties at the k-th score broken by (shard, position) (`top_hits`), so the top k of several groups' top k
-        are the top k of their shards searched together.
+        ties at the k-th score broken by (shard, position) (`top_hits`), so several shard groups' top k merge into
+        one top k (each group re-scores its own best refine * k: at least what one process would re-score).
 
         Exact shards answer with exact scores; the best refine * k of the ANN shards' hits (`_rescore_best`)
         are re-scored from the stored vectors, per group of consecutive queries (`groups`: their sizes, e.g. each

@@ -236,3 +236,46 @@ class PageText(HTMLParser):
             self.title += data
         elif not (self.stack and self.stack[-1][1]):
             self.buf.append(data)
+
+
+ROFF_BREAKS = {"PP", "LP", "P", "TP", "IP", "HP", "sp", "br", "RS", "RE", "TQ", "nf", "fi", "EX", "EE"}
+ROFF_FONTS = {"B", "I", "BR", "RB", "IR", "RI", "BI", "IB", "SM", "SB"}
+
+
+def roff_paras(text: str) -> list[Para]:
+    """The visible text of a man page's roff source: `.SH` / `.SS` headings, paragraphs broken at the paragraph
+    macros, font macros' words kept, other requests and comments dropped, escapes read (\\fB, \\-, \\(em, ...)."""
+    paras: list[Para] = []
+    lines: list[str] = []
+
+    def flush() -> None:
+        if body := collapse(" ".join(lines)):
+            paras.append((False, body))
+        lines.clear()
+
+    for raw in text.splitlines():
+        line = _roff_escapes(raw)
+        if raw.startswith(('.\\"', "'\\\"", '.\\"')):
+            continue
+        if raw.startswith((".", "'")):
+            macro, _, rest = line[1:].strip().partition(" ")
+            if macro in ("SH", "SS"):
+                flush()
+                paras.append((True, collapse(rest.replace('"', ""))))
+            elif macro in ROFF_BREAKS:
+                flush()
+            elif macro in ROFF_FONTS:
+                lines.append(rest.replace('"', ""))
+            continue
+        lines.append(line)
+    flush()
+    return paras
+
+
+def _roff_escapes(line: str) -> str:
+    line = re.sub(r"\\f(\[[^\]]*\]|\(..|.)", "", line)  # font changes
+    line = re.sub(r"\\\((em|en)", " - ", line)
+    line = re.sub(r"\\\((lq|rq|dq)", '"', line)
+    line = re.sub(r"\\\(..|\\\[[^\]]*\]|\\[*n]\(..|\\[*n].|\\s[-+]?\d", "", line)  # other named chars, strings, sizes
+    line = line.replace("\\-", "-").replace("\\e", "\\").replace("\\&", "").replace("\\ ", " ")
+    return line.replace("\\/", "").replace("\\,", "")

