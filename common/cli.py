@@ -154,3 +154,17 @@ def model_command(
     command.__name__ = name or model.__name__.lower()
     setattr(command, "command_config", config)  # what the flags came from, for the generated reference
     app.command(name)(command)
+
+
+def parse_bytes(text: str) -> int:
+    """'2G', '500M', '64k' or a plain number of bytes (binary units); ValueError otherwise."""
+    units = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
+    t = text.strip().lower().removesuffix("b").removesuffix("i")
+    unit = t[-1] if t and t[-1] in units else ""
+    try:
+        value = float(t[: len(t) - len(unit)]) * units[unit]
+    except ValueError:
+        raise ValueError(f"{text!r} is not a size such as 2G, 500M or 1000000") from None
+    if value <= 0:
+        raise ValueError(f"{text!r} must be positive")
+    return int(value)

@@ -91,20 +91,6 @@ def index_codes_problem(index: faiss.Index, name: str) -> str | None:
     return f"{name} is neither Flat nor IVF-Flat, IVF-SQ or IVF-PQ with 8-bit codes (e.g. OPQ48,IVF4096,PQ48)"
 
 
-def parse_bytes(text: str) -> int:
-    """'2G', '500M', '64k' or a plain number of bytes (binary units); ValueError otherwise."""
-    units = {"": 1, "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
-    t = text.strip().lower().removesuffix("b").removesuffix("i")
-    unit = t[-1] if t and t[-1] in units else ""
-    try:
-        value = float(t[: len(t) - len(unit)]) * units[unit]
-    except ValueError:
-        raise ValueError(f"{text!r} is not a size such as 2G, 500M or 1000000") from None
-    if value <= 0:
-        raise ValueError(f"{text!r} must be positive")
-    return int(value)
-
-
 def nlist_for(n: int) -> int:
     """IVF lists for n vectors: the power of two nearest above 4*sqrt(n) (the low end of the usual
     4..16*sqrt(n): each added vector is compared with every list centroid), >= 39 points each."""
@@ -188,20 +174,18 @@ def codes_m(dim: int) -> int:
 
 
 def scaled_nprobe(nlist: int, tokens: int) -> int:
-    """nprobe for IVF shards of `nlist` lists holding `tokens` tokens together (shards of one template share a
-    quantizer, so a query scans the same lists of each): the lists that hold about SCAN_TOKENS tokens, never
-    more than 1/16 of the lists (a single shard's recall) nor fewer than 16: a query's scan stops growing with the
-    index."""
-    per_list = max(1.0, tokens / max(1, nlist))
-    wanted = max(16, math.ceil(SCAN_TOKENS / per_list))
-    return int(min(nlist, max(16, nlist // 16), wanted))
+    """nprobe for IVF shards of `nlist` lists holding `tokens` tokens together (a build's shards share one quantizer,
+    a query scans the same lists of each): the lists holding ~SCAN_TOKENS tokens, in [16, nlist / 16], so a query's
+    scan stops growing with the index (docs/OPERATIONS.md "Large corpora")."""
+    wanted = math.ceil(SCAN_TOKENS / max(1.0, tokens / max(1, nlist)))
+    return int(min(nlist, max(16, nlist // 16), max(16, wanted)))
 
 
 def set_search_params(
     index: faiss.Index, nprobe: int | None = None, ef_search: int | None = None, tokens: int | None = None
 ) -> None:
-    """Apply search-time parameters where the index type has them (others are ignored). Without `nprobe`, an IVF
-    index probes `scaled_nprobe` of `tokens` (the tokens of every shard sharing its lists; default its own)."""
+    """Search-time parameters where the index type has them (others ignored); without `nprobe`, an IVF index
+    probes `scaled_nprobe` of `tokens` (those of every shard sharing its lists; default its own)."""
     ivf = _ivf(index)
     if ivf is not None:
         ivf.nprobe = int(min(ivf.nlist, nprobe or scaled_nprobe(ivf.nlist, ivf.ntotal if tokens is None else tokens)))

@@ -9,10 +9,10 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from common.cli import parse_bytes
 from common.errors import AppError, IndexDamaged
 from common.files import write_json_atomic
 from encoder.runtime_options import RuntimeOptions
-from indexer.ann import parse_bytes
 
 FORMAT_VERSION = 3  # 3: compact char offsets (indexer.offsets)
 UPDATED_FORMAT_VERSION = 4  # 4: an index changed after its build (delta shards, tombstones: indexer.update)

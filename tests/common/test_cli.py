@@ -10,7 +10,7 @@ import typer
 from pydantic import BaseModel, Field
 from typer.testing import CliRunner
 
-from common.cli import model_command
+from common.cli import model_command, parse_bytes
 
 
 class JobConfig(BaseModel):
@@ -109,3 +109,13 @@ def test_bad_values_name_the_flag_and_variable_and_exit_2(app_and_runs):
     assert len(runs) == before  # the job never ran
     r = CliRunner().invoke(app, ["--out", "o"])
     assert r.exit_code == 2 and "--corpus" in r.output
+
+
+def test_parse_bytes():
+    assert parse_bytes("2G") == 2 * 2**30
+    assert parse_bytes("500MB") == 500 * 2**20
+    assert parse_bytes("1.5k") == 1536
+    assert parse_bytes("1000") == 1000
+    for bad in ("", "lots", "-1G", "0"):
+        with pytest.raises(ValueError, match="size|positive"):
+            parse_bytes(bad)

@@ -19,7 +19,6 @@ from indexer.ann import (
     fastscan_m,
     gpu_count,
     nlist_for,
-    parse_bytes,
     pq_bytes_for,
     resolve_factory,
     scaled_nprobe,
@@ -91,16 +90,6 @@ def test_check_index_type():
         check_index_type("bogus", 384)
     with pytest.raises(AppError, match="dimension 384"):
         check_index_type("PQ7", 384)  # 7 does not divide 384
-
-
-def test_parse_bytes():
-    assert parse_bytes("2G") == 2 * 2**30
-    assert parse_bytes("500MB") == 500 * 2**20
-    assert parse_bytes("1.5k") == 1536
-    assert parse_bytes("1000") == 1000
-    for bad in ("", "lots", "-1G", "0"):
-        with pytest.raises(ValueError, match="size|positive"):
-            parse_bytes(bad)
 
 
 def test_faiss_cpu_has_no_gpu_and_builds_on_cpu(caplog):
