@@ -35,6 +35,7 @@ import numpy as np
 from bench.shared import Server, disk_bytes, make_probes, memory
 
 SUFFIX = {"k": 10**3, "m": 10**6, "b": 10**9}
+IDLE_S = 2.0  # after the fills, before the memory is read: longer than IdleTrim's 0.5 s
 
 
 def parse_size(text: str) -> int:
@@ -168,6 +169,7 @@ def serve_and_measure(index: Path, probes: list[str], fills: int, port: int) -> 
                     raise SystemExit(f"/fill answered {r.status_code}: {r.text[:300]}")
                 if i >= 10:
                     took.append((time.perf_counter() - t) * 1000)
+        time.sleep(IDLE_S)  # the server hands its allocator's free memory back once idle (common.process.IdleTrim)
         after = memory(server.proc.pid)
     finally:
         server.stop()
