@@ -1,5 +1,6 @@
 """Process-wide settings that only a process's entry point applies (a `main()`, never a library module):
-the fill engine and every tool that runs it call these before their first fill."""
+the fill engine and every tool that runs it call these before their first fill. And `IdleTrim`, the allocator's
+free memory handed back when a server (service.requests) is idle."""
 
 from __future__ import annotations
 
@@ -72,7 +73,7 @@ def _malloc_trim() -> Callable[[int], int] | None:
 
 class IdleTrim:
     """`trim_malloc` once the process has been idle for `delay` seconds: `busy()` when a request starts, `idle()`
-    when the last one ends (a timer thread; a new request cancels it), so a server under load never pays for it."""
+    when the last one ends (a timer thread; a new request cancels it), so a server under steady load seldom trims."""
 
     def __init__(self, delay: float = 0.5) -> None:
         self.delay = delay

@@ -25,8 +25,8 @@ from indexer.offsets import CharOffsets
 
 class DocColumn:
     """One string column of docs.arrow: its row offsets and its characters (memory-mapped), each read checked
-    when the shard has checksums. A
-    column of several chunks (not what indexer.shard_writer writes) is combined into memory, checked once."""
+    when the shard has checksums. A column of several chunks (not what indexer.shard_writer writes) is combined
+    into memory, checked once."""
 
     def __init__(self, column: pa.ChunkedArray, check: FileCheck | None, base: int, path: Path) -> None:
         self.path = path
@@ -91,7 +91,7 @@ class DocText:
             if self._ready:
                 return
             rows = np.asarray(self._blocks[:, 0], dtype=np.int64)
-            self.block_chars = self._offsets.block_chars  # first char of each block (int64, in memory)
+            self.block_chars = self._offsets.block_chars  # first char of each block (int32 where it fits, in memory)
             # one past the last char of each block: the largest token end (empty blocks: their first char)
             ends = np.asarray(self._offsets.starts, np.int64) + np.asarray(self._offsets.lengths, np.int64)
             firsts, lasts = np.asarray(self._blocks[:, 1], np.int64), np.asarray(self._blocks[:, 2], np.int64)
