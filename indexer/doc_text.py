@@ -18,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from common.arrays import narrow
 from indexer.checksums import FileCheck
 from indexer.integrity import damaged
 from indexer.offsets import CharOffsets
@@ -119,7 +120,7 @@ class DocText:
                 byte_ends = byte_of(rows, char_ends)
             sizes = byte_ends - self.block_bytes
             self.block_ascii = sizes == (char_ends - self.block_chars)
-            self.block_sizes = sizes.astype(np.int32) if sizes.size and sizes.max() < 2**31 else sizes  # bytes
+            self.block_sizes = narrow(sizes)  # bytes
             self._ready = True
 
     def ascii_bytes(self, blocks: np.ndarray, chars: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
