@@ -1,6 +1,6 @@
 """The index as the corpus grows: disk, time to ready, memory and /fill latency at several sizes, in one run.
 
-    python -m bench.bench_scale --corpus data-local/trex_dev/corpus.jsonl --out data-local/scale \
+    python -m bench.bench_scale --corpus data-local/trex_dev/corpus.jsonl --out data-local/scale [--build-only] \
         --sizes 3m,10m,30m,100m [--probes 100] [--fills 200] [--noise 0.25] [--shard-tokens N] [--index-type auto]
         [--vector-dtype int8]
 
@@ -65,6 +65,11 @@ def parse_args() -> argparse.Namespace:
     ap.add_argument("--index-type", default="auto", help="as indexer build's")
     ap.add_argument("--vector-dtype", default="int8", help="as indexer build's")
     ap.add_argument("--indexes", help="NAME=DIR,...: measure these built indexes instead of building --sizes")
+    ap.add_argument(
+        "--build-only",
+        action="store_true",
+        help="build the --sizes' indexes, measure none (e.g. in the background, measured later on a quiet machine)",
+    )
     args = ap.parse_args()
     if args.fills < 1 or args.probes < 1:
         ap.error("--fills and --probes must be at least 1")
@@ -190,6 +195,9 @@ def measure_size(args, size: int, base_tokens: int, resampler_of, probes: list[s
     corpus = grow_corpus(args.corpus, size, base_tokens, args.out / f"corpus_{name}.jsonl")
     index = args.out / f"idx_{name}"
     seconds = build(corpus, index, resampler_of(), args) if not (index / "manifest.json").is_file() else 0.0
+    if args.build_only:
+        print(f"built {index} in {seconds:.0f} s", flush=True)
+        return {}
     return measure_index(args, name, index, probes, seconds)
 
 
@@ -250,12 +258,15 @@ def main() -> None:
     rows = []
     for name, measure in jobs:
         row = done.get(name) or measure()
+        if not row:  # --build-only
+            continue
         if name not in done:
             with results.open("a") as f:
                 f.write(json.dumps(row) + "\n")
         rows.append(row)
         print(json.dumps(row), flush=True)
-    print_rows(rows)
+    if rows:
+        print_rows(rows)
 
 
 def base_token_count(corpus: Path) -> int:

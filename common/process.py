@@ -9,7 +9,6 @@ import ctypes.util
 import functools
 import os
 import threading
-from collections.abc import Callable
 
 
 def single_thread_blas() -> None:
@@ -56,19 +55,36 @@ def trim_malloc() -> bool:
     arena, not only the heap's top); whether it could (glibc only). A fill's large temporary arrays are freed into
     the allocator's arenas (one per thread that allocates, its mmap threshold risen to the largest block freed), where
     they stayed resident: the server's anonymous memory grew with the shards a fill searches."""
-    trim = _malloc_trim()
-    if trim is None:
+    libc = _libc()
+    if libc is None:
         return False
-    trim(0)
+    libc.malloc_trim(0)
     return True
 
 
+M_ARENA_MAX = -8  # mallopt's parameter (glibc's malloc.h)
+
+
+def limit_arenas(n: int) -> bool:
+    """At most `n` glibc malloc arenas from now on (`mallopt(M_ARENA_MAX, n)`, what MALLOC_ARENA_MAX=n does at start;
+    0 keeps glibc's 8 per core); whether it was set (glibc only; MALLOC_ARENA_MAX in the environment wins). Each
+    thread that allocates takes an arena of its own up to the limit and keeps what it frees there: a server's thread
+    pools (requests, lanes, shard searches) held ~50-70 MiB that way (docs/BENCHMARKS.md "Server memory"). Call it
+    before the process starts its threads: arenas already made stay."""
+    libc = _libc()
+    if n <= 0 or libc is None or "MALLOC_ARENA_MAX" in os.environ:
+        return False
+    return bool(libc.mallopt(M_ARENA_MAX, n))
+
+
 @functools.cache
-def _malloc_trim() -> Callable[[int], int] | None:
+def _libc() -> ctypes.CDLL | None:
     try:
-        return ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        libc.malloc_trim, libc.mallopt  # noqa: B018  # glibc's, or None
     except (OSError, AttributeError):
         return None
+    return libc
 
 
 class IdleTrim:

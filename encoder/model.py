@@ -19,8 +19,8 @@ import torch
 
 from common.errors import AppError
 from common.masks import split_on_masks
-from encoder.device import autocast, choose_device, choose_dtype, describe_device, lower_linear_weights
-from encoder.model_files import default_model_dir, load_tokenizer, load_transformer, model_fingerprint
+from encoder.device import autocast, choose_device, choose_dtype, describe_device, lower_weights
+from encoder.model_files import default_model_dir, load_tokenizer, load_transformer, map_file_tables, model_fingerprint
 from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass, resolve_engine
 from encoder.synonyms import WordNeighbours
 from encoder.template import Template, derive_template
@@ -209,14 +209,16 @@ class Encoder:
 
     def for_inference(self) -> "Encoder":
         """This encoder ready to serve, never to be trained: with an ONNX engine, its session (exported once,
-        encoder.onnx_engine); with torch, its Linear weights in the autocast dtype (lower_linear_weights: the
-        same vectors, less memory traffic per pass), cast on its inference thread."""
+        encoder.onnx_engine); with torch, its Linear weights in the autocast dtype and its fp16 embedding tables
+        mapped from the file (lower_weights, map_file_tables: the same vectors, less memory), cast on its
+        inference thread."""
         if self.engine != "torch":
             self._onnx = engine_pass(
                 self.model_dir, self.fingerprint, "encoder", self.engine, self.dtype, self._export_spec
             )
         else:
-            self.on_thread(lower_linear_weights, self.model, self.dtype)
+            self.on_thread(lower_weights, self.model, self.dtype)
+            map_file_tables(self.model, self.model_dir)
         return self
 
     def _export_spec(self) -> tuple[torch.nn.Module, dict[str, torch.Tensor], list[str]]:

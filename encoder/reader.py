@@ -41,7 +41,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from common.errors import AppError
 from common.files import write_json_atomic
-from encoder.device import autocast, choose_device, choose_dtype, lower_linear_weights
+from encoder.device import autocast, choose_device, choose_dtype, lower_weights
 from encoder.model import pad_sequences, padded_width
 from encoder.model_files import load_tokenizer, load_transformer, model_fingerprint
 from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass, resolve_engine
@@ -291,7 +291,7 @@ class Reader:
             )
         else:
             self.model = load_model(self.dir, lean=True, tokenizer=self.tokenizer)[0].to(self.device).eval()
-            lower_linear_weights(self.model, self.dtype)  # for inference only: the same logits, less memory traffic
+            lower_weights(self.model, self.dtype)  # for inference only: the same logits, less memory traffic
 
     @property
     def onnx_path(self) -> Path | None:

@@ -50,6 +50,13 @@ class Settings(EngineConfig, BaseSettings):
         description="after a batch's first request, wait this long "
         "for more (0: batch whatever waits when the previous batch is done)",
     )
+    malloc_arenas: int = Field(
+        2,
+        ge=0,
+        le=1024,
+        description="glibc malloc arenas the server's threads share (common.process.limit_arenas; 0: glibc's default, "
+        "8 per core; MALLOC_ARENA_MAX in the environment wins): fewer keep less freed memory resident",
+    )
     fill_workers: int = Field(
         2, ge=1, le=256, description="threads finishing fills after their batch (BM25, candidate spans, ranking)"
     )

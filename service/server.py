@@ -21,7 +21,7 @@ import uvicorn
 
 from common.cli import model_command
 from common.errors import AppError
-from common.process import raise_open_files_limit, single_thread_blas
+from common.process import limit_arenas, raise_open_files_limit, single_thread_blas
 from indexer.manifest import Manifest
 from service.api import create_app
 from service.config import ENV_PREFIX, Settings
@@ -35,6 +35,7 @@ logger = logging.getLogger("service")
 
 def serve(settings: Settings) -> None:
     configure_logging(settings.log_level, settings.log_format)
+    limit_arenas(settings.malloc_arenas)  # before the engine's threads start
     single_thread_blas()
     before, after = raise_open_files_limit()
     if after != before:

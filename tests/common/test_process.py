@@ -87,6 +87,32 @@ def test_trim_malloc_hands_back_free_memory_on_glibc():
     assert trim_malloc() is True  # this machine's C library is glibc
 
 
+ARENAS = (  # threads that each allocate while the others hold theirs, then glibc's count of arenas (malloc_stats)
+    "import ctypes, os, sys, threading; from common.process import limit_arenas; "
+    "print(limit_arenas(int(sys.argv[1]))); libc = ctypes.CDLL('libc.so.6'); libc.malloc.restype = ctypes.c_void_p; "
+    "held, go = [], threading.Barrier(7); "
+    "threads = [threading.Thread(target=lambda: (held.append(libc.malloc(4000)), go.wait())) for _ in range(6)]; "
+    "[t.start() for t in threads]; go.wait(); [t.join() for t in threads]; "
+    "sys.stdout.flush(); os.dup2(1, 2); libc.malloc_stats()"
+)
+
+
+@pytest.mark.parametrize("limit", [0, 2])
+def test_limit_arenas_caps_the_arenas_threads_take(limit):
+    out = subprocess.run(
+        [sys.executable, "-c", ARENAS, str(limit)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={k: v for k, v in os.environ.items() if k != "MALLOC_ARENA_MAX"},
+    )
+    assert out.returncode == 0, out.stderr
+    arenas = sum(line.startswith("Arena ") for line in out.stdout.splitlines())
+    assert out.stdout.splitlines()[0] == str(limit > 0)  # 0: glibc's default kept
+    assert arenas == 2 if limit else arenas >= 4  # six threads allocating at once: one arena each by default
+
+
 def test_idle_trim_trims_once_idle_and_never_while_busy(monkeypatch):
     """`idle()` starts a timer that trims; `busy()` before it fires cancels it (a server under load never trims)."""
     import threading

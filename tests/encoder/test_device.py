@@ -8,6 +8,7 @@ for real; only the hardware underneath is the CPU.
 from __future__ import annotations
 
 import logging
+import shutil
 
 import numpy as np
 import pytest
@@ -109,3 +110,31 @@ def test_lowered_linear_weights_encode_the_same_vectors_bit_for_bit(tiny_bert_di
 def test_fp32_weights_are_left_alone(tiny_bert_dir):
     encoder = Encoder(tiny_bert_dir, device="cpu", dtype="fp32").for_inference()
     assert all(p.dtype == torch.float32 for p in encoder.model.parameters())
+
+
+@pytest.mark.parametrize("dtype", ["fp32", "bf16"])
+def test_embedding_tables_a_fp16_file_holds_stay_fp16_and_encode_the_same_vectors(tiny_bert_dir, tmp_path, dtype):
+    """An embedding table whose values fp16 holds exactly (a model file stored in fp16) is kept in fp16 for inference,
+    mapped from the file (encoder.model_files.map_file_tables), its rows widened when looked up: the vectors are
+    those of the fp32 table, bit for bit; a table fp16 cannot hold (the fp32 file of tiny_bert_dir) stays fp32."""
+    from safetensors.torch import load_file, save_file
+
+    half_dir = tmp_path / "half"
+    shutil.copytree(tiny_bert_dir, half_dir)
+    weights = half_dir / "model.safetensors"
+    save_file({k: v.half().contiguous() for k, v in load_file(str(weights)).items()}, str(weights))
+    encoder = Encoder(half_dir, device="cpu", dtype=dtype, lean=True)  # as a server loads it
+    texts = ["The river <mask> flows through the old town .", "<mask> was born in <mask> ."]
+    blocks = [BlockInput(np.asarray(encoder.tokenizer(t, add_special_tokens=False)["input_ids"])) for t in texts]
+    before_q, before_b = encoder.encode_queries(texts), encoder.encode_blocks(blocks)
+    tables = [m for m in encoder.for_inference().model.modules() if isinstance(m, torch.nn.Embedding)]
+    assert tables and all(m.weight.dtype == torch.float16 for m in tables)
+    spans = [line.split()[0].split("-") for line in open("/proc/self/maps") if line.rstrip().endswith(str(weights))]
+    spans = [(int(a, 16), int(b, 16)) for a, b in spans]
+    assert all(any(a <= m.weight.data_ptr() < b for a, b in spans) for m in tables)  # the file's pages, not a copy
+    for a, b in zip(before_q, encoder.encode_queries(texts)):
+        assert np.array_equal(a.q_start, b.q_start) and np.array_equal(a.q_end, b.q_end)
+    for a, b in zip(before_b, encoder.encode_blocks(blocks)):
+        assert np.array_equal(a, b)
+    full = Encoder(tiny_bert_dir, device="cpu", dtype=dtype).for_inference()
+    assert all(m.weight.dtype == torch.float32 for m in full.model.modules() if isinstance(m, torch.nn.Embedding))

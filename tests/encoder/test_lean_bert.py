@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 
-from encoder.device import lower_linear_weights
+from encoder.device import lower_weights
 from encoder.lean_bert import LeanBert, lean_bert
 from encoder.model import Encoder
 from encoder.model_files import load_transformer
@@ -39,7 +39,7 @@ def test_hidden_states_equal_transformers_bit_for_bit(tiny_bert_dir, autocast, l
     assert isinstance(lean, LeanBert)
     if lowered:
         for m in (hf, lean):
-            lower_linear_weights(m, torch.bfloat16)
+            lower_weights(m, torch.bfloat16)
     ids, attention, types = _batch()
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast or lowered):
         for rows in (slice(0, 1), slice(0, 3)):  # one unpadded row (no mask), a padded batch

@@ -181,7 +181,7 @@ def test_missing_or_invalid_card_is_a_clear_error(tmp_path):
 
 
 def test_a_lowered_reader_reads_as_autocast_does(reader_dir, tiny_bert_dir):
-    """Reader keeps its Linear weights in the autocast dtype (encoder.device.lower_linear_weights): the logits
+    """Reader keeps its Linear weights in the autocast dtype (encoder.device.lower_weights): the logits
     are those of the fp32 weights cast by autocast at every pass, bit for bit."""
     encoder = Encoder(tiny_bert_dir, device="cpu", dtype="fp32")
     reader = Reader(reader_dir, device="cpu", dtype="bf16")
