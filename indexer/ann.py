@@ -206,29 +206,6 @@ def search_params(index: faiss.Index, selector: faiss.IDSelector) -> faiss.Searc
     return faiss.SearchParameters(sel=selector)  # type: ignore[call-arg]
 
 
-def search_preassigned(
-    index: faiss.Index, q: np.ndarray, k: int, assigned: tuple[np.ndarray, np.ndarray], params: faiss.SearchParameters
-) -> tuple[np.ndarray, np.ndarray]:
-    """`index.search_preassigned` with search parameters (faiss's Python wrapper refuses them; the C++ method
-    takes them): the lists `assigned` = (distances, lists) from the shared quantizer."""
-    q = np.ascontiguousarray(q, dtype=np.float32)
-    distances = np.ascontiguousarray(assigned[0], dtype=np.float32)
-    lists = np.ascontiguousarray(assigned[1], dtype=np.int64)
-    scores, ids = np.empty((q.shape[0], k), dtype=np.float32), np.empty((q.shape[0], k), dtype=np.int64)
-    index.search_preassigned_c(  # type: ignore[attr-defined]  # the SWIG method (not in faiss's stubs)
-        q.shape[0],
-        faiss.swig_ptr(q),
-        k,
-        faiss.swig_ptr(lists),
-        faiss.swig_ptr(distances),
-        faiss.swig_ptr(scores),
-        faiss.swig_ptr(ids),
-        False,
-        params,
-    )
-    return scores, ids
-
-
 def _ivf(index: faiss.Index) -> faiss.IndexIVF | None:
     try:
         return faiss.extract_index_ivf(index)
@@ -312,27 +289,6 @@ def build_faiss_index(
     for a in range(0, n, ADD_CHUNK):
         work.add(np.asarray(vectors[a : a + ADD_CHUNK], dtype=np.float32))
     return cast(IndexCopy, device.to_cpu)(work) if on_gpu else index  # (set with to_device)
-
-
-def shared_quantizer(shards: list) -> tuple[tuple[faiss.Index, int] | None, set[int]]:
-    """The coarse quantizer (and nprobe) of the IVF shards whose centroids and nprobe equal the first IVF
-    shard's (a build trains them once, indexer.templates), and those shards' numbers: a query is assigned
-    to its lists once and each of them scans its own lists (`search_preassigned`, the second half of
-    what `search` does, so the hits are the same)."""
-    first, members = None, set()
-    for number, shard in enumerate(shards):
-        index = shard.index
-        if not isinstance(index, faiss.IndexIVF) or is_exact(shard.info.factory):
-            continue
-        centroids = index.quantizer.reconstruct_n(0, index.nlist)
-        if first is None:
-            first = (index, centroids)
-        elif index.nprobe != first[0].nprobe or not np.array_equal(centroids, first[1]):
-            continue
-        members.add(number)
-    if first is None or len(members) < 2:
-        return None, set()
-    return (first[0].quantizer, first[0].nprobe), members
 
 
 def is_exact(factory: str) -> bool:

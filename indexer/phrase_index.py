@@ -14,12 +14,13 @@ import numpy as np
 
 from common.arrays import unique_inverse
 from common.errors import AppError
-from indexer.ann import is_exact, search_params, search_preassigned, set_search_params, shared_quantizer
+from indexer.ann import is_exact, search_params, set_search_params
 from indexer.bm25 import BM25, BlockSearch
 from indexer.index_files import IndexFiles
 from indexer.integrity import check_bm25
 from indexer.manifest import Manifest
 from indexer.shard import Shard, delta_bm25_name
+from indexer.shared_lists import Assigned, shared_lists
 from indexer.tombstones import Liveness, Tombstones
 
 logger = logging.getLogger(__name__)
@@ -82,7 +83,7 @@ class PhraseIndex:
         self.bm25 = self._open_bm25(reuse if same else None) if bm25 else None
         if not bm25:
             self._delta_bm25: dict[str, BM25] = {}
-        self._quantizer, self._shared = shared_quantizer(self.shards)
+        self._lists = shared_lists([s.index for s in self.shards], [s.info.factory for s in self.shards])
         self._pool = self._shard_pool()
         logger.info("opened index %s: %d shards, %d tokens", self.root, len(self.shards), self.manifest.counts.tokens)
 
@@ -235,9 +236,9 @@ class PhraseIndex:
             raise ValueError(f"groups {groups} do not add up to the {q.shape[0]} queries")
         bounds = list(zip([0] + ends[:-1], ends))
         assigned = None
-        if self._quantizer:  # shared by two shards or more (shared_quantizer): there is a pool
+        if self._lists is not None:  # shared by two shards or more (indexer.shared_lists): there is a pool
             assert self._pool is not None
-            assigned = self._pool.submit(self.assign, q).result()  # one OpenMP thread
+            assigned = self._pool.submit(self._lists.assign, q).result()  # one OpenMP thread
 
         def one(s: int):
             return self.faiss_search(s, q, k, assigned)
@@ -280,25 +281,22 @@ class PhraseIndex:
             exact = [_rescore(self.shards[i], q[a:b], mine[a:b]) for a, b in bounds]
             results[i] = (np.concatenate(exact), mine)
 
-    def assign(self, q: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-        """(distances, lists) of the queries' nearest IVF lists in the shards sharing one quantizer, or None."""
-        if self._quantizer is None:
-            return None
-        quantizer, nprobe = self._quantizer
-        return quantizer.search(q, nprobe)
+    def assign(self, q: np.ndarray) -> Assigned | None:
+        """The queries assigned to their nearest IVF lists in the shards sharing them (indexer.shared_lists), or
+        None when no two shards share lists."""
+        return self._lists.assign(q) if self._lists is not None else None
 
-    def faiss_search(self, s: int, q: np.ndarray, k: int, assigned=None) -> tuple[np.ndarray, np.ndarray]:
+    def faiss_search(
+        self, s: int, q: np.ndarray, k: int, assigned: Assigned | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Shard s's own FAISS search for the queries: k hits (exact shards) or refine * k (ANN shards, to be
-        re-scored), with the lists from `assign` where the shard shares the quantizer."""
+        re-scored), among the lists of `assign` where the shard shares them."""
         shard, live = self.shards[s], self.live[s]  # s: the shard's place among the opened ones
         exact = is_exact(shard.info.factory) or not shard.vectors.rescores  # no re-scoring to follow
         hits = min(k, len(shard)) if exact else min(k * self.refine, len(shard))
         params = None if live is None else search_params(shard.index, live.selector)
-        if assigned is not None and s in self._shared:
-            if params is None:
-                # an IVF shard (in _shared); faiss's Python wrapper of the method (its stubs: Index has none)
-                return shard.index.search_preassigned(q, hits, assigned[1], assigned[0])  # type: ignore[attr-defined]
-            return search_preassigned(shard.index, q, hits, assigned, params)
+        if assigned is not None and self._lists is not None and s in self._lists.ivfs:
+            return self._lists.search(s, assigned, hits, params)
         return shard.index.search(q, hits, params=params)
 
     def close(self) -> None:

@@ -203,7 +203,7 @@ def test_refine_rescores_ann_hits_exactly_and_merges_shards_by_exact_score(tmp_p
     coarse.close()
 
 
-@pytest.mark.parametrize("kind", ["IVF8,Flat", "IVF8,PQ8x4fs"])
+@pytest.mark.parametrize("kind", ["IVF8,Flat", "IVF8,PQ8x4fs", "OPQ8,IVF8,PQ8"])
 def test_shards_sharing_centroids_are_assigned_once_with_the_same_hits(tmp_path, kind):
     rng = np.random.default_rng(5)
     shards = [_clustered(rng, n) for n in (900, 700, 1100)]
@@ -211,13 +211,14 @@ def test_shards_sharing_centroids_are_assigned_once_with_the_same_hits(tmp_path,
     _index(tmp_path / "own", shards, kind)
     queries = rng.standard_normal((6, DIM)).astype(np.float32)
     shared = PhraseIndex(tmp_path / "shared", nprobe=3)
-    assert shared._shared == {0, 1, 2} and shared._quantizer is not None
+    assert shared._lists is not None and shared._lists.members == {0, 1, 2}
+    assert len(shared._lists.chain) == kind.count("OPQ")  # the rotation applied once too
     once = shared.search(queries, 40)
-    shared._quantizer, shared._shared = None, set()  # each shard assigns the queries itself
+    shared._lists = None  # each shard rotates and assigns the queries itself
     for (s1, p1), (s2, p2) in zip(once, shared.search(queries, 40)):
         assert np.array_equal(s1, s2) and np.array_equal(p1, p2) and s1.size == 40
     own = PhraseIndex(tmp_path / "own", nprobe=3)  # trained one by one: different centroids, nothing shared
-    assert own._quantizer is None and own._shared == set()
+    assert own._lists is None
     shared.close()
     own.close()
 

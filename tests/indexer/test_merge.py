@@ -160,5 +160,5 @@ def test_builds_seeded_with_one_template_merge_into_one_ivf_index(tmp_path, tiny
     merge_indexes(MergeConfig(out=merged, inputs=[first, second]))
     index = PhraseIndex(merged, verify=True)
     assert len(index.shards) == Manifest.load(first).counts.shards + Manifest.load(second).counts.shards
-    assert index._quantizer is not None  # one set of IVF lists: every shard shares the query's assignment
+    assert index._lists is not None  # one set of IVF lists: every shard shares the query's assignment
     index.close()
