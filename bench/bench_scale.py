@@ -10,9 +10,10 @@ and adds, BM25, checksums, manifest) with one change: the encoder's forward pass
 real ones (`Resampler`: each token gets a real vector of the same vocabulary id, from the real encoder over the
 first --calibration tokens, plus Gaussian noise of --noise times the per-dimension spread), so IVF lists are as
 uneven as a real index's and 100M tokens build without 100M tokens of forward passes. Each index is then served
-by the real server (`python -m service`, a process of its own) and measured: disk per token, seconds to ready,
-/fill p50 and p99 over the same --probes queries (bench.shared.make_probes of the corpus; --fills in all, after
-10 to warm up), and the server's resident anonymous and file-backed memory after them. The slope of anonymous
+by the real server (`python -m service`, a process of its own) and measured: disk per token, seconds to ready and
+to the end of its background warm-up (pages mapped, files hashed; the fills are timed after it), /fill p50 and p99
+over the same --probes queries (bench.shared.make_probes of the corpus; --fills in all, after 10 to warm up), and
+the server's resident anonymous and file-backed memory after them. The slope of anonymous
 memory between the smallest and each larger size is printed in bytes per token.
 
 `--indexes NAME=DIR,...` measures indexes built elsewhere instead (e.g. the T-REx dev half grown to 30M tokens with
@@ -165,6 +166,7 @@ def serve_and_measure(index: Path, probes: list[str], fills: int, port: int) -> 
     try:
         ready = server.wait_ready(timeout=3600)
         before = memory(server.proc.pid)
+        warm = server.wait_warm(timeout=3600)  # timed from here: the steady state
         took = []
         with httpx.Client(timeout=600) as client:
             for i in range(10 + fills):
@@ -180,6 +182,7 @@ def serve_and_measure(index: Path, probes: list[str], fills: int, port: int) -> 
         server.stop()
     return {
         "ready_s": round(ready, 2),
+        "warm_s": round(warm, 2),
         "p50_ms": round(float(np.percentile(took, 50)), 1),
         "p99_ms": round(float(np.percentile(took, 99)), 1),
         "anon_ready_mib": before["RssAnon"] / 2**20,
@@ -215,12 +218,15 @@ def measure_index(args, name: str, index: Path, probes: list[str], build_s: floa
 
 def print_rows(rows: list[dict]) -> None:
     first = rows[0]
-    print("size    tokens      shards disk B/tok ready s p50 ms p99 ms anon MiB file MiB anon B/tok over the first")
+    print(
+        "size    tokens      shards disk B/tok ready s warm s p50 ms p99 ms anon MiB file MiB anon B/tok over the first"
+    )
     for r in rows:
         extra = r["tokens"] - first["tokens"]
         slope = (r["anon_mib"] - first["anon_mib"]) * 2**20 / extra if extra else float("nan")
         print(
             f"{r['size']:<7} {r['tokens']:>11,} {r['shards']:>6} {r['disk_b_per_token']:>10.1f} {r['ready_s']:>7.1f} "
+            f"{r.get('warm_s', float('nan')):>6.1f} "
             f"{r['p50_ms']:>6.1f} {r['p99_ms']:>6.1f} {r['anon_mib']:>8.0f} {r['file_mib']:>8.0f} {slope:>8.1f}"
             f"  (p50 {r['p50_ms'] / first['p50_ms']:.2f}x, p99 {r['p99_ms'] / first['p99_ms']:.2f}x)"
         )

@@ -97,6 +97,20 @@ class Server:
                 time.sleep(0.05)
         raise SystemExit("server not ready in time")
 
+    def wait_warm(self, timeout: float = 3600) -> float:
+        """Seconds from the start until the server's background warm-up is done (/metrics `index_warm 1`: pages
+        mapped, files hashed), so what is timed next is the steady state."""
+        import httpx
+
+        with httpx.Client(timeout=60) as client:
+            while time.perf_counter() - self.t0 < timeout:
+                if self.proc.poll() is not None:
+                    raise SystemExit(f"server exited with {self.proc.returncode}")
+                if "index_warm 1.0" in client.get(self.url + "/metrics").text:
+                    return time.perf_counter() - self.t0
+                time.sleep(0.2)
+        raise SystemExit("server not warm in time")
+
     def stop(self) -> None:
         self.proc.terminate()
         self.proc.wait(60)

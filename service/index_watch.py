@@ -17,6 +17,7 @@ from typing import Protocol
 from common.errors import AppError
 from fill.engine import FillEngine
 from service.config import Settings
+from service.metrics import Metrics
 from service.serving import Serving
 
 logger = logging.getLogger(__name__)
@@ -26,6 +27,7 @@ class Watched(Protocol):
     """What the watch needs of the service's state (service.state.ServiceState)."""
 
     settings: Settings
+    metrics: Metrics
 
     def held(self) -> AbstractContextManager[Serving | None]: ...
 
@@ -108,6 +110,9 @@ class IndexWatch:
             self.state.unserve(engine, exc.message)
         except Exception:  # noqa: BLE001 - a warm-up that fails (e.g. a closed index) changes nothing served
             logger.exception("warming index %s failed", engine.index.root.name)
+        with self.state.held() as serving:
+            if serving is not None and serving.engine is engine:  # (a reload meanwhile has its own warm-up)
+                self.state.metrics.index_warm.set(1)
 
     def warm_in_background(self, engine: FillEngine) -> None:
         threading.Thread(target=self.warm, args=(engine,), name="warm-pages", daemon=True).start()

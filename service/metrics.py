@@ -52,6 +52,12 @@ class Metrics:
             "compacted; POST /admin/documents is refused at FILL_MAX_DELTA_SHARDS)",
             registry=r,
         )
+        self.index_warm = Gauge(
+            "index_warm",
+            "1 once the served index's start-up work in the background is done (its pages mapped, FILL_WARM; its files "
+            "hashed, FILL_CHECK_HASHES): fills run at full speed from then on; 0 while it runs",
+            registry=r,
+        )
         self.reloads = Counter("index_reloads", "index loads and reloads by outcome", ["outcome"], registry=r)
         self.model = Info("model", "the encoder served", registry=r)
         self.generation = Gauge(

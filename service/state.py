@@ -180,8 +180,11 @@ class ServiceState:
         logger.info("serving index %s (%d tokens)", engine.index.root.name, engine.index.total_tokens)
         if old is not None:
             old.retire()
+        self.metrics.index_warm.set(0)
         if self.settings.warm or self.settings.check_hashes:
-            self.watch.warm_in_background(engine)
+            self.watch.warm_in_background(engine)  # index_warm 1 when done
+        else:
+            self.metrics.index_warm.set(1)
 
     def unserve(self, engine: FillEngine, message: str) -> bool:
         """Stop serving `engine` (if it still is) because a file failed its check: not ready, naming the file."""

@@ -68,6 +68,7 @@ def test_a_run_on_two_tiny_sizes_prints_their_figures(tmp_path):
     assert 0 < rows[0]["tokens"] < rows[1]["tokens"] and rows[1]["tokens"] >= 19_000
     for r in rows:
         assert r["disk_b_per_token"] > 0 and 0 < r["p50_ms"] <= r["p99_ms"] and r["anon_mib"] > 0 and r["ready_s"] > 0
+        assert r["warm_s"] >= r["ready_s"]  # warm after ready, timed fills after warm
     assert out.splitlines()[-1].startswith("20k") and "p50" in out.splitlines()[-1]
     again = run_module("bench.bench_scale", *args, "--port", str(port))  # resumed: nothing made again
     assert [json.loads(line) for line in again.splitlines() if line.startswith("{")] == rows

@@ -160,3 +160,29 @@ def test_index_bytes_and_the_memory_rule(tiny_index):
         physical = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         assert 0 < (memory_bytes() or 0) <= physical  # the cgroup's limit where it is lower
     state.close()
+
+
+def test_index_warm_says_when_the_background_warm_up_is_done(tiny_index, monkeypatch):
+    from service import index_watch
+
+    started, release = threading.Event(), threading.Event()
+
+    def held(engine, fraction=0.5):  # the background warm-up's first step, held until released
+        started.set()
+        release.wait(60)
+        return True
+
+    monkeypatch.setattr(index_watch, "pages_fit", held)
+    settings = Settings(index=tiny_index, warm=True, recheck_seconds=0)
+    state = ServiceState(settings)
+    with TestClient(create_app(settings, state=state, load=True), raise_server_exceptions=False) as client:
+        _wait_for(client, 200, "")
+        assert started.wait(60)
+        assert "index_warm 0.0" in client.get("/metrics").text  # served, still warming
+        release.set()
+        deadline = time.monotonic() + 60
+        while "index_warm 1.0" not in client.get("/metrics").text:
+            assert time.monotonic() < deadline, "index_warm never turned 1"
+            threading.Event().wait(0.05)
+        assert all(shard.warmed for shard in state.engine.index.shards)
+    state.close()
