@@ -117,3 +117,36 @@ def test_a_small_file_is_searched_from_memory_without_a_descriptor(bm25_index, m
     small.close()
     large.close()
     assert held() == before
+
+
+def test_a_large_index_skips_the_words_in_half_its_blocks_whose_weight_fts5_clamps(
+    tmp_path, tiny_bert_dir, monkeypatch
+):
+    """From SKIP_COMMON_FROM_BLOCKS blocks on, a word in half the blocks or more is not read: FTS5 clamps its idf to
+    1e-6, so every score moves by at most 1e-6 x (K1 + 1) a skipped word, and a block only such words match is left
+    out; below the threshold (this index as it is) the scores stay FTS5's exactly."""
+    from indexer.build import BuildConfig, build_index
+
+    rng = random.Random(3)
+    docs = [{"id": f"d{i}", "text": "the " + " ".join(rng.choice(VOCAB[3:]) for _ in range(4))} for i in range(60)]
+    docs.append({"id": "only", "text": "the the"})
+    out = tmp_path / "idx"
+    build_index(
+        BuildConfig(corpus=write_jsonl(tmp_path / "c.jsonl", docs), out=out, model=tiny_bert_dir, block_tokens=16)
+    )
+    bm25 = BM25(out / BM25_NAME)
+    texts = ["the river city", "the 1960 album of paris", "the"]
+    exact = {t: bm25.search_scored(t, 100) for t in texts}
+    for t in texts:
+        assert np.array_equal(exact[t][1], bm25.search_fts5(t, 100)[1])  # below the threshold: FTS5's
+    monkeypatch.setattr(bm25_module, "SKIP_COMMON_FROM_BLOCKS", bm25.rows)
+    only = next(
+        b for (b,) in bm25._con.execute("SELECT rowid FROM blocks WHERE blocks MATCH 'the' ORDER BY rowid DESC")
+    )
+    for t in texts:
+        blocks, scores = bm25.search_scored(t, 100)
+        ref = dict(zip(*exact[t]))
+        assert only not in blocks.tolist() and only in ref  # matched by "the" alone: no longer a hit
+        assert set(blocks.tolist()) == {b for b, s in ref.items() if s > 1e-5}  # every block a rarer word matches
+        assert all(0 < ref[b] - s <= 1e-6 * (bm25_module.K1 + 1) for b, s in zip(blocks.tolist(), scores.tolist()))
+    assert bm25.search_scored("the", 10)[0].size == 0
