@@ -69,7 +69,7 @@ def limit_arenas(n: int) -> bool:
     """At most `n` glibc malloc arenas from now on (`mallopt(M_ARENA_MAX, n)`, what MALLOC_ARENA_MAX=n does at start;
     0 keeps glibc's 8 per core); whether it was set (glibc only; MALLOC_ARENA_MAX in the environment wins). Each
     thread that allocates takes an arena of its own up to the limit and keeps what it frees there: a server's thread
-    pools (requests, lanes, shard searches) held ~50-70 MiB that way (docs/BENCHMARKS.md "Server memory"). Call it
+    pools (requests, lanes, shard searches) held ~30-60 MiB that way (docs/BENCHMARKS.md "Server memory"). Call it
     before the process starts its threads: arenas already made stay."""
     libc = _libc()
     if n <= 0 or libc is None or "MALLOC_ARENA_MAX" in os.environ:
