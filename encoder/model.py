@@ -218,7 +218,7 @@ class Encoder:
             )
         else:
             self.on_thread(lower_weights, self.model, self.dtype)
-            map_file_tables(self.model, self.model_dir)
+            self.on_thread(map_file_tables, self.model, self.model_dir)  # its torch.equal: on the pass's OpenMP team
         return self
 
     def _export_spec(self) -> tuple[torch.nn.Module, dict[str, torch.Tensor], list[str]]:
