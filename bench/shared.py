@@ -83,6 +83,15 @@ class Server:
 
     def wait_ready(self, timeout: float = 600) -> float:
         """Seconds from the start to the first 200 of /readyz."""
+        return self._wait_until(lambda r: r.status_code == 200, "/readyz", timeout, "ready")
+
+    def wait_warm(self, timeout: float = 3600) -> float:
+        """Seconds from the start until the server's background warm-up is done (/metrics `index_warm 1`: pages
+        mapped, files hashed), so what is timed next is the steady state."""
+        return self._wait_until(lambda r: "index_warm 1.0" in r.text, "/metrics", timeout, "warm")
+
+    def _wait_until(self, done, path: str, timeout: float, what: str) -> float:
+        """Seconds from the start until `done(GET path's response)`; SystemExit if the server exits or time runs out."""
         import httpx
 
         with httpx.Client(timeout=60) as client:
@@ -90,26 +99,12 @@ class Server:
                 if self.proc.poll() is not None:
                     raise SystemExit(f"server exited with {self.proc.returncode}")
                 try:
-                    if client.get(self.url + "/readyz").status_code == 200:
+                    if done(client.get(self.url + path)):
                         return time.perf_counter() - self.t0
                 except httpx.TransportError:
                     pass
                 time.sleep(0.05)
-        raise SystemExit("server not ready in time")
-
-    def wait_warm(self, timeout: float = 3600) -> float:
-        """Seconds from the start until the server's background warm-up is done (/metrics `index_warm 1`: pages
-        mapped, files hashed), so what is timed next is the steady state."""
-        import httpx
-
-        with httpx.Client(timeout=60) as client:
-            while time.perf_counter() - self.t0 < timeout:
-                if self.proc.poll() is not None:
-                    raise SystemExit(f"server exited with {self.proc.returncode}")
-                if "index_warm 1.0" in client.get(self.url + "/metrics").text:
-                    return time.perf_counter() - self.t0
-                time.sleep(0.2)
-        raise SystemExit("server not warm in time")
+        raise SystemExit(f"server not {what} in time")
 
     def stop(self) -> None:
         self.proc.terminate()

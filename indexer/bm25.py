@@ -40,8 +40,7 @@ _PLAIN = re.compile(r"[a-z0-9]+")  # a word FTS5's unicode61 tokenizer keeps as 
 K1, B = 1.2, 0.75  # FTS5's bm25() constants
 # From this many blocks on (~40M tokens of ~40-token blocks), a query skips its words found in half the blocks or more:
 # FTS5 clamps their idf to 1e-6, so each adds at most 1e-6 x (K1 + 1) to a block's score, and their postings are the
-# longest a query reads (the, of, a, in: 47% of what the T-REx dev probes read at 30M tokens, where one query's BM25
-# took 10.8 ms). Below it every word is read, and the scores are FTS5's to the last bit.
+# longest a query reads (the, of, a, in). Below it every word is read, and the scores are FTS5's to the last bit.
 SKIP_COMMON_FROM_BLOCKS = 1_000_000
 
 
@@ -107,20 +106,25 @@ class BaseStats:
         con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
         try:
             meta = dict(con.execute("SELECT key, value FROM postings_meta").fetchall())
-            width = np.dtype(meta["block_dtype"].decode()).itemsize
-            found: dict[str, int] = {}
-            for a in range(0, len(terms), 500):
-                chunk = terms[a : a + 500]
-                found.update(
-                    con.execute(
-                        f"SELECT term, length(blocks) / {width} FROM postings WHERE term IN "
-                        f"({','.join('?' * len(chunk))})",
-                        chunk,
-                    ).fetchall()
-                )
-            return found
+            return block_frequencies(con, terms, meta["block_dtype"].decode())
         finally:
             con.close()
+
+
+def block_frequencies(con: sqlite3.Connection, terms: list[str], block_dtype: str) -> dict[str, int]:
+    """The number of blocks holding each term of `terms` the postings hold, from the lengths of their postings (the
+    postings themselves not read)."""
+    width = np.dtype(block_dtype).itemsize
+    found: dict[str, int] = {}
+    for a in range(0, len(terms), 500):
+        chunk = terms[a : a + 500]
+        found.update(
+            con.execute(
+                f"SELECT term, length(blocks) / {width} FROM postings WHERE term IN ({','.join('?' * len(chunk))})",
+                chunk,
+            ).fetchall()
+        )
+    return found
 
 
 def _write_postings(con: sqlite3.Connection, rows: int, base: BaseStats | None = None) -> None:
@@ -279,13 +283,7 @@ class BM25:
 
     def _uncommon(self, plain: list[str]) -> list[str]:
         """The words of `plain` found in fewer than half the blocks (their postings' lengths, not the postings)."""
-        width = np.dtype(self._block_dtype).itemsize
-        found = dict(
-            self._con.execute(
-                f"SELECT term, length(blocks) / {width} FROM postings WHERE term IN ({','.join('?' * len(plain))})",
-                plain,
-            ).fetchall()
-        )
+        found = block_frequencies(self._con, plain, self._block_dtype)
         assert self.rows is not None
         return [w for w in plain if 2 * found.get(w, 0) < self.rows]
 

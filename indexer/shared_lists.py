@@ -63,12 +63,13 @@ def shared_lists(indexes: list[faiss.Index], factories: list[str]) -> SharedList
         chain, inner = unwrap(index)
         if not isinstance(inner, faiss.IndexIVF) or is_exact(factory):
             continue
-        centroids = inner.quantizer.reconstruct_n(0, inner.nlist)
         if first is None:
-            first = (index, chain, inner, centroids)
-        elif inner.nprobe != first[2].nprobe or not _same_chain(chain, first[1]):
-            continue
-        elif not np.array_equal(centroids, first[3]):
+            first = (index, chain, inner, inner.quantizer.reconstruct_n(0, inner.nlist))
+        elif (
+            inner.nprobe != first[2].nprobe
+            or not _same_chain(chain, first[1])
+            or not np.array_equal(inner.quantizer.reconstruct_n(0, inner.nlist), first[3])
+        ):
             continue
         ivfs[number] = inner
     if first is None or len(ivfs) < 2:

@@ -578,3 +578,11 @@ def test_bench_batch_times_run_batch_and_its_batched_stage_per_size(built):
         run, run_x, stage, encode, search, stage_x = figures
         assert run >= stage > 0 and stage == pytest.approx(encode + search, abs=0.02) and run_x > 0 and stage_x > 0
     assert rows[0].count("1.00x batch 1") == 2  # batches of 1 against themselves
+
+
+def test_profile_fills_prints_the_open_and_the_fills_costliest_functions(built):
+    out = run_module(
+        "bench.profile_fills", "--index", str(built / "idx"), "--corpus", str(SAMPLE), "--fills", "2", "--warm"
+    )
+    assert re.search(r"open the index: \d+\.\d\d s", out) and "phrase_index.py" in out
+    assert re.search(r"2 fills: \d+\.\d\d s", out) and float(out.rsplit("ms a fill (profiled)", 1)[1]) > 0
