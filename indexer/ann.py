@@ -27,6 +27,10 @@ ANN_ORDER = ("flat", "ivfsq", "ivfrabitq", "ivfpq")  # `auto` with a memory budg
 TRAIN_POINTS_PER_LIST = 64  # IVF centroids / PQ codebooks are trained on a sample of this many vectors per list
 ADD_CHUNK = 65_536
 FASTSCAN_MIN_TOKENS = 4096  # below this, 8-bit PQ (fast-scan k-means wants many points per code)
+# Lists of a shard the `auto` types make (a 1M-token shard's 4096; shards of more tokens keep it, indexer.shard_size):
+# each added vector is compared with every centroid, so 16384 lists would make a CPU build's adds 4x slower and
+# their training ~16x; a factory string sets more (e.g. IVF16384_HNSW32,... assigns through a graph)
+MAX_NLIST = 4096
 SCAN_TOKENS = 262_144  # the tokens a query's probed IVF lists hold, over all shards (scaled_nprobe)
 
 
@@ -93,10 +97,10 @@ def index_codes_problem(index: faiss.Index, name: str) -> str | None:
 
 def nlist_for(n: int) -> int:
     """IVF lists for n vectors: the power of two nearest above 4*sqrt(n) (the low end of the usual
-    4..16*sqrt(n): each added vector is compared with every list centroid), >= 39 points each."""
+    4..16*sqrt(n): each added vector is compared with every list centroid), >= 39 points each, at most MAX_NLIST."""
     target = 4 * math.sqrt(max(1, n))
     nlist = 2 ** max(0, math.ceil(math.log2(target)))
-    return int(max(1, min(nlist, n // 39)))
+    return int(max(1, min(nlist, n // 39, MAX_NLIST)))
 
 
 def pq_bytes_for(dim: int) -> int:

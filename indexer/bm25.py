@@ -5,12 +5,14 @@ highest for the query (with its masks blanked) supply every one of their tokens 
 
 FTS5 ranks every block that shares a word with the query before it applies the LIMIT (~100 ms for a
 24-word query at 10M tokens, most of it on words such as "the"). So bm25.sqlite also holds FTS5's own
-postings, copied out of it at build time (fts5vocab), as arrays: a `postings` table (term -> block ids and
-the term's bm25() weight in each, computed with FTS5's formula in its order of operations). A query adds
-its words' weights with numpy in FTS5's order, so the blocks and scores are FTS5's to the last bit
-(tests/indexer/test_bm25.py). A word FTS5 may tokenize differently from Python (anything but ASCII letters
-and digits: "foo_bar" is the phrase "foo bar" to FTS5, "café" is "cafe") gets its weights from FTS5 as the
-score of the one-word query; indexes built before the postings existed use the whole FTS5 query.
+postings, copied out of it at build time (fts5vocab), as arrays (indexer.bm25_postings: term -> block ids and
+the term's bm25() weight in each, computed with FTS5's formula in its order of operations, a common term's in
+pieces). A query finds its top blocks by MaxScore (indexer.bm25_top: its common words read only at the blocks
+that can still make the top), adding its words' weights in FTS5's order, so the blocks and scores are FTS5's to
+the last bit (tests/indexer/test_bm25.py); a file written before the pieces adds every posting. A word FTS5 may
+tokenize differently from Python (anything but ASCII letters and digits: "foo_bar" is the phrase "foo bar" to
+FTS5, "café" is "cafe") gets its weights from FTS5 as the score of the one-word query; indexes built before the
+postings existed use the whole FTS5 query.
 
 A file under IN_MEMORY_BELOW bytes (a delta shard's, indexer.update) is searched from a copy in memory, so that it
 holds no file descriptor (`connect_read_only`): a server with many delta shards would run out of them.
@@ -19,17 +21,16 @@ holds no file descriptor (`connect_read_only`): a server with many delta shards 
 from __future__ import annotations
 
 import logging
-import math
 import re
 import sqlite3
 import threading
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from common.files import atomic_path
-from indexer.integrity import fts5_totals_of
+from indexer.bm25_postings import BaseStats, Posting, Postings, weights_at, write_postings
+from indexer.bm25_top import maxscore_top, top_blocks
 from indexer.shard import Shard
 
 logger = logging.getLogger(__name__)
@@ -37,7 +38,6 @@ logger = logging.getLogger(__name__)
 BM25_NAME = "bm25.sqlite"
 _WORD = re.compile(r"\w+", re.UNICODE)
 _PLAIN = re.compile(r"[a-z0-9]+")  # a word FTS5's unicode61 tokenizer keeps as one token, unchanged
-K1, B = 1.2, 0.75  # FTS5's bm25() constants
 # From this many blocks on (~40M tokens of ~40-token blocks), a query skips its words found in half the blocks or more:
 # FTS5 clamps their idf to 1e-6, so each adds at most 1e-6 x (K1 + 1) to a block's score, and their postings are the
 # longest a query reads (the, of, a, in). Below it every word is read, and the scores are FTS5's to the last bit.
@@ -74,111 +74,11 @@ def build_bm25(root: Path, shards: list[Shard], base: "BaseStats | None" = None,
                 con.executemany("INSERT INTO blocks(rowid, body) VALUES (?, ?)", body)
             con.commit()
             con.execute("INSERT INTO blocks(blocks) VALUES ('optimize')")
-            _write_postings(con, rows, base)
+            write_postings(con, rows, base)
             con.commit()
         finally:
             con.close()
     return final
-
-
-@dataclass(frozen=True)
-class BaseStats:
-    """What a delta's BM25 weights borrow from the base index: its block count, mean block length (FTS5's
-    averages record) and each term's block frequency, so idf = log((N - n + 0.5) / (n + 0.5)) counts the base's
-    blocks and the delta's together and D / avgdl compares with the base's blocks (`indexer compact` recomputes
-    everything exactly, as a build does)."""
-
-    rows: int
-    avgdl: float
-    path: Path
-
-    @classmethod
-    def of(cls, path: Path) -> "BaseStats":
-        con = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
-        try:
-            rows, tokens = fts5_totals_of(con)
-        finally:
-            con.close()
-        return cls(rows, tokens / rows if rows else 1.0, path)
-
-    def frequencies(self, terms: list[str]) -> dict[str, int]:
-        """The base's block frequency of each term that it holds."""
-        con = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
-        try:
-            meta = dict(con.execute("SELECT key, value FROM postings_meta").fetchall())
-            return block_frequencies(con, terms, meta["block_dtype"].decode())
-        finally:
-            con.close()
-
-
-def block_frequencies(con: sqlite3.Connection, terms: list[str], block_dtype: str) -> dict[str, int]:
-    """The number of blocks holding each term of `terms` the postings hold, from the lengths of their postings (the
-    postings themselves not read)."""
-    width = np.dtype(block_dtype).itemsize
-    found: dict[str, int] = {}
-    for a in range(0, len(terms), 500):
-        chunk = terms[a : a + 500]
-        found.update(
-            con.execute(
-                f"SELECT term, length(blocks) / {width} FROM postings WHERE term IN ({','.join('?' * len(chunk))})",
-                chunk,
-            ).fetchall()
-        )
-    return found
-
-
-def _write_postings(con: sqlite3.Connection, rows: int, base: BaseStats | None = None) -> None:
-    """Copy FTS5's postings out of it: per term its block ids (ascending) and its BM25 term weight in each,
-    idf * (f * (k1 + 1) / (f + k1 * (1 - b + b * D / avgdl))) as fts5_aux.c computes it (f: the term's
-    count in the block, D: the block's token count); they depend on the index only, so a query adds them.
-    With `base`, N, n and avgdl count the base's blocks too (BaseStats)."""
-    con.execute("CREATE VIRTUAL TABLE temp.vocab USING fts5vocab(main, blocks, instance)")
-    lengths = np.zeros(rows, dtype=np.int64)  # first pass: each block's token count
-    for doc, count in con.execute("SELECT doc, count(*) FROM temp.vocab GROUP BY doc"):
-        lengths[doc] = count
-    avgdl = float(int(lengths.sum())) / float(rows) if rows else 1.0
-    total, base_df = rows, {}
-    if base is not None:
-        avgdl, total = base.avgdl, rows + base.rows
-        base_df = base.frequencies([t for (t,) in con.execute("SELECT DISTINCT term FROM temp.vocab")])
-    norm = K1 * ((1 - B) + B * lengths.astype(np.float64) / avgdl)  # k1 * (1 - b + b * D / avgdl)
-    block_dtype = "<u4" if rows < 2**32 else "<i8"
-    con.execute(
-        "CREATE TABLE postings(term TEXT PRIMARY KEY, blocks BLOB NOT NULL, weights BLOB NOT NULL) WITHOUT ROWID"
-    )
-    con.execute("CREATE TABLE postings_meta(key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID")
-
-    def insert(term: str, blocks: list[int], freqs: list[int]) -> None:
-        b, f = np.asarray(blocks, dtype=np.int64), np.asarray(freqs, dtype=np.float64)
-        n = b.size + base_df.get(term, 0)
-        idf = math.log((total - n + 0.5) / (n + 0.5))
-        idf = idf if idf > 0.0 else 1e-6
-        weights = idf * ((f * (K1 + 1.0)) / (f + norm[b]))
-        con.execute(
-            "INSERT INTO postings VALUES (?, ?, ?)",
-            (term, b.astype(block_dtype).tobytes(), weights.astype("<f8").tobytes()),
-        )
-
-    # second pass, a term at a time (memory: one term's postings)
-    term: str | None
-    blocks: list[int]
-    freqs: list[int]
-    term, blocks, freqs = None, [], []
-    instances = con.execute("SELECT term, doc, count(*) FROM temp.vocab GROUP BY term, doc").fetchmany
-    while batch := instances(65536):
-        for t, doc, count in batch:  # by term, then block
-            if t != term:
-                if term is not None:
-                    insert(term, blocks, freqs)
-                term, blocks, freqs = t, [], []
-            blocks.append(doc)
-            freqs.append(count)
-    if term is not None:
-        insert(term, blocks, freqs)
-    con.execute("DROP TABLE temp.vocab")
-    con.executemany(
-        "INSERT INTO postings_meta VALUES (?, ?)", [("rows", str(rows).encode()), ("block_dtype", block_dtype.encode())]
-    )
 
 
 def query_words(text: str) -> list[str]:
@@ -216,12 +116,10 @@ class BM25:
         self.path = path
         self._con = connect_read_only(path)
         self._lock = threading.Lock()
-        self.rows: int | None = None  # blocks; None: no postings (an index built before them), FTS5 queries only
         has = self._con.execute("SELECT 1 FROM sqlite_master WHERE name = 'postings_meta'").fetchone()
-        if has:
-            meta = dict(self._con.execute("SELECT key, value FROM postings_meta").fetchall())
-            self.rows = int(meta["rows"])
-            self._block_dtype = meta["block_dtype"].decode()
+        self._postings = Postings(self._con) if has else None
+        # blocks; None: no postings (an index built before them), FTS5 queries only
+        self.rows: int | None = self._postings.rows if self._postings is not None else None
 
     def search_scored(self, text: str, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(global block ids, BM25 scores) of the top-n blocks for `text`, best first (ties: lower block id
@@ -229,9 +127,24 @@ class BM25:
         words = query_words(text)
         if not words:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-        if self.rows is not None:
-            return self._from_postings(words, n)
-        return self.search_fts5(text, n)
+        if self._postings is None:
+            return self.search_fts5(text, n)
+        if not self._postings.pieces:  # a file written before term_stats: every posting added
+            return top_blocks(self.block_scores(words), n)
+        postings = self._postings
+        with self._lock:
+            plain, loaded = self._terms(words)
+            stats = postings.stats(plain)
+            tops = {t: stat.top for t, stat in stats.items()}
+            tops.update((t, float(p.weights.max())) for t, p in loaded.items() if p.blocks.size)
+            return maxscore_top(
+                [w for w in words if w in tops],
+                tops,
+                lambda w: loaded[w] if w in loaded else postings.whole([w])[w],
+                lambda w, at: weights_at(loaded[w], at) if w in loaded else postings.at(w, stats[w], at),
+                postings.rows,
+                n,
+            )
 
     def search_fts5(self, text: str, n: int) -> tuple[np.ndarray, np.ndarray]:
         """`search_scored` by an FTS5 query (the reference the postings path must equal)."""
@@ -245,60 +158,43 @@ class BM25:
             ).fetchall()
         return np.array([r[0] for r in rows], dtype=np.int64), np.array([-r[1] for r in rows], dtype=np.float64)
 
-    def _from_postings(self, words: list[str], n: int) -> tuple[np.ndarray, np.ndarray]:
-        return top_blocks(self.block_scores(words), n)
-
     def block_scores(self, words: list[str]) -> np.ndarray:
         """FTS5's bm25() of every block of this file for the query `words` (query_words; 0 where none occurs):
         each word's weight in a block added to the block's score word by word in query order, as fts5_aux.c
         sums its phrases. From SKIP_COMMON_FROM_BLOCKS blocks on, without the words in half the blocks or more."""
-        plain = [w for w in words if _PLAIN.fullmatch(w)]
+        assert self._postings is not None  # only a file with postings is searched by them
         with self._lock:
-            if self.rows is not None and self.rows >= SKIP_COMMON_FROM_BLOCKS:
-                plain = self._uncommon(plain)
-            found = {
-                t: (np.frombuffer(b, dtype=self._block_dtype), np.frombuffer(w, dtype="<f8"))
-                for t, b, w in self._con.execute(
-                    f"SELECT term, blocks, weights FROM postings WHERE term IN ({','.join('?' * len(plain))})", plain
-                )
-            }
-            for word in words:
-                if word not in found and not _PLAIN.fullmatch(word):
-                    # FTS5 may cut it into several tokens (a phrase) or fold it: its weights by FTS5 itself, as
-                    # the bm25() of the one-phrase query, which is minus that phrase's term of the sum
-                    rows = self._con.execute(
-                        "SELECT rowid, bm25(blocks) FROM blocks WHERE blocks MATCH ?", (f'"{word}"',)
-                    ).fetchall()
-                    found[word] = (
-                        np.array([r[0] for r in rows], dtype=np.int64),
-                        -np.array([r[1] for r in rows], dtype=np.float64),
-                    )
-        assert self.rows is not None  # the postings were read above: their file has rows
-        score = np.zeros(self.rows, dtype=np.float64)
+            plain, found = self._terms(words)
+            found.update(self._postings.whole(plain))
+        score = np.zeros(self._postings.rows, dtype=np.float64)
         for word in words:  # a word in no block adds 0 to every block (FTS5's nHit = 0)
             if word in found:
-                blocks, weights = found[word]
-                score[blocks] += weights
+                score[found[word].blocks] += found[word].weights
         return score
 
-    def _uncommon(self, plain: list[str]) -> list[str]:
-        """The words of `plain` found in fewer than half the blocks (their postings' lengths, not the postings)."""
-        found = block_frequencies(self._con, plain, self._block_dtype)
-        assert self.rows is not None
-        return [w for w in plain if 2 * found.get(w, 0) < self.rows]
+    def _terms(self, words: list[str]) -> tuple[list[str], dict[str, Posting]]:
+        """(the words the postings serve, those found in half the blocks or more left out from
+        SKIP_COMMON_FROM_BLOCKS blocks on; the postings of the others, from FTS5). The caller holds the lock."""
+        assert self._postings is not None
+        plain = [w for w in words if _PLAIN.fullmatch(w)]
+        if self._postings.rows >= SKIP_COMMON_FROM_BLOCKS:
+            found = self._postings.frequencies(plain)
+            plain = [w for w in plain if 2 * found.get(w, 0) < self._postings.rows]
+        other = {}
+        for word in words:
+            if not _PLAIN.fullmatch(word):
+                # FTS5 may cut it into several tokens (a phrase) or fold it: its weights by FTS5 itself, as
+                # the bm25() of the one-phrase query, which is minus that phrase's term of the sum
+                rows = self._con.execute(
+                    "SELECT rowid, bm25(blocks) FROM blocks WHERE blocks MATCH ? ORDER BY rowid", (f'"{word}"',)
+                ).fetchall()
+                other[word] = Posting(
+                    np.array([r[0] for r in rows], dtype=np.int64), -np.array([r[1] for r in rows], dtype=np.float64)
+                )
+        return plain, other
 
     def close(self) -> None:
         self._con.close()
-
-
-def top_blocks(score: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """(block ids, scores) of the n best blocks with a score > 0, best first, ties by lower block id."""
-    matched = np.flatnonzero(score > 0)  # every weight is > 0 (idf >= 1e-6, f >= 1)
-    if matched.size > n:
-        cut = np.partition(-score[matched], n - 1)[n - 1]  # the n-th best score
-        matched = matched[-score[matched] <= cut]  # ties at the cut included, trimmed below
-    order = np.lexsort((matched, -score[matched]))[:n]
-    return matched[order], score[matched[order]]
 
 
 class BlockSearch:

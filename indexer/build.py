@@ -15,10 +15,9 @@ import datetime as dt
 import logging
 import math
 import time
-from collections.abc import Iterable, Iterator, Sized
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import numpy as np
 from pydantic import ConfigDict, Field
@@ -38,12 +37,11 @@ from indexer.lock import writer_lock
 from indexer.manifest import MANIFEST_NAME, BuildSettings, Counts, FileInfo, Manifest, ModelInfo, ShardInfo
 from indexer.outdir import BUILD_STATE, identity, prepare_out, remove_stale_shards, remove_unstarted
 from indexer.shard import Shard, read_shard_info
+from indexer.shard_size import auto_shard_tokens, chunk_blocks
 from indexer.shard_writer import ShardContent, ShardPlan, write_shard
 from indexer.templates import Templates, needs_training
 
 logger = logging.getLogger(__name__)
-
-B = TypeVar("B", bound=Sized)  # a block cut into shards (Block, indexer.compact's StoredBlock): len() is its tokens
 
 
 class BuildConfig(BuildSettings):
@@ -80,7 +78,12 @@ class ResolvedBuild:
                 f"--block-tokens {cfg.block_tokens} plus {cfg.title_tokens} title tokens and special tokens exceeds "
                 f"the model limit of {encoder.max_length}; lower --block-tokens"
             )
-        cfg = cfg.model_copy(update={"index_type": check_index_type(cfg.index_type, encoder.dim, cfg.vector_dtype)})
+        cfg = cfg.model_copy(
+            update={
+                "index_type": check_index_type(cfg.index_type, encoder.dim, cfg.vector_dtype),
+                "shard_tokens": cfg.shard_tokens or auto_shard_tokens(cfg.corpus, encoder.tokenizer),
+            }
+        )
         dtype = str(encoder.dtype).replace("torch.", "")
         tokenizer = encoder.tokenizer
         config: Any = encoder.model.config  # transformers' config or LeanBert's namespace: fields read by name
@@ -144,20 +147,6 @@ class BuildSummary:
             f"built {self.out}: {self.documents} documents ({self.empty_documents} empty), {self.blocks} blocks, "
             f"{self.tokens} tokens, {self.shards} shards in {self.seconds:.1f} s ({rate:.0f} tokens/s encoded)"
         )
-
-
-def chunk_blocks(blocks: Iterable[B], shard_tokens: int) -> Iterator[list[B]]:
-    """Consecutive runs of blocks of at most `shard_tokens` tokens (a bigger block is a shard alone)."""
-    pending: list[B] = []
-    size = 0
-    for block in blocks:
-        if pending and size + len(block) > shard_tokens:
-            yield pending
-            pending, size = [], 0
-        pending.append(block)
-        size += len(block)
-    if pending:
-        yield pending
 
 
 class BuildJob:
@@ -224,6 +213,7 @@ class BuildJob:
         blocks = iter_blocks(
             read_corpus(cfg.corpus), self.encoder.tokenizer, cfg.block_tokens, cfg.title_tokens, stats=self.stats
         )
+        assert cfg.shard_tokens is not None  # resolved (ResolvedBuild)
         for chunk in chunk_blocks(blocks, cfg.shard_tokens):
             plan = self.plan_shard(chunk, plans[-1] if plans else None, total_docs, bar)
             plans.append(plan)

@@ -30,12 +30,12 @@ from common.errors import AppError
 from common.files import file_record
 from indexer.ann import resolve_factory
 from indexer.bm25 import build_bm25
-from indexer.build import chunk_blocks
 from indexer.gc import collect_garbage
 from indexer.lock import require_index, writer_lock
 from indexer.manifest import FileInfo, Manifest, ShardInfo
 from indexer.phrase_index import is_exact
 from indexer.shard import Shard
+from indexer.shard_size import MIN_SHARD_TOKENS, chunk_blocks
 from indexer.shard_writer import ShardContent, ShardPlan, write_shard
 from indexer.templates import Templates, needs_training
 from indexer.tombstones import Tombstones
@@ -173,7 +173,7 @@ def compact_index(root: Path) -> CompactSummary:
     number = 1 + max(int(s.name.split("_")[1]) for s in m.shards)
     total = sum(s.tokens for s in kept) + sum(len(b) for b in live)
     written: list[ShardInfo] = []
-    for chunk in chunk_blocks(live, m.build.shard_tokens):
+    for chunk in chunk_blocks(live, m.build.shard_tokens or MIN_SHARD_TOKENS):
         written.append(
             _write(root, m, chunk, number + len(written), (kept + written)[-1] if kept + written else None, total)
         )

@@ -252,33 +252,48 @@ def _bm25_problem(con: sqlite3.Connection, blocks: int) -> str | None:
     dtype, rows = _text(meta.get("block_dtype")), _text(meta.get("rows"))
     if dtype not in ("<u4", "<i8") or rows != str(blocks):
         return f"has postings for {rows!r} blocks of type {dtype!r}, the manifest says {blocks} blocks"
-    for order in ("ASC", "DESC"):  # the first and the last term: both ends of the postings' B-tree
-        row = con.execute(f"SELECT term, blocks, weights FROM postings ORDER BY term {order} LIMIT 1").fetchone()
-        if row is None:  # no term at all: right only when FTS5 counted no token (blocks of punctuation alone)
-            return "holds no postings" if blocks and fts5_totals_of(con)[1] else None
-        term, raw, weights = row
-        width = np.dtype(dtype).itemsize
-        if not (
-            isinstance(term, str)
-            and isinstance(raw, bytes)
-            and isinstance(weights, bytes)
-            and raw
-            and len(raw) % width == 0
-            and len(weights) == 8 * (len(raw) // width)
-        ):
-            return f"has damaged postings for the term {term!r}"
-        ids = np.frombuffer(raw, dtype=dtype).astype(np.int64)
-        if ids[0] < 0 or ids[-1] >= blocks or np.any(np.diff(ids) <= 0):  # ascending block ids of this index
-            return f"has damaged postings for the term {term!r}"
-        if _PLAIN.fullmatch(term):  # FTS5's own doclist of the term lists the same first blocks
-            found = [
-                r
-                for (r,) in con.execute(
-                    "SELECT rowid FROM blocks WHERE blocks MATCH ? ORDER BY rowid LIMIT ?", (f'"{term}"', _PROBE_ROWS)
-                )
-            ]
-            if found != ids[:_PROBE_ROWS].tolist():
-                return f"has FTS5 entries for the term {term!r} that disagree with its postings"
+    pieces = _text(meta.get("layout")) == "pieces"
+    if pieces and not {"pieces", "term_stats"} <= tables:
+        return "has postings in pieces without the tables pieces and term_stats"
+    for table in ("postings", "pieces") if pieces else ("postings",):
+        for order in ("ASC", "DESC"):  # the first and the last term: both ends of the B-tree
+            row = con.execute(f"SELECT term, blocks, weights FROM {table} ORDER BY term {order} LIMIT 1").fetchone()
+            if row is None:  # no term at all: right only when FTS5 counted no token (blocks of punctuation alone)
+                empty = not pieces or con.execute("SELECT 1 FROM term_stats LIMIT 1").fetchone() is None
+                if empty and blocks and fts5_totals_of(con)[1]:
+                    return "holds no postings"
+                break
+            problem = _posting_problem(con, row, dtype, blocks, whole=table == "postings")
+            if problem:
+                return problem
+    return None
+
+
+def _posting_problem(con: sqlite3.Connection, row: tuple, dtype: str, blocks: int, whole: bool) -> str | None:
+    """A problem of one row of the postings (a term's postings `whole`, else its first piece)."""
+    term, raw, weights = row
+    width = np.dtype(dtype).itemsize
+    if not (
+        isinstance(term, str)
+        and isinstance(raw, bytes)
+        and isinstance(weights, bytes)
+        and raw
+        and len(raw) % width == 0
+        and len(weights) == 8 * (len(raw) // width)
+    ):
+        return f"has damaged postings for the term {term!r}"
+    ids = np.frombuffer(raw, dtype=dtype).astype(np.int64)
+    if ids[0] < 0 or ids[-1] >= blocks or np.any(np.diff(ids) <= 0):  # ascending block ids of this index
+        return f"has damaged postings for the term {term!r}"
+    if whole and _PLAIN.fullmatch(term):  # FTS5's own doclist of the term lists the same first blocks
+        found = [
+            r
+            for (r,) in con.execute(
+                "SELECT rowid FROM blocks WHERE blocks MATCH ? ORDER BY rowid LIMIT ?", (f'"{term}"', _PROBE_ROWS)
+            )
+        ]
+        if found != ids[:_PROBE_ROWS].tolist():
+            return f"has FTS5 entries for the term {term!r} that disagree with its postings"
     return None
 
 

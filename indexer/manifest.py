@@ -81,7 +81,12 @@ class BuildSettings(RuntimeOptions):
     out: Path = Field(description="output index directory")
     model: Path | None = Field(None, description="HuggingFace encoder directory (default: the bundled model)")
     block_tokens: int = Field(256, ge=8, description="corpus tokens per block")
-    shard_tokens: int = Field(1_000_000, ge=1, description="tokens per shard")
+    shard_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="tokens per shard (default: from the corpus size, 1M up to ~18M tokens, 8M from ~96M: "
+        "indexer.shard_size)",
+    )
     title_tokens: int = Field(32, ge=0, description="title tokens prefixed to each block as context (0: none)")
     index_type: str = Field(
         "auto",

@@ -33,14 +33,15 @@ from corpus.readers import Document, read_corpus
 from encoder.model import Encoder
 from encoder.runtime_options import RuntimeOptions
 from indexer.ann import resolve_factory
-from indexer.bm25 import BM25, BaseStats, build_bm25
-from indexer.build import chunk_blocks
+from indexer.bm25 import BM25, build_bm25
+from indexer.bm25_postings import BaseStats
 from indexer.documents import check_documents, document_rows, each_with_tokens, id_problem
 from indexer.encode import default_batch_tokens, encode_shard
 from indexer.gc import collect_garbage
 from indexer.lock import require_index, writer_lock
 from indexer.manifest import FileInfo, Manifest, ShardInfo
 from indexer.shard import Shard, delta_bm25_name
+from indexer.shard_size import MIN_SHARD_TOKENS, chunk_blocks
 from indexer.shard_writer import ShardContent, ShardPlan, write_shard
 from indexer.templates import Templates, needs_training
 from indexer.tombstones import Tombstones
@@ -180,7 +181,7 @@ class IndexUpdate:
         shards: list[ShardInfo]
         shards, tokens = [], 0
         try:
-            for chunk in chunk_blocks(blocks, build.shard_tokens):
+            for chunk in chunk_blocks(blocks, build.shard_tokens or MIN_SHARD_TOKENS):
                 shards.append(self._write_delta(chunk, shards))
                 tokens += shards[-1].tokens
         except BaseException:

@@ -11,7 +11,9 @@ import numpy as np
 import pytest
 
 from indexer import bm25 as bm25_module
+from indexer import bm25_postings
 from indexer.bm25 import BM25, BM25_NAME
+from indexer.bm25_postings import K1
 from tests.conftest import write_jsonl
 
 VOCAB = (
@@ -22,6 +24,24 @@ VOCAB = (
 
 @pytest.fixture(scope="module")
 def bm25_index(tmp_path_factory, tiny_bert_dir):
+    return _build(tmp_path_factory, tiny_bert_dir)
+
+
+@pytest.fixture(scope="module")
+def pieces_index(tmp_path_factory, tiny_bert_dir):
+    """The same documents with the postings of any word in 8 blocks or more kept in pieces of 5."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(bm25_postings, "LONG_FROM", 8)
+        patch.setattr(bm25_postings, "PIECE", 5)
+        return _build(tmp_path_factory, tiny_bert_dir)
+
+
+@pytest.fixture(params=["whole", "pieces"])
+def bm25_file(request):
+    return request.getfixturevalue({"whole": "bm25_index", "pieces": "pieces_index"}[request.param]) / BM25_NAME
+
+
+def _build(tmp_path_factory, tiny_bert_dir):
     """An index over 120 random documents, a dozen of them repeated word for word (tied BM25 scores)."""
     from indexer.build import BuildConfig, build_index
 
@@ -43,8 +63,8 @@ def _queries(n: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(VOCAB + extra) for _ in range(rng.randint(1, 24))) for _ in range(n)]
 
 
-def test_postings_give_fts5_blocks_and_scores_exactly(bm25_index):
-    bm25 = BM25(bm25_index / BM25_NAME)
+def test_postings_give_fts5_blocks_and_scores_exactly(bm25_file):
+    bm25 = BM25(bm25_file)
     assert bm25.rows is not None
     ties = 0
     for text in _queries(300):
@@ -56,14 +76,14 @@ def test_postings_give_fts5_blocks_and_scores_exactly(bm25_index):
     assert ties > 10  # the repeated documents tie, and ties come out in block order as FTS5's do
 
 
-def test_plain_words_never_reach_fts5(bm25_index, monkeypatch):
-    bm25 = BM25(bm25_index / BM25_NAME)
+def test_plain_words_never_reach_fts5(bm25_file, monkeypatch):
+    bm25 = BM25(bm25_file)
     monkeypatch.setattr(bm25, "search_fts5", lambda *a: pytest.fail("plain words must not reach FTS5"))
     assert bm25.search_scored("river city 1960", 5)[0].size > 0
 
 
-def test_words_fts5_tokenizes_differently_score_as_fts5_does(bm25_index):
-    bm25 = BM25(bm25_index / BM25_NAME)
+def test_words_fts5_tokenizes_differently_score_as_fts5_does(bm25_file):
+    bm25 = BM25(bm25_file)
     for text in (
         "Rivér",
         "city_river",
@@ -78,6 +98,61 @@ def test_words_fts5_tokenizes_differently_score_as_fts5_does(bm25_index):
             fast, ref = bm25.search_scored(text, n), bm25.search_fts5(text, n)
             assert np.array_equal(fast[0], ref[0]) and np.array_equal(fast[1], ref[1]), text
     assert bm25.search_scored("rivér", 10)[0].size > 0  # diacritics removed by FTS5: matches "river"
+
+
+def test_long_words_are_read_at_the_candidates_only(tmp_path, tiny_bert_dir, monkeypatch):
+    """A word in LONG_FROM blocks or more lives in pieces; once the rarer words leave no room for a block they do
+    not hold, a query reads it only at its candidates (Postings.at), never whole, and the answer is FTS5's."""
+    from indexer.build import BuildConfig, build_index
+
+    rng = random.Random(5)
+    docs = [
+        {"id": f"d{i}", "text": " ".join([f"w{rng.randrange(999)}" for _ in range(5)] + rng.sample(["the", "of"], 1))}
+        for i in range(300)
+    ]
+    docs += [
+        {"id": "m1", "text": "marie curie of"},
+        {"id": "m2", "text": "the marie curie"},
+        {"id": "m3", "text": "marie"},
+    ]
+    out = tmp_path / "idx"
+    monkeypatch.setattr(bm25_postings, "LONG_FROM", 8)
+    monkeypatch.setattr(bm25_postings, "PIECE", 5)
+    build_index(
+        BuildConfig(corpus=write_jsonl(tmp_path / "c.jsonl", docs), out=out, model=tiny_bert_dir, block_tokens=16)
+    )
+    bm25 = BM25(out / BM25_NAME)
+    con = sqlite3.connect(out / BM25_NAME)
+    (pieces,) = con.execute("SELECT count(*) FROM pieces WHERE term = 'the'").fetchone()
+    (whole,) = con.execute("SELECT count(*) FROM postings WHERE term IN ('the', 'of')").fetchone()
+    con.close()
+    assert pieces >= 2 and whole == 0
+    read: list[str] = []
+    real = bm25_postings.Postings.whole
+    monkeypatch.setattr(bm25_postings.Postings, "whole", lambda self, terms: read.extend(terms) or real(self, terms))
+    for n in (1, 2):
+        fast, ref = bm25.search_scored("marie curie the of", n), bm25.search_fts5("marie curie the of", n)
+        assert np.array_equal(fast[0], ref[0]) and np.array_equal(fast[1], ref[1])
+    assert set(read) == {"marie", "curie"}
+    for text in ("the of w1", "of", "w3 w4 w5 the"):  # the common words read whole (none rarer): FTS5's all the same
+        fast, ref = bm25.search_scored(text, 10), bm25.search_fts5(text, 10)
+        assert np.array_equal(fast[0], ref[0]) and np.array_equal(fast[1], ref[1])
+
+
+def test_a_file_before_term_stats_adds_every_posting(bm25_index, tmp_path):
+    path = tmp_path / BM25_NAME
+    shutil.copy(bm25_index / BM25_NAME, path)
+    con = sqlite3.connect(path)
+    con.execute("DROP TABLE term_stats")
+    con.execute("DROP TABLE pieces")
+    con.execute("DELETE FROM postings_meta WHERE key = 'layout'")
+    con.commit()
+    con.close()
+    old = BM25(path)
+    assert old._postings is not None and not old._postings.pieces
+    for text in _queries(30, seed=2):
+        fast, ref = old.search_scored(text, 10), old.search_fts5(text, 10)
+        assert np.array_equal(fast[0], ref[0]) and np.array_equal(fast[1], ref[1])
 
 
 def test_an_index_without_postings_uses_fts5(bm25_index, tmp_path):
@@ -148,5 +223,5 @@ def test_a_large_index_skips_the_words_in_half_its_blocks_whose_weight_fts5_clam
         ref = dict(zip(*exact[t]))
         assert only not in blocks.tolist() and only in ref  # matched by "the" alone: no longer a hit
         assert set(blocks.tolist()) == {b for b, s in ref.items() if s > 1e-5}  # every block a rarer word matches
-        assert all(0 < ref[b] - s <= 1e-6 * (bm25_module.K1 + 1) for b, s in zip(blocks.tolist(), scores.tolist()))
+        assert all(0 < ref[b] - s <= 1e-6 * (K1 + 1) for b, s in zip(blocks.tolist(), scores.tolist()))
     assert bm25.search_scored("the", 10)[0].size == 0

@@ -139,6 +139,11 @@ def test_bm25_postings_that_disagree_with_fts5(index_copy):
         ("DROP TABLE postings_meta", "without the other"),
         ("UPDATE postings_meta SET value = CAST('999' AS BLOB) WHERE key = 'rows'", "postings for '999' blocks"),
         ("DELETE FROM blocks_docsize WHERE id = (SELECT max(id) FROM blocks_docsize)", "indexes blocks up to"),
+        ("DROP TABLE term_stats", "without the tables pieces and term_stats"),
+        (
+            "INSERT INTO pieces VALUES ('zzz', 0, x'0300000001000000', zeroblob(16))",
+            "damaged postings for the term 'zzz'",
+        ),
     ],
 )
 def test_bm25_of_another_shape(index_copy, change, problem):

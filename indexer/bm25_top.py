@@ -1,0 +1,107 @@
+"""The top-n blocks of a BM25 query without adding up every posting of its common words (MaxScore, Turtle and Flood
+1995): the blocks and scores of adding every posting (indexer.bm25.top_blocks), bit for bit.
+
+  bound      each word's largest weight (term_stats' `top`); `rest[i]`, the sum of those of the words after the
+             i-th, in decreasing order of that bound
+  essential  words read whole, the rarest (largest bound) first, each added to its blocks' partial scores; after
+             each, theta = the n-th best partial score (a floor under the n-th best total: scores only grow). Once
+             rest < theta, a block none of them holds cannot reach the top n, and reading stops
+  remaining  each other word's weight read only at the candidates (blocks whose partial + rest can still reach
+             theta), from the pieces holding them (indexer.bm25_postings); candidates that can no longer reach
+             theta are dropped after each word
+  totals     each candidate's weights added again in the query's word order from 0, as FTS5 sums its phrases (so
+             the same doubles), then the n best, ties by lower block id
+
+At 100M tokens (2.66M blocks) a dev probe's common words hold ~2M postings, all read and added before; the
+candidates a remaining word is read at are a few hundred to a few thousand blocks."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+
+from common.arrays import unique
+from indexer.bm25_postings import Posting, weights_at
+
+SLACK = 1e-9  # relative: bounds and partial sums are doubles added in other orders than the totals
+
+
+def maxscore_top(
+    words: list[str],
+    tops: dict[str, float],
+    whole: Callable[[str], Posting],
+    at: Callable[[str, np.ndarray], np.ndarray],
+    rows: int,
+    n: int,
+) -> tuple[np.ndarray, np.ndarray]:
+    """(block ids, scores) of the n best blocks (score > 0) for `words` (query order; each in `tops`, its largest
+    weight), reading a word whole by `whole(word)` or at given blocks by `at(word, blocks)`."""
+    order = sorted(words, key=lambda w: -tops[w])
+    rest = np.concatenate([np.cumsum([tops[w] for w in order[::-1]])[::-1], [0.0]])
+    score = np.zeros(rows, dtype=np.float64)  # partial scores of the blocks the essential words hold
+    read: dict[str, Posting] = {}
+    pool = np.empty(0, dtype=np.int64)  # the blocks with the n best partial scores so far
+    theta = 0.0
+    for i, word in enumerate(order):
+        posting = read[word] = whole(word)
+        score[posting.blocks] += posting.weights
+        pool, theta = _best(score, pool, posting.blocks, n)
+        if pool.size >= n and rest[i + 1] * (1 + SLACK) < theta * (1 - SLACK):
+            break
+    else:  # every word read whole: the sums in the query's order
+        score[:] = 0.0
+        for word in words:
+            score[read[word].blocks] += read[word].weights
+        return top_blocks(score, n)
+    stop = len(read)
+    bound = rest[stop]
+    held = unique(np.concatenate([p.blocks for p in read.values()]).astype(np.int64))
+    candidates = held[(score[held] + bound) * (1 + SLACK) >= theta * (1 - SLACK)]
+    partial = score[candidates]
+    found: dict[str, np.ndarray] = {}  # the remaining words' weights at the candidates
+    for j, word in enumerate(order[stop:]):
+        found[word] = at(word, candidates)
+        partial = partial + found[word]
+        bound = rest[stop + j + 1]
+        if candidates.size > n:
+            theta = max(theta, float(np.partition(partial, candidates.size - n)[candidates.size - n]))
+            keep = (partial + bound) * (1 + SLACK) >= theta * (1 - SLACK)
+            candidates, partial = candidates[keep], partial[keep]
+            found = {w: v[keep] for w, v in found.items()}
+    total = np.zeros(candidates.size, dtype=np.float64)
+    for word in words:
+        total += found[word] if word in found else weights_at(read[word], candidates)
+    return top_ids(candidates, total, n)
+
+
+def _best(score: np.ndarray, pool: np.ndarray, blocks: np.ndarray, n: int) -> tuple[np.ndarray, float]:
+    """The blocks with the n best partial scores (ties at the n-th kept) and the n-th score, from the previous best
+    `pool` and the blocks of the word just added (only those changed: the others' scores stay below the n-th)."""
+    blocks = blocks.astype(np.int64)
+    if pool.size:
+        place = np.minimum(np.searchsorted(pool, blocks), pool.size - 1)
+        blocks = blocks[pool[place] != blocks]
+    both = np.concatenate([pool, blocks])
+    if both.size < n:
+        return np.sort(both), 0.0
+    values = score[both]
+    kth = float(np.partition(values, both.size - n)[both.size - n])
+    return np.sort(both[values >= kth]), kth
+
+
+def top_blocks(score: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(block ids, scores) of the n best blocks with a score > 0, best first, ties by lower block id."""
+    matched = np.flatnonzero(score > 0)  # every weight is > 0 (idf >= 1e-6, f >= 1)
+    return top_ids(matched, score[matched], n)
+
+
+def top_ids(ids: np.ndarray, scores: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """(ids, scores) of the n best of `ids` (ascending) with a score > 0, best first, ties by lower id."""
+    keep = scores > 0
+    ids, scores = ids[keep].astype(np.int64), scores[keep]
+    if ids.size > n:
+        cut = np.partition(-scores, n - 1)[n - 1]  # the n-th best score
+        ids, scores = ids[-scores <= cut], scores[-scores <= cut]  # ties at the cut included, trimmed below
+    order = np.lexsort((ids, -scores))[:n]
+    return ids[order], scores[order]
