@@ -56,8 +56,8 @@ def maxscore_top(
         return top_blocks(score, n)
     stop = len(read)
     bound = rest[stop]
-    held = unique(np.concatenate([p.blocks for p in read.values()]).astype(np.int64))
-    candidates = held[(score[held] + bound) * (1 + SLACK) >= theta * (1 - SLACK)]
+    reach = [p.blocks[(score[p.blocks] + bound) * (1 + SLACK) >= theta * (1 - SLACK)] for p in read.values()]
+    candidates = unique(np.concatenate(reach).astype(np.int64))  # the read words' blocks that can still reach theta
     partial = score[candidates]
     found: dict[str, np.ndarray] = {}  # the remaining words' weights at the candidates
     for j, word in enumerate(order[stop:]):
