@@ -580,6 +580,12 @@ def test_bench_batch_times_run_batch_and_its_batched_stage_per_size(built):
     assert rows[0].count("1.00x batch 1") == 2  # batches of 1 against themselves
 
 
+def test_bench_bm25_times_maxscore_against_every_posting_with_the_same_answers(built):
+    out = run_module("bench.bench_bm25", "--index", str(built / "idx"), "--corpus", str(SAMPLE), "--probes", "8")
+    assert re.search(r"round 2: maxscore \d+\.\d ms a query, every posting \d+\.\d", out)
+    assert "the same blocks and scores: 8 of 8" in out
+
+
 def test_profile_fills_prints_the_open_and_the_fills_costliest_functions(built):
     out = run_module(
         "bench.profile_fills", "--index", str(built / "idx"), "--corpus", str(SAMPLE), "--fills", "2", "--warm"
