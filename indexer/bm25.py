@@ -42,8 +42,8 @@ _PLAIN = re.compile(r"[a-z0-9]+")  # a word FTS5's unicode61 tokenizer keeps as 
 # FTS5 clamps their idf to 1e-6, so each adds at most 1e-6 x (K1 + 1) to a block's score, and their postings are the
 # longest a query reads (the, of, a, in). Below it every word is read, and the scores are FTS5's to the last bit.
 SKIP_COMMON_FROM_BLOCKS = 1_000_000
-# SQLite's largest page: a posting blob spans 16x fewer overflow pages than with the default 4 KiB (the queries of
-# bench/bench_scale.py's probes over a 10M-token index: 6.0-6.9 ms against 9.7-11.3, the file 1% smaller)
+# SQLite's largest page: a posting blob spans 16x fewer overflow pages than with the default 4 KiB (bench/bench_bm25.py
+# over a 10M-token index's BM25 built with each page size, 2026-12-01: 6.0-6.9 ms a query against 9.7-11.3)
 PAGE_SIZE = 65536
 
 
@@ -137,9 +137,9 @@ class BM25:
             return top_blocks(self.block_scores(words), n)
         postings = self._postings
         with self._lock:
-            plain, loaded = self._terms(words)
-            stats = postings.stats(plain)
-            tops = {t: stat.top for t, stat in stats.items()}
+            stats = postings.stats([w for w in words if _PLAIN.fullmatch(w)])
+            plain, loaded = self._terms(words, {t: stat.df for t, stat in stats.items()})
+            tops = {t: stats[t].top for t in plain if t in stats}
             tops.update((t, float(p.weights.max())) for t, p in loaded.items() if p.blocks.size)
             return maxscore_top(
                 [w for w in words if w in tops],
@@ -176,13 +176,16 @@ class BM25:
                 score[found[word].blocks] += found[word].weights
         return score
 
-    def _terms(self, words: list[str]) -> tuple[list[str], dict[str, Posting]]:
+    def _terms(
+        self, words: list[str], frequencies: dict[str, int] | None = None
+    ) -> tuple[list[str], dict[str, Posting]]:
         """(the words the postings serve, those found in half the blocks or more left out from
-        SKIP_COMMON_FROM_BLOCKS blocks on; the postings of the others, from FTS5). The caller holds the lock."""
+        SKIP_COMMON_FROM_BLOCKS blocks on, by `frequencies` where the caller read them; the postings of the others,
+        from FTS5). The caller holds the lock."""
         assert self._postings is not None
         plain = [w for w in words if _PLAIN.fullmatch(w)]
         if self._postings.rows >= SKIP_COMMON_FROM_BLOCKS:
-            found = self._postings.frequencies(plain)
+            found = self._postings.frequencies(plain) if frequencies is None else frequencies
             plain = [w for w in plain if 2 * found.get(w, 0) < self._postings.rows]
         other = {}
         for word in words:

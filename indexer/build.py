@@ -64,6 +64,7 @@ class ResolvedBuild:
     engine: str  # the encoder's resolved engine
     fingerprint: str  # model_fingerprint of the model directory (computed once, by the encoder)
     batch_tokens: int  # padded tokens per encoder batch: the config's, or the device's default
+    documents: int | None  # the corpus's documents (count_documents: None for a directory of text)
     model: ModelInfo  # the manifest's record of the model
     settings: BuildSettings  # the manifest's record of the build: the config less the job's own flags
     identity_settings: dict[str, Any]  # the settings an existing --out must match to be resumed (indexer.outdir)
@@ -78,10 +79,11 @@ class ResolvedBuild:
                 f"--block-tokens {cfg.block_tokens} plus {cfg.title_tokens} title tokens and special tokens exceeds "
                 f"the model limit of {encoder.max_length}; lower --block-tokens"
             )
+        documents = count_documents(cfg.corpus)
         cfg = cfg.model_copy(
             update={
                 "index_type": check_index_type(cfg.index_type, encoder.dim, cfg.vector_dtype),
-                "shard_tokens": cfg.shard_tokens or auto_shard_tokens(cfg.corpus, encoder.tokenizer),
+                "shard_tokens": cfg.shard_tokens or auto_shard_tokens(cfg.corpus, documents, encoder.tokenizer),
             }
         )
         dtype = str(encoder.dtype).replace("torch.", "")
@@ -107,6 +109,7 @@ class ResolvedBuild:
             engine=encoder.engine,
             fingerprint=model.fingerprint,
             batch_tokens=cfg.batch_tokens or default_batch_tokens(encoder.device),
+            documents=documents,
             model=model,
             settings=BuildSettings.model_validate(cfg.model_dump(exclude={"overwrite"})),
             identity_settings=identity_settings,
@@ -205,7 +208,7 @@ class BuildJob:
                 p.world,
                 self.encoder.device,
             )
-        total_docs = count_documents(cfg.corpus)
+        total_docs = self.resolved.documents
         bar = tqdm(
             total=None, unit="tok", unit_scale=True, desc="indexing", dynamic_ncols=True, disable=not self.place.leader
         )

@@ -16,7 +16,7 @@ from collections.abc import Iterable, Iterator, Sized
 from pathlib import Path
 from typing import TypeVar
 
-from corpus.readers import count_documents, read_corpus
+from corpus.readers import read_corpus
 from corpus.tokens import tokenize_documents
 
 MIN_SHARD_TOKENS = 1_000_000
@@ -26,9 +26,9 @@ SAMPLE_DOCUMENTS = 1000
 B = TypeVar("B", bound=Sized)  # a block cut into shards (Block, indexer.compact's StoredBlock): len() is its tokens
 
 
-def auto_shard_tokens(corpus: Path, tokenizer) -> int:
-    """Tokens per shard for `corpus` (MIN_SHARD_TOKENS when its documents cannot be counted: a directory of text)."""
-    documents = count_documents(corpus)
+def auto_shard_tokens(corpus: Path, documents: int | None, tokenizer) -> int:
+    """Tokens per shard for `corpus` of `documents` documents (corpus.readers.count_documents; MIN_SHARD_TOKENS when
+    they cannot be counted: a directory of text)."""
     if not documents:
         return MIN_SHARD_TOKENS
     sample = [d.text or "" for d in itertools.islice(read_corpus(corpus), SAMPLE_DOCUMENTS)]

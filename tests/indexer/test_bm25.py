@@ -63,15 +63,33 @@ def _queries(n: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(VOCAB + extra) for _ in range(rng.randint(1, 24))) for _ in range(n)]
 
 
+def _same_as_fts5(bm25: BM25, text: str, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """FTS5's own top n for `text`, after checking the postings' search gives the same blocks and the same doubles."""
+    fast, ref = bm25.search_scored(text, n), bm25.search_fts5(text, n)
+    assert np.array_equal(fast[0], ref[0]), text
+    assert np.array_equal(fast[1], ref[1]), text  # the same doubles, not close ones
+    return ref
+
+
+def _copy_without(index, tmp_path, *changes: str):
+    """A copy of the index's bm25.sqlite with the SQL `changes` made (an older file's layout)."""
+    path = tmp_path / BM25_NAME
+    shutil.copy(index / BM25_NAME, path)
+    con = sqlite3.connect(path)
+    for change in changes:
+        con.execute(change)
+    con.commit()
+    con.close()
+    return path
+
+
 def test_postings_give_fts5_blocks_and_scores_exactly(bm25_file):
     bm25 = BM25(bm25_file)
     assert bm25.rows is not None
     ties = 0
     for text in _queries(300):
         for n in (1, 3, 10, 100):
-            fast, ref = bm25.search_scored(text, n), bm25.search_fts5(text, n)
-            assert np.array_equal(fast[0], ref[0]), text
-            assert np.array_equal(fast[1], ref[1]), text  # the same doubles, not close ones
+            ref = _same_as_fts5(bm25, text, n)
         ties += len(set(ref[1].tolist())) < len(ref[1])
     assert ties > 10  # the repeated documents tie, and ties come out in block order as FTS5's do
 
@@ -95,8 +113,7 @@ def test_words_fts5_tokenizes_differently_score_as_fts5_does(bm25_file):
         "Ⅻ ǅ city",
     ):
         for n in (3, 100):
-            fast, ref = bm25.search_scored(text, n), bm25.search_fts5(text, n)
-            assert np.array_equal(fast[0], ref[0]) and np.array_equal(fast[1], ref[1]), text
+            _same_as_fts5(bm25, text, n)
     assert bm25.search_scored("rivér", 10)[0].size > 0  # diacritics removed by FTS5: matches "river"
 
 
@@ -131,38 +148,29 @@ def test_long_words_are_read_at_the_candidates_only(tmp_path, tiny_bert_dir, mon
     real = bm25_postings.Postings.whole
     monkeypatch.setattr(bm25_postings.Postings, "whole", lambda self, terms: read.extend(terms) or real(self, terms))
     for n in (1, 2):
-        fast, ref = bm25.search_scored("marie curie the of", n), bm25.search_fts5("marie curie the of", n)
-        assert np.array_equal(fast[0], ref[0]) and np.array_equal(fast[1], ref[1])
+        _same_as_fts5(bm25, "marie curie the of", n)
     assert set(read) == {"marie", "curie"}
     for text in ("the of w1", "of", "w3 w4 w5 the"):  # the common words read whole (none rarer): FTS5's all the same
-        fast, ref = bm25.search_scored(text, 10), bm25.search_fts5(text, 10)
-        assert np.array_equal(fast[0], ref[0]) and np.array_equal(fast[1], ref[1])
+        _same_as_fts5(bm25, text, 10)
 
 
 def test_a_file_before_term_stats_adds_every_posting(bm25_index, tmp_path):
-    path = tmp_path / BM25_NAME
-    shutil.copy(bm25_index / BM25_NAME, path)
-    con = sqlite3.connect(path)
-    con.execute("DROP TABLE term_stats")
-    con.execute("DROP TABLE pieces")
-    con.execute("DELETE FROM postings_meta WHERE key = 'layout'")
-    con.commit()
-    con.close()
-    old = BM25(path)
+    old = BM25(
+        _copy_without(
+            bm25_index,
+            tmp_path,
+            "DROP TABLE term_stats",
+            "DROP TABLE pieces",
+            "DELETE FROM postings_meta WHERE key = 'layout'",
+        )
+    )
     assert old._postings is not None and not old._postings.pieces
     for text in _queries(30, seed=2):
-        fast, ref = old.search_scored(text, 10), old.search_fts5(text, 10)
-        assert np.array_equal(fast[0], ref[0]) and np.array_equal(fast[1], ref[1])
+        _same_as_fts5(old, text, 10)
 
 
 def test_an_index_without_postings_uses_fts5(bm25_index, tmp_path):
-    path = tmp_path / BM25_NAME
-    shutil.copy(bm25_index / BM25_NAME, path)
-    con = sqlite3.connect(path)
-    con.execute("DROP TABLE postings")
-    con.execute("DROP TABLE postings_meta")
-    con.commit()
-    con.close()
+    path = _copy_without(bm25_index, tmp_path, "DROP TABLE postings", "DROP TABLE postings_meta")
     old, new = BM25(path), BM25(bm25_index / BM25_NAME)
     assert old.rows is None
     for text in _queries(20, seed=1):

@@ -23,7 +23,7 @@ def test_the_estimate_counts_the_documents_and_samples_their_tokens(tmp_path, ti
     per_doc = len(tokenizer("the river flows " * 10, add_special_tokens=False)["input_ids"])
     seen: list[int] = []
     monkeypatch.setattr(shard_size, "shard_tokens_for", lambda tokens: seen.append(tokens) or 7)
-    assert auto_shard_tokens(corpus, tokenizer) == 7
+    assert auto_shard_tokens(corpus, 50, tokenizer) == 7
     assert seen == [50 * per_doc]
 
 
