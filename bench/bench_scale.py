@@ -9,17 +9,20 @@ For each size, the corpus (JSON lines) is repeated with new document ids up to t
 and adds, BM25, checksums, manifest) with one change: the encoder's forward pass is replaced by vectors drawn from
 real ones (`Resampler`: each token gets a real vector of the same vocabulary id, from the real encoder over the
 first --calibration tokens, plus Gaussian noise of --noise times the per-dimension spread), so IVF lists are as
-uneven as a real index's and 100M tokens build without 100M tokens of forward passes. Each index is then served
-by the real server (`python -m service`, a process of its own) and measured: disk per token, seconds to ready and
-to the end of its background warm-up (pages mapped, files hashed; the fills are timed after it), /fill p50 and p99
-over the same --probes queries (bench.shared.make_probes of the corpus; --fills in all, after 10 to warm up), and
-the server's resident anonymous and file-backed memory after them. The slope of anonymous
-memory between the smallest and each larger size is printed in bytes per token.
+uneven as a real index's and 100M tokens build without 100M tokens of forward passes. The indexes are then
+served by the real server (`python -m service`, a process each) and measured together (`serve_all`): disk per
+token; each server's seconds to ready and to the end of its background warm-up (pages mapped, files hashed), timed
+while it starts alone; /fill p50 and p99 over the same --probes queries (bench.shared.make_probes of the corpus;
+--fills in all, after 10 to warm up), each probe sent to every server in turn, so the machine's drift (this
+machine's speed moved 20% between two runs minutes apart) falls on every size alike and the ratios to the smallest
+are those of one moment; and each server's resident anonymous and file-backed memory after them. The slope of
+anonymous memory between the smallest and each larger size is printed in bytes per token.
 
 `--indexes NAME=DIR,...` measures indexes built elsewhere instead (e.g. the T-REx dev half grown to 30M tokens with
 the real encoder, recipes/prepare_trex_grown.sh), in the order given, with the same probes and fills.
 
-Resumable: a size whose corpus, index or result exists is not made again (results in `results.jsonl`)."""
+Resumable: a size whose corpus or index exists is not made again; when every size has a row in `results.jsonl`,
+those are shown again, otherwise every size is measured (together) and the file replaced."""
 
 from __future__ import annotations
 
@@ -27,13 +30,12 @@ import argparse
 import json
 import math
 import time
-from collections.abc import Callable
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 
 from bench.shared import Server, disk_bytes, make_probes, memory
+from common.files import write_bytes_atomic
 
 SUFFIX = {"k": 10**3, "m": 10**6, "b": 10**9}
 IDLE_S = 2.0  # after the fills, before the memory is read: longer than IdleTrim's 0.5 s
@@ -157,63 +159,72 @@ def build(corpus: Path, out: Path, resampler: Resampler, args: argparse.Namespac
     return time.perf_counter() - t
 
 
-def serve_and_measure(index: Path, probes: list[str], fills: int, port: int) -> dict:
-    """Start the server over `index`, fill `fills` queries (cycling `probes`) after 10 to warm up, and read its
-    memory; the figures as a dict."""
+def serve_all(indexes: list[tuple[str, Path]], probes: list[str], fills: int, port: int) -> dict[str, dict]:
+    """Serve every index at once (ports port, port + 1, ...), each started alone (its seconds to ready and to the
+    end of its warm-up timed while the others idle), then fill `fills` queries (cycling `probes`, after 10 to warm
+    up) on every server in turn, each probe on all of them before the next (the order rotated each round), so the
+    machine's drift falls on every size alike; then read each one's memory. Figures by name."""
     import httpx
 
-    server = Server(index, port)
+    servers: dict[str, Server] = {}
+    figures: dict[str, dict] = {}
     try:
-        ready = server.wait_ready(timeout=3600)
-        before = memory(server.proc.pid)
-        warm = server.wait_warm(timeout=3600)  # timed from here: the steady state
-        took = []
+        for j, (name, index) in enumerate(indexes):
+            server = servers[name] = Server(index, port + j)
+            ready = server.wait_ready(timeout=3600)
+            anon_ready = memory(server.proc.pid)["RssAnon"] / 2**20
+            figures[name] = {"ready_s": round(ready, 2), "warm_s": round(server.wait_warm(timeout=3600), 2)}
+            figures[name]["anon_ready_mib"] = anon_ready
+        took: dict[str, list[float]] = {name: [] for name in servers}
+        names = list(servers)
         with httpx.Client(timeout=600) as client:
             for i in range(10 + fills):
-                t = time.perf_counter()
-                r = client.post(server.url + "/fill", json={"text": probes[i % len(probes)]})
-                if r.status_code != 200:
-                    raise SystemExit(f"/fill answered {r.status_code}: {r.text[:300]}")
-                if i >= 10:
-                    took.append((time.perf_counter() - t) * 1000)
-        time.sleep(IDLE_S)  # the server hands its allocator's free memory back once idle (common.process.IdleTrim)
-        after = memory(server.proc.pid)
+                for name in names[i % len(names) :] + names[: i % len(names)]:
+                    t = time.perf_counter()
+                    r = client.post(servers[name].url + "/fill", json={"text": probes[i % len(probes)]})
+                    if r.status_code != 200:
+                        raise SystemExit(f"/fill on {name} answered {r.status_code}: {r.text[:300]}")
+                    if i >= 10:
+                        took[name].append((time.perf_counter() - t) * 1000)
+        time.sleep(IDLE_S)  # each server hands its allocator's free memory back once idle (common.process.IdleTrim)
+        for name, server in servers.items():
+            after = memory(server.proc.pid)
+            figures[name].update(
+                p50_ms=round(float(np.percentile(took[name], 50)), 1),
+                p99_ms=round(float(np.percentile(took[name], 99)), 1),
+                anon_mib=after["RssAnon"] / 2**20,
+                file_mib=after["RssFile"] / 2**20,
+            )
     finally:
-        server.stop()
-    return {
-        "ready_s": round(ready, 2),
-        "warm_s": round(warm, 2),
-        "p50_ms": round(float(np.percentile(took, 50)), 1),
-        "p99_ms": round(float(np.percentile(took, 99)), 1),
-        "anon_ready_mib": before["RssAnon"] / 2**20,
-        "anon_mib": after["RssAnon"] / 2**20,
-        "file_mib": after["RssFile"] / 2**20,
-    }
+        for server in servers.values():
+            server.stop()
+    return figures
 
 
-def measure_size(args, size: int, base_tokens: int, resampler_of, probes: list[str]) -> dict:
-    """One size: its corpus, its index (built if missing) and its figures."""
-
+def build_size(args, size: int, base_tokens: int, resampler_of) -> tuple[Path, float]:
+    """One size's corpus and index (built if missing, by `resampler_of()`'s vectors): (index, seconds built)."""
     name = size_name(size)
     corpus = grow_corpus(args.corpus, size, base_tokens, args.out / f"corpus_{name}.jsonl")
     index = args.out / f"idx_{name}"
     seconds = build(corpus, index, resampler_of(), args) if not (index / "manifest.json").is_file() else 0.0
     if args.build_only:
         print(f"built {index} in {seconds:.0f} s", flush=True)
-        return {}
-    return measure_index(args, name, index, probes, seconds)
+    return index, seconds
 
 
-def measure_index(args, name: str, index: Path, probes: list[str], build_s: float = 0.0) -> dict:
-    """One built index's figures (disk, then served: ready, latency, memory)."""
+def measure(args, indexes: list[tuple[str, Path, float]], probes: list[str]) -> list[dict]:
+    """The built indexes' figures (disk, then served together: serve_all), in the order given."""
     from indexer.manifest import Manifest
 
-    manifest = Manifest.load(index)
-    tokens = manifest.counts.tokens
-    row = {"size": name, "tokens": tokens, "shards": len(manifest.shards), "build_s": round(build_s)}
-    row["disk_b_per_token"] = round(disk_bytes(index) / tokens, 1)
-    row.update(serve_and_measure(index, probes, args.fills, args.port))
-    return row
+    served = serve_all([(name, index) for name, index, _ in indexes], probes, args.fills, args.port)
+    rows = []
+    for name, index, build_s in indexes:
+        manifest = Manifest.load(index)
+        tokens = manifest.counts.tokens
+        row = {"size": name, "tokens": tokens, "shards": len(manifest.shards), "build_s": round(build_s)}
+        row["disk_b_per_token"] = round(disk_bytes(index) / tokens, 1)
+        rows.append({**row, **served[name]})
+    return rows
 
 
 def print_rows(rows: list[dict]) -> None:
@@ -251,28 +262,25 @@ def main() -> None:
             resampler = Resampler.fit(encoder, args.corpus, args.calibration, args.noise, args.out / "resample.npz")
         return resampler
 
-    jobs: list[tuple[str, Callable[[], dict]]]
     if args.indexes:
         given = [part.split("=", 1) for part in args.indexes.split(",")]
         if any(len(pair) != 2 or not (Path(pair[1]) / "manifest.json").is_file() for pair in given):
             raise SystemExit(f"--indexes {args.indexes}: give NAME=DIR pairs of built indexes (DIR/manifest.json)")
-        jobs = [(name, partial(measure_index, args, name, Path(d), probes)) for name, d in given]
+        indexes = [(name, Path(d), 0.0) for name, d in given]
     else:
         base_tokens = base_token_count(args.corpus)
         sizes = sorted(parse_size(s) for s in args.sizes.split(","))
-        jobs = [(size_name(n), partial(measure_size, args, n, base_tokens, resampler_of, probes)) for n in sizes]
-    rows = []
-    for name, measure in jobs:
-        row = done.get(name) or measure()
-        if not row:  # --build-only
-            continue
-        if name not in done:
-            with results.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-        rows.append(row)
+        indexes = [(size_name(n), *build_size(args, n, base_tokens, resampler_of)) for n in sizes]
+        if args.build_only:
+            return
+    if all(name in done for name, _, _ in indexes):  # measured before: shown again
+        rows = [done[name] for name, _, _ in indexes]
+    else:  # measured together, so that their ratios come from one run
+        rows = measure(args, indexes, probes)
+        write_bytes_atomic(results, "".join(json.dumps(row) + "\n" for row in rows).encode())
+    for row in rows:
         print(json.dumps(row), flush=True)
-    if rows:
-        print_rows(rows)
+    print_rows(rows)
 
 
 def base_token_count(corpus: Path) -> int:

@@ -34,6 +34,22 @@ MAX_NLIST = 4096
 SCAN_TOKENS = 262_144  # the tokens a query's probed IVF lists hold, over all shards (scaled_nprobe)
 
 
+def same_chain(a: list[faiss.VectorTransform], b: list[faiss.VectorTransform]) -> bool:
+    """Whether two chains of linear pre-transforms map every vector alike (the same matrices and biases)."""
+    if len(a) != len(b):
+        return False
+    for x, y in zip(a, b):
+        if not isinstance(x, faiss.LinearTransform) or not isinstance(y, faiss.LinearTransform):
+            return False
+        if (x.d_in, x.d_out, x.have_bias) != (y.d_in, y.d_out, y.have_bias):
+            return False
+        if not np.array_equal(faiss.vector_to_array(x.A), faiss.vector_to_array(y.A)):
+            return False
+        if not np.array_equal(faiss.vector_to_array(x.b), faiss.vector_to_array(y.b)):
+            return False
+    return True
+
+
 def check_index_type(value: str, dim: int, vector_dtype: str = "int8") -> str:
     """The index type, or an AppError naming the choices (factory strings are tried on FAISS). Without stored
     vectors (`vector_dtype` "none") the index must score from its own codes: Flat or 8-bit IVF-PQ."""

@@ -148,6 +148,7 @@ class BM25:
                 lambda w, at: weights_at(loaded[w], at) if w in loaded else postings.at(w, stats[w], at),
                 postings.rows,
                 n,
+                {t: stat.df for t, stat in stats.items()} | {t: p.blocks.size for t, p in loaded.items()},
             )
 
     def search_fts5(self, text: str, n: int) -> tuple[np.ndarray, np.ndarray]:

@@ -2,10 +2,12 @@
 1995): the blocks and scores of adding every posting (indexer.bm25.top_blocks), bit for bit.
 
   bound      each word's largest weight (term_stats' `top`); `rest[i]`, the sum of those of the words after the
-             i-th, in decreasing order of that bound
-  essential  words read whole, the rarest (largest bound) first, each added to its blocks' partial scores; after
-             each, theta = the n-th best partial score (a floor under the n-th best total: scores only grow). Once
-             rest < theta, a block none of them holds cannot reach the top n, and reading stops
+             i-th, in the reading order: the cheap words (in fewer than 1 / CHEAP_SHARE of the blocks: adding a
+             short posting costs less than looking a long candidate list up in it) first, then the common ones,
+             each part in decreasing order of that bound
+  essential  words read whole, in that order, each added to its blocks' partial scores; after the last cheap word
+             and each common one, theta = the n-th best partial score (a floor under the n-th best total: scores
+             only grow). Once rest < theta, a block none of them holds cannot reach the top n, and reading stops
   remaining  each other word's weight read only at the candidates (blocks whose partial + rest can still reach
              theta), from the pieces holding them (indexer.bm25_postings); candidates that can no longer reach
              theta are dropped after each word
@@ -13,7 +15,9 @@
              the same doubles), then the n best, ties by lower block id
 
 At 100M tokens (2.66M blocks) a dev probe's common words hold ~2M postings, all read and added before; the
-candidates a remaining word is read at are a few hundred to a few thousand blocks."""
+candidates a remaining word is read at are a few hundred to a few thousand blocks. Reading the cheap words first
+(~390k postings a probe) spares the candidate lists of tens of thousands of blocks that reading them at the
+candidates needed (bench.bench_bm25)."""
 
 from __future__ import annotations
 
@@ -21,10 +25,10 @@ from typing import Callable
 
 import numpy as np
 
-from common.arrays import unique
 from indexer.bm25_postings import Posting, weights_at
 
 SLACK = 1e-9  # relative: bounds and partial sums are doubles added in other orders than the totals
+CHEAP_SHARE = 16  # a word in fewer than 1/16 of the blocks is read whole before MaxScore decides what to skip
 
 
 def maxscore_top(
@@ -34,19 +38,32 @@ def maxscore_top(
     at: Callable[[str, np.ndarray], np.ndarray],
     rows: int,
     n: int,
+    blocks: dict[str, int] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """(block ids, scores) of the n best blocks (score > 0) for `words` (query order; each in `tops`, its largest
-    weight), reading a word whole by `whole(word)` or at given blocks by `at(word, blocks)`."""
-    order = sorted(words, key=lambda w: -tops[w])
+    weight), reading a word whole by `whole(word)` or at given blocks by `at(word, blocks)`. `blocks`: each word's
+    block count, where known: the words in fewer than rows / CHEAP_SHARE blocks are read whole first (adding a short
+    posting costs less than looking up a long candidate list in it), MaxScore's skipping kept for the common ones."""
+    common = {w for w in words if blocks is not None and blocks.get(w, 0) * CHEAP_SHARE >= rows}
+    order = sorted(words, key=lambda w: (w in common, -tops[w]))
     rest = np.concatenate([np.cumsum([tops[w] for w in order[::-1]])[::-1], [0.0]])
-    score = np.zeros(rows, dtype=np.float64)  # partial scores of the blocks the essential words hold
+    score = np.zeros(rows, dtype=np.float64)  # partial scores of the blocks the words read whole hold
     read: dict[str, Posting] = {}
     pool = np.empty(0, dtype=np.int64)  # the blocks with the n best partial scores so far
+    held: np.ndarray | None = None  # the blocks the words read so far hold, where known
+    first = True
     theta = 0.0
     for i, word in enumerate(order):
         posting = read[word] = whole(word)
         score[posting.blocks] += posting.weights
-        pool, theta = _best(score, pool, posting.blocks, n)
+        if i + 1 < len(order) and order[i + 1] not in common:
+            continue  # the next word is cheaper to read whole
+        if first:  # every block read so far changed
+            held, first = np.flatnonzero(score > 0), False  # every weight is > 0
+            pool, theta = _best(score, pool, held, n)
+        else:  # a common word read whole: its blocks changed
+            held = None
+            pool, theta = _best(score, pool, posting.blocks, n)
         if pool.size >= n and rest[i + 1] * (1 + SLACK) < theta * (1 - SLACK):
             break
     else:  # every word read whole: the sums in the query's order
@@ -56,8 +73,8 @@ def maxscore_top(
         return top_blocks(score, n)
     stop = len(read)
     bound = rest[stop]
-    reach = [p.blocks[(score[p.blocks] + bound) * (1 + SLACK) >= theta * (1 - SLACK)] for p in read.values()]
-    candidates = unique(np.concatenate(reach).astype(np.int64))  # the read words' blocks that can still reach theta
+    held = np.flatnonzero(score > 0) if held is None else held
+    candidates = held[(score[held] + bound) * (1 + SLACK) >= theta * (1 - SLACK)]  # those that can still reach theta
     partial = score[candidates]
     found: dict[str, np.ndarray] = {}  # the remaining words' weights at the candidates
     for j, word in enumerate(order[stop:]):

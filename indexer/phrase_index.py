@@ -7,7 +7,6 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import NamedTuple
 
 import faiss
 import numpy as np
@@ -15,11 +14,13 @@ import numpy as np
 from common.arrays import unique_inverse
 from common.errors import AppError
 from indexer.ann import is_exact, search_params, set_search_params
+from indexer.ann_codes import share_codecs
 from indexer.bm25 import BM25, BlockSearch
 from indexer.index_files import IndexFiles
 from indexer.integrity import check_bm25
 from indexer.manifest import Manifest
 from indexer.shard import Shard, delta_bm25_name
+from indexer.shard_hits import ScoredHits, Task, best_of_shards, top_hits
 from indexer.shared_lists import Assigned, shared_lists
 from indexer.tombstones import Liveness, Tombstones
 
@@ -84,6 +85,7 @@ class PhraseIndex:
         if not bm25:
             self._delta_bm25: dict[str, BM25] = {}
         self._lists = shared_lists([s.index for s in self.shards], [s.info.factory for s in self.shards])
+        share_codecs([s.vectors for s in self.shards])
         self._pool = self._shard_pool()
         logger.info("opened index %s: %d shards, %d tokens", self.root, len(self.shards), self.manifest.counts.tokens)
 
@@ -240,10 +242,11 @@ class PhraseIndex:
             assert self._pool is not None
             assigned = self._pool.submit(self._lists.assign, q).result()  # one OpenMP thread
 
-        def one(s: int):
-            return self.faiss_search(s, q, k, assigned)
-
-        results = list(self._pool.map(one, range(len(self.shards)))) if self._pool else [one(0)]
+        approx = self._approx()  # their best refine * k over them all are re-scored; the others answer k
+        wanted = [{s: min(k * self.refine, len(self.shards[s])) for s in approx}]
+        wanted.append({s: min(k, len(shard)) for s, shard in enumerate(self.shards) if s not in approx})
+        answers = best_of_shards(lambda tasks: self._search_all(tasks, q, k, assigned), wanted, q.shape[0])
+        results = [answers[s] for s in range(len(self.shards))]
         self._rescore_best(q, results, bounds, k * self.refine)
         scores = np.concatenate([r[0] for r in results], axis=1)
         ids = np.concatenate([r[1] for r in results], axis=1)
@@ -263,7 +266,7 @@ class PhraseIndex:
         inner product), the best `keep` of them re-scored exactly from their shards' stored vectors, in place
         (the others dropped: id -1): the re-scoring reads `keep` vectors a query however many shards there are.
         Exact shards' hits (Flat, or scored by the codes re-scoring would read) stay as they are."""
-        approx = [i for i, s in enumerate(self.shards) if not is_exact(s.info.factory) and s.vectors.rescores]
+        approx = self._approx()
         if not approx:
             return
         scores = np.concatenate([results[i][0] for i in approx], axis=1)
@@ -281,19 +284,38 @@ class PhraseIndex:
             exact = [_rescore(self.shards[i], q[a:b], mine[a:b]) for a, b in bounds]
             results[i] = (np.concatenate(exact), mine)
 
+    def _search_all(
+        self, tasks: list[Task], q: np.ndarray, k: int, assigned: Assigned | None
+    ) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Each task's (shard s, query rows or None for all, hits) FAISS search, on the shard pool."""
+
+        def one(task: Task) -> tuple[np.ndarray, np.ndarray]:
+            s, rows, hits = task
+            if rows is None:
+                return self.faiss_search(s, q, k, assigned, hits)
+            some = None if assigned is None else Assigned(*(part[rows] for part in assigned))
+            return self.faiss_search(s, q[rows], k, some, hits)
+
+        return list(self._pool.map(one, tasks)) if self._pool else [one(t) for t in tasks]
+
+    def _approx(self) -> list[int]:
+        """The places of the ANN shards whose hits are re-scored from stored vectors."""
+        return [i for i, s in enumerate(self.shards) if not is_exact(s.info.factory) and s.vectors.rescores]
+
     def assign(self, q: np.ndarray) -> Assigned | None:
         """The queries assigned to their nearest IVF lists in the shards sharing them (indexer.shared_lists), or
         None when no two shards share lists."""
         return self._lists.assign(q) if self._lists is not None else None
 
     def faiss_search(
-        self, s: int, q: np.ndarray, k: int, assigned: Assigned | None = None
+        self, s: int, q: np.ndarray, k: int, assigned: Assigned | None = None, hits: int | None = None
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Shard s's own FAISS search for the queries: k hits (exact shards) or refine * k (ANN shards, to be
-        re-scored), among the lists of `assign` where the shard shares them."""
+        """Shard s's own FAISS search for the queries: `hits`, by default k (exact shards) or refine * k (ANN
+        shards, to be re-scored), among the lists of `assign` where the shard shares them."""
         shard, live = self.shards[s], self.live[s]  # s: the shard's place among the opened ones
-        exact = is_exact(shard.info.factory) or not shard.vectors.rescores  # no re-scoring to follow
-        hits = min(k, len(shard)) if exact else min(k * self.refine, len(shard))
+        if hits is None:
+            exact = is_exact(shard.info.factory) or not shard.vectors.rescores  # no re-scoring to follow
+            hits = min(k, len(shard)) if exact else min(k * self.refine, len(shard))
         params = None if live is None else search_params(shard.index, live.selector)
         if assigned is not None and self._lists is not None and s in self._lists.ivfs:
             return self._lists.search(s, assigned, hits, params)
@@ -304,27 +326,6 @@ class PhraseIndex:
             self.bm25.close(list(self._delta_bm25.values()))  # not those a later generation took over
         if self._pool:
             self._pool.shutdown(wait=False)
-
-
-class ScoredHits(NamedTuple):
-    """One query's hits over an index: each hit's score, shard number and token position in its shard."""
-
-    scores: np.ndarray  # float32
-    shard_no: np.ndarray  # int64
-    positions: np.ndarray  # int64
-
-
-def top_hits(scores: np.ndarray, shard_no: np.ndarray, positions: np.ndarray, k: int) -> ScoredHits:
-    """The k best hits (all when there are at most k): every hit above the k-th best score, then those at it
-    by (shard, position), so the choice among equal scores does not depend on how the hits were gathered."""
-    if scores.size <= k:
-        return ScoredHits(scores, shard_no, positions)
-    kth = np.partition(scores, scores.size - k)[scores.size - k]
-    above = np.flatnonzero(scores > kth)
-    tied = np.flatnonzero(scores == kth)
-    tied = tied[np.lexsort((positions[tied], shard_no[tied]))[: k - above.size]]
-    top = np.concatenate([above, tied])
-    return ScoredHits(scores[top], shard_no[top], positions[top])
 
 
 def _rescore(shard, q: np.ndarray, ids: np.ndarray) -> np.ndarray:

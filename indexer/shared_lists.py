@@ -13,7 +13,7 @@ from typing import NamedTuple
 import faiss
 import numpy as np
 
-from indexer.ann import is_exact, unwrap
+from indexer.ann import is_exact, same_chain, unwrap
 
 
 class Assigned(NamedTuple):
@@ -67,7 +67,7 @@ def shared_lists(indexes: list[faiss.Index], factories: list[str]) -> SharedList
             first = (index, chain, inner, inner.quantizer.reconstruct_n(0, inner.nlist))
         elif (
             inner.nprobe != first[2].nprobe
-            or not _same_chain(chain, first[1])
+            or not same_chain(chain, first[1])
             or not np.array_equal(inner.quantizer.reconstruct_n(0, inner.nlist), first[3])
         ):
             continue
@@ -75,22 +75,6 @@ def shared_lists(indexes: list[faiss.Index], factories: list[str]) -> SharedList
     if first is None or len(ivfs) < 2:
         return None
     return SharedLists(first[0], first[1], first[2].quantizer, int(first[2].nprobe), ivfs)
-
-
-def _same_chain(a: list[faiss.VectorTransform], b: list[faiss.VectorTransform]) -> bool:
-    """Whether two chains of linear pre-transforms map every vector alike (the same matrices and biases)."""
-    if len(a) != len(b):
-        return False
-    for x, y in zip(a, b):
-        if not isinstance(x, faiss.LinearTransform) or not isinstance(y, faiss.LinearTransform):
-            return False
-        if (x.d_in, x.d_out, x.have_bias) != (y.d_in, y.d_out, y.have_bias):
-            return False
-        if not np.array_equal(faiss.vector_to_array(x.A), faiss.vector_to_array(y.A)):
-            return False
-        if not np.array_equal(faiss.vector_to_array(x.b), faiss.vector_to_array(y.b)):
-            return False
-    return True
 
 
 def search_preassigned(

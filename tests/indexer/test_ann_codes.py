@@ -150,3 +150,34 @@ def test_the_shards_reader_maps_the_lists_its_scorer_reads_in_place(coded, dtype
     if on_disk:
         codes = AnnCodes(directory, index)
         assert codes.data.base is not None and codes.data.size == (directory / "index.faiss").stat().st_size
+
+
+def test_shards_of_one_template_decode_with_one_codec_and_the_same_products(coded, tmp_path):
+    """AnnCodes.share_codec: a second shard copied from the same trained index (as a build writes its shards) decodes
+    with the first one's codebooks, centroids and rotation, and its products do not change; a shard trained apart
+    keeps its own."""
+    from indexer.ann_codes import share_codecs
+
+    directory, x, built = coded
+    second = faiss.clone_index(built)  # the same template and codes: another shard of the build
+    second.reset()
+    second.add(x[::-1].copy())
+    (tmp_path / "b").mkdir()
+    faiss.write_index(second, str(tmp_path / "b" / "index.faiss"))
+    np.save(tmp_path / "b" / "code_slots.npy", code_slots(second))
+    apart = faiss.index_factory(DIM, "OPQ8,IVF16,PQ8", faiss.METRIC_INNER_PRODUCT)
+    apart.train(x[::2].copy())
+    apart.add(x)
+    (tmp_path / "c").mkdir()
+    faiss.write_index(apart, str(tmp_path / "c" / "index.faiss"))
+    np.save(tmp_path / "c" / "code_slots.npy", code_slots(apart))
+    opened = [
+        AnnCodes(d, faiss.read_index(str(d / "index.faiss"), faiss.IO_FLAG_MMAP))
+        for d in (directory, tmp_path / "b", tmp_path / "c")
+    ]
+    rows, q = np.arange(0, 3000, 7), x[:3] + 0.1
+    before = [c.dot(rows, q) for c in opened]
+    assert share_codecs([None, *opened]) == 1  # the copy shares; the index trained apart does not
+    assert opened[1].centroids is opened[0].centroids and opened[2].centroids is not opened[0].centroids
+    for c, b in zip(opened, before):
+        np.testing.assert_allclose(c.dot(rows, q), b, rtol=1e-6, atol=1e-5)

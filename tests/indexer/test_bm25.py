@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from indexer import bm25 as bm25_module
-from indexer import bm25_postings
+from indexer import bm25_postings, bm25_top
 from indexer.bm25 import BM25, BM25_NAME
 from indexer.bm25_postings import K1
 from tests.conftest import write_jsonl
@@ -83,7 +83,11 @@ def _copy_without(index, tmp_path, *changes: str):
     return path
 
 
-def test_postings_give_fts5_blocks_and_scores_exactly(bm25_file):
+@pytest.mark.parametrize("cheap_share", [1, 3, 10**9], ids=["cheap-all", "mixed", "common-all"])
+def test_postings_give_fts5_blocks_and_scores_exactly(bm25_file, monkeypatch, cheap_share):
+    """Whichever words are read whole before MaxScore decides what to skip (indexer.bm25_top.CHEAP_SHARE; 3: the
+    words in a third of the blocks or more, some of every query here, left to it)."""
+    monkeypatch.setattr(bm25_top, "CHEAP_SHARE", cheap_share)
     bm25 = BM25(bm25_file)
     assert bm25.rows is not None
     ties = 0

@@ -132,3 +132,31 @@ def test_a_shard_group_probes_as_many_lists_as_the_whole_index(tmp_path, monkeyp
     assert PhraseIndex(tmp_path, nprobe=5).shards[0].index.nprobe == 5  # a given nprobe wins
     whole.close()
     group.close()
+
+
+@pytest.mark.parametrize("kind", ["IVF8,PQ8x4", "IVF8,Flat"])
+def test_shards_asked_in_two_rounds_give_the_hits_of_asking_each_for_all(tmp_path, monkeypatch, kind):
+    """indexer.shard_hits: each shard is asked first for twice its share of the hits, again only where it may hold
+    more of the best; the hits are those of asking every shard for all of them, for queries whose best hits
+    crowd into one shard (asked again there) and for others."""
+    from indexer import shard_hits
+
+    rng = np.random.default_rng(16)
+    shards = [_clustered(rng, 400) for _ in range(5)]
+    _index(tmp_path, shards, kind, template=True)
+    index = PhraseIndex(tmp_path, nprobe=8, refine=2)
+    queries = np.concatenate([shards[0][:3].astype(np.float32), rng.standard_normal((3, DIM)).astype(np.float32)])
+    monkeypatch.setattr(shard_hits, "FIRST_MIN", 4)
+    asked: list = []
+    real = shard_hits._with_rows
+    monkeypatch.setattr(
+        shard_hits, "_with_rows", lambda first, rows, again: asked.append(rows) or real(first, rows, again)
+    )
+    two = index.search_scored(queries, 30)
+    monkeypatch.setattr(shard_hits, "first_round", lambda want, shards: want)
+    one = index.search_scored(queries, 30)
+    assert asked and any(set(rows.tolist()) & {0, 1, 2} for rows in asked)  # the crowded queries asked again
+    for a, b in zip(two, one):
+        assert np.array_equal(a.scores, b.scores) and np.array_equal(a.shard_no, b.shard_no)
+        assert np.array_equal(a.positions, b.positions)
+    index.close()
