@@ -586,6 +586,24 @@ def test_bench_bm25_times_maxscore_against_every_posting_with_the_same_answers(b
     assert "the same blocks and scores: 8 of 8" in out
 
 
+def test_bench_search_compares_each_search_with_its_reference_and_reads_recall_by_nprobe(built):
+    out = run_module(
+        "bench.bench_search",
+        "--index",
+        str(built / "idx"),
+        "--corpus",
+        str(SAMPLE),
+        "--probes",
+        "4",
+        "--nprobes",
+        "1,4",
+    )
+    assert re.search(r"BM25 top 100, 8 queries: identical blocks and scores 8/8", out)
+    assert re.search(r"search_scored, 4 queries: identical hits 4/4; every shard asked for all p50 \d+\.\d+ ms", out)
+    recall = [float(x) for x in re.findall(r"recall@1024 against nprobe 4: (\d\.\d+)", out)]
+    assert len(recall) == 2 and recall[1] == 1.0 and 0 < recall[0] <= 1.0  # the last nprobe against itself
+
+
 def test_profile_fills_prints_the_open_and_the_fills_costliest_functions(built):
     out = run_module(
         "bench.profile_fills", "--index", str(built / "idx"), "--corpus", str(SAMPLE), "--fills", "2", "--warm"
