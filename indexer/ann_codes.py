@@ -83,8 +83,11 @@ class AnnCodes:
         lists = faiss.downcast_InvertedLists(ivf.invlists)
         sizes = np.array([lists.list_size(i) for i in range(ivf.nlist)], dtype=np.int64)
         self.list_starts = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
-        if isinstance(lists, faiss.OnDiskInvertedLists):  # as FAISS maps index.faiss: codes at byte offsets
-            self.data: np.ndarray = map_file(Path(lists.filename or directory / "index.faiss"))  # no descriptor
+        mapped = _mapped_lists(lists, sizes, self.code_size)
+        if mapped is not None:  # read with IO_FLAG_MMAP_IFC: the lists are views into the file FAISS mapped
+            self.data, self.byte_starts = mapped
+        elif isinstance(lists, faiss.OnDiskInvertedLists):  # as FAISS maps index.faiss: codes at byte offsets
+            self.data = map_file(Path(lists.filename or directory / "index.faiss"))  # no descriptor
             # lists.lists: a SWIG std::vector (at), which faiss's stubs call a list
             self.byte_starts = np.array([lists.lists.at(i).offset for i in range(ivf.nlist)], dtype=np.int64)  # type: ignore[attr-defined]
         else:  # lists in RAM: their codes gathered once, list after list
@@ -168,6 +171,26 @@ class AnnCodes:
         q = self.transform(np.atleast_2d(queries))
         out = self.transformed(rows) @ q.T
         return out[:, 0] if np.ndim(queries) == 1 else out
+
+
+def _mapped_lists(
+    lists: faiss.InvertedLists, sizes: np.ndarray, code_size: int
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """(one uint8 view spanning every list's codes, each list's byte offset in it) where every non-empty list's codes
+    are a view into one file FAISS mapped (ArrayInvertedLists read with IO_FLAG_MMAP_IFC: page cache, not
+    anonymous memory); None where any list holds its own copy. The view lives as long as the index."""
+    full = np.flatnonzero(sizes)
+    if not isinstance(lists, faiss.ArrayInvertedLists) or not full.size:
+        return None
+    if any(lists.codes.at(int(i)).is_owned for i in full):  # type: ignore[attr-defined]  # a SWIG vector
+        return None
+    starts = np.array([int(lists.get_codes(int(i))) for i in full], dtype=np.int64)  # addresses in the mapping
+    low = int(starts.min())
+    span = int((starts + sizes[full] * code_size).max()) - low
+    data = faiss.rev_swig_ptr(lists.get_codes(int(full[int(np.argmin(starts))])), span)
+    byte_starts = np.zeros(sizes.size, dtype=np.int64)
+    byte_starts[full] = starts - low
+    return data, byte_starts
 
 
 def _decoder(ivf: faiss.IndexIVF):

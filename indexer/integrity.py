@@ -192,14 +192,13 @@ def read_faiss(path: Path, info: ShardInfo, dim: int) -> faiss.Index:
     """index.faiss, holding the shard's tokens as `dim`-d inner-product vectors, memory-mapped where FAISS can: with
     IO_FLAG_MMAP_IFC an IVF index's lists (codes and ids) and a Flat index's vectors are views into the file (page
     cache, not anonymous memory; no descriptor held); a fast-scan IVF index's packed lists cannot be, and are read
-    into memory (indexer.ann chooses IVF-RaBitQ for new shards). A shard without stored vectors reads its lists with
-    IO_FLAG_MMAP (OnDiskInvertedLists), whose byte offsets its scorer reads the codes at (indexer.ann_codes)."""
-    flag = faiss.IO_FLAG_MMAP if info.vector_dtype == "none" else faiss.IO_FLAG_MMAP_IFC
+    into memory (indexer.ann chooses IVF-RaBitQ for new shards). A shard without stored vectors is read the same way
+    (its scorer reads the codes in place through one view of the mapping, indexer.ann_codes; its coarse centroids
+    file-backed too: ~6 MB a shard of IVF4096 that IO_FLAG_MMAP, its reading before, held in anonymous memory), else
+    with IO_FLAG_MMAP (OnDiskInvertedLists, codes at byte offsets)."""
+    flags = [faiss.IO_FLAG_MMAP_IFC] + ([faiss.IO_FLAG_MMAP] if info.vector_dtype == "none" else [])
     try:
-        try:
-            index = faiss.read_index(str(path), flag)
-        except RuntimeError:
-            index = faiss.read_index(str(path))
+        index = _read_mapped(path, flags)
     except (RuntimeError, MemoryError) as exc:
         reason = str(exc).strip().splitlines()[-1] if str(exc).strip() else type(exc).__name__
         raise damaged(path, f"is not a readable FAISS index ({reason})") from exc
@@ -211,6 +210,16 @@ def read_faiss(path: Path, info: ShardInfo, dim: int) -> faiss.Index:
     if problem:
         raise damaged(path, f"is the only copy of the shard's vectors, but {problem}")
     return index
+
+
+def _read_mapped(path: Path, flags: list[int]) -> faiss.Index:
+    """The index read with the first of `flags` FAISS takes for it, else read into memory."""
+    for flag in flags:
+        try:
+            return faiss.read_index(str(path), flag)
+        except RuntimeError:
+            continue
+    return faiss.read_index(str(path))
 
 
 def check_bm25(path: Path, record: FileInfo, blocks: int) -> None:

@@ -29,7 +29,9 @@ def coded(tmp_path_factory):
     return directory, x, index
 
 
-@pytest.mark.parametrize("flag", [faiss.IO_FLAG_MMAP, 0], ids=["mapped", "in-ram"])
+@pytest.mark.parametrize(
+    "flag", [faiss.IO_FLAG_MMAP_IFC, faiss.IO_FLAG_MMAP, 0], ids=["mapped-views", "mapped-on-disk", "in-ram"]
+)
 def test_products_are_the_ivfpq_search_scores_of_the_same_tokens(coded, flag):
     directory, x, built = coded
     index = faiss.read_index(str(directory / "index.faiss"), flag)
@@ -134,10 +136,11 @@ def test_without_stored_vectors_auto_is_flat_when_small_else_opq_ivfpq():
     assert codes_problem(resolve_factory("auto", 100_000, 768, vector_dtype="none"), 768) is None
 
 
-@pytest.mark.parametrize("dtype, on_disk", [("none", True), ("int8", False)])
-def test_the_shards_reader_maps_the_lists_its_scorer_reads_in_place(coded, dtype, on_disk):
-    """indexer.integrity.read_faiss: a shard without stored vectors gets OnDiskInvertedLists, so AnnCodes reads each
-    code where FAISS mapped it instead of copying every list into memory; with stored vectors IO_FLAG_MMAP_IFC."""
+@pytest.mark.parametrize("dtype", ["none", "int8"])
+def test_the_shards_reader_maps_the_lists_its_scorer_reads_in_place(coded, dtype):
+    """indexer.integrity.read_faiss: with IO_FLAG_MMAP_IFC every list's codes and the coarse centroids are views into
+    the file FAISS mapped (page cache, not anonymous memory), and a shard without stored vectors scores from one
+    view spanning those lists, no copy, the same products as reading the file into memory."""
     from types import SimpleNamespace
 
     from indexer.integrity import read_faiss
@@ -145,11 +148,19 @@ def test_the_shards_reader_maps_the_lists_its_scorer_reads_in_place(coded, dtype
     directory, x, _ = coded
     info = SimpleNamespace(tokens=len(x), vector_dtype=dtype)
     index = read_faiss(directory / "index.faiss", info, DIM)  # type: ignore[arg-type]
-    lists = faiss.downcast_InvertedLists(faiss.extract_index_ivf(index).invlists)
-    assert isinstance(lists, faiss.OnDiskInvertedLists) is on_disk
-    if on_disk:
+    ivf = faiss.extract_index_ivf(index)
+    lists = faiss.downcast_InvertedLists(ivf.invlists)
+    assert isinstance(lists, faiss.ArrayInvertedLists)
+    assert not any(lists.codes.at(i).is_owned for i in range(ivf.nlist) if lists.list_size(i))
+    assert not faiss.downcast_index(ivf.quantizer).codes.is_owned
+    if dtype == "none":
         codes = AnnCodes(directory, index)
-        assert codes.data.base is not None and codes.data.size == (directory / "index.faiss").stat().st_size
+        assert not codes.data.flags.owndata and codes.data.size <= (directory / "index.faiss").stat().st_size
+        in_ram = AnnCodes(directory, faiss.read_index(str(directory / "index.faiss")))
+        assert in_ram.data.flags.owndata  # the copy this avoids
+        rows = np.arange(0, len(x), 3)
+        np.testing.assert_array_equal(codes.codes(rows)[0], in_ram.codes(rows)[0])
+        np.testing.assert_array_equal(codes.dot(rows, x[:2]), in_ram.dot(rows, x[:2]))
 
 
 def test_shards_of_one_template_decode_with_one_codec_and_the_same_products(coded, tmp_path):
