@@ -139,7 +139,11 @@ class AnnCodes:
         place = np.asarray(self.slots[np.asarray(rows, dtype=np.int64)], dtype=np.int64)
         lists = np.searchsorted(self.list_starts, place, side="right") - 1
         first = self.byte_starts[lists] + (place - self.list_starts[lists]) * self.code_size
-        return self.data[first[:, None] + np.arange(self.code_size)], lists
+        # a row of code_size bytes starting at every byte (a view): one index a code, not one a byte (2x faster)
+        starts = np.lib.stride_tricks.as_strided(
+            self.data, (max(0, self.data.size - self.code_size + 1), self.code_size), (1, 1), writeable=False
+        )
+        return starts[first], lists
 
     def transformed(self, rows) -> np.ndarray:
         """float32 [len(rows), d']: the rows' vectors as coded, in the transformed space."""
