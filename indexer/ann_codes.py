@@ -65,6 +65,8 @@ class AnnCodes:
         self.transforms, inner = unwrap(index)
         self.dim = index.d
         self.n = int(index.ntotal)
+        self._own: tuple | None = None  # an IVF's codec (share_codec may lend another's); a Flat index has none
+        self._codec_owner: faiss.Index | None = None
         if isinstance(inner, faiss.IndexFlat):
             self.flat: np.ndarray | None = faiss.rev_swig_ptr(inner.get_xb(), self.n * inner.d).reshape(self.n, inner.d)
             return
@@ -79,6 +81,7 @@ class AnnCodes:
             if ivf.by_residual
             else None
         )
+        self._own = (self.transforms, self.decode, self.centroids)
         assert ivf.invlists is not None  # an IVF index's lists (a pointer in faiss's stubs, never null here)
         lists = faiss.downcast_InvertedLists(ivf.invlists)
         sizes = np.array([lists.list_size(i) for i in range(ivf.nlist)], dtype=np.int64)
@@ -96,24 +99,26 @@ class AnnCodes:
             self.byte_starts = self.list_starts * self.code_size
 
     def share_codec(self, other: "AnnCodes") -> bool:
-        """Decode and transform as `other` does (its pre-transforms, codebooks and centroids; its FAISS index kept
-        alive) where they equal this shard's: the shards of one template then read one copy of them, warm in the
-        cache, instead of one each (13 x ~7 MB at 100M tokens). Whether they were shared."""
-        if self.flat is not None or other.flat is not None or self.code_size != other.code_size:
+        """Decode and transform with `other`'s own codec (its pre-transforms, codebooks and centroids; its FAISS index
+        kept alive) where it equals this shard's own, else with this shard's own again: the shards of one template
+        then read one copy of those tables, warm in the cache, instead of one each (13 at 100M tokens). Whether
+        they are shared."""
+        if self._own is None or other._own is None:
+            return False
+        self.transforms, self.decode, self.centroids = self._own
+        self._codec_owner = None
+        if self.code_size != other.code_size or other is self:
             return False
         mine, theirs = unwrap(self.index)[1], unwrap(other.index)[1]
         if not (isinstance(mine, faiss.IndexIVFPQ) and isinstance(theirs, faiss.IndexIVFPQ)):
             return False
+        own, lent = self._own[2], other._own[2]
         same_pq = np.array_equal(faiss.vector_to_array(mine.pq.centroids), faiss.vector_to_array(theirs.pq.centroids))
-        same_centroids = (
-            np.array_equal(self.centroids, other.centroids)
-            if self.centroids is not None and other.centroids is not None
-            else self.centroids is other.centroids  # both None: not by residual
-        )
-        if not (same_pq and same_centroids and same_chain(self.transforms, other.transforms)):
+        same_centroids = np.array_equal(own, lent) if own is not None and lent is not None else own is lent
+        if not (same_pq and same_centroids and same_chain(self._own[0], other._own[0])):
             return False
         self._codec_owner = other.index
-        self.transforms, self.decode, self.centroids = other.transforms, other.decode, other.centroids
+        self.transforms, self.decode, self.centroids = other._own
         return True
 
     @property
@@ -210,4 +215,6 @@ def share_codecs(vectors: list) -> int:
     """Every AnnCodes of `vectors` (shards' vectors, of any kind) decoding with the first one's codec where they are
     equal (AnnCodes.share_codec); how many share it."""
     codes = [v for v in vectors if isinstance(v, AnnCodes)]
+    if codes:  # the first decodes with its own (a shard lent by an older generation may have borrowed another's)
+        codes[0].share_codec(codes[0])
     return sum(c.share_codec(codes[0]) for c in codes[1:])

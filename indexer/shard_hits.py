@@ -3,8 +3,9 @@ shards' hits follows, in one process or over shard groups); and `best_of_shards`
 over several shards in two rounds, the same hits as asking every shard for `want` (indexer.phrase_index re-scores
 the best refine * k of them all).
 
-A FAISS search keeps a heap of the k best per query; at 100M tokens in 13 shards, heaps of 4096 in every shard
-were half of the search's time (75.6 against 36.5 ms a fill with 1024, one thread). So:
+A FAISS search keeps a heap of the k best per query in every shard; at 100M tokens in 13 shards those heaps were
+about half of the search's time (one thread, a fill's two queries: 75.6 ms with heaps of 4096, the refine * k of
+re-scored shards, against 36.5 with 1024; 45 with 1024, the k of compact shards, against 27 with 256). So:
 
   first round   each shard is asked for FIRST_SHARE times an even share of `want` (at least FIRST_MIN)
   threshold     per query, the want-th best ANN score over every shard's first answer (-inf when they hold fewer):

@@ -192,3 +192,8 @@ def test_shards_of_one_template_decode_with_one_codec_and_the_same_products(code
     assert opened[1].centroids is opened[0].centroids and opened[2].centroids is not opened[0].centroids
     for c, b in zip(opened, before):
         np.testing.assert_allclose(c.dot(rows, q), b, rtol=1e-6, atol=1e-5)
+    # a later generation led by the shard trained apart: the copy decodes with its own codec again (it no longer
+    # holds the first shard's index alive), and its products stay
+    assert share_codecs([opened[2], opened[1]]) == 0
+    assert opened[1].centroids is not opened[0].centroids and opened[1]._codec_owner is None
+    np.testing.assert_allclose(opened[1].dot(rows, q), before[1], rtol=1e-6, atol=1e-5)
