@@ -24,7 +24,10 @@ and the reference corpus {"id", "title", "text"}:
                         review text), `<br />` as line breaks
   imdb_train.jsonl, imdb_held.jsonl   its two halves by sha256 of the text (first hex digit 0-7: train):
                         the encoder may be trained on the train half (recipes/prepare_encoder_text.py); the held
-                        half is the reference corpus of every reported closed-set number since 2026-11-26
+                        half is the reference corpus of every reported closed-set number since 2026-11-26. Each
+                        half in a seeded random order (--seed), so that its first N reviews are a sample of both
+                        kinds: the source lists its 12,500 negative reviews first, and until 2026-12-02 the first
+                        2,000 / 5,000 held reviews were all negative (docs/QUALITY.md)
 """
 
 from __future__ import annotations
@@ -168,11 +171,18 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{name}.jsonl: {len(rows)} texts, labels {sorted({r['label'] for r in rows})}")
     _write(args.out / "imdb_corpus.jsonl", imdb)
     print(f"imdb_corpus.jsonl: {len(imdb)} documents (reference text, labels dropped)")
-    train = [r for r in imdb if imdb_side(r["text"]) == "train"]
-    held = [r for r in imdb if imdb_side(r["text"]) == "held"]
+    train = sample_order([r for r in imdb if imdb_side(r["text"]) == "train"], args.seed)
+    held = sample_order([r for r in imdb if imdb_side(r["text"]) == "held"], args.seed)
     _write(args.out / "imdb_train.jsonl", train)
     _write(args.out / "imdb_held.jsonl", held)
     print(f"imdb_train.jsonl / imdb_held.jsonl: {len(train)} / {len(held)} documents")
+
+
+def sample_order(rows: list[dict], seed: int) -> list[dict]:
+    """`rows` in a seeded random order: any first N of them a random sample (no label is read)."""
+    out = list(rows)
+    random.Random(seed).shuffle(out)
+    return out
 
 
 if __name__ == "__main__":

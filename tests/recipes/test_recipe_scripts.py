@@ -310,8 +310,9 @@ def test_prepare_classify_writes_labelled_sets_and_an_unlabelled_reference_corpu
     assert len(corpus) == 7 and all(
         "label" not in d and "<br" not in d["text"] and "\nSecond line." in d["text"] for d in corpus
     )
+    held = read("imdb_held.jsonl")
     run_module("recipes.prepare_classify", *args, "--n", "20")  # the same seed, the same sample
-    assert read("rt.jsonl") == rt
+    assert read("rt.jsonl") == rt and read("imdb_held.jsonl") == held
     missing = subprocess.run(
         [
             sys.executable,
@@ -507,3 +508,15 @@ def test_recipe_shell_scripts_parse(script):
     run)."""
     done = subprocess.run(["bash", "-n", str(ROOT / "recipes" / script)], capture_output=True, text=True, timeout=30)
     assert done.returncode == 0, done.stderr
+
+
+def test_the_reference_reviews_come_in_a_seeded_random_order_so_their_first_n_hold_both_kinds():
+    """The IMDB source lists its negative reviews first: `head -n 2000` of the held half in source order was all
+    negative. In the written order any first N are a random sample (here 200 of 1000 ordered 500 / 500)."""
+    from recipes.prepare_classify import sample_order
+
+    rows = [{"id": f"imdb-{i}", "text": "bad" if i < 500 else "good"} for i in range(1000)]
+    first = sample_order(rows, 0)[:200]
+    assert 70 <= sum(r["text"] == "bad" for r in first) <= 130  # binomial(200, 0.5): mean 100, SD 7
+    assert sample_order(rows, 0) == sample_order(rows, 0) != sample_order(rows, 1)
+    assert sorted(r["id"] for r in sample_order(rows, 0)) == sorted(r["id"] for r in rows)
