@@ -243,8 +243,8 @@ class PhraseIndex:
             assigned = self._pool.submit(self._lists.assign, q).result()  # one OpenMP thread
 
         approx = self._approx()  # their best refine * k over them all are re-scored; the others answer k
-        wanted = [{s: min(k * self.refine, len(self.shards[s])) for s in approx}]
-        wanted.append({s: min(k, len(shard)) for s, shard in enumerate(self.shards) if s not in approx})
+        wanted = [{s: self._hits(s, k) for s in approx}]
+        wanted.append({s: self._hits(s, k) for s in range(len(self.shards)) if s not in approx})
         answers = best_of_shards(lambda tasks: self._search_all(tasks, q, k, assigned), wanted, q.shape[0])
         results = [answers[s] for s in range(len(self.shards))]
         self._rescore_best(q, results, bounds, k * self.refine)
@@ -302,6 +302,12 @@ class PhraseIndex:
         """The places of the ANN shards whose hits are re-scored from stored vectors."""
         return [i for i, s in enumerate(self.shards) if not is_exact(s.info.factory) and s.vectors.rescores]
 
+    def _hits(self, s: int, k: int) -> int:
+        """The hits shard s answers: refine * k where they are to be re-scored (`_approx`), else k (at most its
+        tokens)."""
+        shard = self.shards[s]
+        return min(k * self.refine if s in self._approx() else k, len(shard))
+
     def assign(self, q: np.ndarray) -> Assigned | None:
         """The queries assigned to their nearest IVF lists in the shards sharing them (indexer.shared_lists), or
         None when no two shards share lists."""
@@ -313,9 +319,7 @@ class PhraseIndex:
         """Shard s's own FAISS search for the queries: `hits`, by default k (exact shards) or refine * k (ANN
         shards, to be re-scored), among the lists of `assign` where the shard shares them."""
         shard, live = self.shards[s], self.live[s]  # s: the shard's place among the opened ones
-        if hits is None:
-            exact = is_exact(shard.info.factory) or not shard.vectors.rescores  # no re-scoring to follow
-            hits = min(k, len(shard)) if exact else min(k * self.refine, len(shard))
+        hits = self._hits(s, k) if hits is None else hits
         params = None if live is None else search_params(shard.index, live.selector)
         if assigned is not None and self._lists is not None and s in self._lists.ivfs:
             return self._lists.search(s, assigned, hits, params)

@@ -3,9 +3,9 @@ shards' hits follows, in one process or over shard groups); and `best_of_shards`
 over several shards in two rounds, the same hits as asking every shard for `want` (indexer.phrase_index re-scores
 the best refine * k of them all).
 
-A FAISS search keeps a heap of the k best per query in every shard; at 100M tokens in 13 shards those heaps were
-about half of the search's time (one thread, a fill's two queries: 75.6 ms with heaps of 4096, the refine * k of
-re-scored shards, against 36.5 with 1024; 45 with 1024, the k of compact shards, against 27 with 256). So:
+A FAISS search keeps a heap of the k best per query in every shard, and at 100M tokens in 13 shards keeping 13
+heaps of 1024 cost more than scanning the lists (bench.bench_search over the 100M-token scale index: the whole search
+p50 28.1 ms asking every shard for all, 23.1 in two rounds, the same hits). So:
 
   first round   each shard is asked for FIRST_SHARE times an even share of `want` (at least FIRST_MIN)
   threshold     per query, the want-th best ANN score over every shard's first answer (-inf when they hold fewer):
