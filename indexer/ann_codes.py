@@ -6,7 +6,8 @@ The product of a query with any token's vector is then FAISS's own estimate, rea
            behind a linear pre-transform (OPQ rotation): q'.(c + r), the token's list centroid (when the codes
            are residuals) plus its decoded code in the transformed space (q' the query transformed), which is
            the score the IVF search gives the token, so a hit's score and the score of a token next to it (a
-           span's end) come from one code.
+           span's end) come from one code. IVF-PQ products come from lookup tables, as FAISS's search computes
+           them (indexer.pq_tables), without decoding a code.
 code_slots.npy (uint32 [n]) gives each token's place among the codes, list after list, written with the index
 (`code_slots`). An index read with FAISS's IO_FLAG_MMAP keeps its lists in the file (OnDiskInvertedLists at
 byte offsets of index.faiss): the codes are read from that file, memory-mapped, so they cost page cache, not
@@ -25,6 +26,7 @@ from faiss.contrib.inspect_tools import get_invlist
 from common.files import map_file
 from indexer.ann import same_chain, unwrap
 from indexer.checksums import load_checked
+from indexer.pq_tables import PQTables
 from indexer.vectors import touch_pages
 
 CODE_SLOTS = "code_slots.npy"
@@ -66,6 +68,7 @@ class AnnCodes:
         self.dim = index.d
         self.n = int(index.ntotal)
         self._own: tuple | None = None  # an IVF's codec (share_codec may lend another's); a Flat index has none
+        self.tables: PQTables | None = None
         self._codec_owner: faiss.Index | None = None
         if isinstance(inner, faiss.IndexFlat):
             self.flat: np.ndarray | None = faiss.rev_swig_ptr(inner.get_xb(), self.n * inner.d).reshape(self.n, inner.d)
@@ -81,7 +84,8 @@ class AnnCodes:
             if ivf.by_residual
             else None
         )
-        self._own = (self.transforms, self.decode, self.centroids)
+        self.tables = _tables(ivf, self.centroids, self.transforms)  # products by lookup tables, where it can
+        self._own = (self.transforms, self.decode, self.centroids, self.tables)
         assert ivf.invlists is not None  # an IVF index's lists (a pointer in faiss's stubs, never null here)
         lists = faiss.downcast_InvertedLists(ivf.invlists)
         sizes = np.array([lists.list_size(i) for i in range(ivf.nlist)], dtype=np.int64)
@@ -105,7 +109,7 @@ class AnnCodes:
         they are shared."""
         if self._own is None or other._own is None:
             return False
-        self.transforms, self.decode, self.centroids = self._own
+        self.transforms, self.decode, self.centroids, self.tables = self._own
         self._codec_owner = None
         if self.code_size != other.code_size or other is self:
             return False
@@ -118,7 +122,7 @@ class AnnCodes:
         if not (same_pq and same_centroids and same_chain(self._own[0], other._own[0])):
             return False
         self._codec_owner = other.index
-        self.transforms, self.decode, self.centroids = other._own
+        self.transforms, self.decode, self.centroids, self.tables = other._own
         return True
 
     @property
@@ -163,10 +167,7 @@ class AnnCodes:
 
     def transform(self, queries: np.ndarray) -> np.ndarray:
         """Queries [m, d] as the index's pre-transforms map them."""
-        x = np.ascontiguousarray(queries, dtype=np.float32)
-        for t in self.transforms:
-            x = t.apply(x)
-        return x
+        return _applied(self.transforms, queries)
 
     def __getitem__(self, rows) -> np.ndarray:
         rows = np.asarray(rows)
@@ -177,8 +178,11 @@ class AnnCodes:
 
     def dot(self, rows: np.ndarray, queries: np.ndarray) -> np.ndarray:
         """Products of the rows' coded vectors with `queries` (one query [d] -> [rows]; [m, d] -> [rows, m])."""
-        q = self.transform(np.atleast_2d(queries))
-        out = self.transformed(rows) @ q.T
+        if self.tables is not None:  # IVF-PQ: lookup tables (indexer.pq_tables), no code decoded
+            codes, lists = self.codes(np.asarray(rows, dtype=np.int64).reshape(-1))
+            out = self.tables.dot(codes, lists, np.atleast_2d(queries))
+        else:
+            out = self.transformed(rows) @ self.transform(np.atleast_2d(queries)).T
         return out[:, 0] if np.ndim(queries) == 1 else out
 
 
@@ -200,6 +204,20 @@ def _mapped_lists(
     byte_starts = np.zeros(sizes.size, dtype=np.int64)
     byte_starts[full] = starts - low
     return data, byte_starts
+
+
+def _applied(transforms: list, queries: np.ndarray) -> np.ndarray:
+    x = np.ascontiguousarray(queries, dtype=np.float32)
+    for t in transforms:
+        x = t.apply(x)
+    return x
+
+
+def _tables(ivf: faiss.IndexIVF, centroids: np.ndarray | None, transforms: list) -> PQTables | None:
+    """The lookup tables of an IVF-PQ index with 8-bit codes (with its own pre-transforms); None for another."""
+    if not isinstance(ivf, faiss.IndexIVFPQ) or ivf.pq.nbits != 8:
+        return None
+    return PQTables(ivf.pq, centroids, lambda queries: _applied(transforms, queries))
 
 
 def _decoder(ivf: faiss.IndexIVF):

@@ -5,9 +5,11 @@
              i-th, in the reading order: the cheap words (in fewer than 1 / CHEAP_SHARE of the blocks: adding a
              short posting costs less than looking a long candidate list up in it) first, then the common ones,
              each part in decreasing order of that bound
-  essential  words read whole, in that order, each added to its blocks' partial scores; after the last cheap word
-             and each common one, theta = the n-th best partial score (a floor under the n-th best total: scores
-             only grow). Once rest < theta, a block none of them holds cannot reach the top n, and reading stops
+  essential  words read whole, in that order: the cheap ones at once (their blocks and summed weights by one
+             stable sort of their postings: no array of every block, 2.66M at 100M tokens), then each common one
+             added to an array of every block's partial score; after the cheap words and each common one,
+             theta = the n-th best partial score (a floor under the n-th best total: scores only grow). Once
+             rest < theta, a block none of them holds cannot reach the top n, and reading stops
   remaining  each other word's weight read only at the candidates (blocks whose partial + rest can still reach
              theta), from the pieces holding them (indexer.bm25_postings); candidates that can no longer reach
              theta are dropped after each word
@@ -44,38 +46,34 @@ def maxscore_top(
     weight), reading a word whole by `whole(word)` or at given blocks by `at(word, blocks)`. `blocks`: each word's
     block count, where known: the words in fewer than rows / CHEAP_SHARE blocks are read whole first (adding a short
     posting costs less than looking up a long candidate list in it), MaxScore's skipping kept for the common ones."""
+    if not words:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
     common = {w for w in words if blocks is not None and blocks.get(w, 0) * CHEAP_SHARE >= rows}
     order = sorted(words, key=lambda w: (w in common, -tops[w]))
     rest = np.concatenate([np.cumsum([tops[w] for w in order[::-1]])[::-1], [0.0]])
-    score = np.zeros(rows, dtype=np.float64)  # partial scores of the blocks the words read whole hold
-    read: dict[str, Posting] = {}
-    pool = np.empty(0, dtype=np.int64)  # the blocks with the n best partial scores so far
-    held: np.ndarray | None = None  # the blocks the words read so far hold, where known
-    first = True
-    theta = 0.0
-    for i, word in enumerate(order):
-        posting = read[word] = whole(word)
+    first = max(1, sum(w not in common for w in order))  # the cheap words (or the first word), read whole at once
+    read = {w: whole(w) for w in order[:first]}
+    held, partial = _sparse_sums([read[w] for w in order[:first]])  # the blocks they hold, partial scores
+    pool, theta = _best_of(held, partial, n)
+    score: np.ndarray | None = None  # every block's partial score, once a common word is read whole
+    i = first - 1
+    while not (pool.size >= n and rest[i + 1] * (1 + SLACK) < theta * (1 - SLACK)):
+        i += 1
+        if i == len(order):  # every word read whole: the sums in the query's order
+            return top_blocks(_summed([read[w] for w in words], rows), n)
+        if score is None:
+            score = np.zeros(rows, dtype=np.float64)
+            score[held] = partial
+        posting = read[order[i]] = whole(order[i])  # a common word read whole: its blocks changed
         score[posting.blocks] += posting.weights
-        if i + 1 < len(order) and order[i + 1] not in common:
-            continue  # the next word is cheaper to read whole
-        if first:  # every block read so far changed
-            held, first = np.flatnonzero(score > 0), False  # every weight is > 0
-            pool, theta = _best(score, pool, held, n)
-        else:  # a common word read whole: its blocks changed
-            held = None
-            pool, theta = _best(score, pool, posting.blocks, n)
-        if pool.size >= n and rest[i + 1] * (1 + SLACK) < theta * (1 - SLACK):
-            break
-    else:  # every word read whole: the sums in the query's order
-        score[:] = 0.0
-        for word in words:
-            score[read[word].blocks] += read[word].weights
-        return top_blocks(score, n)
+        pool, theta = _best(score, pool, posting.blocks, n)
     stop = len(read)
     bound = rest[stop]
-    held = np.flatnonzero(score > 0) if held is None else held
-    candidates = held[(score[held] + bound) * (1 + SLACK) >= theta * (1 - SLACK)]  # those that can still reach theta
-    partial = score[candidates]
+    if score is not None:
+        held = np.flatnonzero(score > 0)
+        partial = score[held]
+    reach = (partial + bound) * (1 + SLACK) >= theta * (1 - SLACK)  # the blocks that can still reach theta
+    candidates, partial = held[reach], partial[reach]
     found: dict[str, np.ndarray] = {}  # the remaining words' weights at the candidates
     for j, word in enumerate(order[stop:]):
         found[word] = at(word, candidates)
@@ -90,6 +88,41 @@ def maxscore_top(
     for word in words:
         total += found[word] if word in found else weights_at(read[word], candidates)
     return top_ids(candidates, total, n)
+
+
+def _summed(postings: list[Posting], rows: int) -> np.ndarray:
+    """float64 [rows]: each block's weights added word after word from 0 (the doubles of adding them one word at a
+    time: bincount adds in the order given), one pass."""
+    if len(postings) == 1:
+        out = np.zeros(rows, dtype=np.float64)
+        out[postings[0].blocks] = postings[0].weights
+        return out
+    blocks = np.concatenate([p.blocks for p in postings]).astype(np.intp)
+    return np.bincount(blocks, np.concatenate([p.weights for p in postings]), minlength=rows)
+
+
+def _sparse_sums(postings: list[Posting]) -> tuple[np.ndarray, np.ndarray]:
+    """(the distinct blocks of some postings, ascending; each one's weights added), without an array of every block
+    (a stable sort of the postings one after the other: timsort merges their sorted runs). The sums are bounds for
+    skipping, not totals: `maxscore_top` adds the totals again in the query's order."""
+    if len(postings) == 1:
+        return postings[0].blocks.astype(np.int64), np.asarray(postings[0].weights, dtype=np.float64)
+    blocks = np.concatenate([p.blocks for p in postings])
+    order = np.argsort(blocks, kind="stable")
+    blocks, weights = blocks[order], np.concatenate([p.weights for p in postings])[order]
+    first = np.empty(blocks.size, dtype=bool)
+    first[:1] = True
+    np.not_equal(blocks[1:], blocks[:-1], out=first[1:])
+    starts = np.flatnonzero(first)
+    return blocks[starts].astype(np.int64), np.add.reduceat(weights, starts)
+
+
+def _best_of(held: np.ndarray, partial: np.ndarray, n: int) -> tuple[np.ndarray, float]:
+    """`_best` of blocks `held` (ascending) with these partial scores, every other block at 0."""
+    if held.size < n:
+        return held, 0.0
+    kth = float(np.partition(partial, held.size - n)[held.size - n])
+    return held[partial >= kth], kth
 
 
 def _best(score: np.ndarray, pool: np.ndarray, blocks: np.ndarray, n: int) -> tuple[np.ndarray, float]:
