@@ -103,6 +103,9 @@ class EvalConfig(FillOptions, EngineConfig):
     calibrate: bool | None = Field(
         None, description="classify: divide each choice's mass by its base rate in the index (default: POST /score's)"
     )
+    sharpness: float | None = Field(
+        None, gt=0, description="classify: power of the choices' probabilities (default: POST /score's)"
+    )
     probes: Path | None = Field(None, description='JSON lines {"relation", "query", "answers"}')
     google_re: Path | None = Field(None, description="directory with LAMA Google-RE *_test.jsonl files")
     side: Side = Field(
@@ -276,7 +279,7 @@ def score_options(cfg: EvalConfig) -> dict:
         raise AppError(
             "--task classify needs --data FILE, --template TEXT and --choices (two or more)", kind="validation"
         )
-    fields = ("k", "mode", "blocks", "temperature", "scorer", "synonyms", "calibrate")
+    fields = ("k", "mode", "blocks", "temperature", "scorer", "synonyms", "calibrate", "sharpness")
     given = {f: getattr(cfg, f) for f in fields if f in cfg.model_fields_set}
     return {"choices": parse_choices(cfg.choices), "evidence": 0, **given}
 

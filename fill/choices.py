@@ -204,11 +204,13 @@ def score_masks(
     both: bool,
     evidence: int,
     prior: np.ndarray | None = None,
+    sharpness: float = 1.0,
 ) -> list[MaskScore]:
     """Every mask's choices scored from its hits (start hits; with `both`, end hits too) plus the tokens of
     `blocks` (per shard, restricted / hybrid), with up to `evidence` occurrences per choice: the votes of every
     mask are one call to the shards (fill.shard_group), the evidence of every choice another. With `prior`
-    (choice_counts) a choice's probability is its mass divided by its prior, normalised over the choices."""
+    (choice_counts) a choice's probability is its mass divided by its prior, normalised over the choices; the
+    probabilities are raised to `sharpness` and normalised again."""
     tasks = []
     for m, h in enumerate(hits):
         sides = [(h.start, q_start[m], True)] + ([(h.end, q_end[m], False)] if both else [])
@@ -220,7 +222,10 @@ def score_masks(
             ]
         )
     found = iter(shards.run([t for own in tasks for t in own]))
-    scored = [_score(m, own, [next(found) for _ in own], phrases, temperature, prior) for m, own in enumerate(tasks)]
+    scored = [
+        _score(m, own, [next(found) for _ in own], phrases, temperature, prior, sharpness)
+        for m, own in enumerate(tasks)
+    ]
     wants = [want for _, own_wants in scored for want in own_wants(evidence)] if evidence else []
     places = iter(gather(shards, wants, task=VoteEvidenceTask)[0])
     out = []
@@ -234,7 +239,13 @@ def score_masks(
 
 
 def _score(
-    m: int, tasks: list[VotesTask], sides: list[Votes], phrases: Phrases, temperature: float, prior: np.ndarray | None
+    m: int,
+    tasks: list[VotesTask],
+    sides: list[Votes],
+    phrases: Phrases,
+    temperature: float,
+    prior: np.ndarray | None,
+    sharpness: float = 1.0,
 ) -> tuple[MaskScore, Callable[[int], list[Want]]]:
     """Mask m's score from its sides' (positions, logits, votes), and a function giving its evidence wants."""
     if not sides:
@@ -247,6 +258,7 @@ def _score(
     if total <= 0.0:
         return _abstained(m, phrases), lambda limit: []
     relative = mass if prior is None else mass / prior
+    relative = np.power(relative / float(relative.max()), sharpness)  # the best at 1: no overflow at any power
     probability = relative / float(relative.sum())
     best = int(np.argmax(probability))
     choices = [

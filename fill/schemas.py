@@ -14,6 +14,7 @@ MAX_MASKS = 16
 MAX_TEXT_CHARS = 2000
 SYNONYMS = 20  # words added per closed-set choice (ScoreRequest.synonyms), chosen on UCI imdb (docs/QUALITY.md)
 MAX_SYNONYMS = 50
+SHARPNESS = 3.0  # power of the closed-set choices' probabilities (ScoreRequest.sharpness), fitted on UCI imdb
 MASK_SCHEMA_PATTERN = r"<[Mm][Aa][Ss][Kk]>|\[[Mm][Aa][Ss][Kk]\]"  # common.masks.MASK_PATTERN, as JSON Schema writes it
 
 Mode = Literal["dense", "restricted", "hybrid"]
@@ -260,6 +261,14 @@ class ScoreRequest(MaskedText):
         description="divide each choice's mass by its base rate in the index (how often "
         "its phrases' first tokens occur) before normalising: a label with more or more frequent "
         "words is not favoured by every query",
+    )
+    sharpness: float = Field(
+        SHARPNESS,
+        ge=0.1,
+        le=20.0,
+        description="the choices' probabilities raised to this power and normalised again (temperature scaling: "
+        "the winner stays, only how sure it is changes; 1: each choice's share of the votes). The default was "
+        "fitted with the other defaults on the tuning set, UCI imdb (docs/QUALITY.md): votes alone are under-confident",
     )
 
     @field_validator("k", "blocks", "evidence", "synonyms", mode="before")

@@ -55,6 +55,7 @@ class ScoreFinish:
                 request.scorer == "npm",
                 request.evidence,
                 prior,
+                request.sharpness,
             )[0]
             masks.append(scored.model_copy(update={"index": m}))
             laps.lap("score")

@@ -77,6 +77,7 @@ def test_masses_equal_the_brute_force_reference(engine, scorer, temperature):
         mode="dense",
         synonyms=0,
         calibrate=False,
+        sharpness=1.0,
     )
     mask = engine.score(request).masks[0]
     expected = _reference(engine, request)
@@ -90,7 +91,9 @@ def test_masses_equal_the_brute_force_reference(engine, scorer, temperature):
 
 
 @pytest.mark.parametrize("calibrate", [False, True])
-def test_calibration_divides_each_mass_by_the_choices_base_rate(engine, calibrate):
+@pytest.mark.parametrize("sharpness", [1.0, 3.0, 0.5])
+def test_calibration_divides_each_mass_by_the_choices_base_rate(engine, calibrate, sharpness):
+    """...and `sharpness` raises the shares to its power: the same winner, surer above 1, less sure below."""
     choices = ["Warsaw", {"label": "France", "phrases": ["France", "Paris", "capital of France"]}]
     request = ScoreRequest(
         text="Marie Curie was born in <mask> .",
@@ -99,6 +102,7 @@ def test_calibration_divides_each_mass_by_the_choices_base_rate(engine, calibrat
         mode="dense",
         synonyms=0,
         calibrate=calibrate,
+        sharpness=sharpness,
     )
     mask = engine.score(request).masks[0]
     expected = _reference(engine, request)
@@ -113,8 +117,16 @@ def test_calibration_divides_each_mass_by_the_choices_base_rate(engine, calibrat
         dtype=float,
     )
     assert prior.min() >= 1 and prior[0] != prior[1]
-    relative = expected / prior if calibrate else expected
-    np.testing.assert_allclose([c.probability for c in mask.choices], relative / relative.sum(), rtol=1e-6)
+    relative = (expected / prior if calibrate else expected) ** sharpness
+    probs = [c.probability for c in mask.choices]
+    np.testing.assert_allclose(probs, relative / relative.sum(), rtol=1e-5)  # the masses to 1e-6, cubed
+    assert mask.predicted == mask.choices[int(np.argmax(relative))].label
+    share = (expected / prior if calibrate else expected) / (expected / prior if calibrate else expected).sum()
+    assert 0.5 < share.max() < 1.0  # a winner, not alone: a power moves its probability
+    if sharpness == 1.0:
+        assert max(probs) == pytest.approx(share.max(), rel=1e-6)
+    else:
+        assert (max(probs) - share.max()) * (sharpness - 1.0) > 0
 
 
 def test_synonyms_vote_as_phrases_of_their_choice(engine):
