@@ -35,7 +35,7 @@ from evaluation.calibration import calibration, format_calibration
 from evaluation.classify import classify, format_classify, load_labelled, parse_choices
 from fill.config import EngineConfig
 from fill.engine import FillEngine
-from fill.schemas import FillOptions, FillRequest, Scorer, ScoreRequest
+from fill.schemas import MAX_BLOCKS, MAX_SCORE_BLOCKS, FillOptions, FillRequest, Scorer, ScoreRequest
 from fill.spans import strip_phrase
 
 logger = logging.getLogger(__name__)
@@ -88,6 +88,13 @@ class EvalConfig(FillOptions, EngineConfig):
     )
     choices: list[str] | None = Field(
         None, description="classify: a label, or label=phrase,phrase (repeat the flag per choice)"
+    )
+    blocks: int = Field(
+        FillOptions.model_fields["blocks"].default,
+        ge=1,
+        le=MAX_SCORE_BLOCKS,
+        description=f"BM25 blocks used by restricted and hybrid modes (fill: at most {MAX_BLOCKS}; classify: up to "
+        f"{MAX_SCORE_BLOCKS}, default: POST /score's)",
     )
     temperature: float | None = Field(
         None, gt=0.0, description="classify: softmax temperature over the retrieved tokens (default: POST /score's)"
@@ -263,6 +270,10 @@ def run_eval(cfg: EvalConfig) -> None:
     logging.basicConfig(level=logging.WARNING)
     if cfg.task == "classify":
         return run_classify(cfg)
+    try:
+        FillRequest(text="<mask>", **cfg.model_dump(include=set(FillOptions.model_fields)))  # checked before loading
+    except ValidationError as exc:
+        raise AppError(describe_errors(exc), kind="validation") from None
     probes = select_probes(cfg.probes, cfg.google_re, cfg.side, cfg.per_relation, cfg.seed)
     single_thread_blas()
     engine = FillEngine.open(cfg.engine_config())

@@ -64,11 +64,13 @@ class Settings(EngineConfig, BaseSettings):
         10.0, gt=0, description="seconds a fill may take from admission; later it stops computing and gets 504"
     )
     max_candidates: int = Field(
-        71680,
+        102400,
         ge=1,
         description="cost budget: masks x (k + blocks x block tokens) x max_span_tokens, the candidate "
-        "spans of a request (k counts in dense and hybrid modes, blocks in restricted and hybrid); the default is 4 "
-        "default one-mask hybrid requests (1 x (1024 + 3 x 256) x 10 each); over it: 422",
+        "spans of a fill (k counts in dense and hybrid modes, blocks in restricted and hybrid); of a closed-set "
+        "score, masks x queries x (k + blocks x block tokens), the tokens scored; the default admits one default "
+        "one-mask score (1 x 2 x 200 x 256) or ~5.7 default one-mask hybrid fills (1 x (1024 + 3 x 256) x 10 "
+        "each); over it: 422",
     )
     max_evidence: int = Field(
         600, ge=1, description="cost budget: masks x top_k x evidence, the occurrences a request returns; over it: 422"

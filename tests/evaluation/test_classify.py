@@ -102,7 +102,7 @@ def test_the_cli_prints_the_report(tiny_index, tmp_path, capsys):
 
 def test_classify_options_default_to_the_score_requests_own(tmp_path):
     from evaluation.evaluate import EvalConfig, score_options
-    from fill.schemas import ScoreRequest
+    from fill.schemas import SCORE_BLOCKS, SHARPNESS, ScoreRequest
 
     base = {
         "index": tmp_path,
@@ -114,8 +114,9 @@ def test_classify_options_default_to_the_score_requests_own(tmp_path):
     options = score_options(EvalConfig(**base))
     request = ScoreRequest(text="<mask>", **options)
     assert {"k", "mode", "blocks", "temperature", "scorer"}.isdisjoint(options)  # EvalConfig's fill defaults unused
-    assert (request.blocks, request.temperature, request.k) == (100, 1.0, 4096)
-    given = score_options(EvalConfig(**base, blocks=5, temperature=2.0, scorer="npm_single"))
-    assert (given["blocks"], given["temperature"], given["scorer"]) == (5, 2.0, "npm_single")
+    assert (request.blocks, request.temperature, request.k, request.sharpness) == (SCORE_BLOCKS, 1.0, 4096, SHARPNESS)
+    assert SCORE_BLOCKS > 100  # more than a fill may ask for: a classify run may too
+    given = score_options(EvalConfig(**base, blocks=300, temperature=2.0, scorer="npm_single", sharpness=1.0))
+    assert (given["blocks"], given["temperature"], given["scorer"], given["sharpness"]) == (300, 2.0, "npm_single", 1.0)
     with pytest.raises(AppError, match="--template"):
         score_options(EvalConfig(**{**base, "template": None}))

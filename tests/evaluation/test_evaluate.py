@@ -294,6 +294,12 @@ def test_fill_eval_main_errors(tiny_index, tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         main(["--index", str(tmp_path / "no_index"), "--probes", str(bad)])
     assert exc.value.code == 2
+    good = tmp_path / "good.jsonl"
+    good.write_text(json.dumps({"relation": "r", "query": "q <mask>", "answers": ["a"]}) + "\n")
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exc:  # a classify run may ask for 400 blocks, a fill for 100
+        main(["--index", str(tiny_index), "--probes", str(good), "--blocks", "200"])
+    assert exc.value.code == 2 and "--blocks" in capsys.readouterr().err
 
 
 # ---------------------------------------------------------------- the subject-disjoint Google-RE split

@@ -43,7 +43,7 @@ def test_candidates_cost_counts_k_blocks_and_spans_by_mode():
 def test_default_budget_admits_default_requests_and_refuses_the_worst(engine):
     defaults = Settings(index=engine.index.root)
     budget = Budget(defaults.max_candidates, defaults.max_evidence, defaults.max_search)
-    for masks in (1, 2, 3, 4):  # a default hybrid request with up to 4 masks (block tokens 256)
+    for masks in (1, 2, 3, 4, 5):  # a default hybrid request with up to 5 masks (block tokens 256)
         budget.check(FillRequest(text=" ".join(["<mask>"] * masks)), "hybrid", 256)
     worst = FillRequest(text=SIXTEEN, k=8192, max_span_tokens=32, top_k=100, evidence=20)
     with pytest.raises(Exception, match="FILL_MAX_SEARCH"):
@@ -57,19 +57,23 @@ def _choices(labels: int, phrases: int) -> list[dict]:
 
 
 def test_a_scores_phrase_matches_count_in_its_budget_and_its_cost():
-    """Every distinct phrase is matched at every retrieved token: 64 choices x 32 phrases at the default k and
-    blocks is 105M matches (~5 default fills measured), refused by the default bound; 64 x 16 is accepted
-    without synonyms, refused with the default 20 more per choice."""
+    """Every distinct phrase is matched at every retrieved token: 64 choices x 32 phrases at 100 blocks is 105M
+    matches (~5 default fills measured), refused by the default bound; 64 x 16 is accepted without synonyms,
+    refused with the default 20 more per choice; a default score (200 blocks, two words) is accepted."""
     defaults = Settings(index="unused")
     budget = Budget(defaults.max_candidates, defaults.max_evidence, defaults.max_search, defaults.max_matches)
-    two = ScoreRequest(text="It was <mask> .", choices=["great", "terrible"], synonyms=0)
-    many = ScoreRequest(text="It was <mask> .", choices=_choices(64, 32), synonyms=0)
+    two = ScoreRequest(text="It was <mask> .", choices=["great", "terrible"], synonyms=0, blocks=100)
+    many = ScoreRequest(text="It was <mask> .", choices=_choices(64, 32), synonyms=0, blocks=100)
     assert Budget.phrases(two) == 2 and Budget.phrases(many) == 2048
     assert Budget.phrases(two.model_copy(update={"synonyms": 20})) == 42
     assert Budget.matches(many, "restricted", 256) == 1 * 2 * 100 * 256 * 2048
     budget.check(two, "restricted", 256)
-    budget.check(ScoreRequest(text="It was <mask> .", choices=["great", "terrible"]), "restricted", 256)
-    sixteen = ScoreRequest(text="It was <mask> .", choices=_choices(64, 16), synonyms=0)
+    default = ScoreRequest(text="It was <mask> .", choices=["great", "terrible"])
+    assert Budget.candidates(default, "restricted", 256) == 1 * 2 * default.blocks * 256 == defaults.max_candidates
+    budget.check(default, "restricted", 256)  # the defaults within the default budget, exactly
+    with pytest.raises(Exception, match="FILL_MAX_CANDIDATES"):
+        budget.check(default.model_copy(update={"blocks": default.blocks + 1}), "restricted", 256)
+    sixteen = ScoreRequest(text="It was <mask> .", choices=_choices(64, 16), synonyms=0, blocks=100)
     budget.check(sixteen, "restricted", 256)
     with pytest.raises(Exception, match="2304 distinct phrases.*or synonyms"):
         budget.check(sixteen.model_copy(update={"synonyms": 20}), "restricted", 256)
