@@ -36,12 +36,20 @@ class PQTables:
         if pq.nbits != 8:
             raise ValueError(f"lookup tables need 8-bit codes, not {pq.nbits}-bit")
         self.m, self.ksub, self.dsub = int(pq.M), int(pq.ksub), int(pq.dsub)
-        self.codebooks = faiss.vector_to_array(pq.centroids).reshape(self.m, self.ksub, self.dsub)  # a copy
+        self._pq = pq  # (its index outlives this: AnnCodes keeps the index of every codec it decodes with)
+        self._codebooks: np.ndarray | None = None  # copied at the first query (a shard that borrows a codec: never)
         self.centroids = centroids
         self.transform = transform
         self.offsets = (np.arange(self.m, dtype=np.intp) * self.ksub)[None, :]
         self._kept: OrderedDict[bytes, tuple[np.ndarray, np.ndarray | None]] = OrderedDict()
         self._lock = threading.Lock()
+
+    def codebooks(self) -> np.ndarray:
+        """float32 [M, ksub, dsub]: the product quantizer's codebooks (a copy, made once)."""
+        with self._lock:
+            if self._codebooks is None:
+                self._codebooks = faiss.vector_to_array(self._pq.centroids).reshape(self.m, self.ksub, self.dsub)
+            return self._codebooks
 
     def tables(self, query: np.ndarray) -> tuple[np.ndarray, np.ndarray | None]:
         """(float32 [M * ksub]: q'_m . codebook_m[k], float32 [nlist]: q' . centroid_l or None) of one query [d]."""
@@ -53,7 +61,7 @@ class PQTables:
                 self._kept.move_to_end(key)
                 return kept
         q = self.transform(query[None, :])[0]
-        table = np.einsum("mkd,md->mk", self.codebooks, q.reshape(self.m, self.dsub)).astype(np.float32).ravel()
+        table = np.einsum("mkd,md->mk", self.codebooks(), q.reshape(self.m, self.dsub)).astype(np.float32).ravel()
         kept = (table, None if self.centroids is None else (self.centroids @ q).astype(np.float32))
         with self._lock:
             self._kept[key] = kept

@@ -192,6 +192,10 @@ def test_shards_of_one_template_decode_with_one_codec_and_the_same_products(code
     assert opened[1].centroids is opened[0].centroids and opened[2].centroids is not opened[0].centroids
     for c, b in zip(opened, before):
         np.testing.assert_allclose(c.dot(rows, q), b, rtol=1e-6, atol=1e-5)
+    fresh = AnnCodes(tmp_path / "b", faiss.read_index(str(tmp_path / "b" / "index.faiss"), faiss.IO_FLAG_MMAP))
+    assert fresh.share_codec(opened[0]) and fresh.tables is opened[0].tables
+    fresh.dot(rows, q + 1.0)  # a query never asked: computed with the lent tables, its own codebooks never copied
+    assert fresh._own is not None and fresh._own[3]._codebooks is None and opened[0].tables._codebooks is not None
     # a later generation led by the shard trained apart: the copy decodes with its own codec again (it no longer
     # holds the first shard's index alive), and its products stay
     assert share_codecs([opened[2], opened[1]]) == 0
