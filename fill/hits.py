@@ -37,9 +37,6 @@ class Hits:
         positions: np.ndarray = self.positions[self.shard_no == shard_no]
         return positions
 
-    def plus(self, other: "Hits") -> "Hits":
-        return Hits(np.concatenate([self.shard_no, other.shard_no]), np.concatenate([self.positions, other.positions]))
-
 
 @dataclass(frozen=True)
 class MaskHits:
@@ -49,10 +46,6 @@ class MaskHits:
     @classmethod
     def empty(cls) -> "MaskHits":
         return cls(Hits.empty(), Hits.empty())
-
-    def plus(self, tokens: Hits) -> "MaskHits":
-        """These hits with `tokens` added to both sides (the tokens of BM25's blocks, restricted / hybrid)."""
-        return MaskHits(self.start.plus(tokens), self.end.plus(tokens))
 
     def shard_nos(self) -> list[int]:
         """The shards holding a start or an end hit, ascending."""
