@@ -1,15 +1,12 @@
-"""What one request may cost: a budget on its size, checked before any work, and a deadline on its
-time, checked between the engine's steps (so a late request stops computing, not only its response)
-by the clock that times those steps."""
+"""What one request may cost: a budget on its size, checked before any work (its time: fill.deadline)."""
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 from common.errors import AppError
 from common.masks import count_masks
-from fill.schemas import STAGES, FillRequest, ScoreRequest
+from fill.schemas import FillRequest, ScoreRequest
 
 
 def _masks(n: int) -> str:
@@ -191,50 +188,3 @@ class Budget:
 
 DEFAULT_FILL = FillRequest(text="<mask>")  # the unit of Budget.cost
 MATCHES_PER_FILL = 2**23  # phrase matches that cost about one default fill (~12 ns each at worst, measured)
-
-
-class Deadline:
-    """A request's time limit: `check` raises AppError (timeout, 504) once `seconds` have passed since
-    `start` (time.perf_counter)."""
-
-    def __init__(self, seconds: float, start: float | None = None) -> None:
-        self.seconds = seconds
-        self.at = (time.perf_counter() if start is None else start) + seconds
-
-    def left(self) -> float:
-        return self.at - time.perf_counter()
-
-    def check(self, stage: str) -> None:
-        if time.perf_counter() > self.at:
-            raise self.error(stage)
-
-    def error(self, stage: str) -> AppError:
-        return AppError(
-            f"request timed out after {self.seconds:g} s (FILL_REQUEST_TIMEOUT), in its {stage} "
-            "stage; retry later, or ask for less (k, max_span_tokens, masks)",
-            kind="timeout",
-        )
-
-
-class StageClock:
-    """The engine's time per stage of one fill (FillResult.timings_ms), checking the deadline at each lap."""
-
-    def __init__(
-        self, encode_ms: float, search_ms: float, deadline: Deadline | None, stages: tuple[str, ...] = STAGES
-    ) -> None:
-        self.spent = dict.fromkeys(stages, 0.0)
-        self.spent["encode"], self.spent["search"] = encode_ms, search_ms
-        self.deadline = deadline
-        self.mark = time.perf_counter()
-        if deadline is not None:
-            deadline.check("queue")
-
-    def lap(self, stage: str) -> None:
-        now = time.perf_counter()
-        self.spent[stage] += (now - self.mark) * 1000
-        self.mark = now
-        if self.deadline is not None:
-            self.deadline.check(stage)
-
-    def timings(self) -> dict[str, float]:
-        return {k: round(v, 3) for k, v in self.spent.items()}

@@ -29,10 +29,11 @@ from common.masks import MASK_PATTERN, blank_masks
 from encoder.model import Encoder
 from encoder.reader import Reader
 from fill.answers import answer_masks
-from fill.budget import Budget, Deadline, StageClock
+from fill.budget import Budget
 from fill.candidates import CandidateTask, LexicalBonus, MaskQuery
 from fill.choices import Phrases
 from fill.config import EngineConfig
+from fill.deadline import Deadline
 from fill.hits import Hits, MaskHits, blocks_by_shard
 from fill.loading import describe_served, open_parts, open_reader
 from fill.prepared import Lanes, Planned, Prepared, Req
@@ -43,6 +44,7 @@ from fill.score_finish import ScoreFinish
 from fill.scoring import Scoring
 from fill.shard_group import ShardGroup, Shards
 from fill.spans import BlockPrior
+from fill.stage_clock import StageClock
 from indexer.phrase_index import PhraseIndex
 
 T = TypeVar("T")

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Callable, Generic, Protocol, TypeVar
 
 from encoder.model import QueryVectors
-from fill.budget import Deadline
 from fill.choices import Phrases
+from fill.deadline import Deadline
 from fill.hits import MaskHits
 from fill.schemas import FillRequest, Mode, ScoreRequest
 

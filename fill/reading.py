@@ -25,8 +25,8 @@ import numpy as np
 from common.arrays import piece_starts
 from encoder.model import Encoder
 from encoder.reader import Reader, ReaderInput, ReadingSpec
-from fill.budget import Deadline
 from fill.candidates import ShardCandidates
+from fill.deadline import Deadline
 from fill.phrases import phrase_table
 from fill.ragged import join_ragged
 from fill.ranker import CandidatePool, RankedMask

@@ -9,12 +9,13 @@ import time
 import numpy as np
 
 from common.masks import blank_masks
-from fill.budget import Deadline, StageClock
 from fill.choices import Phrases, choice_counts, score_masks
+from fill.deadline import Deadline
 from fill.hits import blocks_by_shard
 from fill.prepared import Prepared
 from fill.schemas import SCORE_STAGES, ScoreRequest, ScoreResult
 from fill.shard_group import Shards
+from fill.stage_clock import StageClock
 from indexer.phrase_index import PhraseIndex
 
 PRIORS_KEPT = 256  # distinct choice sets whose base rates are kept

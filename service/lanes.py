@@ -12,7 +12,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, TypeVar
 
 from common.priority import lower_this_thread
-from fill.budget import Deadline
+from fill.deadline import Deadline
 from fill.prepared import Planned, Prepared, Req
 from service.config import Settings
 from service.metrics import Metrics

@@ -15,7 +15,8 @@ from typing import Callable, Protocol, TypeVar
 
 from common.errors import AppError
 from common.process import IdleTrim
-from fill.budget import Budget, Deadline
+from fill.budget import Budget
+from fill.deadline import Deadline
 from fill.engine import FillEngine
 from fill.schemas import FillRequest, FillResult, ScoreRequest, ScoreResult
 from service.config import Settings

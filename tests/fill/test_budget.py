@@ -10,7 +10,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import fill.engine
-from fill.budget import MATCHES_PER_FILL, Budget, Deadline
+from fill.budget import MATCHES_PER_FILL, Budget
 from fill.config import EngineConfig
 from fill.engine import FillEngine
 from fill.schemas import FillRequest, ScoreRequest
@@ -105,15 +105,6 @@ def test_over_budget_is_422_naming_the_fields_and_the_setting(engine):
         assert r.status_code == 200, r.text
         assert 'fill_requests_total{outcome="invalid"} 2.0' in client.get("/metrics").text
     assert_all_slots_free(state, state.settings)
-
-
-def test_deadline_raises_timeout_after_its_time():
-    deadline = Deadline(0.05)
-    deadline.check("encode")
-    time.sleep(0.06)
-    with pytest.raises(Exception, match="timed out after 0.05 s") as info:
-        deadline.check("rank")
-    assert info.value.kind == "timeout" and "rank" in info.value.message
 
 
 def test_a_slow_request_gets_504_stops_computing_and_others_are_served(engine, monkeypatch):

@@ -7,8 +7,9 @@ import pytest
 
 from common.errors import AppError
 from corpus.readers import Document
-from fill.budget import Budget, Deadline
+from fill.budget import Budget
 from fill.config import EngineConfig
+from fill.deadline import Deadline
 from fill.engine import FillEngine
 from fill.schemas import FillRequest, FillResult, ScoreRequest, ScoreResult
 from indexer.update import IndexUpdate

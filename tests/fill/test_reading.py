@@ -216,7 +216,7 @@ def test_the_deadline_is_kept_between_the_readers_passes(engine, trained_reader,
     """A request whose deadline passes during the reader's first pass stops before the next (READ_BATCH masks a
     pass): a 504 within one pass of the setting, not after reading all 16 masks."""
     from common.errors import AppError
-    from fill.budget import Deadline
+    from fill.deadline import Deadline
     from fill.reading import READ_BATCH
 
     reader = Reader(trained_reader, device="cpu")

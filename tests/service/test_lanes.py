@@ -11,7 +11,7 @@ from concurrent.futures import Future
 import pytest
 
 from common.errors import AppError
-from fill.budget import Deadline
+from fill.deadline import Deadline
 from fill.prepared import Planned
 from fill.schemas import FillRequest
 from service.config import Settings
