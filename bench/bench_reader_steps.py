@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from encoder.reader_train import ReaderTrainConfig, ReaderTrainer, example_length
+from training.reader_train import ReaderTrainConfig, ReaderTrainer, example_length
 
 
 def main() -> None:

@@ -15,7 +15,7 @@ With h the transformer's last hidden states and m the mask's MASK_s position,
     start(i) = (W_s h[m] + b_s) . h[i] * scale,   end(j) = (W_e h[m+1] + b_e) . h[j] * scale,
 scale = 1 / sqrt(dim). The heads start as the identity, so an untrained reader made from the NPM encoder
 scores a window token as the encoder's own q . v does, but with the query and the passage read together.
-A reader trained with a no-answer option (card `null`: encoder.reader_train --null) scores [CLS] as the fill
+A reader trained with a no-answer option (card `null`: training.reader_train --null) scores [CLS] as the fill
 "none of these"; `Reader.logits` then gives every window token's logits minus [CLS]'s, so a span beats "none
 of these" when its start + end is above 0 (the fill's start_max / end_max features carry that).
 

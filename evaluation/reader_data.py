@@ -1,4 +1,4 @@
-"""`fill-reader-data`: training examples for the reader (encoder.reader_train) from self-supervised cloze
+"""`fill-reader-data`: training examples for the reader (training.reader_train) from self-supervised cloze
 queries over an index of TRAIN-side text (recipes/train_reader.sh).
 
     fill-reader-data --index DIR --probes queries.jsonl --out examples.jsonl [--window 10 --phrases 8]

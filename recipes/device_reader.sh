@@ -26,7 +26,7 @@ IFS=';' read -r -a runs <<< "${RUNS:-a=--epochs 1 --lr 3e-5}"
 for spec in "${runs[@]}"; do
     name="${spec%%=*}"
     # shellcheck disable=SC2086
-    python3 -m encoder train-reader "${examples[@]}" --init "$INIT" --out "/tmp/run_$name" --batch-size 32 \
+    python3 -m training train-reader "${examples[@]}" --init "$INIT" --out "/tmp/run_$name" --batch-size 32 \
         --freeze-embeddings --title-tokens 10 --null --window 10 --phrases 16 --max-tokens 200 --seed 0 \
         ${spec#*=} > "/tmp/run_$name.log" 2>&1 &
 done

@@ -23,7 +23,7 @@ python3 -m recipes.train_side_by_side run --init "$G/stage2" --work /tmp/s3 --ou
     --common "$C --steps 320 --save-every 80 --keep-checkpoints 0 --seed 2 --minutes 3.5" --run "s3=" || exit 1
 ck=$(python3 -c "import json;print(json.load(open('/tmp/s3/s3/latest.json'))['checkpoint'])")
 echo "stage 3 done at ${SECONDS}s: $ck"
-python3 -m encoder export --checkpoint "/tmp/s3/s3/$ck" --out /tmp/s3model || exit 1
+python3 -m training export --checkpoint "/tmp/s3/s3/$ck" --out /tmp/s3model || exit 1
 M4=$(python3 -c "print(round(($BUDGET - $SECONDS) / 60, 2))")
 runs=(--run "s4=")
 [ -z "${EXTRA:-}" ] || runs+=(--run "$EXTRA")

@@ -151,7 +151,7 @@ def queries_of(
     if not subject:
         return []
     subject_words = {w.lower() for w in WORD.findall(subject)}
-    key = str(doc.get("id", ""))  # the answering document (encoder.query_pairs trains against its blocks)
+    key = str(doc.get("id", ""))  # the answering document (training.query_pairs trains against its blocks)
     found = []
     for sentence in SENTENCE.split(doc["text"]):
         found += [(a, t, at, sentence) for a, t, at in answers_in(sentence, typer, subject_words)]

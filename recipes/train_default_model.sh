@@ -71,7 +71,7 @@ stage4() {
     "$VENV/bin/python" -m recipes.blend_models --base "$1" --tuned "$WORK/models/default_stage4" --alpha 0.5 --out "$2"
 }
 # stage 5 (r17; STAGE5=0 stops at r16, docs/QUALITY.md "T-REx dev half"): 300 steps from $1 (r16) with typed
-# query pairs beside stage 4's objective (encoder.query_pairs): relation-like queries made from the same training
+# query pairs beside stage 4's objective (training.query_pairs): relation-like queries made from the same training
 # text by recipes/prepare_typed_queries.py ("The language of S is <mask> .", "S's city is <mask> .", or S + the words
 # before the answer; an answer WordNet types, compounds split; 22,022 queries), trained against their answers in
 # the subject's own document, 32 queries of one kind a step (the same kind's answers in the other documents of

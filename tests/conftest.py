@@ -118,6 +118,22 @@ def tiny_roberta_dir(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def bert(tiny_bert_dir):
+    """The tiny BERT-vocabulary encoder, loaded once a module (fp32 on the CPU)."""
+    from encoder.model import Encoder
+
+    return Encoder(tiny_bert_dir, device="cpu", dtype="fp32")
+
+
+@pytest.fixture(scope="module")
+def roberta(tiny_roberta_dir):
+    """The tiny RoBERTa-vocabulary encoder (byte-level BPE), loaded once a module."""
+    from encoder.model import Encoder
+
+    return Encoder(tiny_roberta_dir, device="cpu", dtype="fp32")
+
+
 @pytest.fixture(scope="session")
 def tiny_corpus(tmp_path_factory) -> Path:
     return write_jsonl(tmp_path_factory.mktemp("corpus") / "corpus.jsonl", CORPUS)

@@ -18,7 +18,7 @@ from pathlib import Path
 import grimp
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("common", "corpus", "encoder", "indexer", "fill", "evaluation", "service")
+PACKAGES = ("common", "corpus", "encoder", "training", "indexer", "fill", "evaluation", "service")
 SCRIPT_PACKAGES = ("bench", "recipes", "tools")  # run from the checkout with `python -m`; not in the wheel
 MAX_LINES = 350
 MAX_FUNCTION_LINES = 60
@@ -39,7 +39,7 @@ def _lint(cwd: Path, config: Path) -> subprocess.CompletedProcess:
 def test_layer_contract_is_kept():
     proc = _lint(ROOT, ROOT / "pyproject.toml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "1 kept, 0 broken" in proc.stdout
+    assert "2 kept, 0 broken" in proc.stdout
     config = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["importlinter"]
     assert sorted(config["root_packages"]) == sorted(PACKAGES + SCRIPT_PACKAGES)  # every package is under it
 

@@ -40,7 +40,7 @@ REGENERATE = "python -m tools.config_docs --write"
 PROGRAMS = (
     ("python -m service", "service.server"),
     ("indexer", "indexer.cli"),
-    ("encoder", "encoder.cli"),
+    ("encoder", "training.cli"),
     ("fill-eval", "evaluation.evaluate"),
     ("fill-fit", "evaluation.fit"),
     ("fill-reader-data", "evaluation.reader_data"),

@@ -15,7 +15,6 @@ import pytest
 import torch
 
 import encoder.device as device_mod
-from encoder.checkpoints import STATE_FILE
 from encoder.device import (
     choose_device,
     choose_dtype,
@@ -25,9 +24,10 @@ from encoder.device import (
     is_accelerator,
 )
 from encoder.model import BlockInput, Encoder
-from encoder.train import Trainer
 from tests.conftest import write_jsonl
-from tests.encoder.test_train import city_docs, config
+from tests.training.test_train import city_docs, config
+from training.checkpoints import STATE_FILE
+from training.train import Trainer
 
 STAND_IN = torch.device("cpu")
 

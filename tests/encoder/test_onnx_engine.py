@@ -14,7 +14,7 @@ from encoder import onnx_engine
 from encoder.model import Encoder
 from encoder.onnx_engine import CPU_DEFAULT, resolve_engine
 from encoder.reader import Reader, ReaderInput
-from encoder.reader_train import ReaderTrainConfig, ReaderTrainer
+from training.reader_train import ReaderTrainConfig, ReaderTrainer
 
 QUERIES = ["Paris is the capital of <mask> .", "The river <mask> flows through <mask> and Rouen ."]
 BLOCK_TEXT = "Paris is the capital of France. The river Seine flows through Paris."
@@ -164,7 +164,7 @@ def test_engines_are_checked_against_the_device():
 
 
 def test_export_onnx_command_exports_ahead_and_names_bad_engines(model_dir, tmp_path, monkeypatch, capsys):
-    from encoder.cli import main as cli_main
+    from training.cli import main as cli_main
 
     monkeypatch.setattr("encoder.reader.BUNDLED_READER", tmp_path / "no_reader")
     with pytest.raises(SystemExit) as done:

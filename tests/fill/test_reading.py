@@ -10,7 +10,6 @@ import pytest
 
 from common.errors import AppError
 from encoder.reader import Reader, ReaderCard, ReadingSpec, TitleIds, load_model, save_reader, vocab_fingerprint
-from encoder.reader_train import ReaderTrainConfig, train_reader
 from evaluation.reader_data import examples
 from fill.config import EngineConfig
 from fill.engine import FillEngine
@@ -18,6 +17,7 @@ from fill.ranker import RankedMask
 from fill.reading import joint_pool, plan_reading, rerank
 from fill.schemas import FillOptions, FillRequest
 from fill.windows import mask_windows, reader_parts, window_spans
+from training.reader_train import ReaderTrainConfig, train_reader
 
 QUERY = "Marie Curie was born in <mask> ."
 

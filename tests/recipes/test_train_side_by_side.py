@@ -12,7 +12,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from tests.conftest import write_jsonl
-from tests.encoder.test_train import city_docs
+from tests.training.test_train import city_docs
 
 pytestmark = pytest.mark.slow  # starts processes (servers, Ray, scripts, CLIs): `-m "not slow"` skips it
 

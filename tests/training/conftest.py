@@ -1,13 +1,12 @@
-"""Fixtures of tests/encoder: tiny encoders and groups of related documents made into training blocks."""
+"""Fixtures of tests/training: the tiny encoders and groups of related documents made into training blocks."""
 
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from corpus.tokens import tokenize_documents
-from encoder.data import TrainBlock
 from encoder.model import Encoder
+from training.data import TrainBlock
 
 GROUPS = [
     [
@@ -22,16 +21,6 @@ GROUPS = [
         ("Germany", "Germany has many cities. Berlin is the capital of Germany and its largest city."),
     ],
 ]
-
-
-@pytest.fixture(scope="module")
-def bert(tiny_bert_dir) -> Encoder:
-    return Encoder(tiny_bert_dir, device="cpu", dtype="fp32")
-
-
-@pytest.fixture(scope="module")
-def roberta(tiny_roberta_dir) -> Encoder:
-    return Encoder(tiny_roberta_dir, device="cpu", dtype="fp32")
 
 
 def make_groups(enc: Encoder, groups=GROUPS) -> list[list[TrainBlock]]:

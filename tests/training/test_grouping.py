@@ -1,10 +1,10 @@
-"""Tests for encoder.grouping: greedy groups of blocks that share rare content tokens."""
+"""Tests for training.grouping: greedy groups of blocks that share rare content tokens."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from encoder.grouping import similar_order
+from training.grouping import similar_order
 
 
 def test_blocks_sharing_rare_tokens_are_grouped_together():

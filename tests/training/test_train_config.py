@@ -1,4 +1,4 @@
-"""Tests for encoder.train_config: the settings `encoder train` refuses before any work."""
+"""Tests for training.train_config: the settings `encoder train` refuses before any work."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from encoder.train_config import TrainConfig
+from training.train_config import TrainConfig
 
 
 def config(**kw) -> TrainConfig:

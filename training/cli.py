@@ -15,11 +15,11 @@ import typer
 
 from common.cli import model_command
 from common.errors import AppError, cli_errors
-from encoder.adapt import AdaptConfig, adapt
-from encoder.export import export_model
-from encoder.reader_train import ReaderTrainConfig, train_reader
-from encoder.train import train
-from encoder.train_config import TrainConfig
+from training.adapt import AdaptConfig, adapt
+from training.export import export_model
+from training.reader_train import ReaderTrainConfig, train_reader
+from training.train import train
+from training.train_config import TrainConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Train and export NPM encoders.")
 
@@ -41,7 +41,7 @@ model_command(
     _train,
     name="train",
     env_prefix="ENCODER_",
-    help="Train with the NPM objective; run under `torchrun -m encoder train ...` for several processes.",
+    help="Train with the NPM objective; run under `torchrun -m training train ...` for several processes.",
 )
 
 

@@ -1,4 +1,4 @@
-"""Tests for encoder.adapt (`encoder adapt`): a time-budgeted NPM run on a corpus, exported as a model
+"""Tests for training.adapt (`encoder adapt`): a time-budgeted NPM run on a corpus, exported as a model
 directory that the indexer and the service accept; bad input exits 2 naming the file."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from encoder.adapt import AdaptConfig, adapt
-from encoder.cli import main as cli_main
 from encoder.model import Encoder
 from encoder.model_files import model_fingerprint
-from encoder.train_config import TrainConfig
-from encoder.train_setup import lr_lambda
 from tests.conftest import write_jsonl
-from tests.encoder.test_train import city_docs
+from tests.training.test_train import city_docs
+from training.adapt import AdaptConfig, adapt
+from training.cli import main as cli_main
+from training.train_config import TrainConfig
+from training.train_setup import lr_lambda
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL = dict(block_tokens=32, title_tokens=8, device="cpu", dtype="fp32", lr=1e-3, warmup_steps=1)
@@ -82,7 +82,7 @@ def test_adapted_model_builds_an_index(untitled_corpus, tiny_bert_dir, tmp_path)
 def _cli(args: list[str]) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
     return subprocess.run(
-        [sys.executable, "-m", "encoder", "adapt", *args],
+        [sys.executable, "-m", "training", "adapt", *args],
         cwd=ROOT,
         env=env,
         capture_output=True,

@@ -13,10 +13,10 @@ from common.errors import AppError
 from corpus.blocking import iter_blocks
 from corpus.readers import read_corpus
 from corpus.tokens import WORD_END, WORD_START
-from encoder.masking import MaskedBlock, MaskingConfig, mask_group
 from encoder.model import BlockInput, pad_sequences
-from encoder.salient import salient_spans
 from encoder.stopwords import STOPWORDS
+from training.masking import MaskedBlock, MaskingConfig, mask_group
+from training.salient import salient_spans
 
 logger = logging.getLogger(__name__)
 
@@ -27,7 +27,7 @@ class TrainBlock:
     flags: np.ndarray  # uint8 word-boundary flags
     title_ids: np.ndarray | None
     doc: int = -1  # document number across all corpora (blocks of one document share it)
-    salient: np.ndarray | None = None  # inclusive token ranges of entity-like runs (`encoder.salient`)
+    salient: np.ndarray | None = None  # inclusive token ranges of entity-like runs (`training.salient`)
     key: str = ""  # the document's id in its corpus
 
 
@@ -42,7 +42,7 @@ def load_blocks(
     """All blocks of all corpora, in corpus order (so consecutive blocks are related).
 
     Each block carries its salient spans of at most `max_span` tokens, read from the text (`listed`: words
-    that are salient spans too, see `encoder.salient`).
+    that are salient spans too, see `training.salient`).
     """
     blocks: list[TrainBlock] = []
     for path in corpora:

@@ -1,4 +1,4 @@
-"""Tests for encoder.salient and salient span masking in encoder.masking."""
+"""Tests for training.salient and salient span masking in training.masking."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 from corpus.tokens import tokenize_documents
-from encoder.masking import MaskingConfig, mask_group
-from encoder.salient import salient_spans
-from tests.encoder.test_masking import MASK, _check_invariants, _group, _single_words
+from tests.training.test_masking import MASK, _check_invariants, _group, _single_words
+from training.masking import MaskingConfig, mask_group
+from training.salient import salient_spans
 
 
 @pytest.fixture(scope="module")

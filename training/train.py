@@ -1,6 +1,6 @@
 """`encoder train`: train an encoder with the NPM objective (single process or `torchrun`).
 
-torchrun --nproc_per_node 2 -m encoder train --corpus a.jsonl --out runs/x   (gloo on CPU, nccl on GPU)
+torchrun --nproc_per_node 2 -m training train --corpus a.jsonl --out runs/x   (gloo on CPU, nccl on GPU)
 """
 
 from __future__ import annotations
@@ -18,16 +18,16 @@ import torch.distributed as dist
 
 from common.distributed import join
 from common.errors import AppError
-from encoder.checkpoints import checkpoint_dir, latest_checkpoint, read_state, write_checkpoint
-from encoder.data import Batch, TrainBlock, content_token_mask, load_blocks, make_batch, read_word_list
 from encoder.device import choose_device, distributed_backend, grad_scaler
-from encoder.grouping import similar_order
-from encoder.loss import npm_loss
 from encoder.model import Encoder
 from encoder.model_files import base_model_dir
-from encoder.query_pairs import PairBatches, load_pairs, match_pairs
-from encoder.train_config import TrainConfig
-from encoder.train_setup import batch_config, lr_lambda, param_groups
+from training.checkpoints import checkpoint_dir, latest_checkpoint, read_state, write_checkpoint
+from training.data import Batch, TrainBlock, content_token_mask, load_blocks, make_batch, read_word_list
+from training.grouping import similar_order
+from training.loss import npm_loss
+from training.query_pairs import PairBatches, load_pairs, match_pairs
+from training.train_config import TrainConfig
+from training.train_setup import batch_config, lr_lambda, param_groups
 
 logger = logging.getLogger(__name__)
 
@@ -285,7 +285,7 @@ class Trainer:
 
     # ---- checkpoints ------------------------------------------------------------------------
     def save(self) -> Path:
-        """Write checkpoint-STEP (HF format + trainer state) atomically (encoder.checkpoints); rank 0 writes, all
+        """Write checkpoint-STEP (HF format + trainer state) atomically (training.checkpoints); rank 0 writes, all
         wait."""
         final = checkpoint_dir(self.cfg.out, self.step)
         if self.rank == 0:

@@ -7,9 +7,9 @@ from typing import Any
 
 import torch
 
-from encoder.data import BatchConfig
-from encoder.masking import MaskingConfig
-from encoder.train_config import TrainConfig
+from training.data import BatchConfig
+from training.masking import MaskingConfig
+from training.train_config import TrainConfig
 
 
 def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
@@ -25,7 +25,7 @@ def param_groups(model: torch.nn.Module, cfg: TrainConfig) -> list[dict]:
 
 
 def batch_config(cfg: TrainConfig) -> BatchConfig:
-    """How a job's groups are masked into queries and candidates (encoder.data.make_batch)."""
+    """How a job's groups are masked into queries and candidates (training.data.make_batch)."""
     masking = MaskingConfig(
         budget=cfg.mask_budget,
         max_span=1 if cfg.single else cfg.max_span,

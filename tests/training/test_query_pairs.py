@@ -1,4 +1,4 @@
-"""Tests for encoder.query_pairs: typed queries trained against their answers in their own documents."""
+"""Tests for training.query_pairs: typed queries trained against their answers in their own documents."""
 
 from __future__ import annotations
 
@@ -11,11 +11,11 @@ import torch
 
 from common.errors import AppError
 from corpus.tokens import WORD_END, WORD_START, tokenize_documents
-from encoder.data import TrainBlock
-from encoder.query_pairs import PairBatches, load_pairs, match_pairs, occurrences, pair_batch
-from encoder.train import Trainer
 from tests.conftest import write_jsonl
-from tests.encoder.test_train import config, metrics
+from tests.training.test_train import config, metrics
+from training.data import TrainBlock
+from training.query_pairs import PairBatches, load_pairs, match_pairs, occurrences, pair_batch
+from training.train import Trainer
 
 PEOPLE = [  # made-up people: the language of each is in their own document, other languages in the others'
     ("p0", "Orla Venn", "Orla Venn was a German-language poet from a small town. She wrote twelve books."),

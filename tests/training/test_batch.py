@@ -1,4 +1,4 @@
-"""Tests for encoder.data.make_batch: NPM training batches (queries = masked blocks, candidates = unmasked blocks)."""
+"""Tests for training.data.make_batch: NPM training batches (queries = masked blocks, candidates = unmasked blocks)."""
 
 from __future__ import annotations
 
@@ -6,16 +6,16 @@ import numpy as np
 import pytest
 import torch
 
-import encoder.data as data_mod
-from encoder.data import STOPWORDS, BatchConfig, TrainBlock, content_token_mask, make_batch
-from encoder.masking import MaskingConfig
+import training.data as data_mod
 from encoder.model import Encoder
-from tests.encoder.conftest import GROUPS, make_groups
+from tests.training.conftest import GROUPS, make_groups
+from training.data import STOPWORDS, BatchConfig, TrainBlock, content_token_mask, make_batch
+from training.masking import MaskingConfig
 
 
 @pytest.fixture()
 def recorder(monkeypatch):
-    """Records what encoder.data's mask_group returned, group by group."""
+    """Records what training.data's mask_group returned, group by group."""
     calls = []
     real = data_mod.mask_group
 

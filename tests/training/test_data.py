@@ -1,14 +1,14 @@
-"""Tests for encoder.data: training blocks (load_blocks), content tokens, query windows (make_batch: test_batch.py)."""
+"""Tests for training.data: training blocks (load_blocks), content tokens, query windows (make_batch: test_batch.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-import encoder.data as data_mod
+import training.data as data_mod
 from corpus.tokens import WORD_END, WORD_START
-from encoder.data import content_token_mask, load_blocks
 from tests.conftest import write_jsonl
-from tests.encoder.conftest import make_groups
+from tests.training.conftest import make_groups
+from training.data import content_token_mask, load_blocks
 
 # ---------------------------------------------------------------- content tokens
 

@@ -1,4 +1,4 @@
-"""Tests for encoder.train / encoder.cli: gradients, exact resume, 2-process torchrun on CPU, fp16 export."""
+"""Tests for training.train / training.cli: gradients, exact resume, 2-process torchrun on CPU, fp16 export."""
 
 from __future__ import annotations
 
@@ -15,14 +15,14 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-import encoder.train as train_mod
+import training.train as train_mod
 from common.errors import AppError
-from encoder.checkpoints import LATEST, STATE_FILE
-from encoder.cli import main as cli_main
 from encoder.model import BlockInput, Encoder
-from encoder.train import Trainer, train
-from encoder.train_config import TrainConfig
 from tests.conftest import write_jsonl
+from training.checkpoints import LATEST, STATE_FILE
+from training.cli import main as cli_main
+from training.train import Trainer, train
+from training.train_config import TrainConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -329,7 +329,7 @@ def test_torchrun_two_processes_on_cpu(city_corpus, tiny_bert_dir, tmp_path):
         "--master_port",
         str(_free_port()),
         "-m",
-        "encoder",
+        "training",
         "train",
         "--corpus",
         str(city_corpus),
@@ -411,7 +411,7 @@ def test_gather_across_two_processes():
 @pytest.mark.slow  # starts a process
 def test_python_m_encoder_train_help():
     proc = subprocess.run(
-        [sys.executable, "-m", "encoder", "train", "--help"],
+        [sys.executable, "-m", "training", "train", "--help"],
         cwd=ROOT,
         capture_output=True,
         text=True,

@@ -17,11 +17,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from encoder.export import export_model
 from encoder.model_files import default_model_dir
 from encoder.runtime_options import Placement
-from encoder.train import train
-from encoder.train_config import TrainConfig
+from training.export import export_model
+from training.train import train
+from training.train_config import TrainConfig
 
 logger = logging.getLogger(__name__)
 

@@ -1,5 +1,5 @@
-"""`TrainConfig`: the settings of one `encoder train` job (its flags and ENCODER_* variables, encoder.cli), saved
-with every checkpoint (encoder.train)."""
+"""`TrainConfig`: the settings of one `encoder train` job (its flags and ENCODER_* variables, training.cli), saved
+with every checkpoint (training.train)."""
 
 from __future__ import annotations
 
@@ -74,7 +74,7 @@ class TrainConfig(Placement):
     query_pairs: Path | None = Field(
         None,
         description="relation-like queries with their answers' document ids (recipes/prepare_typed_queries.py): each "
-        "step adds a batch of them, trained against their answers in their own documents (encoder.query_pairs)",
+        "step adds a batch of them, trained against their answers in their own documents (training.query_pairs)",
     )
     pair_batch: int = Field(32, ge=2, description="query pairs per step (one kind, distinct documents)")
     pair_weight: float = Field(1.0, gt=0, description="weight of the query pairs' loss beside the NPM loss")

@@ -21,8 +21,8 @@ import numpy as np
 
 from common.errors import AppError
 from corpus.tokens import WORD_END, WORD_START
-from encoder.data import Batch, BatchConfig, BatchRows, TrainBlock
-from encoder.masking import MaskingConfig
+from training.data import Batch, BatchConfig, BatchRows, TrainBlock
+from training.masking import MaskingConfig
 
 BLOCKS_PER_DOC = 4  # a document's first blocks that are candidates (the answer must be in one of them)
 

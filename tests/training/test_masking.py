@@ -1,4 +1,4 @@
-"""Tests for encoder.masking: NPM span masking on hand-made groups of token ids + boundary flags."""
+"""Tests for training.masking: NPM span masking on hand-made groups of token ids + boundary flags."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from corpus.tokens import WORD_END, WORD_START
-from encoder.masking import MaskedBlock, MaskingConfig, mask_group, ngram_occurrences
+from training.masking import MaskedBlock, MaskingConfig, mask_group, ngram_occurrences
 
 MASK = 999  # never used as a token id below
 W = WORD_START | WORD_END  # a one-piece word

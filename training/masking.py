@@ -82,7 +82,7 @@ def mask_group(
     `regions` (a token range [a, b) per block) restricts the spans of each block to that range;
     the mask budget is then a fraction of the range's length.
 
-    `salient` (inclusive token ranges per block, see `encoder.salient`) are whole entities and
+    `salient` (inclusive token ranges per block, see `training.salient`) are whole entities and
     numbers; each span is drawn from them with probability `cfg.salient_rate` while any is left,
     otherwise as NPM draws it (a random n-gram of Geometric length). They obey the same rules
     (word-aligned, inside the region, allowed, a positive, not touching another span).

@@ -13,7 +13,7 @@ from common.errors import AppError
 from corpus.tokens import WORD_END, WORD_START
 from encoder.model import Encoder
 from encoder.reader import Reader, ReaderInput, load_model
-from encoder.reader_train import ReaderTrainConfig, ReaderTrainer, multi_positive_ce, read_examples, targets
+from training.reader_train import ReaderTrainConfig, ReaderTrainer, multi_positive_ce, read_examples, targets
 
 
 def test_multi_positive_ce_is_minus_log_of_the_gold_mass_among_allowed():

@@ -1,4 +1,4 @@
-"""Tests for encoder.loss: the multi-positive InfoNCE of NPM, against hand numbers and a loop reference."""
+"""Tests for training.loss: the multi-positive InfoNCE of NPM, against hand numbers and a loop reference."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from encoder.loss import multi_positive_nce, npm_loss
+from training.loss import multi_positive_nce, npm_loss
 
 
 def _t(rows) -> torch.Tensor:

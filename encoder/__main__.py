@@ -1,3 +1,0 @@
-from encoder.cli import main
-
-main()
