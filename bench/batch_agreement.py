@@ -4,7 +4,7 @@
         --corpus data-local/debian/corpus_10m.jsonl [--probes 100] [--batch 16]
 
 Each cloze probe (bench.shared.make_probes) is filled in dense and in hybrid mode alone, then again in batches of
---batch (`FillEngine.run_batch`: each planned, the batch prepared together padded to its bucketed shape, each
+--batch (`FillEngine.batch`: each planned, the batch prepared together padded to its bucketed shape, each
 finished, as the server's batcher does).
 Printed: responses equal field for field (timings aside), responses equal within TOLERANCE (`agree`), responses
 with the same `filled` text (top-1), and the largest score / confidence difference of a candidate found in both.
@@ -118,7 +118,7 @@ def main() -> None:
     alone = [engine.fill(r).model_dump(exclude=skip) for r in requests]
     batched = []
     for i in range(0, len(requests), args.batch):
-        batched += [r.model_dump(exclude=skip) for r in engine.run_batch([*requests[i : i + args.batch]], bucket_shape)]
+        batched += [r.model_dump(exclude=skip) for r in engine.batch([*requests[i : i + args.batch]], bucket_shape)]
     pairs = list(zip(batched, alone))
     print(
         f"{len(requests)} requests in batches of {args.batch}: equal field for field {sum(x == y for x, y in pairs)}, "

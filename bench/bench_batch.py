@@ -3,7 +3,7 @@
     python -m bench.bench_batch --index data-local/bench/idx_10m --corpus data-local/debian/corpus_10m.jsonl \
         [--probes 256] [--batches 1,4,16,32] [--mode hybrid] [--repeats 2]
 
-The same --probes cloze probes (bench.shared.make_probes) run through `FillEngine.run_batch` in batches of each
+The same --probes cloze probes (bench.shared.make_probes) run through `FillEngine.batch` in batches of each
 size, as the server's batcher runs concurrent requests (each planned, the batch prepared in one encoder pass padded
 to its bucketed shape and one search, each finished; best of --repeats passes). Printed per batch size, in ms per
 request: the whole run (plan, prepare, finish; wall time) and its batched stage, encode + search (each result's
@@ -11,7 +11,7 @@ request: the whole run (plan, prepare, finish; wall time) and its batched stage,
 in the same run. The batched stage is what batching shares; the finish (spans, rank, read) is per request, so the
 whole run's speed-up is the smaller one.
 
-Before FillEngine.run_batch this script drove `plan` / `prepare` by hand and timed `prepare` alone (its wall
+Before FillEngine.batch this script drove `plan` / `prepare` by hand and timed `prepare` alone (its wall
 time): the batched stage's figures compare with those, the whole run's are new.
 """
 
@@ -35,7 +35,7 @@ def one_pass(engine: FillEngine, requests: list[FillRequest], size: int) -> tupl
     for i in range(0, len(requests), size):
         chunk = requests[i : i + size]
         t0 = time.perf_counter()
-        results = engine.run_batch(chunk, bucket_shape)
+        results = engine.batch(chunk, bucket_shape)
         wall += (time.perf_counter() - t0) * 1000
         encode += results[0].timings_ms["encode"]  # the batch's: the same in every result of it
         search += results[0].timings_ms["search"]
@@ -59,7 +59,7 @@ def main() -> None:
     single_thread_blas()
     engine = FillEngine.open(Settings(index=args.index).engine_config())  # FILL_* variables apply, as in the server
     requests = [FillRequest(text=t, mode=args.mode) for t in make_probes(args.corpus, args.probes, seed=7)]
-    engine.run_batch(requests[:8])  # warm-up
+    engine.batch(requests[:8])  # warm-up
     base = None
     print(f"{len(requests)} {args.mode} probes, {engine.index.total_tokens:,} tokens, ms per request:")
     for size in [int(b) for b in args.batches.split(",")]:

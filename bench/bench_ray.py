@@ -11,7 +11,7 @@ then --n fills of cloze probes drawn from --corpus (bench.shared.make_probes), w
 --clients closed-loop threads. Printed per configuration: p50 / p99 ms and fills/s; the overhead is the p50
 against the local engine's; the JSON also holds the ingress's calls per fill by kind (search, CandidateTask,
 WindowTask, PlacesTask) with their median ms (and, with --sizes, the median size of their answers), and the
-median of 100 bare calls to the first group (`run` of no task: Serve's own cost of a call). Every process
+median of 100 bare calls to the first group (`gather` of no task: Serve's own cost of a call). Every process
 runs on this machine's cores: the groups do not get machines of their own, so the figures hold the fan-out,
 the serialisation and the hops, not more CPU. OpenMP's threads wait passively, as in the server.
 """
@@ -85,7 +85,7 @@ class CallLog:
             t0 = time.perf_counter()
             out = original(shards, calls)
             ms = (time.perf_counter() - t0) * 1000
-            first = calls[0][2][0] if calls[0][1] == "run" and calls[0][2][0] else None
+            first = calls[0][2][0] if calls[0][1] == "gather" and calls[0][2][0] else None
             kind = calls[0][1] if first is None else type(first[0]).__name__
             size = sum(len(pickle.dumps(x, protocol=5)) for x in out) if sizes else 0
             self.calls.append((kind, ms, size))
@@ -111,7 +111,7 @@ def bare_call_ms(handle, calls: int = 100) -> float:
     times = []
     for _ in range(calls):
         t0 = time.perf_counter()
-        handle.run.remote([]).result()
+        handle.gather.remote([]).result()
         times.append((time.perf_counter() - t0) * 1000)
     return round(statistics.median(times), 2)
 

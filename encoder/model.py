@@ -8,6 +8,7 @@ twice (MASK_s, MASK_e); one forward pass gives q_start and q_end for every mask.
 from __future__ import annotations
 
 import logging
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
@@ -149,6 +150,8 @@ class Encoder:
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self._special_ids = frozenset(self.tokenizer.all_special_ids)
         self._runner: ThreadPoolExecutor | None = None
+        self._runner_ident: int | None = None
+        self._runner_lock = threading.Lock()
         logger.info(
             "encoder %s on %s (%s, %s), dim %d, max length %d",
             self.model_dir,
@@ -231,11 +234,25 @@ class Encoder:
             example["types"] = types
         return HiddenStates(self.model).eval(), example, ["hidden"]
 
+    @property
+    def runner(self) -> ThreadPoolExecutor:
+        """This encoder's one inference thread (see _forward), started at first use: the server's batches are
+        computed on it (service.batcher), the reader's passes too (fill.reading)."""
+        with self._runner_lock:
+            if self._runner is None:
+                self._runner = ThreadPoolExecutor(
+                    max_workers=1, thread_name_prefix="encoder", initializer=self._mark_runner
+                )
+            return self._runner
+
+    def _mark_runner(self) -> None:
+        self._runner_ident = threading.get_ident()
+
     def on_thread(self, fn: Callable[[*Ts], R], *args: *Ts) -> R:
-        """fn(*args) run on this encoder's inference thread (see _forward)."""
-        if self._runner is None:
-            self._runner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encoder")
-        return self._runner.submit(fn, *args).result()
+        """fn(*args) run on this encoder's inference thread (see _forward): here when called there."""
+        if threading.get_ident() == self._runner_ident:
+            return fn(*args)
+        return self.runner.submit(fn, *args).result()
 
     @torch.inference_mode()
     def _forward_here(self, seqs: list[list[int]], types: list[list[int]], width: int, rows: int) -> np.ndarray:

@@ -99,9 +99,8 @@ def examples(
     out = []
     for probe in probes:
         request = FillRequest(text=probe["query"], **options.model_dump(exclude={"reader"}), reader=False)
-        planned, ranked = engine.drive(
-            request, lambda prepared, _: (prepared.planned, engine.retrieve(prepared, read=True)[0])
-        )
+        prepared = engine.prepare([engine.plan(request)])[0]
+        planned, ranked = prepared.planned, engine.retrieve(prepared, read=True)[0]
         reading = plan_reading(spec, shards, planned.ids, planned.mask_at[0], ranked[0], options.max_span_tokens)
         if reading is None:
             continue

@@ -88,7 +88,7 @@ class CandidateTask:
     blocks: np.ndarray
     query: MaskQuery
 
-    def run(self, shard: Shard) -> ShardCandidates | None:
+    def compute(self, shard: Shard) -> ShardCandidates | None:
         start, end = self.start, self.end
         if self.blocks.size:
             tokens = shard.block_positions(self.blocks)

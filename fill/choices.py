@@ -41,7 +41,7 @@ _NONE = np.empty(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
-class Phrases:
+class ChoicePhrases:
     """Every choice's phrases as token ids (as they are tokenized in running text), its synonyms' among them."""
 
     ids: list[np.ndarray]  # per phrase, its token ids
@@ -50,7 +50,7 @@ class Phrases:
     synonyms: list[list[str]]  # per choice, the words added to its phrases (encoder.synonyms), nearest first
 
     @classmethod
-    def of(cls, encoder: Encoder, choices: list[Choice], synonyms: int = 0) -> "Phrases":
+    def of(cls, encoder: Encoder, choices: list[Choice], synonyms: int = 0) -> "ChoicePhrases":
         """Each choice's phrases, plus up to `synonyms` words nearest to its one-token phrases in the encoder's
         word-embedding space (NPM's fuzzy verbalizers). AppError (validation, field choices) for a phrase the
         tokenizer turns into nothing."""
@@ -95,7 +95,7 @@ def match(shard: Shard, positions: np.ndarray, ids: np.ndarray, forward: bool) -
     return ok, first
 
 
-def votes(shard: Shard, positions: np.ndarray, phrases: Phrases, forward: bool) -> np.ndarray:
+def votes(shard: Shard, positions: np.ndarray, phrases: ChoicePhrases, forward: bool) -> np.ndarray:
     """bool [positions, choices]: which choices each position votes for. One-token phrases (a choice's synonyms
     among them) are looked up together per choice: a whole word equal to one of them; longer ones by `match`."""
     out = np.zeros((positions.size, len(phrases.labels)), dtype=bool)
@@ -133,10 +133,10 @@ class VotesTask:
     blocks: np.ndarray
     q: np.ndarray
     scale: float
-    phrases: Phrases
+    phrases: ChoicePhrases
     forward: bool
 
-    def run(self, shard: Shard) -> Votes:
+    def compute(self, shard: Shard) -> Votes:
         positions = unique(np.concatenate([self.hits, shard.block_positions(self.blocks)]))
         return Votes(
             positions,
@@ -152,18 +152,20 @@ class CountsTask:
     shard_no: int
     ids: np.ndarray
 
-    def run(self, shard: Shard) -> np.ndarray:
+    def compute(self, shard: Shard) -> np.ndarray:
         return shard.token_counts(self.ids)
 
 
-def choice_counts(shards: Shards, shard_nos: list[int], phrases: Phrases) -> np.ndarray:
+def choice_counts(shards: Shards, shard_nos: list[int], phrases: ChoicePhrases) -> np.ndarray:
     """float [choices]: each choice's base rate in the index, the occurrences of its phrases' first tokens summed
     over `shard_nos` (every shard of the index), at least 1. A label with more or more frequent words draws more
     votes from any query; a score divided by this is NPM's score relative to the label's prior (the PMI of
     "calibrate before use", with the index as the content-free input)."""
     firsts = np.asarray([int(ids[0]) for ids in phrases.ids], dtype=np.int64)
     total = (
-        np.sum(shards.run([CountsTask(s, firsts) for s in shard_nos]), axis=0) if shard_nos else np.zeros_like(firsts)
+        np.sum(shards.gather([CountsTask(s, firsts) for s in shard_nos]), axis=0)
+        if shard_nos
+        else np.zeros_like(firsts)
     )
     out = np.zeros(len(phrases.labels), dtype=np.float64)
     np.add.at(out, np.asarray(phrases.choice, dtype=np.int64), total)
@@ -178,7 +180,7 @@ class VoteEvidenceTask:
     shard_no: int
     places: tuple[tuple[int, bool, tuple[tuple[int, ...], ...]], ...]
 
-    def run(self, shard: Shard) -> list[Place]:
+    def compute(self, shard: Shard) -> list[Place]:
         return read_places(
             shard, [_spot(shard, position, forward, phrase_ids) for position, forward, phrase_ids in self.places]
         )
@@ -199,7 +201,7 @@ def score_masks(
     q_start: np.ndarray,
     q_end: np.ndarray,
     scale: float,
-    phrases: Phrases,
+    phrases: ChoicePhrases,
     temperature: float,
     both: bool,
     evidence: int,
@@ -221,7 +223,7 @@ def score_masks(
                 for s in sorted(set(side.shard_nos()) | set(blocks))
             ]
         )
-    found = iter(shards.run([t for own in tasks for t in own]))
+    found = iter(shards.gather([t for own in tasks for t in own]))
     scored = [
         _score(m, own, [next(found) for _ in own], phrases, temperature, prior, sharpness)
         for m, own in enumerate(tasks)
@@ -242,7 +244,7 @@ def _score(
     m: int,
     tasks: list[VotesTask],
     sides: list[Votes],
-    phrases: Phrases,
+    phrases: ChoicePhrases,
     temperature: float,
     prior: np.ndarray | None,
     sharpness: float = 1.0,
@@ -293,7 +295,7 @@ def _score(
     return MaskScore(index=m, choices=choices, predicted=phrases.labels[best], abstained=False), wants
 
 
-def _abstained(m: int, phrases: Phrases) -> MaskScore:
+def _abstained(m: int, phrases: ChoicePhrases) -> MaskScore:
     n = len(phrases.labels)
     return MaskScore(
         index=m,

@@ -1,26 +1,13 @@
-"""The fill engine: NPM inference over a phrase index, knowing nothing of HTTP. A fill, hop by hop:
-
-  plan     the request checked against the index (mode, budget), its query tokenized (each mask as
-           MASK_s MASK_e)                                                        -> fill.prepared.Planned
-  prepare  one encoder pass for the queries of a batch of requests, then one FAISS search per distinct k
-           (indexer.phrase_index: each shard's hits re-scored exactly, the top k over all shards kept)
-                                                                  -> Prepared, hits per mask (fill.hits)
-  finish   BM25 blocks (restricted / hybrid: their tokens join the hits, their scores make the lexical
-           prior); then per mask: each shard's candidates (fill.candidates), the global ranker over all
-           shards (fill.ranker); with the reader, all masks' top phrases re-ranked by reading windows around
-           them with the query (fill.reading); per mask, confidence (fill.scoring) and evidence
-           (fill.evidence)                                                                  -> FillResult
-A closed-set score (POST /score) is planned and prepared the same way (its choices' phrases tokenized in
-`plan`); its finish step, `finish_score` (fill.score_finish), adds the BM25 blocks' tokens (restricted / hybrid)
-and lets each mask's retrieved tokens vote for the choices (fill.choices)                  -> ScoreResult
-`run` drives the three steps, for a fill or a score; the service gives it `Lanes` (fill.prepared) that batch the
-prepare step with concurrent requests and run the finish step on a worker thread (service.lanes).
-"""
+"""The fill engine: NPM inference over a phrase index, knowing nothing of HTTP, as a library of steps that a
+caller drives: `plan` (checked, tokenized) -> `prepare` (one encoder pass and one search for a batch of requests)
+-> `finish` (a fill's spans, ranking, reading, answers; a score's votes). `handle` drives them for one request
+here; the server drives them itself, batched and on its threads (service.requests). docs/ARCHITECTURE.md, "A fill,
+hop by hop", follows a request through every step."""
 
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, TypeVar, overload
+from typing import Any, Callable, overload
 
 import numpy as np
 
@@ -31,12 +18,12 @@ from encoder.reader import Reader
 from fill.answers import answer_masks
 from fill.budget import Budget
 from fill.candidates import CandidateTask, LexicalBonus, MaskQuery
-from fill.choices import Phrases
+from fill.choices import ChoicePhrases
 from fill.config import EngineConfig
 from fill.deadline import Deadline
 from fill.hits import Hits, MaskHits, blocks_by_shard
 from fill.loading import describe_served, open_parts, open_reader
-from fill.prepared import Lanes, Planned, Prepared, Req
+from fill.prepared import Planned, Prepared, Req
 from fill.ranker import RankedMask, rank_mask
 from fill.reading import PRIOR_PHRASES, read_masks
 from fill.schemas import MODES, FillRequest, FillResult, Mode, ScoreRequest, ScoreResult
@@ -47,7 +34,6 @@ from fill.spans import BlockPrior
 from fill.stage_clock import StageClock
 from indexer.phrase_index import PhraseIndex
 
-T = TypeVar("T")
 PRIOR_BLOCKS = 100  # blocks whose BM25 scores make the lexical prior (the others get 0)
 _NONE = np.empty(0, dtype=np.int64)
 
@@ -108,77 +94,48 @@ class FillEngine:
         return "restricted" if isinstance(request, ScoreRequest) else "hybrid"
 
     @overload
-    def run(
-        self,
-        request: FillRequest,
-        budget: Budget | None = ...,
-        deadline: Deadline | None = ...,
-        lanes: Lanes | None = ...,
+    def handle(
+        self, request: FillRequest, budget: Budget | None = ..., deadline: Deadline | None = ...
     ) -> FillResult: ...
 
     @overload
-    def run(
-        self,
-        request: ScoreRequest,
-        budget: Budget | None = ...,
-        deadline: Deadline | None = ...,
-        lanes: Lanes | None = ...,
+    def handle(
+        self, request: ScoreRequest, budget: Budget | None = ..., deadline: Deadline | None = ...
     ) -> ScoreResult: ...
 
-    def run(
-        self,
-        request: FillRequest | ScoreRequest,
-        budget: Budget | None = None,
-        deadline: Deadline | None = None,
-        lanes: Lanes | None = None,
+    def handle(
+        self, request: FillRequest | ScoreRequest, budget: Budget | None = None, deadline: Deadline | None = None
     ) -> FillResult | ScoreResult:
-        """A fill or a closed-set score, start to end (`drive`, with `finish` for a fill, `finish_score` for a
-        score)."""
-        if isinstance(request, ScoreRequest):
-            return self.drive(request, self.finish_score, budget, deadline, lanes)
-        return self.drive(request, self.finish, budget, deadline, lanes)
+        """A fill or a closed-set score, start to end, alone and on this thread: plan (checked against `budget`)
+        -> prepare -> finish (`deadline` checked between the steps). The server runs the same steps, batched and
+        on its threads (service.requests)."""
+        planned: Planned[Any] = self.plan(request, budget)
+        prepared = self.prepare([planned])[0]
+        if deadline is not None:
+            deadline.check("search")
+        result: FillResult | ScoreResult = self.finish(prepared, deadline)
+        return result
 
-    def drive(
-        self,
-        request: Req,
-        finish: Callable[[Prepared[Req], Deadline | None], T],
-        budget: Budget | None = None,
-        deadline: Deadline | None = None,
-        lanes: Lanes | None = None,
-    ) -> T:
-        """plan (checked against `budget`) -> prepare -> `finish` (`deadline` checked between its steps). `lanes`
-        runs the prepare and finish steps (the server: batched with concurrent requests, then on a worker thread of
-        the request's lane); by default here, alone."""
-        lanes = lanes if lanes is not None else Alone(self)
-        planned = self.plan(request, budget)
-        prepared = lanes.prepare(planned, deadline)
-        return lanes.finish(planned, lambda: finish(prepared, deadline))
+    def fill(self, request: FillRequest) -> FillResult:
+        """One fill, start to end, here (`handle`)."""
+        return self.handle(request)
 
-    def run_batch(
+    def score(self, request: ScoreRequest) -> ScoreResult:
+        """One closed-set score, start to end, here (`handle`)."""
+        return self.handle(request)
+
+    def batch(
         self, requests: list[FillRequest | ScoreRequest], shape: Callable[[int, int], tuple[int, int]] | None = None
     ) -> list[FillResult | ScoreResult]:
         """Requests run as one batch, as the server's batcher runs concurrent ones: each planned, all prepared
         together (one encoder pass padded to `shape`, one search per distinct k), then each finished."""
         planned: list[Planned[Any]] = [self.plan(r) for r in requests]
-        return [self._finish_any(prepared) for prepared in self.prepare(planned, shape)]
-
-    def _finish_any(self, prepared: Prepared[Any]) -> FillResult | ScoreResult:
-        if isinstance(prepared.planned.request, ScoreRequest):
-            return self.finish_score(prepared)
-        return self.finish(prepared)
-
-    def fill(self, request: FillRequest) -> FillResult:
-        """One fill, start to end, here (`run`)."""
-        return self.run(request)
-
-    def score(self, request: ScoreRequest) -> ScoreResult:
-        """One closed-set score, start to end, here (`run`)."""
-        return self.run(request)
+        return [self.finish(prepared) for prepared in self.prepare(planned, shape)]
 
     def fill_detailed(self, request: FillRequest) -> tuple[FillResult, list[np.ndarray]]:
         """The fill, and per mask the confidence features of its candidates (fill.scoring.FEATURES;
         before abstention), which `fill-fit` fits the calibration on."""
-        return self.drive(request, self.finish_detailed)
+        return self.finish_detailed(self.prepare([self.plan(request)])[0])
 
     def plan(self, request: Req, budget: Budget | None = None) -> Planned[Req]:
         """The request (a fill, or a closed-set score) checked against this index (mode, cost budget) and its
@@ -193,7 +150,7 @@ class FillEngine:
             )
         phrases = None
         if isinstance(request, ScoreRequest):
-            phrases = Phrases.of(self.encoder, request.choice_list(), request.synonyms)
+            phrases = ChoicePhrases.of(self.encoder, request.choice_list(), request.synonyms)
         elif request.reader and self.reader is None:
             raise AppError(
                 "this server has no reader (started without one, or with --no-use-reader); leave "
@@ -234,10 +191,18 @@ class FillEngine:
         search_ms = (time.perf_counter() - mark) * 1000
         return [Prepared(p, q, h, encode_ms, search_ms) for p, q, h in zip(planned, queries, hits)]
 
-    def finish(self, prepared: Prepared[FillRequest], deadline: Deadline | None = None) -> FillResult:
-        """The fill of a prepared request: BM25 (restricted / hybrid), then per mask its candidates and
-        ranking, the reader's re-ranking, confidence and evidence. `deadline` is checked between steps and
-        masks (AppError kind timeout)."""
+    @overload
+    def finish(self, prepared: Prepared[FillRequest], deadline: Deadline | None = ...) -> FillResult: ...
+
+    @overload
+    def finish(self, prepared: Prepared[ScoreRequest], deadline: Deadline | None = ...) -> ScoreResult: ...
+
+    def finish(self, prepared: Prepared[Any], deadline: Deadline | None = None) -> FillResult | ScoreResult:
+        """The answer to a prepared request. A fill: BM25 (restricted / hybrid), then per mask its candidates and
+        ranking, the reader's re-ranking, confidence and evidence; a score: `finish_score` (fill.score_finish).
+        `deadline` is checked between steps and masks (AppError kind timeout)."""
+        if isinstance(prepared.planned.request, ScoreRequest):
+            return self.finish_score(prepared, deadline)
         return self.finish_detailed(prepared, deadline)[0]
 
     def finish_detailed(
@@ -294,7 +259,7 @@ class FillEngine:
             query = MaskQuery(
                 q.q_start[m], q.q_end[m], self.index.scale, request.max_span_tokens, bonus, bool(request.alpha)
             )
-            parts = self.shards.run(
+            parts = self.shards.gather(
                 [
                     CandidateTask(s, hits.start.in_shard(s), hits.end.in_shard(s), blocks.get(s, _NONE), query)
                     for s in sorted(set(hits.shard_nos()) | set(blocks))
@@ -316,17 +281,3 @@ class FillEngine:
 
 def _or(top: str | None, mask: str) -> str:
     return top if top is not None else mask
-
-
-class Alone:
-    """Lanes that run a request's steps here and now, alone (FillEngine.run's default)."""
-
-    def __init__(self, engine: FillEngine) -> None:
-        self.engine = engine
-
-    def prepare(self, planned: Planned[Req], deadline: Deadline | None) -> Prepared[Req]:
-        prepared: Prepared[Req] = self.engine.prepare([planned])[0]
-        return prepared
-
-    def finish(self, planned: Planned[Req], work: Callable[[], T]) -> T:
-        return work()

@@ -65,7 +65,7 @@ class PlacesTask:
     shard_no: int
     places: tuple[SpotAt, ...]
 
-    def run(self, shard: Shard) -> list[Place]:
+    def compute(self, shard: Shard) -> list[Place]:
         return read_places(shard, self.places)
 
 
@@ -120,7 +120,7 @@ def gather(
             break
         per, where = by_shard([wants[w].items[i] for w, i in asks])
         tasks = [task(s, tuple(items)) for s, items in per.items()]
-        results: list[Any] = shards.run([*tasks, *along] if first else tasks)
+        results: list[Any] = shards.gather([*tasks, *along] if first else tasks)
         if first:
             along_results, first = results[len(tasks) :], False
         found: dict[int, list[Place]] = dict(zip(per, results[: len(tasks)]))

@@ -1,16 +1,13 @@
-"""A fill between the engine's steps (fill.engine): planned (checked, tokenized), then prepared
-(encoded and searched, possibly in one batch with other requests, service.batcher); and `Lanes`, how the
-engine's driver (FillEngine.run) has those two steps run: here and now by default, batched and on worker
-threads in the service (service.lanes)."""
+"""A request between the engine's steps (fill.engine): planned (checked, tokenized), then prepared (encoded and
+searched, possibly in one batch with other requests, service.batcher)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Generic, Protocol, TypeVar
+from typing import Generic, TypeVar
 
 from encoder.model import QueryVectors
-from fill.choices import Phrases
-from fill.deadline import Deadline
+from fill.choices import ChoicePhrases
 from fill.hits import MaskHits
 from fill.schemas import FillRequest, Mode, ScoreRequest
 
@@ -28,7 +25,7 @@ class Planned(Generic[Req]):
     mask_at: list[int]  # the token index of each mask's MASK_s
     t0: float  # when the fill started (perf_counter)
     cost: float  # the request's cost in default fills (fill.budget.Budget.cost): the service's lane
-    phrases: Phrases | None = None  # a ScoreRequest's choices as token ids
+    phrases: ChoicePhrases | None = None  # a ScoreRequest's choices as token ids
 
     @property
     def tokens(self) -> int:
@@ -44,19 +41,3 @@ class Prepared(Generic[Req]):
     hits: list[MaskHits]  # per mask, the search's hits (empty in restricted mode)
     encode_ms: float  # the batch's encode and search times
     search_ms: float
-
-
-T = TypeVar("T")
-
-
-class Lanes(Protocol):
-    """Where a request's prepare and finish steps run (FillEngine.run drives the steps through it)."""
-
-    def prepare(self, planned: Planned[Req], deadline: Deadline | None) -> Prepared[Req]:
-        """The request encoded and searched (the service: in a batch with concurrent requests; AppError timeout
-        when `deadline` passes before its batch)."""
-        ...
-
-    def finish(self, planned: Planned[Req], work: Callable[[], T]) -> T:
-        """`work()`, the request's finish step (the service: on a worker thread of the request's lane)."""
-        ...

@@ -181,7 +181,7 @@ MAX_CHOICES = 64
 MAX_PHRASES = 32
 Scorer = Literal["npm", "npm_single"]
 # a label or phrase: 1 to 200 chars, not all white space (stated in the schema; a phrase the tokenizer
-# turns into nothing is refused by the engine, fill.choices.Phrases)
+# turns into nothing is refused by the engine, fill.choices.ChoicePhrases)
 Word = Annotated[str, StringConstraints(min_length=1, max_length=200, pattern=r"\S")]
 
 

@@ -9,7 +9,7 @@ import time
 import numpy as np
 
 from common.masks import blank_masks
-from fill.choices import Phrases, choice_counts, score_masks
+from fill.choices import ChoicePhrases, choice_counts, score_masks
 from fill.deadline import Deadline
 from fill.hits import blocks_by_shard
 from fill.prepared import Prepared
@@ -62,7 +62,7 @@ class ScoreFinish:
             laps.lap("score")
         return ScoreResult(masks=masks, took_ms=(time.perf_counter() - planned.t0) * 1000, timings_ms=laps.timings())
 
-    def prior(self, phrases: Phrases) -> np.ndarray:
+    def prior(self, phrases: ChoicePhrases) -> np.ndarray:
         """fill.choices.choice_counts over every shard, kept per distinct choice set."""
         key = (tuple(phrases.choice), tuple(tuple(ids.tolist()) for ids in phrases.ids))
         if key not in self._priors:

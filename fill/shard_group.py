@@ -3,14 +3,14 @@ them. It is everything the fill path does with a shard's files, so the engine ne
 
   search   the top k tokens of each query over the group's shards, with their scores (PhraseIndex.search_scored;
            ties broken by shard and position, so the top k of several groups' top k is the top k of all)
-  run      a list of tasks (`ShardTask[R]`: a frozen dataclass naming one shard, `shard_no`, its number in the
-           whole index, whose `run(shard)` gives an R): form and score a mask's candidate spans
+  gather   a list of tasks (`ShardTask[R]`: a frozen dataclass naming one shard, `shard_no`, its number in the
+           whole index, whose `compute(shard)` gives an R): form and score a mask's candidate spans
            (fill.candidates.CandidateTask -> ShardCandidates), read documents for evidence (fill.evidence.PlacesTask
            -> Places), a block's token ids (`BlockTokensTask`), the reader's windows (fill.windows.WindowTask ->
            WindowRead), a closed-set score's votes, their places and its choices' base rates (fill.choices). The
            results come back in the tasks' order.
 
-Tasks and results are plain data (dataclasses, NamedTuples, numpy arrays): in one process `run` is a loop over
+Tasks and results are plain data (dataclasses, NamedTuples, numpy arrays): in one process `gather` is a loop over
 them; a distributed deployment (service.ray_backend: one group per set of shard directories, on other processes
 or machines) pickles the same objects, sends every group its share of a step's tasks in one message and gets
 the same results back."""
@@ -35,7 +35,7 @@ class ShardTask(Protocol[R_co]):
     @property
     def shard_no(self) -> int: ...
 
-    def run(self, shard: Shard) -> R_co: ...
+    def compute(self, shard: Shard) -> R_co: ...
 
 
 class Shards(Protocol):
@@ -43,7 +43,7 @@ class Shards(Protocol):
 
     def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None) -> list[ScoredHits]: ...
 
-    def run(self, tasks: Sequence[ShardTask[R]]) -> list[R]: ...
+    def gather(self, tasks: Sequence[ShardTask[R]]) -> list[R]: ...
 
 
 class ShardGroup:
@@ -64,8 +64,8 @@ class ShardGroup:
     def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None) -> list[ScoredHits]:
         return self.index.search_scored(queries, k, groups)
 
-    def run(self, tasks: Sequence[ShardTask[R]]) -> list[R]:
-        return [task.run(self.shard(task.shard_no)) for task in tasks]
+    def gather(self, tasks: Sequence[ShardTask[R]]) -> list[R]:
+        return [task.compute(self.shard(task.shard_no)) for task in tasks]
 
 
 @dataclass(frozen=True)
@@ -75,7 +75,7 @@ class BlockTokensTask:
     shard_no: int
     block: int
 
-    def run(self, shard: Shard) -> np.ndarray:
+    def compute(self, shard: Shard) -> np.ndarray:
         _, a, b = (int(x) for x in shard.blocks[self.block - shard.info.block_base])
         return np.asarray(shard.token_ids[a:b])
 

@@ -95,7 +95,7 @@ class WindowTask:
     max_len: int
     titles: bool = False
 
-    def run(self, shard: Shard) -> WindowRead:
+    def compute(self, shard: Shard) -> WindowRead:
         firsts, lasts = [], []
         for a, b in self.windows:
             first, last = spans_from_hits(np.arange(a, b), True, self.max_len, shard.flags, shard.block_of)
@@ -119,7 +119,7 @@ def window_spans(shards: Shards, windows: list[Window], max_len: int, titles: bo
     """The valid spans of the windows (sorted by shard, then position, as mask_windows returns them), formed
     and read by their shards in one call (with `titles`, each window's document title too)."""
     per, _ = by_shard([(w.shard_no, (w.a, w.b)) for w in windows])
-    found = shards.run([WindowTask(s, tuple(own), max_len, titles) for s, own in per.items()])
+    found = shards.gather([WindowTask(s, tuple(own), max_len, titles) for s, own in per.items()])
     tokens = [t for read in found for t in read.tokens]
     parts = [read.part for read in found if read.part is not None]
     starts = np.concatenate([np.arange(w.a, w.b) for w in windows]) if windows else np.empty(0, dtype=np.int64)

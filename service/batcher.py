@@ -1,11 +1,14 @@
 """Micro-batching: concurrent fills are encoded in one forward pass and searched in one FAISS matrix
-search per shard (`FillEngine.prepare`), on one batching thread. Each request's own work (BM25, spans,
-rank) runs afterwards in its own thread, so the next batch is encoded while earlier ones are ranked.
+search per shard (`FillEngine.prepare`). The batching loop is an asyncio task on the server's event loop
+(started by the first request): a request's entry in its queue carries the future its handler awaits; the loop
+takes a batch and has it computed on the encoder's inference thread (`Encoder.runner`), so a request's prepare
+step runs in no thread of its own. Each request's own work (BM25, spans, rank, read) runs afterwards on a worker,
+so the next batch is encoded while earlier ones are ranked.
 
-A batch takes every request waiting when the thread gets to it, up to `max_batch` requests and
-`max_tokens` query tokens; with `max_wait` > 0 it waits that long for more after the first (a little
-latency for larger batches under light load). There is no wait by default: while a batch is computed
-the next one gathers by itself.
+A batch takes every request waiting when the loop gets to it, up to `max_batch` requests and `max_tokens`
+query tokens; with `max_wait` > 0 it waits that long for more after the first (a little latency for larger
+batches under light load). There is no wait by default: while a batch is computed the next one gathers by
+itself.
 
 A batch of two or more is padded to a bucketed shape (`bucket_shape`: rows to a power of two, width to a
 multiple of 16 tokens), so the encoder meets a few dozen input shapes rather than every (requests x
@@ -16,17 +19,18 @@ one."""
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
 from collections import deque
-from concurrent.futures import Future
 from typing import Any, Callable
 
-from common.priority import lower_this_thread
 from encoder.model import WIDTH_STEP
+from fill.deadline import Deadline
 from fill.engine import FillEngine
-from fill.prepared import Planned, Prepared
+from fill.prepared import Planned, Prepared, Req
 
 logger = logging.getLogger(__name__)
 
@@ -42,12 +46,15 @@ def bucket_shape(rows: int, width: int) -> tuple[int, int]:
 class _Job:
     __slots__ = ("planned", "future")
 
-    def __init__(self, planned: Planned[Any]) -> None:
+    def __init__(self, planned: Planned[Any], future: asyncio.Future[Prepared[Any]]) -> None:
         self.planned = planned
-        self.future: Future[Prepared[Any]] = Future()
+        self.future = future  # cancelled when its request stops waiting: dropped, or its result ignored
 
 
 class Batcher:
+    """One lane's batching loop. `engine.prepare` runs on `engine.encoder.runner` (the encoder's one inference
+    thread, shared by both lanes' loops: one batch at a time)."""
+
     def __init__(
         self,
         engine: FillEngine,
@@ -55,8 +62,6 @@ class Batcher:
         max_tokens: int = 4096,
         max_wait: float = 0.0,
         on_batch: Callable[[int, int, float], None] | None = None,
-        name: str = "batcher",
-        nice: int = 0,
     ) -> None:
         self.engine = engine
         self.max_batch = max_batch
@@ -64,92 +69,157 @@ class Batcher:
         self.max_wait = max_wait
         self.on_batch = on_batch  # called with (requests, query tokens, seconds) after each batch
         self._queue: deque[_Job] = deque()
-        self._cond = threading.Condition()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._wake: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._running: concurrent.futures.Future[Any] | None = None  # the batch being computed
         self._closed = False
-        self.nice = nice  # this batching thread's CPU priority (the encoder's and the index's search threads are
-        # shared, started at load and warm-up: they keep the usual priority)
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        self._lock = threading.Lock()  # close() may come from any thread
 
     @property
     def depth(self) -> int:
         """Requests waiting for a batch."""
         return len(self._queue)
 
-    def submit(self, planned: Planned[Any]) -> Future[Prepared[Any]]:
-        """A future of the request's `Prepared` (or its exception). Cancel it to drop a request that has
-        not been batched yet."""
-        job = _Job(planned)
-        with self._cond:
+    async def prepared(self, planned: Planned[Req], deadline: Deadline | None = None) -> Prepared[Req]:
+        """The request encoded and searched in a batch with the others waiting (on the event loop; the work on the
+        encoder's thread). AppError timeout (stage "queue") once `deadline` passes first: a request not yet in a
+        batch is dropped from the queue."""
+        future = self.submit(planned)
+        try:
+            if deadline is None:
+                return await future
+            return await asyncio.wait_for(asyncio.shield(future), timeout=max(deadline.left(), 0))
+        except TimeoutError:
+            future.cancel()  # not batched yet: dropped; in a batch: its result is ignored
+            assert deadline is not None
+            raise deadline.error("queue") from None
+
+    def submit(self, planned: Planned[Any]) -> asyncio.Future[Prepared[Any]]:
+        """A future of the request's `Prepared` (or its exception), on the running event loop. Cancel it to drop a
+        request that has not been batched yet."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
             if self._closed:
                 raise RuntimeError("batcher is closed")
-            self._queue.append(job)
-            self._cond.notify()
+            if self._loop is not loop or self._task is None or self._task.done():
+                # the first request, or one on another event loop (a server has one; each test client its own):
+                # the batching loop runs on this one from now on (one left on a stopped loop never resumes)
+                self._loop, self._wake = loop, asyncio.Event()
+                self._task = loop.create_task(self._run(self._wake), name="batcher")
+            wake = self._wake
+        job = _Job(planned, loop.create_future())
+        self._queue.append(job)
+        assert wake is not None
+        wake.set()
         return job.future
 
     def close(self) -> None:
-        """Stop after the batch in progress; requests still waiting fail with RuntimeError."""
-        with self._cond:
+        """Stop after the batch in progress (waited for here, from any thread); requests still waiting fail with
+        RuntimeError."""
+        with self._lock:
             self._closed = True
-            self._cond.notify()
-        self._thread.join()
+            loop, running = self._loop, self._running
+        if loop is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(self._stop)
+            except RuntimeError:  # the loop closed meanwhile: nothing waits on it
+                pass
+        if running is not None:
+            concurrent.futures.wait([running])
+
+    def _stop(self) -> None:
+        """(on the loop) Every waiting request fails; the loop task ends."""
         while self._queue:
-            job = self._queue.popleft()
-            if job.future.set_running_or_notify_cancel():
-                job.future.set_exception(RuntimeError("batcher closed"))
+            _settle(self._queue.popleft(), exc=RuntimeError("batcher closed"))
+        if self._wake is not None:
+            self._wake.set()
 
-    def _take(self) -> list[_Job] | None:
-        """The next batch (None once closed): the first waiting request, then more while they fit."""
-        with self._cond:
-            while not self._queue and not self._closed:
-                self._cond.wait()
-            if self._closed:
-                return None
-            batch: list[_Job] = []
-            tokens = 0
-            until = time.perf_counter() + self.max_wait
-            while len(batch) < self.max_batch:
-                if not self._queue:
-                    left = until - time.perf_counter()
-                    if left <= 0:
-                        break
-                    self._cond.wait(left)
-                    continue
-                job = self._queue[0]
-                if batch and tokens + job.planned.tokens > self.max_tokens:
+    async def _take(self, wake: asyncio.Event) -> list[_Job] | None:
+        """The next batch (None once closed, or once another event loop took over): the first waiting request, then
+        more while they fit."""
+        while not self._queue and not self._closed and wake is self._wake:
+            wake.clear()
+            await wake.wait()
+        if self._closed or wake is not self._wake:
+            return None
+        batch: list[_Job] = []
+        tokens = 0
+        until = time.perf_counter() + self.max_wait
+        while len(batch) < self.max_batch:
+            if not self._queue:
+                left = until - time.perf_counter()
+                if left <= 0:
                     break
-                self._queue.popleft()
-                if job.future.set_running_or_notify_cancel():  # a cancelled one (timed out waiting) is dropped
-                    batch.append(job)
-                    tokens += job.planned.tokens
-            return batch
+                wake.clear()
+                try:
+                    await asyncio.wait_for(wake.wait(), left)
+                except TimeoutError:
+                    pass
+                continue
+            job = self._queue[0]
+            if batch and tokens + job.planned.tokens > self.max_tokens:
+                break
+            self._queue.popleft()
+            if not job.future.cancelled():  # a cancelled one (timed out waiting) is dropped
+                batch.append(job)
+                tokens += job.planned.tokens
+        return batch
 
-    def _run(self) -> None:
-        if self.nice:
-            lower_this_thread(self.nice)
+    async def _run(self, wake: asyncio.Event) -> None:
         while True:
-            batch = self._take()
+            batch = await self._take(wake)
             if batch is None:
                 return
-            if not batch:
-                continue
-            t0 = time.perf_counter()
-            try:
-                prepared = self.engine.prepare([job.planned for job in batch], bucket_shape)
-            except BaseException as exc:  # noqa: BLE001 - every request of the batch gets the error
-                if len(batch) > 1:  # find the culprit: each request alone
-                    for job in batch:
-                        self._one(job)
-                else:
-                    batch[0].future.set_exception(exc)
-                continue
-            for job, result in zip(batch, prepared):
-                job.future.set_result(result)
-            if self.on_batch is not None:
-                self.on_batch(len(batch), sum(job.planned.tokens for job in batch), time.perf_counter() - t0)
+            if batch:
+                await self._compute(batch)
 
-    def _one(self, job: _Job) -> None:
+    async def _compute(self, batch: list[_Job]) -> None:
+        """The batch prepared on the encoder's thread; a failing batch of several is retried one request at a time,
+        so only the culprit gets the error."""
+        t0 = time.perf_counter()
         try:
-            job.future.set_result(self.engine.prepare([job.planned])[0])
-        except BaseException as exc:  # noqa: BLE001
-            job.future.set_exception(exc)
+            prepared = await self._on_encoder(self.engine.prepare, [job.planned for job in batch], bucket_shape)
+        except Exception as exc:  # noqa: BLE001 - every request of the batch gets the error
+            if len(batch) == 1:
+                _settle(batch[0], exc=exc)
+                return
+            for job in batch:
+                try:
+                    _settle(job, (await self._on_encoder(self.engine.prepare, [job.planned]))[0])
+                except Exception as one:  # noqa: BLE001
+                    _settle(job, exc=one)
+            return
+        for job, result in zip(batch, prepared):
+            _settle(job, result)
+        if self.on_batch is not None:
+            self.on_batch(len(batch), sum(job.planned.tokens for job in batch), time.perf_counter() - t0)
+
+    async def _on_encoder(self, fn: Callable[..., list[Prepared[Any]]], *args: Any) -> list[Prepared[Any]]:
+        running = self.engine.encoder.runner.submit(fn, *args)
+        with self._lock:
+            self._running = running
+        try:
+            return await asyncio.wrap_future(running)
+        finally:
+            with self._lock:
+                self._running = None
+
+
+def _settle(job: _Job, result: Prepared[Any] | None = None, exc: BaseException | None = None) -> None:
+    """The job's future answered on its own event loop, unless its request stopped waiting (cancelled)."""
+    loop = job.future.get_loop()
+    try:
+        here = asyncio.get_running_loop() is loop
+    except RuntimeError:
+        here = False
+    if not here:
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(_settle, job, result, exc)
+        return
+    if job.future.done():
+        return
+    if exc is not None:
+        job.future.set_exception(exc)
+    else:
+        job.future.set_result(result)  # type: ignore[arg-type]

@@ -95,7 +95,7 @@ class Settings(EngineConfig, BaseSettings):
         gt=0,
         description="a request costing more than this many default fills (the "
         "larger of its search and candidates over a default fill's) is served in the heavy "
-        "lane: its own batching thread and workers, so cheap requests never queue behind it",
+        "lane: its own batches and workers, so cheap requests never queue behind its finish step",
     )
     heavy_workers: int = Field(1, ge=1, le=256, description="threads finishing the heavy lane's requests")
     heavy_nice: int = Field(
@@ -103,8 +103,8 @@ class Settings(EngineConfig, BaseSettings):
         ge=0,
         le=19,
         description="CPU priority (nice, 19 the lowest) of the heavy lane's "
-        "batching and worker threads (the encoder's and the index's search threads are shared "
-        "and keep theirs): cheap requests keep the cores",
+        "worker threads (the encoder's thread, which encodes and searches both lanes' batches, keeps "
+        "its own): cheap requests keep the cores",
     )
     max_body_bytes: int = Field(
         65536,

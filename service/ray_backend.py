@@ -8,7 +8,7 @@ A fill over Ray, hop by hop (the engine's steps are those of fill.engine; only t
            index), then `RayShards`:
   search   every group searches its shards (FAISS, exact re-scoring) and returns its top k with scores; the
            ingress keeps the top k of their union (indexer.phrase_index.top_hits: the same hits as one process)
-  run      each step's shard tasks (fill.shard_group: candidate spans, reader windows, evidence) go to the groups
+  gather   each step's shard tasks (fill.shard_group: candidate spans, reader windows, evidence) go to the groups
            owning their shards, one call per group, in parallel; the global ranking, the reader and the
            confidence run at the ingress
 A group with no replica answering within FILL_RAY_TIMEOUT fails the request with 503 naming the group (never a
@@ -78,7 +78,7 @@ class RayShards:
             )
         return out
 
-    def run(self, tasks: Sequence[ShardTask[R]]) -> list[R]:
+    def gather(self, tasks: Sequence[ShardTask[R]]) -> list[R]:
         per: dict[int, list[int]] = {}
         for i, task in enumerate(tasks):
             g = self.owner.get(task.shard_no)
@@ -86,7 +86,7 @@ class RayShards:
                 raise AppError(f"shard {task.shard_no} belongs to no shard group", kind="internal")
             per.setdefault(g, []).append(i)
         out: list[R] = [None] * len(tasks)  # type: ignore[list-item]  # every slot is set below
-        found = self._call([(g, "run", ([tasks[i] for i in own],)) for g, own in per.items()])
+        found = self._call([(g, "gather", ([tasks[i] for i in own],)) for g, own in per.items()])
         for own, results in zip(per.values(), found):
             for i, result in zip(own, results):
                 out[i] = result

@@ -27,7 +27,7 @@ T = TypeVar("T")
     ray_actor_options={"num_cpus": 0}, max_ongoing_requests=64, health_check_period_s=2, graceful_shutdown_timeout_s=5
 )
 class ShardGroupReplica:
-    """One replica of a shard group: its shards opened (and their pages warmed), answering `search` and `run`."""
+    """One replica of a shard group: its shards opened (and their pages warmed), answering `search` and `gather`."""
 
     def __init__(
         self,
@@ -60,8 +60,8 @@ class ShardGroupReplica:
     async def search(self, queries: np.ndarray, k: int, groups: list[int] | None) -> list[ScoredHits]:
         return await asyncio.to_thread(self._hop, self.group.search, queries, k, groups)
 
-    async def run(self, tasks: list[ShardTask[Any]]) -> list[Any]:
-        return await asyncio.to_thread(self._hop, self.group.run, tasks)
+    async def gather(self, tasks: list[ShardTask[Any]]) -> list[Any]:
+        return await asyncio.to_thread(self._hop, self.group.gather, tasks)
 
     def _hop(self, work: Callable[..., T], *args: Any) -> T:
         if self.delay:

@@ -1,7 +1,9 @@
-"""The request path: a fill or a score admitted in a free slot (more requests in flight get 429), checked
-against the per-request budget, given its deadline (504 once FILL_REQUEST_TIMEOUT has passed), and run by the
-engine's driver (FillEngine.run) on a thread of its own through the server's lanes (service.lanes: batched with
-the requests arriving meanwhile, then finished on a worker thread of its lane), counted in the metrics."""
+"""The request path, one function (`RequestPath.serve`) read top to bottom: a fill or a score admitted in a free slot
+(more requests in flight get 429), planned on the event loop (checked against the per-request budget, tokenized),
+given its deadline (504 once FILL_REQUEST_TIMEOUT has passed), prepared in a batch with the requests arriving
+meanwhile (service.batcher: encoded and searched on the encoder's thread), then finished on a worker thread of its
+lane (service.lanes: spans, rank, read, answers) and counted in the metrics. docs/ARCHITECTURE.md, "A fill, hop by
+hop", names every step."""
 
 from __future__ import annotations
 
@@ -9,22 +11,20 @@ import asyncio
 import contextvars
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
-from typing import Callable, Protocol, TypeVar
+from typing import Any, Protocol, overload
 
 from common.errors import AppError
 from common.process import IdleTrim
 from fill.budget import Budget
 from fill.deadline import Deadline
 from fill.engine import FillEngine
+from fill.prepared import Planned
 from fill.schemas import FillRequest, FillResult, ScoreRequest, ScoreResult
 from service.config import Settings
-from service.lanes import ServerLanes, Workers
+from service.lanes import Workers
 from service.metrics import Metrics
 from service.serving import Serving
-
-Res = TypeVar("Res", FillResult, ScoreResult)
 
 
 class Admitting(Protocol):
@@ -44,8 +44,6 @@ class RequestPath:
         self.state = state
         self.budget = Budget(settings.max_candidates, settings.max_evidence, settings.max_search, settings.max_matches)
         self.slots = threading.BoundedSemaphore(settings.max_concurrency)
-        # a request's driver thread waits for its batch and its worker: one per request in flight
-        self.drivers = ThreadPoolExecutor(settings.max_concurrency, thread_name_prefix="request")
         self.workers = Workers(settings)
         self.trim = IdleTrim()  # the allocator's free memory handed back once no request is in flight
         self._in_flight = 0
@@ -53,20 +51,25 @@ class RequestPath:
 
     def close(self) -> None:
         self.trim.busy()  # no trim after the close
-        self.drivers.shutdown(wait=False)
         self.workers.close()
 
     async def fill(self, request: FillRequest) -> FillResult:
-        """One fill (see the module doc)."""
-        return await self.serve(lambda engine, deadline, lanes: engine.run(request, self.budget, deadline, lanes))
+        """One fill (`serve`)."""
+        return await self.serve(request)
 
     async def score(self, request: ScoreRequest) -> ScoreResult:
-        """One closed-set score, admitted, batched and timed out like a fill."""
-        return await self.serve(lambda engine, deadline, lanes: engine.run(request, self.budget, deadline, lanes))
+        """One closed-set score, admitted, batched and timed out like a fill (`serve`)."""
+        return await self.serve(request)
 
-    async def serve(self, run: Callable[[FillEngine, Deadline, ServerLanes], Res]) -> Res:
-        """`run(engine, deadline, lanes)` (the engine's driver for one request) admitted in a slot, on a driver
-        thread, within the request's deadline, counted in the metrics."""
+    @overload
+    async def serve(self, request: FillRequest) -> FillResult: ...
+
+    @overload
+    async def serve(self, request: ScoreRequest) -> ScoreResult: ...
+
+    async def serve(self, request: FillRequest | ScoreRequest) -> FillResult | ScoreResult:
+        """The whole path of one request, in three execution contexts: this event loop (admission, plan, batching),
+        the encoder's thread (its batch's encoder pass and search) and a worker of its lane (the finish step)."""
         state = self.state
         settings, metrics = state.settings, state.metrics
         state.ready_engine()
@@ -79,10 +82,16 @@ class RequestPath:
         self._started()
         try:
             with state.using() as serving:
-                lanes = ServerLanes(serving, self.workers, settings.heavy_weight, metrics)
-                loop = asyncio.get_running_loop()  # the driver runs in this request's context (its log id)
-                result = await loop.run_in_executor(
-                    self.drivers, contextvars.copy_context().run, run, serving.engine, deadline, lanes
+                engine = serving.engine
+                planned: Planned[Any] = engine.plan(request, self.budget)
+                lane = self.workers.lane(planned, serving)
+                metrics.lanes.labels(lane.name).inc()
+                prepared = await lane.batcher.prepared(planned, deadline)
+                deadline.check("queue")
+                loop = asyncio.get_running_loop()  # the finish step runs in this request's context (its log id)
+                finish = contextvars.copy_context().run
+                result: FillResult | ScoreResult = await loop.run_in_executor(
+                    lane.pool, finish, engine.finish, prepared, deadline
                 )
         except AppError as exc:
             metrics.outcome("invalid" if exc.kind == "validation" else exc.kind)

@@ -23,9 +23,7 @@ class Serving:
         self.batcher = Batcher(
             engine, settings.max_batch, settings.batch_tokens, settings.batch_wait_ms / 1000, on_batch=metrics.batch
         )
-        self.heavy = Batcher(
-            engine, settings.max_batch, settings.batch_tokens, 0.0, name="batcher-heavy", nice=settings.heavy_nice
-        )
+        self.heavy = Batcher(engine, settings.max_batch, settings.batch_tokens, 0.0)
         self._users = 0
         self._retired = False
         self._lock = threading.Lock()

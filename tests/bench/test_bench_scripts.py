@@ -544,7 +544,7 @@ def test_batch_agreement_finds_batched_fills_equal_to_single_ones(built):
     out = run_module(
         "bench.batch_agreement", "--index", str(built / "idx"), "--corpus", str(SAMPLE), "--probes", "6", "--batch", "4"
     )
-    # FillEngine.run_batch, as the server's batcher runs concurrent requests, answers as the fills made alone,
+    # FillEngine.batch, as the server's batcher runs concurrent requests, answers as the fills made alone,
     # within the stated tolerance: in bf16 a batch's padded shape may change the encoder's rounding (on AMX CPUs
     # 4 of 12 stayed equal field for field), never a top fill
     found = re.fullmatch(

@@ -8,7 +8,7 @@ import pytest
 
 from common.errors import AppError
 from corpus.tokens import WORD_END, WORD_START
-from fill.choices import Phrases, match
+from fill.choices import ChoicePhrases, match
 from fill.config import EngineConfig
 from fill.engine import FillEngine
 from fill.schemas import Choice, ScoreRequest
@@ -216,7 +216,7 @@ def test_bm25_modes_vote_with_the_top_blocks_tokens(engine, mode):
 
 
 def test_phrases_are_tokenized_as_in_running_text(engine):
-    phrases = Phrases.of(
+    phrases = ChoicePhrases.of(
         engine.encoder,
         [Choice(label="a", phrases=["Paris", "paris", "capital of France"]), Choice(label="b", phrases=["Seine"])],
     )
@@ -224,4 +224,4 @@ def test_phrases_are_tokenized_as_in_running_text(engine):
     assert phrases.ids[2].tolist() == engine.encoder.phrase_ids(["capital of France"])[0]
     assert phrases.ids[0].tolist() == phrases.ids[1].tolist()  # an uncased tokenizer: one spelling
     with pytest.raises(AppError, match="no token"):
-        Phrases.of(engine.encoder, [Choice(label="a", phrases=["\u200b"]), Choice(label="b", phrases=["x"])])
+        ChoicePhrases.of(engine.encoder, [Choice(label="a", phrases=["\u200b"]), Choice(label="b", phrases=["x"])])

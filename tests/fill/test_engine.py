@@ -1,5 +1,5 @@
-"""fill.engine.FillEngine's own API beyond the fill steps (those: test_engine_bruteforce, test_modes): its driver
-and the lanes it runs the steps through, the next generation."""
+"""fill.engine.FillEngine's own API beyond the fill steps (those: test_engine_bruteforce, test_modes): the steps
+driven by hand as the server drives them, `handle` for one request, `batch`, the budget, the next generation."""
 
 from __future__ import annotations
 
@@ -42,53 +42,44 @@ def test_the_next_generation_serves_an_update_with_the_same_models(tiny_index, f
         engine.close()
 
 
-class RecordingLanes:
-    """Lanes that run the steps here, recording what the driver hands them."""
-
-    def __init__(self, engine: FillEngine) -> None:
-        self.engine, self.steps = engine, []
-
-    def prepare(self, planned, deadline):
-        self.steps.append(("prepare", planned.request.text, deadline))
-        return self.engine.prepare([planned])[0]
-
-    def finish(self, planned, work):
-        self.steps.append(("finish", planned.request.text))
-        return work()
-
-
-def test_the_driver_runs_every_step_through_the_lanes_it_is_given(tiny_index):
+def test_the_steps_driven_by_hand_give_what_handle_gives(tiny_index):
+    """plan -> prepare -> finish, as service.requests drives them, for a fill and a score: the same results as
+    `handle` (and `fill` / `score`); `finish` answers each kind with its own result type."""
     engine = FillEngine.open(
         EngineConfig(index=tiny_index, device="cpu", dtype="fp32", reader_dir=None, use_reader=False)
     )
     try:
-        lanes, deadline = RecordingLanes(engine), Deadline(60)
+        deadline = Deadline(60)
         fill = FillRequest(text="Marie Curie was born in <mask> .", evidence=2)
         score = ScoreRequest(text="Marie Curie was born in <mask> .", choices=["Warsaw", "Paris"])
-        through = engine.run(fill, deadline=deadline, lanes=lanes)
-        scored = engine.run(score, deadline=deadline, lanes=lanes)
-        assert lanes.steps == [
-            ("prepare", fill.text, deadline),
-            ("finish", fill.text),
-            ("prepare", score.text, deadline),
-            ("finish", score.text),
-        ]
-        alone = engine.fill(fill)
+        through = engine.finish(engine.prepare([engine.plan(fill)])[0], deadline)
+        scored = engine.finish(engine.prepare([engine.plan(score)])[0], deadline)
         assert isinstance(through, FillResult) and isinstance(scored, ScoreResult)
-        assert through.model_dump(exclude={"took_ms", "timings_ms"}) == alone.model_dump(
-            exclude={"took_ms", "timings_ms"}
-        )
-        assert scored.model_dump(exclude={"took_ms", "timings_ms"}) == engine.score(score).model_dump(
-            exclude={"took_ms", "timings_ms"}
-        )
-        result, features = engine.fill_detailed(fill)  # the same driver, finishing with the features
+        skip = {"took_ms", "timings_ms"}
+        alone = engine.fill(fill)
+        assert through.model_dump(exclude=skip) == alone.model_dump(exclude=skip)
+        assert through.model_dump(exclude=skip) == engine.handle(fill, deadline=deadline).model_dump(exclude=skip)
+        assert scored.model_dump(exclude=skip) == engine.score(score).model_dump(exclude=skip)
+        result, features = engine.fill_detailed(fill)  # the same steps, finishing with the features
         assert result.filled == alone.filled and len(features) == 1 and features[0].shape[0] > 0
     finally:
         engine.close()
 
 
+def test_a_deadline_passed_before_the_finish_step_times_out(tiny_index):
+    engine = FillEngine.open(
+        EngineConfig(index=tiny_index, device="cpu", dtype="fp32", reader_dir=None, use_reader=False)
+    )
+    try:
+        with pytest.raises(AppError, match="search") as caught:
+            engine.handle(FillRequest(text="Marie Curie was born in <mask> ."), deadline=Deadline(0.0))
+        assert caught.value.kind == "timeout"
+    finally:
+        engine.close()
+
+
 def test_a_batch_gives_each_request_the_result_it_gets_alone(tiny_index):
-    """run_batch: fills of several modes and k and a score, prepared in one batch, each as it is alone."""
+    """`batch`: fills of several modes and k and a score, prepared in one batch, each as it is alone."""
     engine = FillEngine.open(
         EngineConfig(index=tiny_index, device="cpu", dtype="fp32", reader_dir=None, use_reader=False)
     )
@@ -99,10 +90,10 @@ def test_a_batch_gives_each_request_the_result_it_gets_alone(tiny_index):
             FillRequest(text="<mask> was a physicist . She moved to <mask> .", mode="dense", k=64),
             ScoreRequest(text="Marie Curie was born in <mask> .", choices=["Warsaw", "Paris"]),
         ]
-        batched = engine.run_batch(requests)
+        batched = engine.batch(requests)
         assert [type(r) for r in batched] == [FillResult, FillResult, FillResult, ScoreResult]
         for request, result in zip(requests, batched):
-            assert result.model_dump(exclude={"took_ms", "timings_ms"}) == engine.run(request).model_dump(
+            assert result.model_dump(exclude={"took_ms", "timings_ms"}) == engine.handle(request).model_dump(
                 exclude={"took_ms", "timings_ms"}
             )
         assert len(batched[2].masks) == 2
@@ -110,14 +101,14 @@ def test_a_batch_gives_each_request_the_result_it_gets_alone(tiny_index):
         engine.close()
 
 
-def test_the_budget_is_checked_by_the_driver_before_any_step(tiny_index):
+def test_the_budget_is_checked_when_the_request_is_planned(tiny_index):
     engine = FillEngine.open(
         EngineConfig(index=tiny_index, device="cpu", dtype="fp32", reader_dir=None, use_reader=False)
     )
     try:
-        lanes = RecordingLanes(engine)
         with pytest.raises(AppError, match="FILL_MAX_SEARCH"):
-            engine.run(FillRequest(text="<mask>", k=4096), budget=Budget(10**9, 10**9, max_search=100), lanes=lanes)
-        assert lanes.steps == []
+            engine.plan(FillRequest(text="<mask>", k=4096), Budget(10**9, 10**9, max_search=100))
+        with pytest.raises(AppError, match="FILL_MAX_SEARCH"):
+            engine.handle(FillRequest(text="<mask>", k=4096), budget=Budget(10**9, 10**9, max_search=100))
     finally:
         engine.close()

@@ -233,7 +233,7 @@ def test_the_deadline_is_kept_between_the_readers_passes(engine, trained_reader,
 
     monkeypatch.setattr(reader, "logits", slow_pass)
     with pytest.raises(AppError) as info:
-        with_reader.run(FillRequest(text=text), deadline=deadline)
+        with_reader.handle(FillRequest(text=text), deadline=deadline)
     assert info.value.kind == "timeout" and "read stage" in info.value.message, info.value.message
     assert passes == [READ_BATCH] and 16 > READ_BATCH
     monkeypatch.setattr(reader, "logits", real)

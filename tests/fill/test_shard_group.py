@@ -33,8 +33,8 @@ class PickledShards:
     def search(self, queries, k, groups=None):
         return pickle.loads(pickle.dumps(self.group.search(pickle.loads(pickle.dumps(queries)), k, groups)))
 
-    def run(self, tasks):
-        results = pickle.loads(pickle.dumps(self.group.run(pickle.loads(pickle.dumps(list(tasks))))))
+    def gather(self, tasks):
+        results = pickle.loads(pickle.dumps(self.group.gather(pickle.loads(pickle.dumps(list(tasks))))))
         for task, result in zip(tasks, results):
             items = result if isinstance(result, list) else [result]
             self.kinds[type(task).__name__] |= {type(item) for item in items}
@@ -61,14 +61,14 @@ def test_fills_and_scores_through_pickled_tasks_equal_the_local_ones(engines, mo
         FillRequest(text="Marie Curie was born in <mask> .", mode=mode, evidence=3, reader=True),
         ScoreRequest(text="Marie Curie was born in <mask> .", mode=mode, choices=["Warsaw", "Paris"], evidence=2),
     ):
-        want = local.run(request).model_dump(exclude=TIMES)
-        assert pickled.run(request).model_dump(exclude=TIMES) == want
+        want = local.handle(request).model_dump(exclude=TIMES)
+        assert pickled.handle(request).model_dump(exclude=TIMES) == want
 
 
 def test_every_task_gives_its_typed_result(engines):
     local, pickled = engines
-    pickled.run(FillRequest(text="Marie Curie was born in <mask> .", evidence=3, reader=True))
-    pickled.run(
+    pickled.handle(FillRequest(text="Marie Curie was born in <mask> .", evidence=3, reader=True))
+    pickled.handle(
         ScoreRequest(text="Marie Curie was born in <mask> .", choices=["Warsaw", "Paris"], evidence=2, calibrate=True)
     )
     kinds = pickled.shards.kinds

@@ -1,27 +1,38 @@
-"""Micro-batching: the batcher's grouping rules (with a stand-in engine whose batches are recorded), and
-the real engine's batched fills against fills made one at a time."""
+"""Micro-batching: the batching loop's grouping rules (with a stand-in engine whose batches are recorded, run on the
+encoder's thread), a request's wait ending at its deadline, and the real engine's batched fills against fills made
+one at a time."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
-from concurrent.futures import CancelledError
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
+from common.errors import AppError
 from fill.config import EngineConfig
+from fill.deadline import Deadline
 from fill.engine import FillEngine
 from fill.prepared import Planned
 from fill.schemas import FillRequest
 from service.batcher import Batcher, bucket_shape
 
 
+class StandInEncoder:
+    def __init__(self) -> None:
+        self.runner = ThreadPoolExecutor(1, thread_name_prefix="encoder")
+
+
 class RecordingEngine:
-    """prepare() records each batch's texts; the first batch waits for `release` (so others queue up)."""
+    """prepare() records each batch's texts and thread; the first batch waits for `release` (so others queue up)."""
 
     def __init__(self, fail_on: str | None = None) -> None:
+        self.encoder = StandInEncoder()
         self.batches: list[list[str]] = []
         self.shapes: list = []
+        self.threads: set[str] = set()
         self.release = threading.Event()
         self.started = threading.Event()
         self.fail_on = fail_on
@@ -30,8 +41,9 @@ class RecordingEngine:
         texts = [p.request.text for p in planned]
         self.shapes.append(shape)
         self.batches.append(texts)
+        self.threads.add(threading.current_thread().name.split("_")[0])
         self.started.set()
-        self.release.wait(10)
+        self.release.wait(30)
         if self.fail_on is not None and self.fail_on in texts:
             raise ValueError(f"bad request {self.fail_on}")
         return [f"prepared {t}" for t in texts]
@@ -41,21 +53,43 @@ def planned(text: str, tokens: int = 4) -> Planned:
     return Planned(FillRequest(text=text), "dense", [0] * tokens, [1], time.perf_counter(), 1.0)
 
 
-def test_requests_waiting_during_a_batch_form_the_next_batch():
-    engine = RecordingEngine()
-    batcher = Batcher(engine, max_batch=32)
+def run(body, engine: RecordingEngine, **options):
+    """`body(batcher)` on an event loop, the batcher closed after it."""
+
+    async def main():
+        batcher = Batcher(engine, **options)
+        try:
+            return await body(batcher)
+        finally:
+            batcher.close()
+
     try:
+        return asyncio.run(main())
+    finally:
+        engine.release.set()
+        engine.encoder.runner.shutdown()
+
+
+async def started(engine: RecordingEngine) -> None:
+    assert await asyncio.to_thread(engine.started.wait, 30)
+
+
+def test_requests_waiting_during_a_batch_form_the_next_batch_computed_on_the_encoders_thread():
+    engine = RecordingEngine()
+
+    async def body(batcher):
         first = batcher.submit(planned("a <mask>"))
-        assert engine.started.wait(5)
+        await started(engine)
         rest = [batcher.submit(planned(f"q{i} <mask>")) for i in range(5)]
         assert batcher.depth == 5
         engine.release.set()
-        assert first.result(5) == "prepared a <mask>"
-        assert [f.result(5) for f in rest] == [f"prepared q{i} <mask>" for i in range(5)]
-        assert engine.batches == [["a <mask>"], [f"q{i} <mask>" for i in range(5)]]
-        assert engine.shapes == [bucket_shape, bucket_shape]  # a batch of one is left as it is by bucket_shape
-    finally:
-        batcher.close()
+        assert await first == "prepared a <mask>"
+        assert await asyncio.gather(*rest) == [f"prepared q{i} <mask>" for i in range(5)]
+
+    run(body, engine, max_batch=32)
+    assert engine.batches == [["a <mask>"], [f"q{i} <mask>" for i in range(5)]]
+    assert engine.shapes == [bucket_shape, bucket_shape]  # a batch of one is left as it is by bucket_shape
+    assert engine.threads == {"encoder"}
 
 
 @pytest.mark.parametrize(
@@ -63,94 +97,112 @@ def test_requests_waiting_during_a_batch_form_the_next_batch():
 )
 def test_batches_keep_to_max_batch_and_max_tokens(max_batch, max_tokens, sizes):
     engine = RecordingEngine()
-    batcher = Batcher(engine, max_batch=max_batch, max_tokens=max_tokens)
-    try:
+
+    async def body(batcher):
         futures = [batcher.submit(planned("first <mask>", tokens=5))]
-        assert engine.started.wait(5)
+        await started(engine)
         futures += [batcher.submit(planned(f"q{i} <mask>", tokens=5)) for i in range(5)]
         engine.release.set()
-        for f in futures:
-            f.result(5)
-        assert [len(b) for b in engine.batches] == sizes
-    finally:
-        batcher.close()
+        await asyncio.gather(*futures)
+
+    run(body, engine, max_batch=max_batch, max_tokens=max_tokens)
+    assert [len(b) for b in engine.batches] == sizes
 
 
 def test_a_query_longer_than_the_token_budget_is_a_batch_of_its_own():
     engine = RecordingEngine()
     engine.release.set()
-    batcher = Batcher(engine, max_tokens=8)
-    try:
-        assert batcher.submit(planned("long <mask>", tokens=50)).result(5) == "prepared long <mask>"
-    finally:
-        batcher.close()
+
+    async def body(batcher):
+        return await batcher.submit(planned("long <mask>", tokens=50))
+
+    assert run(body, engine, max_tokens=8) == "prepared long <mask>"
 
 
 def test_a_cancelled_request_is_not_computed():
     engine = RecordingEngine()
-    batcher = Batcher(engine)
-    try:
+
+    async def body(batcher):
         first = batcher.submit(planned("a <mask>"))
-        assert engine.started.wait(5)
+        await started(engine)
         gone = batcher.submit(planned("gone <mask>"))
         kept = batcher.submit(planned("kept <mask>"))
         assert gone.cancel()
         engine.release.set()
-        first.result(5)
-        assert kept.result(5) == "prepared kept <mask>"
-        with pytest.raises(CancelledError):
-            gone.result(0)
-        assert all("gone <mask>" not in b for b in engine.batches)
-    finally:
-        batcher.close()
+        await first
+        assert await kept == "prepared kept <mask>"
+        assert gone.cancelled()
+
+    run(body, engine)
+    assert all("gone <mask>" not in b for b in engine.batches)
+
+
+def test_a_request_not_batched_by_its_deadline_times_out_in_the_queue_and_is_dropped():
+    engine = RecordingEngine()
+
+    async def body(batcher):
+        first = batcher.submit(planned("a <mask>"))
+        await started(engine)
+        t0 = time.perf_counter()
+        with pytest.raises(AppError, match="queue stage") as caught:
+            await batcher.prepared(planned("late <mask>"), Deadline(0.2))
+        assert caught.value.kind == "timeout" and time.perf_counter() - t0 >= 0.15
+        engine.release.set()
+        await first
+        assert await batcher.prepared(planned("b <mask>"), Deadline(60)) == "prepared b <mask>"
+
+    run(body, engine)
+    assert engine.batches == [["a <mask>"], ["b <mask>"]]  # the late one was never computed
 
 
 def test_a_failing_request_fails_alone():
     engine = RecordingEngine(fail_on="bad <mask>")
-    batcher = Batcher(engine)
-    try:
+
+    async def body(batcher):
         first = batcher.submit(planned("a <mask>"))
-        assert engine.started.wait(5)
+        await started(engine)
         others = [batcher.submit(planned(t)) for t in ("x <mask>", "bad <mask>", "y <mask>")]
         engine.release.set()
-        first.result(5)
-        assert others[0].result(5) == "prepared x <mask>" and others[2].result(5) == "prepared y <mask>"
+        await first
+        assert await others[0] == "prepared x <mask>" and await others[2] == "prepared y <mask>"
         with pytest.raises(ValueError, match="bad request"):
-            others[1].result(5)
-    finally:
-        batcher.close()
+            await others[1]
+
+    run(body, engine)
 
 
 def test_max_wait_gathers_requests_arriving_soon_after():
     engine = RecordingEngine()
     engine.release.set()
-    batcher = Batcher(engine, max_wait=0.5)
-    try:
+
+    async def body(batcher):
         futures = [batcher.submit(planned("a <mask>"))]
-        time.sleep(0.05)
+        await asyncio.sleep(0.05)
         futures.append(batcher.submit(planned("b <mask>")))
-        for f in futures:
-            f.result(5)
-        assert engine.batches == [["a <mask>", "b <mask>"]]
-    finally:
-        batcher.close()
+        await asyncio.gather(*futures)
+
+    run(body, engine, max_wait=0.5)
+    assert engine.batches == [["a <mask>", "b <mask>"]]
 
 
 def test_close_fails_the_waiting_requests():
     engine = RecordingEngine()
-    batcher = Batcher(engine)
-    first = batcher.submit(planned("a <mask>"))
-    assert engine.started.wait(5)
-    waiting = batcher.submit(planned("b <mask>"))
-    closer = threading.Thread(target=batcher.close)
-    closer.start()
-    engine.release.set()
-    closer.join(5)
-    assert first.result(5) == "prepared a <mask>"
-    with pytest.raises(RuntimeError, match="closed"):
-        waiting.result(5)
-    with pytest.raises(RuntimeError, match="closed"):
-        batcher.submit(planned("c <mask>"))
+
+    async def body(batcher):
+        first = batcher.submit(planned("a <mask>"))
+        await started(engine)
+        waiting = batcher.submit(planned("b <mask>"))
+        closer = asyncio.create_task(asyncio.to_thread(batcher.close))  # from another thread, as a reload does
+        await asyncio.sleep(0.05)
+        engine.release.set()
+        await closer
+        assert await first == "prepared a <mask>"
+        with pytest.raises(RuntimeError, match="closed"):
+            await waiting
+        with pytest.raises(RuntimeError, match="closed"):
+            batcher.submit(planned("c <mask>"))
+
+    run(body, engine)
 
 
 @pytest.mark.parametrize(

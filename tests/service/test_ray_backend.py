@@ -173,9 +173,9 @@ def test_one_replica_answers_several_calls_at_once(local_ray, tiny_index):
     app = ShardGroupReplica.bind(str(tiny_index), [0], None, None, None, False, 400.0, "t")
     handle = serve.run(app, name="slow", route_prefix=None)
     try:
-        handle.run.remote([]).result(timeout_s=300)  # the replica is up
+        handle.gather.remote([]).result(timeout_s=300)  # the replica is up
         t0 = time.perf_counter()
-        responses = [handle.run.remote([]) for _ in range(4)]
+        responses = [handle.gather.remote([]) for _ in range(4)]
         assert [r.result(timeout_s=300) for r in responses] == [[]] * 4
         assert time.perf_counter() - t0 < 4 * 0.8  # less than one after another takes at the least, whatever the load
     finally:
