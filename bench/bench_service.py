@@ -17,7 +17,10 @@
   search of the same query vectors (the FAISS calls of `PhraseIndex.search` made in turn on this thread: the
   shared IVF assignment, then every shard's k hits, refine * k on ANN shards; no re-scoring), and the ratio of /fill
   p50 to the sum of their p50s: what the service adds over the
-  two things it cannot skip.
+  two things it cannot skip;
+- the forward floor, before the servers start and after they stop (the machine's speed drifts): one plain forward
+  of the default encoder on one thread over an 18-token query, the faster p50 of fp32 and bf16 autocast
+  (`_forward_floor`), and /fill p50 and p99 as multiples of the mean of the two (issue 67's measure).
 Targets: ready <= 5 s at 10M tokens, <= 100 B of RAM per token, p50 <= 20 ms, p99 <= 60 ms.
 """
 
@@ -86,6 +89,39 @@ def _floors(index: Path, texts: list[str], k: int) -> dict[str, float]:
     return {"encoder": round(statistics.median(enc), 2), "faiss": round(statistics.median(faiss_ms), 2)}
 
 
+FLOOR_TEXT = "The Eiffel Tower is a wrought iron lattice tower in Paris , France ."  # 18 tokens with [CLS], [SEP]
+
+
+def _forward_floor(repeats: int = 50) -> float:
+    """p50 ms of one plain forward of the default encoder on one thread over an 18-token query (its special tokens
+    included): the faster of fp32 and bf16 autocast; the process's thread count restored after."""
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    from encoder.model_files import default_model_dir
+
+    model_dir = default_model_dir()
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModel.from_pretrained(model_dir, dtype=torch.float32).eval()
+    inputs = tokenizer(FLOOR_TEXT, return_tensors="pt")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    best = float("inf")
+    try:
+        for bf16 in (False, True):
+            times = []
+            with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+                for i in range(repeats + 5):
+                    t = time.perf_counter()
+                    model(**inputs)
+                    if i >= 5:
+                        times.append((time.perf_counter() - t) * 1000)
+            best = min(best, statistics.median(times))
+    finally:
+        torch.set_num_threads(threads)
+    return round(best, 2)
+
+
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--index", type=Path, required=True)
@@ -125,6 +161,7 @@ def _latencies(server: Server, probes: list[str], mode: str) -> tuple[list[float
 
 def _measure(args: argparse.Namespace, base_index: Path) -> dict:
     """Starts, memory and /fill latency of the server over --index; the baseline server's start and memory."""
+    forward_before = _forward_floor()
     base = Server(base_index, args.port)
     base_ready = base.wait_ready()
     rss_base = memory(base.proc.pid)
@@ -151,6 +188,7 @@ def _measure(args: argparse.Namespace, base_index: Path) -> dict:
         "stages": stages,
         "rss_after": rss_after,
         "floors": _floors(args.index, probes[10:], 1024),
+        "forward": [forward_before, _forward_floor()],
     }
 
 
@@ -175,6 +213,8 @@ def _figures(m: dict, tokens: int, base_tokens: int) -> dict:
         "stage_ms_mean": {k: round(statistics.mean(v), 1) for k, v in stages.items()},
         "floor_ms_p50": floors,
         "fill_over_floors": round(q[49] / (floors["encoder"] + floors["faiss"]), 2),
+        "forward_floor_ms": m["forward"],
+        "fill_over_forward": [round(x / statistics.mean(m["forward"]), 2) for x in (q[49], q[98])],
     }
 
 
@@ -210,6 +250,12 @@ def _print(index: Path, m: dict, fig: dict) -> None:
     print(
         f"floors p50: bare encoder {floors['encoder']:.1f} ms, bare FAISS search {floors['faiss']:.1f} ms; "
         f"/fill p50 over their sum: {fig['fill_over_floors']:.2f}x"
+    )
+    before, after = fig["forward_floor_ms"]
+    p50, p99 = fig["fill_over_forward"]
+    print(
+        f"forward floor (one thread, 18 tokens, the faster of fp32 / bf16): {before:.2f} ms before, {after:.2f} ms "
+        f"after; /fill p50 {p50:.2f}x, p99 {p99:.2f}x their mean"
     )
 
 

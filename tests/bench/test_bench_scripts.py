@@ -189,6 +189,9 @@ def test_bench_service_measures_a_real_server(built, tmp_path):
     assert sum(fig["stage_ms_mean"].values()) <= fig["fill_ms_mean"]  # the client's wall time holds every stage
     assert len(fig["ready_seconds"]) == 1 and fig["ready_seconds"][0] > 0
     assert fig["rss_after_probes"]["VmRSS"] > fig["rss_baseline"]["VmRSS"] * 0.5
+    assert len(fig["forward_floor_ms"]) == 2 and all(ms > 0 for ms in fig["forward_floor_ms"])
+    p50, p99 = fig["fill_over_forward"]
+    assert 0 < p50 <= p99 and p50 == pytest.approx(fig["fill_ms_p50"] / (sum(fig["forward_floor_ms"]) / 2), rel=0.02)
 
 
 def test_compare_predictions(tmp_path):
