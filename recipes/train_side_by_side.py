@@ -74,7 +74,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         cmd = [
             sys.executable,
             "-m",
-            "encoder",
+            "training",
             "train",
             *shlex.split(args.common),
             *shlex.split(flags),
