@@ -52,8 +52,10 @@ class _Job:
 
 
 class Batcher:
-    """One lane's batching loop. `engine.prepare` runs on `engine.encoder.runner` (the encoder's one inference
-    thread, shared by both lanes' loops: one batch at a time)."""
+    """One lane's batching loop. `engine.prepare` runs on `run_on`, by default `engine.encoder.runner` (the encoder's
+    one inference thread: the light lane's batches are encoded and searched there). The heavy lane gives a thread of
+    its own at a lower CPU priority (service.serving): its batches' searches never take the cores from cheap
+    requests' (their encoder passes still run on the encoder's thread, one at a time)."""
 
     def __init__(
         self,
@@ -62,8 +64,10 @@ class Batcher:
         max_tokens: int = 4096,
         max_wait: float = 0.0,
         on_batch: Callable[[int, int, float], None] | None = None,
+        run_on: concurrent.futures.Executor | None = None,
     ) -> None:
         self.engine = engine
+        self.run_on = run_on
         self.max_batch = max_batch
         self.max_tokens = max_tokens
         self.max_wait = max_wait
@@ -196,7 +200,7 @@ class Batcher:
             self.on_batch(len(batch), sum(job.planned.tokens for job in batch), time.perf_counter() - t0)
 
     async def _on_encoder(self, fn: Callable[..., list[Prepared[Any]]], *args: Any) -> list[Prepared[Any]]:
-        running = self.engine.encoder.runner.submit(fn, *args)
+        running = (self.run_on if self.run_on is not None else self.engine.encoder.runner).submit(fn, *args)
         with self._lock:
             self._running = running
         try:

@@ -103,8 +103,8 @@ class Settings(EngineConfig, BaseSettings):
         ge=0,
         le=19,
         description="CPU priority (nice, 19 the lowest) of the heavy lane's "
-        "worker threads (the encoder's thread, which encodes and searches both lanes' batches, keeps "
-        "its own): cheap requests keep the cores",
+        "batch thread (its searches) and worker threads (the encoder's thread keeps its own): cheap "
+        "requests keep the cores",
     )
     max_body_bytes: int = Field(
         65536,

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 
+from common.priority import lower_this_thread
 from fill.engine import FillEngine
 from service.batcher import Batcher
 from service.config import Settings
@@ -23,7 +25,11 @@ class Serving:
         self.batcher = Batcher(
             engine, settings.max_batch, settings.batch_tokens, settings.batch_wait_ms / 1000, on_batch=metrics.batch
         )
-        self.heavy = Batcher(engine, settings.max_batch, settings.batch_tokens, 0.0)
+        # the heavy lane's batches are prepared on a thread of their own at FILL_HEAVY_NICE (service.batcher)
+        self._heavy_thread = ThreadPoolExecutor(
+            1, thread_name_prefix="batch-heavy", initializer=lower_this_thread, initargs=(settings.heavy_nice,)
+        )
+        self.heavy = Batcher(engine, settings.max_batch, settings.batch_tokens, 0.0, run_on=self._heavy_thread)
         self._users = 0
         self._retired = False
         self._lock = threading.Lock()
@@ -49,5 +55,6 @@ class Serving:
     def close(self) -> None:
         self.batcher.close()
         self.heavy.close()
+        self._heavy_thread.shutdown(wait=False)
         self.engine.close()
         logger.info("index %s released", self.engine.index.root.name)

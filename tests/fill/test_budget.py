@@ -240,7 +240,7 @@ def test_the_budget_is_in_the_openapi_schema(engine):
         assert "search 5,000 hits" in schemas[name]["description"]
 
 
-def test_the_heavy_lanes_workers_run_at_a_lower_cpu_priority(engine):
+def test_the_heavy_lanes_threads_run_at_a_lower_cpu_priority(engine):
     import os
 
     _, state = client_for(engine, heavy_nice=9)
@@ -251,4 +251,6 @@ def test_the_heavy_lanes_workers_run_at_a_lower_cpu_priority(engine):
 
     assert state.requests.workers.heavy.submit(priority).result() == max(base, 9)
     assert state.requests.workers.light.submit(priority).result() == base
+    assert state.serving.heavy.run_on.submit(priority).result() == max(base, 9)  # its batches' search
+    assert state.serving.batcher.run_on is None  # the light lane's: on the encoder's thread, at its priority
     state.close()
