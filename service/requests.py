@@ -69,7 +69,8 @@ class RequestPath:
 
     async def serve(self, request: FillRequest | ScoreRequest) -> FillResult | ScoreResult:
         """The whole path of one request, in three execution contexts: this event loop (admission, plan, batching),
-        the encoder's thread (its batch's encoder pass and search) and a worker of its lane (the finish step)."""
+        the encoder's thread (its batch's encoder pass and search; a heavy-lane batch's search runs on a niced thread
+        of its own) and a worker of its lane (the finish step)."""
         state = self.state
         settings, metrics = state.settings, state.metrics
         state.ready_engine()
