@@ -259,9 +259,7 @@ def _score(
     total = float(mass.sum())
     if total <= 0.0:
         return _abstained(m, phrases), lambda limit: []
-    relative = mass if prior is None else mass / prior
-    relative = np.power(relative / float(relative.max()), sharpness)  # the best at 1: no overflow at any power
-    probability = relative / float(relative.sum())
+    probability = sharpen(mass if prior is None else mass / prior, sharpness)
     best = int(np.argmax(probability))
     choices = [
         ChoiceScore(
@@ -293,6 +291,14 @@ def _score(
         return out
 
     return MaskScore(index=m, choices=choices, predicted=phrases.labels[best], abstained=False), wants
+
+
+def sharpen(scores: np.ndarray, power: float) -> np.ndarray:
+    """Non-negative scores [..., choices] as probabilities over the last axis, each raised to `power` first
+    (temperature scaling: the winner stays); scaled so the best is 1 before the power (no overflow at any power)."""
+    raised: np.ndarray = np.power(scores / scores.max(axis=-1, keepdims=True), power)
+    out: np.ndarray = raised / raised.sum(axis=-1, keepdims=True)
+    return out
 
 
 def _abstained(m: int, phrases: ChoicePhrases) -> MaskScore:

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from evaluation.calibration import calibration
+from fill.choices import sharpen
 
 
 def load(path: Path) -> tuple[np.ndarray, np.ndarray]:
@@ -31,17 +32,11 @@ def load(path: Path) -> tuple[np.ndarray, np.ndarray]:
     return probs, np.array([labels.index(r["label"]) for r in rows])
 
 
-def sharpened(probs: np.ndarray, power: float) -> np.ndarray:
-    """Each row raised to `power` and normalised again (as fill.choices does)."""
-    out = np.power(probs / probs.max(axis=1, keepdims=True), power)
-    return out / out.sum(axis=1, keepdims=True)
-
-
 def fit(probs: np.ndarray, truth: np.ndarray, powers: list[float]) -> list[tuple[float, float, float]]:
     """(power, mean negative log-likelihood, ECE in points) for each power."""
     out = []
     for power in powers:
-        p = sharpened(probs, power)
+        p = sharpen(probs, power)
         nll = float(-np.log(np.maximum(p[np.arange(truth.size), truth], 1e-12)).mean())
         won = p.argmax(axis=1)
         ece = calibration(p.max(axis=1).tolist(), (won == truth).tolist())["ece"]

@@ -8,7 +8,7 @@ import pytest
 
 from common.errors import AppError
 from corpus.tokens import WORD_END, WORD_START
-from fill.choices import ChoicePhrases, match
+from fill.choices import ChoicePhrases, match, sharpen
 from fill.config import EngineConfig
 from fill.engine import FillEngine
 from fill.schemas import Choice, ScoreRequest
@@ -225,3 +225,13 @@ def test_phrases_are_tokenized_as_in_running_text(engine):
     assert phrases.ids[0].tolist() == phrases.ids[1].tolist()  # an uncased tokenizer: one spelling
     with pytest.raises(AppError, match="no token"):
         ChoicePhrases.of(engine.encoder, [Choice(label="a", phrases=["\u200b"]), Choice(label="b", phrases=["x"])])
+
+
+def test_sharpening_keeps_the_winner_and_sums_to_one():
+    probs = np.array([[0.6, 0.3, 0.1], [0.2, 0.2, 0.6], [0.5, 0.5, 0.0]])
+    for power in (0.5, 1.0, 3.0):
+        out = sharpen(probs, power)
+        np.testing.assert_allclose(out.sum(axis=1), 1.0, rtol=1e-12)
+        assert (out.argmax(axis=1) == probs.argmax(axis=1)).all()
+    assert sharpen(probs, 3.0)[0, 0] > 0.6 > sharpen(probs, 0.5)[0, 0]
+    np.testing.assert_allclose(sharpen(probs, 1.0), probs, rtol=1e-12)

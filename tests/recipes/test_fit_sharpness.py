@@ -7,14 +7,15 @@ import json
 import numpy as np
 import pytest
 
-from recipes.fit_sharpness import fit, load, sharpened
+from fill.choices import sharpen
+from recipes.fit_sharpness import fit, load
 
 
 def _predictions(tmp_path, power: float, n: int = 4000):
     """A set whose true probabilities are shares of votes sharpened by `power`: the votes are under-confident."""
     rng = np.random.default_rng(0)
     share = rng.uniform(0.5, 0.85, n)  # the winner's share of the votes
-    truth = sharpened(np.stack([share, 1 - share], axis=1), power)[:, 0]
+    truth = sharpen(np.stack([share, 1 - share], axis=1), power)[:, 0]
     right = rng.random(n) < truth  # right with the sharpened probability
     lines = []
     for s, ok in zip(share, right):
@@ -34,16 +35,6 @@ def test_the_power_of_the_labels_fits_best_and_calibrates(tmp_path):
     assert best[0] == 3.0
     ece = {power: e for power, _, e in rows}
     assert ece[3.0] < 3.0 < ece[1.0]  # the votes alone are under-confident by more than 3 points
-
-
-def test_sharpening_keeps_the_winner_and_sums_to_one():
-    probs = np.array([[0.6, 0.3, 0.1], [0.2, 0.2, 0.6], [0.5, 0.5, 0.0]])
-    for power in (0.5, 1.0, 3.0):
-        out = sharpened(probs, power)
-        np.testing.assert_allclose(out.sum(axis=1), 1.0, rtol=1e-12)
-        assert (out.argmax(axis=1) == probs.argmax(axis=1)).all()
-    assert sharpened(probs, 3.0)[0, 0] > 0.6 > sharpened(probs, 0.5)[0, 0]
-    np.testing.assert_allclose(sharpened(probs, 1.0), probs, rtol=1e-12)
 
 
 def test_an_empty_file_is_refused_by_name(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -31,5 +32,5 @@ def workers(tmp_path):
 def test_the_lane_follows_the_cost(workers, cost, name):
     lane = workers.lane(planned(cost), StubServing())
     assert lane.name == name and lane.batcher == f"{name} batcher"
-    thread = lane.pool.submit(lambda: __import__("threading").current_thread().name).result(30)
+    thread = lane.pool.submit(lambda: threading.current_thread().name).result(30)
     assert thread.startswith("fill-heavy" if name == "heavy" else "fill_")
