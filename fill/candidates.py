@@ -17,6 +17,7 @@ from typing import Callable
 import numpy as np
 
 from common.arrays import unique, unique_inverse
+from common.packing import reduce_packed
 from fill.phrases import shard_span_texts, strip_phrases
 from fill.ragged import Ragged
 from fill.spans import BlockPrior, spans_from_hits
@@ -67,6 +68,8 @@ class ShardCandidates:
     blocks: np.ndarray  # the spans' distinct global blocks, ascending, and each one's first and end token
     bounds: np.ndarray  # [blocks, 2] (the reader's windows stay inside them, fill.windows)
 
+    __reduce__ = reduce_packed  # pickled small (a shard group's answer on Ray), unpickled as it was
+
     @property
     def size(self) -> int:
         return int(self.first.size)
@@ -87,6 +90,8 @@ class CandidateTask:
     end: np.ndarray  # of the end query's
     blocks: np.ndarray
     query: MaskQuery
+
+    __reduce__ = reduce_packed  # sent to a shard group on Ray: its positions pickled small
 
     def compute(self, shard: Shard) -> ShardCandidates | None:
         start, end = self.start, self.end

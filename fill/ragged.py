@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from common.arrays import piece_starts, unique_inverse
+from common.packing import reduce_packed
 
 _MULT = np.uint64(0x9E3779B97F4A7C15)
 _BASE = 0xD6E8FEB86659FD93  # odd: invertible modulo 2**64
@@ -47,6 +48,8 @@ class Ragged:
     codes: np.ndarray
     start: np.ndarray
     length: np.ndarray
+
+    __reduce__ = reduce_packed  # pickled small (inside a shard group's answer on Ray), unpickled as it was
 
     def flat_index(self) -> tuple[np.ndarray, np.ndarray]:
         """(segment of each element, its position within the segment) over all segments in order."""
