@@ -118,9 +118,6 @@ class Encoder:
         """`lean`: for serving only, a plain BERT runs as encoder.lean_bert.LeanBert (the same hidden states,
         without importing transformers' modeling code) and its tokenizer loads lean (`load_tokenizer`); other
         models, and training, use transformers' classes."""
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
         self.model_dir = Path(model_dir) if model_dir is not None else default_model_dir()
         if not (self.model_dir / "config.json").is_file():
             raise AppError(

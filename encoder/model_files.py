@@ -13,6 +13,7 @@ import torch
 from common.errors import AppError
 from common.files import hash_file
 from encoder.lean_bert import lean_bert
+from encoder.lean_tokenizer import LeanTokenizer
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin")
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "special_tokens_map.json")
@@ -56,29 +57,31 @@ def model_fingerprint(model_dir: str | Path) -> str:
 
 
 BERT_TOKENIZERS = ("BertTokenizer", "BertTokenizerFast")
-BERT_INPUTS = ["input_ids", "token_type_ids", "attention_mask"]
 
 
 def load_tokenizer(model_dir: Path, lean: bool = False):
     """The directory's tokenizer (AutoTokenizer's). `lean`, for serving only: a BERT WordPiece tokenizer with
-    its tokenizer.json loads as the generic fast tokenizer with BERT's input names, the same ids, offsets, pairs
-    and special tokens (tests/encoder/test_model.py) without transformers building its lazy table of every
-    model's modules on the first model-specific class (~0.4 s of a start). Not for training: a tokenizer
-    saved from it would name the generic class."""
+    its tokenizer.json loads as encoder.lean_tokenizer.LeanTokenizer (the same ids, offsets, pairs and special
+    tokens, tests/encoder/test_lean_tokenizer.py) without importing transformers (~0.65 s of a start). Not for
+    training: it cannot be saved."""
     if lean and (model_dir / "tokenizer.json").is_file():
         try:
             name = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8")).get("tokenizer_class")
         except (OSError, ValueError):
             name = None
         if name in BERT_TOKENIZERS:
-            from transformers import PreTrainedTokenizerFast  # (importing AutoTokenizer builds that table)
-
-            return PreTrainedTokenizerFast.from_pretrained(
-                str(model_dir), local_files_only=True, model_input_names=BERT_INPUTS
-            )
+            return LeanTokenizer(model_dir)
+    quiet_transformers()
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(str(model_dir), local_files_only=True)
+
+
+def quiet_transformers() -> None:
+    """No progress bars from transformers' loading (imports transformers: call it only where it is used)."""
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
 
 
 def load_transformer(model_dir: Path, lean: bool = False) -> torch.nn.Module:
@@ -87,6 +90,7 @@ def load_transformer(model_dir: Path, lean: bool = False) -> torch.nn.Module:
     model = lean_bert(model_dir) if lean else None
     if model is not None:
         return model
+    quiet_transformers()
     from transformers import AutoModel  # (not at the top: importing it builds transformers' table of models)
 
     return AutoModel.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)

@@ -192,9 +192,6 @@ def batch_tensors(
 
 def reader_tokenizer(reader_dir: Path, lean: bool = False):
     """The tokenizer of a reader (or encoder) directory (`lean`: encoder.model_files.load_tokenizer's, serving only)."""
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.disable_progress_bar()
     try:
         return load_tokenizer(reader_dir, lean)
     except Exception as exc:  # transformers raises many types; all mean "cannot load"

@@ -158,11 +158,12 @@ class Settings(EngineConfig, BaseSettings):
         "checked in the background",
     )
     check_before_ready_max_gb: float = Field(
-        8.0,
+        1.0,
         ge=0,
-        description="check_before_ready only for an index of at most this many GB on disk: a larger one is ready "
-        "once opened (every file's structure checked; every read of its vectors, arrays and documents checked "
-        "block by block) and its files are hashed in the background, so time to ready does not grow with the index",
+        description="check_before_ready only for an index of at most this many GB on disk (hashing costs ~1 s a "
+        "GB of time to ready): a larger one is ready once opened (every file's structure checked; every read of "
+        "its vectors, arrays and documents checked block by block) and its files are hashed in the background, "
+        "so time to ready does not grow with the index",
     )
     recheck_seconds: float = Field(
         10.0,

@@ -356,32 +356,3 @@ def test_phrase_ids_are_the_ids_a_phrase_has_inside_running_text(which, encoders
         assert enc.phrase_ids(["Paris"])[0] != tok("Paris", add_special_tokens=False)["input_ids"]
     else:  # WordPiece drops a zero-width space (a byte-level BPE keeps its bytes)
         assert enc.phrase_ids(["\u200b", "Paris"])[0] == []
-
-
-def test_a_lean_bert_tokenizer_gives_what_autotokenizer_gives(tiny_bert_dir, tiny_roberta_dir):
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
-    from encoder.model_files import load_tokenizer
-    from encoder.template import derive_template
-
-    auto, lean = AutoTokenizer.from_pretrained(str(tiny_bert_dir)), load_tokenizer(tiny_bert_dir, lean=True)
-    assert type(lean) is PreTrainedTokenizerFast and type(auto) is not PreTrainedTokenizerFast
-    texts = [
-        "Marie Curie was born in Warsaw.",
-        "Skłodowska  naïve café, 1,867; [MASK] x",
-        "ÅNGSTRÖM 東京 tab\there",
-        "",
-    ]
-    for text in texts:
-        assert lean(text, return_offsets_mapping=True).data == auto(text, return_offsets_mapping=True).data
-        assert (
-            lean(text, text[::-1], return_offsets_mapping=True).data
-            == auto(text, text[::-1], return_offsets_mapping=True).data
-        )
-    assert lean(texts, padding=True).data == auto(texts, padding=True).data
-    assert derive_template(lean) == derive_template(auto) and derive_template(lean).second_type_id == 1
-    assert lean.all_special_ids == auto.all_special_ids and lean.get_vocab() == auto.get_vocab()
-    assert type(load_tokenizer(tiny_bert_dir)) is type(auto)  # not lean: AutoTokenizer's class (training saves it)
-    assert type(load_tokenizer(tiny_roberta_dir, lean=True)) is type(
-        AutoTokenizer.from_pretrained(str(tiny_roberta_dir))
-    )
