@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from common.arrays import piece_starts, unique
+from common.arrays import piece_starts, unique_inverse
 from encoder.stopwords import STOPWORD_SET, broken_span, poor_fill
 from fill.ragged import Ragged, group_phrases, next_true, prev_true
 from fill.spans import masses, strip_chars, top_values
@@ -194,11 +194,12 @@ def _piece_codes(
         seg, rel = Ragged(text.data, byte[fast], p_len[fast]).flat_index()
         codes[p_at[fast][seg] + rel] = text.data[byte[fast][seg] + rel]
     slow = np.flatnonzero(~ascii_block)
-    for b in unique(p_block[slow]).tolist():  # decoded once per block
-        pieces = slow[p_block[slow] == b]
-        block_codes = text.block_codes(b)
-        seg, rel = Ragged(block_codes, p_a[pieces] - text.block_chars[b], p_len[pieces]).flat_index()
-        codes[p_at[pieces][seg] + rel] = block_codes[p_a[pieces][seg] - text.block_chars[b] + rel]
+    if slow.size:  # the other blocks decoded once each, all in one call
+        blocks, which = unique_inverse(p_block[slow])
+        block_codes, code_at = text.blocks_codes(blocks)
+        first = code_at[which] + (p_a[slow] - text.block_chars[p_block[slow]])
+        seg, rel = Ragged(block_codes, first, p_len[slow]).flat_index()
+        codes[p_at[slow][seg] + rel] = block_codes[first[seg] + rel]
     return codes
 
 

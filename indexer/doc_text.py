@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from common.arrays import narrow
+from common.arrays import narrow, piece_starts
 from indexer.checksums import FileCheck
 from indexer.integrity import damaged
 from indexer.offsets import CharOffsets
@@ -135,13 +135,26 @@ class DocText:
         starts = self.block_bytes[blocks]
         self._texts.check_bytes(starts, starts + self.block_sizes[blocks])
 
-    def block_codes(self, block: int) -> np.ndarray:
-        """The code points of one block's text (for blocks that are not ASCII), a block that `ascii_bytes` was just
-        given (which checked its bytes)."""
+    def blocks_codes(self, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The code points of several blocks' texts (blocks that are not ASCII, just given to `ascii_bytes`, which
+        checked their bytes), decoded in one call: (their codes one block after another, where each block's
+        codes start). A block's bytes begin at a UTF-8 lead byte and hold whole characters, so the blocks'
+        bytes joined decode to their texts joined; a block whose first byte is not a lead byte, or bytes that
+        are not UTF-8 (a shard without checksums, changed since it opened), raise IndexDamaged naming it."""
         self.load()
+        blocks = np.asarray(blocks, dtype=np.int64)
+        sizes = np.asarray(self.block_sizes[blocks], dtype=np.int64)
+        at = piece_starts(sizes)  # each block's first byte among the joined bytes
+        seg = np.repeat(np.arange(blocks.size), sizes)
+        raw = np.asarray(self.data[np.arange(seg.size) - at[seg] + np.asarray(self.block_bytes, np.int64)[blocks][seg]])
+        leads = np.zeros(raw.size + 1, dtype=np.int64)  # lead bytes (one per character) before each byte
+        np.cumsum((raw & 0xC0) != 0x80, out=leads[1:])
+        cut = np.flatnonzero((sizes > 0) & (leads[at + 1] == leads[at]))  # starts inside a character
         try:
-            start = int(self.block_bytes[block])
-            text = bytes(self.data[start : start + int(self.block_sizes[block])]).decode("utf-8")
-        except UnicodeDecodeError as exc:  # a shard without checksums, changed since it opened
+            if cut.size:
+                raise UnicodeDecodeError("utf-8", b"", int(at[cut[0]]), int(at[cut[0]]) + 1, "not a lead byte")
+            text = raw.tobytes().decode("utf-8")
+        except UnicodeDecodeError as exc:
+            block = int(blocks[int(np.searchsorted(at, exc.start, side="right")) - 1])
             raise damaged(self._texts.path, f"holds text that is not UTF-8 (block {block}: {exc.reason})") from None
-        return np.frombuffer(text.encode("utf-32-le"), dtype="<u4")
+        return np.frombuffer(text.encode("utf-32-le"), dtype="<u4"), leads[at]

@@ -191,7 +191,7 @@ def test_text_that_is_no_longer_utf8_in_a_shard_without_sums_is_named_not_a_500(
             f.seek(at)
             f.write(b"\xc3")  # a lead byte before an ASCII one: not UTF-8
         with pytest.raises(IndexDamaged, match="docs.arrow holds text that is not UTF-8"):
-            shard.text.block_codes(block)
+            shard.text.blocks_codes(np.array([block]))
     finally:
         index.close()
 

@@ -24,7 +24,7 @@ def _check(shard: Shard) -> tuple[int, int]:
             assert bytes(text.data[byte[0] : byte[0] + (z - a)]).decode("ascii") == doc[a:z]
         else:
             other += 1
-            codes = text.block_codes(b)
+            codes = text.blocks_codes(np.array([b]))[0]
             block = codes.astype("<u4").tobytes().decode("utf-32-le")
             base = int(text.block_chars[b])
             assert block[a - base : z - base] == doc[a:z]
@@ -46,6 +46,20 @@ def test_block_text_of_ascii_and_other_documents(tmp_path, tiny_bert_dir):
     index = PhraseIndex(out)
     counts = np.array([_check(s) for s in index.shards]).sum(axis=0)
     assert counts[0] > 0 and counts[1] > 0  # both kinds of block were checked
+    joined = 0
+    for shard in index.shards:  # several blocks decoded in one call: each one's codes where it says, as alone
+        text = shard.text
+        text.load()
+        other = np.flatnonzero(~text.block_ascii)[::-1]  # in any order, not only ascending
+        if other.size < 2:
+            continue
+        codes, starts = text.blocks_codes(other)
+        alone = [text.blocks_codes(np.array([b]))[0] for b in other]
+        assert starts.tolist() == np.cumsum([0] + [a.size for a in alone[:-1]]).tolist()
+        assert all((codes[a : a + c.size] == c).all() for a, c in zip(starts.tolist(), alone))
+        assert codes.size == sum(c.size for c in alone)
+        joined += other.size
+    assert joined >= 2
 
 
 def test_a_shard_keeps_37_bytes_a_block_in_memory_and_maps_the_rest(tiny_index, monkeypatch):
