@@ -46,9 +46,9 @@ class LeanTokenizer:
             token = config.get(key)
             setattr(self, key, token if isinstance(token, str) else None)
             setattr(self, f"{key}_id", self.backend.token_to_id(token) if isinstance(token, str) else None)
-        self.all_special_ids = [
-            i for i in dict.fromkeys(getattr(self, f"{key}_id") for key in SPECIAL_KEYS) if i is not None
-        ]
+        extra = [t if isinstance(t, str) else t.get("content") for t in _listed(config)]
+        ids = [getattr(self, f"{key}_id") for key in SPECIAL_KEYS] + [self.backend.token_to_id(t) for t in extra if t]
+        self.all_special_ids = [i for i in dict.fromkeys(ids) if i is not None]
         self.model_max_length = int(config.get("model_max_length") or _UNBOUNDED)
 
     def get_vocab(self) -> dict[str, int]:
@@ -74,6 +74,12 @@ class LeanTokenizer:
         encoding = self.backend.encode(text, pair or None, add_special_tokens=add_special_tokens)
         one = {name: values[0] for name, values in _fields([encoding], return_offsets_mapping).items()}
         return LeanBatch(one, [encoding])
+
+
+def _listed(config: dict[str, Any]) -> list[Any]:
+    """A tokenizer_config's additional special tokens (strings, or added-token objects with a `content`)."""
+    extra = config.get("additional_special_tokens") or config.get("extra_special_tokens") or []
+    return list(extra.values()) if isinstance(extra, dict) else list(extra)
 
 
 def _fields(encodings: list[Encoding], offsets: bool) -> dict[str, list[Any]]:

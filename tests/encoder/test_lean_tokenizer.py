@@ -42,6 +42,32 @@ def test_every_call_of_serving_gives_what_autotokenizer_gives(tiny_bert_dir):
         assert getattr(lean, name) == getattr(auto, name), name
 
 
+def test_the_bundled_models_special_tokens_are_autotokenizers(tmp_path):
+    """The bundled encoder's and reader's directories, and one whose config lists additional special tokens."""
+    import json
+    import shutil
+
+    from encoder.model_files import default_model_dir
+    from encoder.reader import BUNDLED_READER
+
+    extra = tmp_path / "extra"
+    extra.mkdir()
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(default_model_dir() / name, extra / name)
+    config = json.loads((extra / "tokenizer_config.json").read_text())
+    config["additional_special_tokens"] = ["[unused1]", "[unused2]"]
+    (extra / "tokenizer_config.json").write_text(json.dumps(config))
+    for directory in (default_model_dir(), BUNDLED_READER, extra):
+        auto, lean = AutoTokenizer.from_pretrained(str(directory)), LeanTokenizer(directory)
+        assert sorted(lean.all_special_ids) == sorted(auto.all_special_ids), directory.name
+        assert (lean.mask_token_id, lean.pad_token_id, lean.model_max_length) == (
+            auto.mask_token_id,
+            auto.pad_token_id,
+            auto.model_max_length,
+        )
+    assert len(LeanTokenizer(extra).all_special_ids) == 7
+
+
 def test_padding_is_refused_not_ignored(tiny_bert_dir):
     with pytest.raises(TypeError):
         LeanTokenizer(tiny_bert_dir)(TEXTS, padding=True)
