@@ -20,7 +20,7 @@ import pyarrow as pa
 
 from common.arrays import narrow, piece_starts
 from indexer.checksums import FileCheck
-from indexer.integrity import damaged
+from indexer.integrity import IndexDamaged, damaged
 from indexer.offsets import CharOffsets
 
 
@@ -146,15 +146,19 @@ class DocText:
         sizes = np.asarray(self.block_sizes[blocks], dtype=np.int64)
         at = piece_starts(sizes)  # each block's first byte among the joined bytes
         seg = np.repeat(np.arange(blocks.size), sizes)
-        raw = np.asarray(self.data[np.arange(seg.size) - at[seg] + np.asarray(self.block_bytes, np.int64)[blocks][seg]])
+        raw = np.asarray(self.data[np.arange(seg.size) - at[seg] + self.block_bytes[blocks].astype(np.int64)[seg]])
         leads = np.zeros(raw.size + 1, dtype=np.int64)  # lead bytes (one per character) before each byte
         np.cumsum((raw & 0xC0) != 0x80, out=leads[1:])
-        cut = np.flatnonzero((sizes > 0) & (leads[at + 1] == leads[at]))  # starts inside a character
+        full = np.flatnonzero(sizes > 0)
+        inside = full[leads[at[full] + 1] == leads[at[full]]]  # blocks whose first byte continues a character
+        if inside.size:
+            raise self._not_utf8(int(blocks[inside[0]]), "its first byte continues a character")
         try:
-            if cut.size:
-                raise UnicodeDecodeError("utf-8", b"", int(at[cut[0]]), int(at[cut[0]]) + 1, "not a lead byte")
             text = raw.tobytes().decode("utf-8")
         except UnicodeDecodeError as exc:
-            block = int(blocks[int(np.searchsorted(at, exc.start, side="right")) - 1])
-            raise damaged(self._texts.path, f"holds text that is not UTF-8 (block {block}: {exc.reason})") from None
+            block = int(blocks[int(np.searchsorted(at, exc.start, side="right")) - 1])  # the one holding the byte
+            raise self._not_utf8(block, exc.reason) from None
         return np.frombuffer(text.encode("utf-32-le"), dtype="<u4"), leads[at]
+
+    def _not_utf8(self, block: int, reason: str) -> IndexDamaged:
+        return damaged(self._texts.path, f"holds text that is not UTF-8 (block {block}: {reason})")

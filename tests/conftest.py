@@ -40,6 +40,24 @@ def write_jsonl(path: Path, rows: list[dict]) -> Path:
     return path
 
 
+def assert_same_fields(a, b) -> None:
+    """Two dataclasses equal field for field: arrays with their dtype and shape, dataclasses inside them the same
+    way, everything else by ==."""
+    from dataclasses import fields, is_dataclass
+
+    import numpy as np
+
+    assert type(a) is type(b)
+    for f in fields(a):
+        x, y = getattr(a, f.name), getattr(b, f.name)
+        if isinstance(x, np.ndarray):
+            assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y), f.name
+        elif is_dataclass(x):
+            assert_same_fields(x, y)
+        else:
+            assert x == y, f.name
+
+
 def run_module(module: str, *args: str) -> str:
     """`python -m MODULE ARGS` from the repository root (bench, recipes, tools); its standard output (it must
     succeed)."""

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from common.packing import reduce_packed, smallest_dtype
+from tests.conftest import assert_same_fields
 
 
 @dataclass
@@ -48,21 +49,9 @@ def _outer() -> Outer:
     )
 
 
-def _assert_same(a, b) -> None:
-    assert type(a) is type(b)
-    for f in fields(a):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, np.ndarray):
-            assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y), f.name
-        elif isinstance(x, Inner):
-            _assert_same(x, y)
-        else:
-            assert x == y, f.name
-
-
 def test_a_round_trip_gives_every_field_back_with_its_dtype():
     original = _outer()
-    _assert_same(original, pickle.loads(pickle.dumps(original, protocol=5)))
+    assert_same_fields(original, pickle.loads(pickle.dumps(original, protocol=5)))
 
 
 def test_small_integers_travel_in_fewer_bytes():

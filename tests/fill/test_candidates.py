@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pickle
-from dataclasses import fields, is_dataclass
+from dataclasses import fields
 from types import SimpleNamespace
 
 import numpy as np
@@ -16,6 +16,7 @@ from fill.engine import FillEngine
 from fill.schemas import FillRequest
 from fill.spans import BlockPrior
 from indexer.vectors import StoredVectors
+from tests.conftest import assert_same_fields
 
 
 def _shard(n: int = 12, block_tokens: int = 6):
@@ -56,19 +57,6 @@ def test_spans_are_distinct_ordered_and_stay_in_their_block():
     assert empty[0].size == 0
 
 
-def _assert_same(a, b) -> None:
-    """Field for field: arrays with their dtype and shape, dataclasses inside them the same way."""
-    assert type(a) is type(b)
-    for f in fields(a):
-        x, y = getattr(a, f.name), getattr(b, f.name)
-        if isinstance(x, np.ndarray):
-            assert x.dtype == y.dtype and x.shape == y.shape and np.array_equal(x, y), f.name
-        elif is_dataclass(x):
-            _assert_same(x, y)
-        else:
-            assert x == y, f.name
-
-
 def test_a_shards_candidates_travel_small_and_arrive_as_they_were(tiny_index):
     """What a shard group on Ray sends back for a mask (and the task it gets), pickled: the same arrays, dtypes
     included, in fewer bytes than its fields pickled one by one."""
@@ -86,8 +74,8 @@ def test_a_shards_candidates_travel_small_and_arrive_as_they_were(tiny_index):
         engine.close()
     assert found and sum(c.size for c in found) > 10
     for task in tasks:
-        _assert_same(task, pickle.loads(pickle.dumps(task, protocol=5)))
+        assert_same_fields(task, pickle.loads(pickle.dumps(task, protocol=5)))
     for candidates in found:
-        _assert_same(candidates, pickle.loads(pickle.dumps(candidates, protocol=5)))
+        assert_same_fields(candidates, pickle.loads(pickle.dumps(candidates, protocol=5)))
         one_by_one = sum(len(pickle.dumps(getattr(candidates, f.name), protocol=5)) for f in fields(candidates))
         assert len(pickle.dumps(candidates, protocol=5)) < 0.75 * one_by_one

@@ -179,7 +179,8 @@ def test_without_write_events_every_read_is_checked(index_copy, mapped, monkeypa
         index.close()
 
 
-def test_text_that_is_no_longer_utf8_in_a_shard_without_sums_is_named_not_a_500(index_copy, mapped):
+@pytest.mark.parametrize("byte", [b"\xc3", b"\x80"])  # a lead byte before an ASCII one; a continuation byte first
+def test_text_that_is_no_longer_utf8_in_a_shard_without_sums_is_named_not_a_500(index_copy, mapped, byte):
     as_built_before_sums(index_copy)
     index = PhraseIndex(index_copy)
     try:
@@ -189,7 +190,7 @@ def test_text_that_is_no_longer_utf8_in_a_shard_without_sums_is_named_not_a_500(
         at = shard.columns["text"]._data_at + int(shard.text.block_bytes[block])  # the block's first byte in the file
         with open(shard.dir / "docs.arrow", "r+b") as f:
             f.seek(at)
-            f.write(b"\xc3")  # a lead byte before an ASCII one: not UTF-8
+            f.write(byte)  # not UTF-8 any more
         with pytest.raises(IndexDamaged, match="docs.arrow holds text that is not UTF-8"):
             shard.text.blocks_codes(np.array([block]))
     finally:
