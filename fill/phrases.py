@@ -91,8 +91,8 @@ def poor_fills(keys: Ragged) -> np.ndarray:
         & (inner == 0)
     )
     out = has & (single_letter | in_first | in_last | all_stop)
-    for i in np.flatnonzero(non_ascii).tolist():
-        out[i] = poor_fill(keys.text(i))
+    other = np.flatnonzero(non_ascii)
+    out[other] = [poor_fill(text) for text in keys.texts(other)]
     poor: np.ndarray = out
     return poor
 
@@ -240,7 +240,8 @@ def phrase_table(
     if drop_stopwords or strict_spans:
         good = ~poor_fills(distinct) if drop_stopwords else np.ones(distinct.length.size, dtype=bool)
         if strict_spans:
-            good &= ~np.array([broken_span(distinct.text(i)) for i in range(distinct.length.size)], dtype=bool)
+            every = np.arange(distinct.length.size)
+            good &= ~np.array([broken_span(text) for text in distinct.texts(every)], dtype=bool)
         keep, exact = keep[good[exact]], exact[good[exact]]
         renumber = np.cumsum(good) - 1
         exact, distinct = renumber[exact], Ragged(distinct.codes, distinct.start[good], distinct.length[good])

@@ -103,6 +103,16 @@ def test_overlapping_segments_of_one_buffer():
     assert len(seen) < len(kept)  # some keys repeat, so grouping was exercised
 
 
+def test_texts_of_a_selection_equal_text_of_each():
+    raw, texts = _overlapping(2000, 7)
+    which = np.array(random.Random(3).sample(range(len(texts)), 300) + [0, 0])  # any order, repeats
+    assert raw.texts(which) == [raw.text(i) for i in which.tolist()] == [texts[i] for i in which.tolist()]
+    assert raw.texts(np.empty(0, dtype=np.int64)) == []
+    small = Ragged(np.array([ord(c) for c in "aéb"], dtype=np.uint32), np.array([0, 1, 1, 2]), np.array([1, 0, 2, 1]))
+    assert small.texts(np.arange(4)) == ["a", "", "éb", "b"]
+    assert any(ord(c) >= 128 for t in raw.texts(which) for c in t)  # non-ASCII text went through
+
+
 def test_strip_equals_strip_phrase():
     texts = _strings(3000, 0) + ["", " ", "...", "«a»", "a", " a b ", "—"]
     raw = _ragged(texts)
