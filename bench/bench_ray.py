@@ -9,8 +9,9 @@ whose every call sleeps D ms before and D ms after its work (a network hop each 
 over them (FILL_BACKEND=ray's path, service.ray_backend.RayShards). Each configuration gets 20 warm-up fills,
 then --n fills of cloze probes drawn from --corpus (bench.shared.make_probes), with the API defaults but --mode, from
 --clients closed-loop threads. Printed per configuration: p50 / p99 ms and fills/s; the overhead is the p50
-against the local engine's; the JSON also holds the ingress's calls per fill by kind (search, CandidateTask,
-WindowTask, PlacesTask) with their median ms (and, with --sizes, the median size of their answers), and the
+against the local engine's; the JSON also holds the ingress's calls per fill by kind (`search_forming`: a dense or
+hybrid fill's one round; `search`, or a task's type: a restricted fill's CandidateTask, a score's) with their median ms
+(and, with --sizes, the median size of their answers), and the
 median of 100 bare calls to the first group (`gather` of no task: Serve's own cost of a call). Every process
 runs on this machine's cores: the groups do not get machines of their own, so the figures hold the fan-out,
 the serialisation and the hops, not more CPU. OpenMP's threads wait passively, as in the server.
@@ -120,6 +121,7 @@ def ray_engine(index: Path, groups: int, delay_ms: float, app: str):
     from ray import serve
 
     from fill.engine import FillEngine
+    from fill.shard_group import ShardGroup
     from indexer.manifest import Manifest
     from service.config import Settings
     from service.ray_backend import Group, RayShards
@@ -131,7 +133,9 @@ def ray_engine(index: Path, groups: int, delay_ms: float, app: str):
         bound = ShardGroupReplica.bind(str(index.resolve()), shard_nos, None, None, None, True, delay_ms, "bench")
         handles.append(Group(name, shard_nos, serve.run(bound, name=name, route_prefix=None)))
     time.sleep(5)  # a pause after the deployments (the replicas warmed their pages before answering)
-    engine = FillEngine.open(Settings(index=index).engine_config(), shards=lambda i: RayShards(handles, 30.0))
+    engine = FillEngine.open(
+        Settings(index=index).engine_config(), shards=lambda i: RayShards(handles, 30.0, ShardGroup(i))
+    )
     return engine, [h.name for h in handles]
 
 

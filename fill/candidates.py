@@ -12,7 +12,7 @@ Only evidence for the phrases shown goes back to the shard (fill.evidence)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -36,6 +36,18 @@ class LexicalBonus:
 
 
 @dataclass
+class Lexical:
+    """A fill's BM25 side (restricted / hybrid): the block prior, the bonus it adds to a position's logit (None at
+    lexical weight 0), and the blocks whose every token is a start and an end hit, as global numbers and per shard
+    (their local numbers)."""
+
+    prior: BlockPrior
+    bonus: LexicalBonus | None
+    blocks: np.ndarray
+    by_shard: dict[int, np.ndarray]
+
+
+@dataclass
 class MaskQuery:
     """What a shard needs of one mask to form and score its candidates (the same for every shard)."""
 
@@ -45,6 +57,15 @@ class MaskQuery:
     max_span_tokens: int
     bonus: LexicalBonus | None  # restricted / hybrid scoring with a non-zero lexical weight
     count_tokens: bool  # also count each span's tokens within its stripped phrase (the len of len^alpha)
+
+
+@dataclass(frozen=True)
+class CandidateForm:
+    """A fill's candidates to form with its search, in one call to a shard group (fill.scatter): per mask its
+    query (`bonus` None: the ingress adds it), and the BM25 blocks per shard (local numbers; none in dense mode)."""
+
+    masks: tuple[MaskQuery, ...]
+    blocks: dict[int, np.ndarray]
 
 
 @dataclass
@@ -84,6 +105,8 @@ class ShardCandidates:
 class CandidateTask:
     """One mask's candidates in one shard (a fill.shard_group task): from its start and end hits there, plus
     every token of `blocks` (the shard's local numbers of BM25's blocks, restricted / hybrid) on both sides."""
+
+    dense: ClassVar[bool] = True  # reads the shard's vectors: runs in its shard group
 
     shard_no: int
     start: np.ndarray  # positions of the start query's hits in the shard

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, NamedTuple
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -128,6 +128,8 @@ class VotesTask:
     (local numbers of BM25's blocks, restricted / hybrid), their exact logits and their votes (a
     fill.shard_group task)."""
 
+    dense: ClassVar[bool] = True  # reads the shard's vectors: runs in its shard group
+
     shard_no: int
     hits: np.ndarray
     blocks: np.ndarray
@@ -148,6 +150,8 @@ class VotesTask:
 @dataclass(frozen=True)
 class CountsTask:
     """How often each of `ids` (vocabulary ids) occurs in one shard (a fill.shard_group task)."""
+
+    dense: ClassVar[bool] = False  # reads text only: a Ray ingress runs it (fill.scatter)
 
     shard_no: int
     ids: np.ndarray
@@ -176,6 +180,8 @@ def choice_counts(shards: Shards, shard_nos: list[int], phrases: ChoicePhrases) 
 class VoteEvidenceTask:
     """Where voting tokens of one shard sit (a fill.shard_group task): per (position, forward, the token ids of
     its choice's phrases, longest first), the place of the longest phrase matched there (fill.evidence.read_places)."""
+
+    dense: ClassVar[bool] = False  # reads text only: a Ray ingress runs it (fill.scatter)
 
     shard_no: int
     places: tuple[tuple[int, bool, tuple[tuple[int, ...], ...]], ...]

@@ -17,7 +17,7 @@ from encoder.model import Encoder
 from encoder.reader import Reader
 from fill.answers import answer_masks
 from fill.budget import Budget
-from fill.candidates import CandidateTask, LexicalBonus, MaskQuery
+from fill.candidates import CandidateForm, CandidateTask, Lexical, LexicalBonus, MaskQuery
 from fill.choices import ChoicePhrases
 from fill.config import EngineConfig
 from fill.deadline import Deadline
@@ -26,6 +26,7 @@ from fill.loading import describe_served, open_parts, open_reader
 from fill.prepared import Planned, Prepared, Req
 from fill.ranker import RankedMask, rank_mask
 from fill.reading import PRIOR_PHRASES, read_masks
+from fill.scatter import kept
 from fill.schemas import MODES, FillRequest, FillResult, Mode, ScoreRequest, ScoreResult
 from fill.score_finish import ScoreFinish
 from fill.scoring import Scoring
@@ -64,8 +65,8 @@ class FillEngine:
         """Open the index and the encoder it was built with (refusing a model whose fingerprint differs),
         and the reader (fill.loading.open_reader); `scoring` replaces the fitted scoring named by the config /
         found beside the model. `shards(index)` gives shards that live elsewhere (the index is then opened
-        without its shards: manifest and BM25 only)."""
-        encoder, index, scoring = open_parts(config, scoring, with_shards=shards is None)
+        with its shards' text side only: no FAISS index, no vectors)."""
+        encoder, index, scoring = open_parts(config, scoring, dense=shards is None)
         try:
             return cls(
                 encoder, index, scoring, open_reader(config, encoder), shards(index) if shards is not None else None
@@ -169,27 +170,62 @@ class FillEngine:
     ) -> list[Prepared[Any]]:
         """Encode the queries in one forward pass and run one FAISS search per distinct k for all their
         masks (start and end queries of every dense / hybrid request). `shape(rows, width)` gives the
-        padded shape of the encoder's batch (Encoder.encode_layouts)."""
+        padded shape of the encoder's batch (Encoder.encode_layouts). Over shards with `one_round` (shard groups
+        on Ray) a fill's BM25 side is found first and its candidates are formed in the same call as its search
+        (fill.scatter), so `finish` asks the shards nothing more of them."""
         mark = time.perf_counter()
         queries = self.encoder.encode_layouts([(p.ids, p.mask_at) for p in planned], shape)
         encode_ms = (time.perf_counter() - mark) * 1000
         mark = time.perf_counter()
-        hits = [[MaskHits.empty()] * q.q_start.shape[0] for q in queries]
+        out = [
+            Prepared(p, q, [MaskHits.empty()] * q.q_start.shape[0], encode_ms, 0.0) for p, q in zip(planned, queries)
+        ]
         for k in sorted({p.request.k for p in planned if p.mode != "restricted"}):
-            members = [i for i, p in enumerate(planned) if p.mode != "restricted" and p.request.k == k]
-            sizes = [2 * queries[i].q_start.shape[0] for i in members]  # each request's start and end queries
-            found = self.shards.search(
-                np.concatenate([np.concatenate([queries[i].q_start, queries[i].q_end]) for i in members]),
-                k,
-                groups=sizes,
-            )
+            members = [out[i] for i, p in enumerate(planned) if p.mode != "restricted" and p.request.k == k]
+            sizes = [2 * p.queries.q_start.shape[0] for p in members]  # each request's start and end queries
+            queries_k = np.concatenate([np.concatenate([p.queries.q_start, p.queries.q_end]) for p in members])
+            if self.shards.one_round:  # the fills' candidates formed with the search (fill.scatter)
+                forms = [self._form(p) for p in members]
+                found, parts = self.shards.search_forming(queries_k, k, sizes, forms)
+            else:
+                found, parts = self.shards.search(queries_k, k, groups=sizes), [[] for _ in members]
             at = 0
-            for i, n in zip(members, sizes):
+            for p, n, own_parts in zip(members, sizes, parts):
                 own = [Hits(found[at + j].shard_no, found[at + j].positions) for j in range(n)]
-                hits[i] = [MaskHits(own[m], own[n // 2 + m]) for m in range(n // 2)]
+                p.hits = [MaskHits(own[m], own[n // 2 + m]) for m in range(n // 2)]
+                if own_parts:
+                    p.parts = [kept(c, h, p.lexical) for c, h in zip(own_parts, p.hits)]
                 at += n
         search_ms = (time.perf_counter() - mark) * 1000
-        return [Prepared(p, q, h, encode_ms, search_ms) for p, q, h in zip(planned, queries, hits)]
+        for p in out:
+            p.search_ms = search_ms
+        return out
+
+    def _form(self, prepared: Prepared[Any]) -> CandidateForm | None:
+        """A fill's candidates to form with its search (shards with `one_round`), its BM25 side found first."""
+        request, mode = prepared.planned.request, prepared.planned.mode
+        if not isinstance(request, FillRequest):
+            return None
+        prepared.lexical = self.lexical(request, mode)
+        q = prepared.queries
+        masks = tuple(
+            MaskQuery(q.q_start[m], q.q_end[m], self.index.scale, request.max_span_tokens, None, bool(request.alpha))
+            for m in range(q.q_start.shape[0])
+        )
+        return CandidateForm(masks, prepared.lexical.by_shard if prepared.lexical is not None else {})
+
+    def lexical(self, request: FillRequest, mode: Mode) -> Lexical | None:
+        """A fill's BM25 side (None in dense mode): the top blocks' prior, its bonus, the blocks searched."""
+        if mode == "dense":
+            return None
+        assert self.index.bm25 is not None  # plan refuses a BM25 mode on an index without BM25
+        weight = self.scoring.weight(mode) if request.lexical_weight is None else request.lexical_weight
+        found, bm25 = self.index.bm25.search_scored(blank_masks(request.text), max(request.blocks, PRIOR_BLOCKS))
+        prior = BlockPrior.from_bm25(found, bm25)
+        blocks = found[: request.blocks]
+        return Lexical(
+            prior, LexicalBonus(prior, weight) if weight else None, blocks, blocks_by_shard(self.index, blocks)
+        )
 
     @overload
     def finish(self, prepared: Prepared[FillRequest], deadline: Deadline | None = ...) -> FillResult: ...
@@ -240,14 +276,8 @@ class FillEngine:
         call to the shards."""
         request, mode = prepared.planned.request, prepared.planned.mode
         laps = laps if laps is not None else StageClock(prepared.encode_ms, prepared.search_ms, None)
-        prior, bonus, blocks = None, None, {}
-        if mode != "dense":
-            assert self.index.bm25 is not None  # plan refuses a BM25 mode on an index without BM25
-            weight = self.scoring.weight(mode) if request.lexical_weight is None else request.lexical_weight
-            found, bm25 = self.index.bm25.search_scored(blank_masks(request.text), max(request.blocks, PRIOR_BLOCKS))
-            prior = BlockPrior.from_bm25(found, bm25)
-            bonus = LexicalBonus(prior, weight) if weight else None
-            blocks = blocks_by_shard(self.index, found[: request.blocks])
+        lexical = prepared.lexical if prepared.parts is not None else self.lexical(request, mode)
+        bonus, blocks = (lexical.bonus, lexical.by_shard) if lexical is not None else (None, {})
         laps.lap("search")
         options = (
             request.model_copy(update={"top_k": self._retrieved(request.top_k, prepared.planned.mode)})
@@ -256,19 +286,21 @@ class FillEngine:
         )
         q, ranked = prepared.queries, []
         for m, hits in enumerate(prepared.hits):  # a call per mask: the deadline is checked between masks
-            query = MaskQuery(
-                q.q_start[m], q.q_end[m], self.index.scale, request.max_span_tokens, bonus, bool(request.alpha)
-            )
-            parts = self.shards.gather(
-                [
+            if prepared.parts is not None:  # formed with the search (one round per shard group: fill.scatter)
+                parts = prepared.parts[m]
+            else:
+                query = MaskQuery(
+                    q.q_start[m], q.q_end[m], self.index.scale, request.max_span_tokens, bonus, bool(request.alpha)
+                )
+                tasks = [
                     CandidateTask(s, hits.start.in_shard(s), hits.end.in_shard(s), blocks.get(s, _NONE), query)
                     for s in sorted(set(hits.shard_nos()) | set(blocks))
                 ]
-            )
+                parts = [c for c in self.shards.gather(tasks) if c is not None]
             laps.lap("spans")
-            ranked.append(rank_mask([p for p in parts if p is not None], options))
+            ranked.append(rank_mask(parts, options))
             laps.lap("rank")
-        return ranked, prior
+        return ranked, lexical.prior if lexical is not None else None
 
     def _retrieved(self, top_k: int, mode: Mode) -> int:
         """Phrases to rank by retrieval before reading: the reader's candidates, and the prior's phrases when

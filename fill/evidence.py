@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, NamedTuple
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
@@ -61,6 +61,8 @@ def read_places(shard: Shard, spots: Sequence[SpotAt]) -> list[Place]:
 @dataclass(frozen=True)
 class PlacesTask:
     """Places in one shard's documents (a fill.shard_group task, `read_places`)."""
+
+    dense: ClassVar[bool] = False  # reads text only: a Ray ingress runs it (fill.scatter)
 
     shard_no: int
     places: tuple[SpotAt, ...]

@@ -22,9 +22,10 @@ logger = logging.getLogger(__name__)
 
 
 def open_parts(
-    config: EngineConfig, scoring: Scoring | None = None, with_shards: bool = True
+    config: EngineConfig, scoring: Scoring | None = None, dense: bool = True
 ) -> tuple[Encoder, PhraseIndex, Scoring]:
-    """The encoder, the index (`with_shards` false: its manifest and BM25 only) and the scoring of an engine.
+    """The encoder, the index (`dense` false: its shards' text side only, for an engine whose shard groups search
+    elsewhere: service.ray_backend) and the scoring of an engine.
     The model defaults to the one the manifest names and must have the fingerprint the index was built with;
     `scoring` replaces the fitted scoring of `config.scoring` or of scoring.json beside the model."""
     root = config.index_dir()
@@ -58,7 +59,7 @@ def open_parts(
             nprobe=config.nprobe,
             ef_search=config.ef_search,
             refine=config.refine,
-            shard_nos=None if with_shards else [],
+            dense=dense,
         )
         try:
             encoder = loading.result()

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 from encoder.model import QueryVectors
+from fill.candidates import Lexical, ShardCandidates
 from fill.choices import ChoicePhrases
 from fill.hits import MaskHits
 from fill.schemas import FillRequest, Mode, ScoreRequest
@@ -41,3 +42,6 @@ class Prepared(Generic[Req]):
     hits: list[MaskHits]  # per mask, the search's hits (empty in restricted mode)
     encode_ms: float  # the batch's encode and search times
     search_ms: float
+    # a fill's candidates per mask, formed with the search (shards with `one_round`: fill.scatter), and its BM25 side
+    parts: list[list[ShardCandidates]] | None = None
+    lexical: Lexical | None = None

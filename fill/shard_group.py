@@ -18,19 +18,25 @@ the same results back."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol, Sequence, TypeVar
+from typing import Any, ClassVar, Protocol, Sequence, TypeVar
 
 import numpy as np
 
+from fill.candidates import CandidateForm, CandidateTask, ShardCandidates
 from indexer.phrase_index import PhraseIndex, ScoredHits
 from indexer.shard import Shard
+
+_NONE = np.empty(0, dtype=np.int64)
 
 R_co = TypeVar("R_co", covariant=True)  # a task's result type
 R = TypeVar("R")  # the result type of a list of tasks run together
 
 
 class ShardTask(Protocol[R_co]):
-    """Work on one shard (number `shard_no` of the whole index) whose result is an R."""
+    """Work on one shard (number `shard_no` of the whole index) whose result is an R; `dense`: it reads the
+    shard's vectors (else its text side only, which a Ray ingress holds: fill.scatter)."""
+
+    dense: ClassVar[bool]
 
     @property
     def shard_no(self) -> int: ...
@@ -39,15 +45,25 @@ class ShardTask(Protocol[R_co]):
 
 
 class Shards(Protocol):
-    """What the engine needs of the shards: this module's ShardGroup, or service.ray_backend.RayShards."""
+    """What the engine needs of the shards: this module's ShardGroup, or service.ray_backend.RayShards. With
+    `one_round`, a fill's search and candidates are one call (`search_forming`, fill.scatter)."""
+
+    one_round: bool
 
     def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None) -> list[ScoredHits]: ...
 
     def gather(self, tasks: Sequence[ShardTask[R]]) -> list[R]: ...
 
+    def search_forming(
+        self, queries: np.ndarray, k: int, groups: list[int], forms: Sequence[CandidateForm | None]
+    ) -> tuple[list[ScoredHits], list[list[list[ShardCandidates]]]]: ...
+
 
 class ShardGroup:
-    """The opened shards of `index` (all of them, or a group's: PhraseIndex(shard_nos=...))."""
+    """The opened shards of `index` (all of them, or a group's: PhraseIndex(shard_nos=...)). In one process a fill
+    searches, then forms its candidates (`gather`): `one_round` False."""
+
+    one_round = False
 
     def __init__(self, index: PhraseIndex) -> None:
         self.index = index
@@ -67,10 +83,46 @@ class ShardGroup:
     def gather(self, tasks: Sequence[ShardTask[R]]) -> list[R]:
         return [task.compute(self.shard(task.shard_no)) for task in tasks]
 
+    def search_forming(
+        self, queries: np.ndarray, k: int, groups: list[int], forms: Sequence[CandidateForm | None]
+    ) -> tuple[list[ScoredHits], list[list[list[ShardCandidates]]]]:
+        """`search`, and with it the candidates of each group of queries that has a form (a fill's: its masks'
+        start queries, then their end queries): per mask, those its hits here (this group's own top k) and its
+        blocks in this group's shards form, their logits without the lexical bonus (fill.scatter keeps the
+        spans the global top k forms, and adds it)."""
+        found = self.search(queries, k, groups)
+        parts: list[list[list[ShardCandidates]]] = []
+        at = 0
+        for n, form in zip(groups, forms):
+            parts.append([] if form is None else self._form(found[at : at + n], form))
+            at += n
+        return found, parts
+
+    def _form(self, found: list[ScoredHits], form: CandidateForm) -> list[list[ShardCandidates]]:
+        out = []
+        half = len(found) // 2
+        for m, query in enumerate(form.masks):
+            start, end = found[m], found[half + m]
+            held = set(start.shard_no.tolist()) | set(end.shard_no.tolist()) | set(form.blocks)
+            tasks = [
+                CandidateTask(
+                    s,
+                    start.positions[start.shard_no == s],
+                    end.positions[end.shard_no == s],
+                    form.blocks.get(s, _NONE),
+                    query,
+                )
+                for s in sorted(held & set(self._at))
+            ]
+            out.append([c for c in self.gather(tasks) if c is not None])
+        return out
+
 
 @dataclass(frozen=True)
 class BlockTokensTask:
     """The token ids of one block of one shard (`block`: its global number)."""
+
+    dense: ClassVar[bool] = False  # reads text only: a Ray ingress runs it (fill.scatter)
 
     shard_no: int
     block: int

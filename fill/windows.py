@@ -12,7 +12,7 @@ torch), so a shard group's process (service.ray_group) runs these tasks without 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
@@ -89,6 +89,8 @@ class WindowTask:
     """One shard's windows of one mask (a fill.shard_group task): every valid span inside them as candidates
     (ordered by (first, last); their logits are the reader's, filled in by `reader_parts`), each window's token
     ids and, with `titles`, its document's title."""
+
+    dense: ClassVar[bool] = False  # reads text only: a Ray ingress runs it (fill.scatter)
 
     shard_no: int
     windows: tuple[tuple[int, int], ...]

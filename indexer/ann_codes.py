@@ -23,6 +23,7 @@ import faiss
 import numpy as np
 from faiss.contrib.inspect_tools import get_invlist
 
+from common.arrays import row_dot
 from common.files import map_file
 from indexer.ann import same_chain, unwrap
 from indexer.checksums import load_checked
@@ -177,10 +178,13 @@ class AnnCodes:
         return x.reshape(*rows.shape, self.dim)
 
     def dot(self, rows: np.ndarray, queries: np.ndarray) -> np.ndarray:
-        """Products of the rows' coded vectors with `queries` (one query [d] -> [rows]; [m, d] -> [rows, m])."""
+        """Products of the rows' coded vectors with `queries` (one query [d] -> [rows]; [m, d] -> [rows, m]); one
+        query's are each row's own (common.arrays.row_dot), whichever rows come with it."""
         if self.tables is not None:  # IVF-PQ: lookup tables (indexer.pq_tables), no code decoded
             codes, lists = self.codes(np.asarray(rows, dtype=np.int64).reshape(-1))
             out = self.tables.dot(codes, lists, np.atleast_2d(queries))
+        elif np.ndim(queries) == 1:
+            return row_dot(self.transformed(rows), self.transform(np.atleast_2d(queries))[0])
         else:
             out = self.transformed(rows) @ self.transform(np.atleast_2d(queries)).T
         return out[:, 0] if np.ndim(queries) == 1 else out

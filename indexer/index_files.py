@@ -11,7 +11,7 @@ from common.errors import AppError, IndexDamaged
 from common.files import sha256_file
 from indexer.integrity import damaged
 from indexer.manifest import MANIFEST_NAME, FileInfo, Manifest
-from indexer.shard import delta_bm25_name
+from indexer.shard import DENSE_FILES, delta_bm25_name
 from indexer.write_events import write_events
 
 Listed = list[tuple[Path, FileInfo]]
@@ -33,14 +33,22 @@ def fingerprint(path: Path) -> Fingerprint | None:
 
 
 class IndexFiles:
-    """The files of the shards `numbers` of the index at `root` (with BM25's when `with_bm25`) and the tombstones.
+    """The files of the shards `numbers` of the index at `root` (with BM25's when `with_bm25`; `dense` false: not
+    their DENSE_FILES) and the tombstones.
     `reuse` (the same directory's earlier generation) shares what it has hashed and seen, so a new generation
     hashes only its new files."""
 
     def __init__(
-        self, root: Path, manifest: Manifest, numbers: list[int], with_bm25: bool, reuse: "IndexFiles | None" = None
+        self,
+        root: Path,
+        manifest: Manifest,
+        numbers: list[int],
+        with_bm25: bool,
+        reuse: "IndexFiles | None" = None,
+        dense: bool = True,
     ) -> None:
         self.root, self.manifest, self.numbers, self.with_bm25 = root, manifest, numbers, with_bm25
+        self.dense = dense  # False: the shards' text side only (indexer.shard.DENSE_FILES left out)
         # files whose bytes were hashed and found right: path -> sha256, shared with the generations to come
         self.verified: dict[Path, str] = reuse.verified if reuse is not None else {}
         # each file's (inode, size, mtime, ctime) when hashed or first seen: one written since differs (`changed`)
@@ -50,7 +58,12 @@ class IndexFiles:
         """Every file the manifest lists (of the opened shards, and BM25's when it is open), with its record
         (size, sha256)."""
         infos = [self.manifest.shards[n] for n in self.numbers]
-        files = [(self.root / info.name / fname, rec) for info in infos for fname, rec in info.files.items()]
+        files = [
+            (self.root / info.name / fname, rec)
+            for info in infos
+            for fname, rec in info.files.items()
+            if self.dense or fname not in DENSE_FILES
+        ]
         if self.with_bm25:
             files += [(self.root / delta_bm25_name(info.name), info.bm25) for info in self.manifest.shards if info.bm25]
             if self.manifest.bm25 is not None:

@@ -19,7 +19,7 @@ from indexer.bm25 import BM25, BlockSearch
 from indexer.index_files import IndexFiles
 from indexer.integrity import check_bm25
 from indexer.manifest import Manifest
-from indexer.shard import Shard, delta_bm25_name
+from indexer.shard import DENSE_FILES, Shard, delta_bm25_name
 from indexer.shard_hits import ScoredHits, Task, best_of_shards, top_hits
 from indexer.shared_lists import Assigned, shared_lists
 from indexer.tombstones import Liveness, Tombstones
@@ -58,8 +58,10 @@ class PhraseIndex:
         reuse: "PhraseIndex | None" = None,
         shard_nos: list[int] | None = None,
         bm25: bool = True,
+        dense: bool = True,
     ) -> None:
         self.root = Path(root)
+        self.dense = dense  # False: the shards' text side only, no search (a Ray ingress: service.ray_backend)
         self.refine = DEFAULT_REFINE if refine is None else int(refine)
         if self.refine < 1:
             raise AppError(f"refine must be >= 1, got {refine}", kind="validation")
@@ -74,7 +76,7 @@ class PhraseIndex:
             )
         # the files of what is open, hashed (`files.verify`) and watched (`files.changed`)
         reused = reuse.files if same and reuse is not None else None  # (same: reuse is not None)
-        self.files: IndexFiles = IndexFiles(self.root, self.manifest, self.numbers, bm25, reused)
+        self.files: IndexFiles = IndexFiles(self.root, self.manifest, self.numbers, bm25, reused, dense)
         if verify:
             self.files.verify()
         self.tombstones = Tombstones.load(self.root, self.manifest)
@@ -84,8 +86,9 @@ class PhraseIndex:
         self.bm25 = self._open_bm25(reuse if same else None) if bm25 else None
         if not bm25:
             self._delta_bm25: dict[str, BM25] = {}
-        self._lists = shared_lists([s.index for s in self.shards], [s.info.factory for s in self.shards])
-        share_codecs([s.vectors for s in self.shards])
+        dense_shards = self.shards if dense else []
+        self._lists = shared_lists([s.index for s in dense_shards], [s.info.factory for s in dense_shards])
+        share_codecs([s.vectors for s in dense_shards])
         self._pool = self._shard_pool()
         logger.info("opened index %s: %d shards, %d tokens", self.root, len(self.shards), self.manifest.counts.tokens)
 
@@ -95,12 +98,14 @@ class PhraseIndex:
         lent = reuse.shards_by_name() if reuse is not None else {}
         infos = [self.manifest.shards[n] for n in self.numbers]
         unchanged = {info.name for info in infos if info.name in lent and lent[info.name].info == info}
-        self.shards = [lent[i.name] if i.name in unchanged else Shard(self.root, i, self.manifest.dim) for i in infos]
+        self.shards = [
+            lent[i.name] if i.name in unchanged else Shard(self.root, i, self.manifest.dim, self.dense) for i in infos
+        ]
         self._search_params = (nprobe, ef_search)
         tokens: dict[str, int] = {}  # per factory, over the whole index (a shard group probes as the index would)
         for info in self.manifest.shards:
             tokens[info.factory] = tokens.get(info.factory, 0) + info.tokens
-        for shard in self.shards:
+        for shard in self.shards if self.dense else []:
             set_search_params(shard.index, nprobe, ef_search, tokens[shard.info.factory])
         dead = [self.tombstones.of(s.info.name) for s in self.shards]
         self.live = [Liveness(s.blocks, len(s), rows) if rows.size else None for s, rows in zip(self.shards, dead)]
@@ -118,7 +123,12 @@ class PhraseIndex:
         parameters: the shards both generations hold are lent, not reopened; the files this one did not have
         are checked (sha256) first. The caller serves it and closes this one when done with it."""
         index = PhraseIndex(
-            self.root, nprobe=self._search_params[0], ef_search=self._search_params[1], refine=self.refine, reuse=self
+            self.root,
+            nprobe=self._search_params[0],
+            ef_search=self._search_params[1],
+            refine=self.refine,
+            reuse=self,
+            dense=self.dense,
         )
         try:
             old = {p for p, _ in self.files.all()}
@@ -180,7 +190,8 @@ class PhraseIndex:
         t = time.perf_counter()
         for shard in self.shards:
             if hashes:
-                self.files.verify(self.files.unverified([(shard.dir / f, rec) for f, rec in shard.info.files.items()]))
+                own = [(shard.dir / f, r) for f, r in shard.info.files.items() if self.dense or f not in DENSE_FILES]
+                self.files.verify(self.files.unverified(own))
             if pages:
                 shard.warm()
         if hashes:

@@ -22,9 +22,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import cast
 
+import faiss
 import numpy as np
 
 from common.arrays import narrow
+from common.errors import AppError
 from indexer.ann_codes import AnnCodes
 from indexer.checksums import FileCheck, load_checked, shard_sums
 from indexer.doc_text import DocColumn, DocText
@@ -35,6 +37,8 @@ from indexer.vectors import StoredVectors, touch_pages
 
 # every shard's files but those of its vectors (vectors.npy, scales.npy, code_slots.npy) and shard.json
 SHARD_FILES = ("token_ids.npy", *OFFSET_FILES, "flags.npy", "blocks.npy", "docs.arrow", "index.faiss")
+# the files only a search and an exact re-scoring read (a shard opened for its text side does not open them)
+DENSE_FILES = ("index.faiss", "vectors.npy", "scales.npy", "code_slots.npy")
 
 
 def shard_name(number: int) -> str:
@@ -68,8 +72,9 @@ class Shard:
     13), and per shard (its FAISS index's list heads, the token histogram of `token_counts`); every per-token and
     per-document array is mapped."""
 
-    def __init__(self, root: Path, info: ShardInfo, dim: int) -> None:
+    def __init__(self, root: Path, info: ShardInfo, dim: int, dense: bool = True) -> None:
         self.info = info
+        self.dense = dense  # False: the text side only (no FAISS index, no stored vectors: a Ray ingress's shards)
         self.dir = root / info.name
         check_shard_files(self.dir, info, dim)  # sizes, .npy headers, flags, scales, blocks (indexer.integrity)
         sums = shard_sums(self.dir, info.files)  # {} for a shard written before checksums: reads not checked
@@ -88,13 +93,33 @@ class Shard:
             for name in ("id", "title", "text")
         }
         self.text = DocText(self.columns["text"], self.blocks, self.offsets)
-        self.index = read_faiss(self.dir / "index.faiss", info, dim)
-        self.vectors: StoredVectors | AnnCodes = (
-            AnnCodes(self.dir, self.index, sums)
-            if info.vector_dtype == "none"
-            else StoredVectors(self.dir, info.vector_dtype, sums)
-        )
+        self._index = read_faiss(self.dir / "index.faiss", info, dim) if dense else None
+        self._vectors: StoredVectors | AnnCodes | None = None
+        if self._index is not None:
+            self._vectors = (
+                AnnCodes(self.dir, self._index, sums)
+                if info.vector_dtype == "none"
+                else StoredVectors(self.dir, info.vector_dtype, sums)
+            )
         self.warmed = False
+
+    @property
+    def index(self) -> faiss.Index:
+        """The shard's FAISS index (a shard opened for its text side only has none)."""
+        if self._index is None:
+            raise AppError(
+                f"shard {self.info.name} was opened without its vectors (its text side only)", kind="internal"
+            )
+        return self._index
+
+    @property
+    def vectors(self) -> StoredVectors | AnnCodes:
+        """The stored vectors that re-score a hit exactly (or the FAISS codes' scores: indexer.ann_codes)."""
+        if self._vectors is None:
+            raise AppError(
+                f"shard {self.info.name} was opened without its vectors (its text side only)", kind="internal"
+            )
+        return self._vectors
 
     def __len__(self) -> int:
         return self.info.tokens
@@ -105,7 +130,8 @@ class Shard:
         once (a shard lent to a later generation stays warm)."""
         if self.warmed:
             return
-        self.vectors.warm()
+        if self._vectors is not None:
+            self._vectors.warm()
         self.text.load()
         for array in (self.flags, self.offsets.starts, self.offsets.lengths, self.token_ids):
             if hasattr(array, "check"):

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
+from common.arrays import row_dot
 from indexer.checksums import CheckedArray, load_checked
 from indexer.manifest import VECTOR_DTYPES  # noqa: F401 - the storages this module reads
 
@@ -78,9 +79,11 @@ class StoredVectors:
     def dot(self, rows: np.ndarray, queries: np.ndarray) -> np.ndarray:
         """Inner products of the rows' vectors with `queries` (one query [d] -> [rows]; [m, d] -> [rows, m]),
         float32. An int8 row's scale multiplies its products, not its d codes: the same values as
-        `self[rows] @ queries` up to float rounding (the order of two products), at half the cost."""
+        `self[rows] @ queries` up to float rounding (the order of two products), at half the cost. One query's
+        products are each row's own (common.arrays.row_dot: the same whichever rows are asked with it)."""
         q = np.asarray(queries, dtype=np.float32)
-        out = np.asarray(self.data[rows], dtype=np.float32) @ (q if q.ndim == 1 else q.T)
+        data = np.asarray(self.data[rows], dtype=np.float32)
+        out = row_dot(data, q) if q.ndim == 1 else data @ q.T
         if self.scales is not None:
             scales = np.asarray(self.scales[rows], dtype=np.float32)
             out *= scales if out.ndim == 1 else scales[:, None]

@@ -1,7 +1,7 @@
 """The whole service on Ray Serve from one Serve config (deploy/ray/serve.yaml, `serve run`): this project's
 FastAPI app (service.api) as the ingress deployment behind Serve's HTTP proxy, attached to the shard groups the
-same config deploys (service.ray_group.group_app). The ingress encodes, holds BM25 and ranks; the groups hold
-the shards (service.ray_backend)."""
+same config deploys (service.ray_group.group_app). The ingress encodes, holds BM25 and the shards' text
+side, ranks and reads; the groups search the shards (service.ray_backend)."""
 
 from __future__ import annotations
 

@@ -3,14 +3,16 @@ each a Serve application of one deployment (`ShardGroupReplica`, `FILL_RAY_REPLI
 nothing but the index files), and this server as the ingress. Imported only when the backend is ray, so the
 one-process server never imports ray (`pip install .[ray]` adds it).
 
-A fill over Ray, hop by hop (the engine's steps are those of fill.engine; only the shard-local stage moves):
+A fill over Ray, hop by hop (the engine's steps are those of fill.engine; only the search and the candidates move):
   ingress  plan, encode the queries, BM25 (restricted / hybrid: the ingress holds the BM25 files, ~2% of the
-           index), then `RayShards`:
-  search   every group searches its shards (FAISS, exact re-scoring) and returns its top k with scores; the
-           ingress keeps the top k of their union (indexer.phrase_index.top_hits: the same hits as one process)
-  gather   each step's shard tasks (fill.shard_group: candidate spans, reader windows, evidence) go to the groups
-           owning their shards, one call per group, in parallel; the global ranking, the reader and the
-           confidence run at the ingress
+           index), then `RayShards` (fill.scatter):
+  round    ONE call to every group, in parallel: it searches its shards (FAISS, exact re-scoring), forms each
+           mask's candidates from its own top k and the mask's BM25 blocks, and returns its hits with scores and
+           its candidates with their exact logits; the ingress keeps the top k of all hits (the hits of one
+           process) and the candidates they form (the spans and logits of one process)
+  ingress  the global ranking, the reader (its windows read from the shards' text, which the ingress opens
+           itself: no FAISS index, no vectors), the confidence and the evidence; a restricted fill's candidates
+           (no search) and a closed-set score's votes are one call per group each
 A group with no replica answering within FILL_RAY_TIMEOUT fails the request with 503 naming the group (never a
 silent partial answer); Serve restarts a dead replica, and a call that was on it is tried once more."""
 
@@ -20,9 +22,8 @@ import logging
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
-import numpy as np
 import ray
 from ray import serve
 from ray.exceptions import RayActorError
@@ -30,9 +31,9 @@ from ray.serve.exceptions import DeploymentUnavailableError, RayServeException
 
 from common.errors import AppError
 from fill.engine import FillEngine
-from fill.shard_group import R, ShardTask
+from fill.scatter import ScatterShards
+from fill.shard_group import ShardGroup
 from indexer.manifest import Manifest
-from indexer.phrase_index import ScoredHits, top_hits
 from service.config import Settings
 from service.ray_group import ShardGroupReplica, app_name, generation_of, group_plan
 
@@ -53,48 +54,20 @@ class Group:
         return f"shard group {self.name} (shard{'s' if a != b else ''} {a}{f'-{b}' if a != b else ''})"
 
 
-class RayShards:
-    """fill.shard_group.Shards over shard groups on Ray Serve (see the module doc)."""
+class RayShards(ScatterShards):
+    """fill.scatter.ScatterShards over shard groups on Ray Serve (see the module doc): `text` the ingress's own
+    shards (their text side), the calls sent by `_call`."""
 
-    def __init__(self, groups: list[Group], timeout: float) -> None:
+    def __init__(self, groups: list[Group], timeout: float, text: ShardGroup | None = None) -> None:
+        super().__init__({s: g for g, group in enumerate(groups) for s in group.shard_nos}, text, self._call)
         self.groups = groups
         self.timeout = timeout
-        self.owner = {s: g for g, group in enumerate(groups) for s in group.shard_nos}
-
-    def search(self, queries: np.ndarray, k: int, groups: list[int] | None = None) -> list[ScoredHits]:
-        found: list[list[ScoredHits]] = self._call(
-            [(g, "search", (queries, k, groups)) for g in range(len(self.groups))]
-        )
-        out = []
-        for row in range(queries.shape[0]):
-            parts = [f[row] for f in found]
-            out.append(
-                top_hits(
-                    np.concatenate([p.scores for p in parts]),
-                    np.concatenate([p.shard_no for p in parts]),
-                    np.concatenate([p.positions for p in parts]),
-                    k,
-                )
-            )
-        return out
-
-    def gather(self, tasks: Sequence[ShardTask[R]]) -> list[R]:
-        per: dict[int, list[int]] = {}
-        for i, task in enumerate(tasks):
-            g = self.owner.get(task.shard_no)
-            if g is None:
-                raise AppError(f"shard {task.shard_no} belongs to no shard group", kind="internal")
-            per.setdefault(g, []).append(i)
-        out: list[R] = [None] * len(tasks)  # type: ignore[list-item]  # every slot is set below
-        found = self._call([(g, "gather", ([tasks[i] for i in own],)) for g, own in per.items()])
-        for own, results in zip(per.values(), found):
-            for i, result in zip(own, results):
-                out[i] = result
-        return out
+        self.calls = 0  # calls sent to the groups (tests and bench/bench_ray.py count a fill's rounds)
 
     def _call(self, calls: list[tuple[int, str, tuple[Any, ...]]]) -> list[Any]:
         """The results of the calls (group, method, args), sent together; one retry of a call whose replica
         died; AppError (not_ready, 503) naming the group that did not answer in time."""
+        self.calls += len(calls)
         sent = [(g, method, args, getattr(self.groups[g].handle, method).remote(*args)) for g, method, args in calls]
         out = []
         for g, method, args, response in sent:
@@ -206,8 +179,11 @@ def _attach(settings: Settings, root: Path, manifest: Manifest, group: Group, wa
 
 
 def open_ray_engine(settings: Settings) -> FillEngine:
-    """The engine of a Ray ingress: encoder, reader, manifest and BM25 here, the shards in their groups."""
+    """The engine of a Ray ingress: encoder, reader, manifest, BM25 and the shards' text side here, their searches
+    and vectors in their groups."""
     connect(settings)
     root = settings.index_dir()
     groups = shard_groups(settings, root, deploy=settings.ray_deploy)
-    return FillEngine.open(settings.engine_config(), shards=lambda index: RayShards(groups, settings.ray_timeout))
+    return FillEngine.open(
+        settings.engine_config(), shards=lambda index: RayShards(groups, settings.ray_timeout, ShardGroup(index))
+    )

@@ -16,6 +16,7 @@ from ray import serve
 from ray.serve import Application
 
 from common.process import single_thread_blas
+from fill.candidates import CandidateForm, ShardCandidates
 from fill.shard_group import ShardGroup, ShardTask
 from indexer.manifest import Manifest
 from indexer.phrase_index import PhraseIndex, ScoredHits
@@ -62,6 +63,11 @@ class ShardGroupReplica:
 
     async def gather(self, tasks: list[ShardTask[Any]]) -> list[Any]:
         return await asyncio.to_thread(self._hop, self.group.gather, tasks)
+
+    async def search_forming(
+        self, queries: np.ndarray, k: int, groups: list[int], forms: list[CandidateForm | None]
+    ) -> tuple[list[ScoredHits], list[list[list[ShardCandidates]]]]:
+        return await asyncio.to_thread(self._hop, self.group.search_forming, queries, k, groups, forms)
 
     def _hop(self, work: Callable[..., T], *args: Any) -> T:
         if self.delay:

@@ -26,6 +26,8 @@ TIMES = {"took_ms", "timings_ms"}
 class PickledShards:
     """Shards whose every task and result goes through pickle (as over Ray), recording the results' types."""
 
+    one_round = False
+
     def __init__(self, group: ShardGroup) -> None:
         self.group = group
         self.kinds: dict[str, set[type]] = defaultdict(set)

@@ -160,3 +160,25 @@ def test_shards_asked_in_two_rounds_give_the_hits_of_asking_each_for_all(tmp_pat
         assert np.array_equal(a.scores, b.scores) and np.array_equal(a.shard_no, b.shard_no)
         assert np.array_equal(a.positions, b.positions)
     index.close()
+
+
+def test_the_text_side_alone_opens_no_faiss_index_and_no_vector(tiny_index):
+    """PhraseIndex(dense=False), a Ray ingress's: every shard's text side (tokens, offsets, documents), checked and
+    watched, and nothing of its search; asking for one names what is missing."""
+    index = PhraseIndex(tiny_index, dense=False)
+    try:
+        assert len(index.shards) == len(index.manifest.shards) and not any(s.dense for s in index.shards)
+        listed = {p.name for p, _ in index.files.all()}
+        assert "token_ids.npy" in listed and "docs.arrow" in listed
+        assert not listed & {"index.faiss", "vectors.npy", "scales.npy", "code_slots.npy"}
+        index.warm(pages=True, hashes=True)  # the text side's pages and sha256, nothing else
+        assert {p.name for p in index.files.verified} == listed
+        shard = index.shards[0]
+        assert shard.doc_text(0) and np.asarray(shard.token_ids[:3]).size == 3
+        for what in ("index", "vectors"):
+            with pytest.raises(AppError, match="opened without its vectors"):
+                getattr(shard, what)
+        with pytest.raises(AppError, match="opened without its vectors"):
+            index.search_scored(np.zeros((1, index.manifest.dim), dtype=np.float32), 3)
+    finally:
+        index.close()

@@ -72,7 +72,17 @@ def test_the_groups_split_the_shards(engines):
     groups = remote.shards.groups
     assert [g.name for g in groups] == ["t-group-0", "t-group-1"]
     assert [s for g in groups for s in g.shard_nos] == list(range(len(remote.index.manifest.shards)))
-    assert remote.index.shards == []  # the ingress opens no shard: manifest and BM25 only
+    # the ingress opens the shards' text side only (windows, evidence): no FAISS index, no vectors
+    assert len(remote.index.shards) == len(remote.index.manifest.shards)
+    assert not any(s.dense for s in remote.index.shards)
+
+
+@pytest.mark.parametrize("mode", ["dense", "hybrid"])
+def test_a_fill_is_one_round_per_group(engines, mode):
+    _, remote = engines
+    before = remote.shards.calls
+    remote.fill(FillRequest(text=QUERIES[2], mode=mode, evidence=3))
+    assert remote.shards.calls - before == len(remote.shards.groups)
 
 
 @pytest.mark.parametrize("mode", ["dense", "hybrid", "restricted"])
