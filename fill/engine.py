@@ -7,7 +7,7 @@ hop by hop", follows a request through every step."""
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, overload
+from typing import Any, Callable, Sequence, overload
 
 import numpy as np
 
@@ -17,7 +17,7 @@ from encoder.model import Encoder
 from encoder.reader import Reader
 from fill.answers import answer_masks
 from fill.budget import Budget
-from fill.candidates import CandidateForm, CandidateTask, Lexical, LexicalBonus, MaskQuery
+from fill.candidates import CandidateForm, CandidateTask, Lexical, LexicalBonus, MaskQuery, ShardCandidates
 from fill.choices import ChoicePhrases
 from fill.config import EngineConfig
 from fill.deadline import Deadline
@@ -273,7 +273,7 @@ class FillEngine:
     ) -> tuple[list[RankedMask], BlockPrior | None]:
         """Per mask, its phrases ranked by retrieval (with `read`: as many as the reader's windows and prior
         come from), and the BM25 block prior (None in dense mode). A mask's candidates in every shard are one
-        call to the shards."""
+        call to the shards (with `one_round`: every mask's, or none when the search formed them)."""
         request, mode = prepared.planned.request, prepared.planned.mode
         laps = laps if laps is not None else StageClock(prepared.encode_ms, prepared.search_ms, None)
         lexical = prepared.lexical if prepared.parts is not None else self.lexical(request, mode)
@@ -284,23 +284,40 @@ class FillEngine:
             if read
             else request
         )
-        q, ranked = prepared.queries, []
-        for m, hits in enumerate(prepared.hits):  # a call per mask: the deadline is checked between masks
-            if prepared.parts is not None:  # formed with the search (one round per shard group: fill.scatter)
-                parts = prepared.parts[m]
-            else:
-                query = MaskQuery(
-                    q.q_start[m], q.q_end[m], self.index.scale, request.max_span_tokens, bonus, bool(request.alpha)
-                )
-                tasks = [
-                    CandidateTask(s, hits.start.in_shard(s), hits.end.in_shard(s), blocks.get(s, _NONE), query)
-                    for s in sorted(set(hits.shard_nos()) | set(blocks))
-                ]
-                parts = [c for c in self.shards.gather(tasks) if c is not None]
+        masks = range(len(prepared.hits))
+        parts_of = prepared.parts  # formed with the search (one round per shard group: fill.scatter)
+        if parts_of is None and self.shards.one_round:  # a restricted fill's masks in one call too
+            parts_of = self._candidates(prepared, masks, bonus, blocks)
+        ranked = []
+        for m in masks:  # without one_round, a call per mask: the deadline is checked between masks
+            parts = parts_of[m] if parts_of is not None else self._candidates(prepared, [m], bonus, blocks)[0]
             laps.lap("spans")
             ranked.append(rank_mask(parts, options))
             laps.lap("rank")
         return ranked, lexical.prior if lexical is not None else None
+
+    def _candidates(
+        self,
+        prepared: Prepared[FillRequest],
+        masks: Sequence[int],
+        bonus: LexicalBonus | None,
+        blocks: dict[int, np.ndarray],
+    ) -> list[list[ShardCandidates]]:
+        """The candidates of each of `masks` in every shard (fill.candidates), in one call to the shards."""
+        request, q = prepared.planned.request, prepared.queries
+        tasks, of = [], []
+        for m in masks:
+            hits = prepared.hits[m]
+            query = MaskQuery(
+                q.q_start[m], q.q_end[m], self.index.scale, request.max_span_tokens, bonus, bool(request.alpha)
+            )
+            for s in sorted(set(hits.shard_nos()) | set(blocks)):
+                tasks.append(
+                    CandidateTask(s, hits.start.in_shard(s), hits.end.in_shard(s), blocks.get(s, _NONE), query)
+                )
+                of.append(m)
+        found = self.shards.gather(tasks)
+        return [[c for c, o in zip(found, of) if o == m and c is not None] for m in masks]
 
     def _retrieved(self, top_k: int, mode: Mode) -> int:
         """Phrases to rank by retrieval before reading: the reader's candidates, and the prior's phrases when

@@ -52,9 +52,11 @@ class GroupCalls:
     def __init__(self, root, plan: list[list[int]]) -> None:
         self.groups = [ShardGroup(PhraseIndex(root, shard_nos=own, bm25=False)) for own in plan]
         self.calls = 0
+        self.called: list[int] = []  # the group of every call
 
     def __call__(self, calls):
         self.calls += len(calls)
+        self.called += [g for g, _, _ in calls]
         out = []
         for g, method, args in calls:
             result = getattr(self.groups[g], method)(*pickle.loads(pickle.dumps(args)))
@@ -101,10 +103,14 @@ def test_scattered_fills_equal_one_process(engines, mode, k):
 
 def test_a_fill_is_one_call_per_group(engines):
     local, scattered, calls = engines
-    for mode in ("dense", "hybrid"):
-        before = calls.calls
+    for mode in ("dense", "hybrid", "restricted"):
+        before = len(calls.called)
         scattered.handle(FillRequest(text=QUERIES[3], mode=mode, reader=True, evidence=3))
-        assert calls.calls - before == len(calls.groups), mode  # windows, evidence, block tokens: read here
+        called = calls.called[before:]  # windows, evidence, block tokens: read here
+        if mode == "restricted":  # no search: every mask's candidates in one call to each group holding its blocks
+            assert called and len(set(called)) == len(called), called
+        else:
+            assert sorted(called) == list(range(len(calls.groups))), mode
 
 
 def test_kept_gives_the_spans_and_logits_one_process_forms(engines):
