@@ -112,6 +112,10 @@ class Shard:
             )
         return self._index
 
+    @index.setter
+    def index(self, index: faiss.Index) -> None:  # a bench's own index in its place (bench/bench_ann.py)
+        self._index = index
+
     @property
     def vectors(self) -> StoredVectors | AnnCodes:
         """The stored vectors that re-score a hit exactly (or the FAISS codes' scores: indexer.ann_codes)."""
@@ -120,6 +124,10 @@ class Shard:
                 f"shard {self.info.name} was opened without its vectors (its text side only)", kind="internal"
             )
         return self._vectors
+
+    @vectors.setter
+    def vectors(self, vectors: StoredVectors | AnnCodes) -> None:  # a bench's codec in their place (bench_codecs)
+        self._vectors = vectors
 
     def __len__(self) -> int:
         return self.info.tokens

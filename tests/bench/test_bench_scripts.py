@@ -350,9 +350,10 @@ def test_bench_ray_times_the_local_engine_and_shard_groups_with_hops(built, tmp_
         ("ray", 2),
     ]
     assert all(r["p50_ms"] > 0 and r["fills_per_s"] > 0 for r in runs) and "p50 - local" in out
-    assert all(r["stage_p50_ms"]["encode"] > 0 and r["stage_p50_ms"]["spans"] > 0 for r in runs)
-    for r in runs[1:]:  # every fill calls the groups: a search, then its candidates (and evidence)
-        assert r["calls"]["search"]["per_fill"] == 1.0 and r["calls"]["CandidateTask"]["per_fill"] >= 1.0
+    assert all(r["stage_p50_ms"]["encode"] > 0 and r["stage_p50_ms"]["search"] > 0 for r in runs)
+    assert runs[0]["stage_p50_ms"]["spans"] > 0  # on Ray the spans come with the search
+    for r in runs[1:]:  # a (hybrid) fill is one round: each group searches and forms its candidates in one call
+        assert set(r["calls"]) == {"search_forming"} and r["calls"]["search_forming"]["per_fill"] == 1.0
         if r["delay_ms"]:  # each call sleeps 2 ms before and after its work, a bare one too
             assert all(c["median_ms"] >= 4.0 for c in r["calls"].values()) and r["bare_call_ms"] >= 4.0
 
