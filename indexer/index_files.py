@@ -10,7 +10,7 @@ from pathlib import Path
 from common.errors import AppError, IndexDamaged
 from common.files import sha256_file
 from indexer.integrity import damaged
-from indexer.manifest import MANIFEST_NAME, FileInfo, Manifest
+from indexer.manifest import MANIFEST_NAME, FileInfo, Manifest, ShardInfo
 from indexer.shard import DENSE_FILES, delta_bm25_name
 from indexer.write_events import write_events
 
@@ -57,13 +57,7 @@ class IndexFiles:
     def all(self) -> Listed:
         """Every file the manifest lists (of the opened shards, and BM25's when it is open), with its record
         (size, sha256)."""
-        infos = [self.manifest.shards[n] for n in self.numbers]
-        files = [
-            (self.root / info.name / fname, rec)
-            for info in infos
-            for fname, rec in info.files.items()
-            if self.dense or fname not in DENSE_FILES
-        ]
+        files = [f for n in self.numbers for f in self.of_shard(self.manifest.shards[n])]
         if self.with_bm25:
             files += [(self.root / delta_bm25_name(info.name), info.bm25) for info in self.manifest.shards if info.bm25]
             if self.manifest.bm25 is not None:
@@ -71,6 +65,10 @@ class IndexFiles:
         if self.manifest.tombstones is not None:
             files.append((self.root / self.manifest.tombstones.name, self.manifest.tombstones))
         return files
+
+    def of_shard(self, info: ShardInfo) -> Listed:
+        """The files of one shard (not its DENSE_FILES when `dense` is false), with their records."""
+        return [(self.root / info.name / f, rec) for f, rec in info.files.items() if self.dense or f not in DENSE_FILES]
 
     def verify(self, files: Listed | None = None) -> None:
         """Check every file (or `files`) against the manifest's sha256 (slow: reads everything). Without it,

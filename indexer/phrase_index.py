@@ -19,7 +19,7 @@ from indexer.bm25 import BM25, BlockSearch
 from indexer.index_files import IndexFiles
 from indexer.integrity import check_bm25
 from indexer.manifest import Manifest
-from indexer.shard import DENSE_FILES, Shard, delta_bm25_name
+from indexer.shard import Shard, delta_bm25_name
 from indexer.shard_hits import ScoredHits, Task, best_of_shards, top_hits
 from indexer.shared_lists import Assigned, shared_lists
 from indexer.tombstones import Liveness, Tombstones
@@ -98,9 +98,8 @@ class PhraseIndex:
         lent = reuse.shards_by_name() if reuse is not None else {}
         infos = [self.manifest.shards[n] for n in self.numbers]
         unchanged = {info.name for info in infos if info.name in lent and lent[info.name].info == info}
-        self.shards = [
-            lent[i.name] if i.name in unchanged else Shard(self.root, i, self.manifest.dim, self.dense) for i in infos
-        ]
+        own = {i.name: Shard(self.root, i, self.manifest.dim, self.dense) for i in infos if i.name not in unchanged}
+        self.shards = [lent[i.name] if i.name in unchanged else own[i.name] for i in infos]
         self._search_params = (nprobe, ef_search)
         tokens: dict[str, int] = {}  # per factory, over the whole index (a shard group probes as the index would)
         for info in self.manifest.shards:
@@ -122,13 +121,9 @@ class PhraseIndex:
         """This directory opened again, as its manifest now says (after a live update), with the same search
         parameters: the shards both generations hold are lent, not reopened; the files this one did not have
         are checked (sha256) first. The caller serves it and closes this one when done with it."""
+        nprobe, ef_search = self._search_params
         index = PhraseIndex(
-            self.root,
-            nprobe=self._search_params[0],
-            ef_search=self._search_params[1],
-            refine=self.refine,
-            reuse=self,
-            dense=self.dense,
+            self.root, nprobe=nprobe, ef_search=ef_search, refine=self.refine, reuse=self, dense=self.dense
         )
         try:
             old = {p for p, _ in self.files.all()}
@@ -190,8 +185,7 @@ class PhraseIndex:
         t = time.perf_counter()
         for shard in self.shards:
             if hashes:
-                own = [(shard.dir / f, r) for f, r in shard.info.files.items() if self.dense or f not in DENSE_FILES]
-                self.files.verify(self.files.unverified(own))
+                self.files.verify(self.files.unverified(self.files.of_shard(shard.info)))
             if pages:
                 shard.warm()
         if hashes:
