@@ -7,27 +7,10 @@ from __future__ import annotations
 import re
 from importlib.resources import files
 
-import pytest
-from fastapi.testclient import TestClient
-
-from fill.engine import FillEngine
-from service.api import create_app
 from service.config import Settings
-from service.state import ServiceState
+from tests.service.test_auth import client_for, state  # noqa: F401 - a fixture
 
 PAGE = files("service") / "page"
-
-
-@pytest.fixture(scope="module")
-def state(tiny_index) -> ServiceState:
-    settings = Settings(index=tiny_index)
-    return ServiceState(settings, engine=FillEngine.open(settings.engine_config()))
-
-
-def client_for(state, **settings) -> TestClient:
-    return TestClient(
-        create_app(Settings(index=state.settings.index, **settings), state=state), raise_server_exceptions=False
-    )
 
 
 def test_the_page_and_its_files_are_served_with_a_policy_that_allows_only_them(state):
