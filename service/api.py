@@ -18,6 +18,7 @@ from service.observe import Observe
 from service.routes import admin as admin_routes
 from service.routes import documents as document_routes
 from service.routes import fill as fill_routes
+from service.routes import page as page_routes
 from service.routes import probes as probe_routes
 from service.routes import score as score_routes
 from service.state import ServiceState
@@ -51,6 +52,8 @@ def create_app(
     _middleware(app, settings, keys)
     for group in (probe_routes, fill_routes, score_routes, admin_routes, document_routes):
         app.include_router(group.router)
+    if settings.page:
+        app.include_router(page_routes.router)
     _document_budget(app, app.state.service.requests.budget.describe() | {"heavy_lane_over": settings.heavy_weight})
     return app
 

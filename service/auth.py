@@ -12,7 +12,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.config import Role
 from service.errors import error_response
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz"})  # the orchestrator's probes carry no key
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})  # the orchestrator's probes carry no key, nor does the page
+PAGE_FILES = "/page/"  # the page's script and style (service.routes.page): open too; its requests carry the key
 ADMIN_PREFIX = "/admin"  # the routes that change what is served (service.routes.admin, service.routes.documents)
 
 
@@ -39,7 +40,8 @@ class ApiKeys:
         return found if scheme.lower() == "bearer" else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or scope["path"] in OPEN_PATHS or scope["method"] == "OPTIONS":
+        path = scope.get("path", "")
+        if scope["type"] != "http" or path in OPEN_PATHS or path.startswith(PAGE_FILES) or scope["method"] == "OPTIONS":
             await self.app(scope, receive, send)
             return
         admin = is_admin_path(scope["path"])

@@ -203,6 +203,10 @@ class Settings(EngineConfig, BaseSettings):
         "the configured index",
     )
     cors_origins: str = Field("", description="comma-separated origins allowed by CORS (`*` for any); empty: CORS off")
+    page: bool = Field(
+        True,
+        description="serve the page to try fills and scores in a browser at GET / (service/page; false: the API only)",
+    )
     backend: Literal["local", "ray"] = Field(
         "local",
         description="local: every shard in this process; ray: the shards in shard groups on a Ray cluster "
