@@ -28,7 +28,8 @@ serve() {  # start the server on index $1 and wait until it is ready (up to 3 mi
 fill() { "$VENV/bin/python" deploy/fill_client.py "http://127.0.0.1:$PORT/fill" "$1"; }
 score() { "$VENV/bin/python" deploy/fill_client.py "http://127.0.0.1:$PORT/score" "$1"; }
 serve "$INDEX"
-echo "the page to try it in a browser: http://127.0.0.1:$PORT/ (while the demo runs; then: .venv/bin/python -m service --index $INDEX)"
+echo "the page to try it in a browser: http://127.0.0.1:$PORT/ while the demo runs; after it, start a server"
+echo "(.venv/bin/python -m service --index $INDEX) and open http://127.0.0.1:8000/"
 fill '{"text": "Marie Curie was born in <mask> .", "top_k": 3}'
 fill '{"text": "Paris is the capital of <mask> .", "top_k": 3, "mode": "restricted"}'
 fill '{"text": "Marie Curie was born in <mask> . In 1891 she moved to <mask> .", "top_k": 3}'

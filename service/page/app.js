@@ -25,10 +25,12 @@ function bar(value, label) {
   return el("span", { class: "bar", title: label }, fill);
 }
 
-// The passage with the phrase marked: its occurrence nearest the middle (the context is cut around it).
+// The passage with the phrase marked: its occurrence nearest the middle (the context is cut around it), found
+// regardless of case where lowering keeps every length (else as written: the offsets must stay those of `context`).
 function passage(context, phrase) {
-  const lower = context.toLowerCase();
-  const want = phrase.toLowerCase();
+  const fold = context.toLowerCase().length === context.length && phrase.toLowerCase().length === phrase.length;
+  const lower = fold ? context.toLowerCase() : context;
+  const want = fold ? phrase.toLowerCase() : phrase;
   let best = -1;
   for (let at = lower.indexOf(want); at !== -1 && want; at = lower.indexOf(want, at + 1)) {
     if (best === -1 || Math.abs(at - context.length / 2) < Math.abs(best - context.length / 2)) best = at;
