@@ -9,11 +9,13 @@ them. It is everything the fill path does with a shard's files, so the engine ne
            -> Places), a block's token ids (`BlockTokensTask`), the reader's windows (fill.windows.WindowTask ->
            WindowRead), a closed-set score's votes, their places and its choices' base rates (fill.choices). The
            results come back in the tasks' order.
+  search_forming  `search`, and each fill's candidates from this group's own hits and blocks, in the same call
+           (a shard group on Ray: one round a fill, fill.scatter)
 
 Tasks and results are plain data (dataclasses, NamedTuples, numpy arrays): in one process `gather` is a loop over
 them; a distributed deployment (service.ray_backend: one group per set of shard directories, on other processes
-or machines) pickles the same objects, sends every group its share of a step's tasks in one message and gets
-the same results back."""
+or machines) pickles the same objects and sends every group one message a fill (fill.scatter); the tasks that
+read no vector (`dense` False) run on the ingress's own text side of the shards."""
 
 from __future__ import annotations
 
