@@ -67,16 +67,19 @@ class ScatterShards:
 
     def gather(self, tasks: Sequence[ShardTask[R]]) -> list[R]:
         out: list[R] = [None] * len(tasks)  # type: ignore[list-item]  # every slot is set below
-        here = [i for i, t in enumerate(tasks) if self.text is not None and not t.dense]
-        for i, result in zip(here, self.text.gather([tasks[i] for i in here]) if self.text is not None else []):
-            out[i] = result
-        per: dict[int, list[int]] = {}
+        here: list[int] = []  # run on the ingress's text side
+        per: dict[int, list[int]] = {}  # sent to the owning group
         for i, task in enumerate(tasks):
-            if self.text is None or task.dense:
-                g = self.owner.get(task.shard_no)
-                if g is None:
-                    raise AppError(f"shard {task.shard_no} belongs to no shard group", kind="internal")
-                per.setdefault(g, []).append(i)
+            if self.text is not None and not task.dense:
+                here.append(i)
+                continue
+            g = self.owner.get(task.shard_no)
+            if g is None:
+                raise AppError(f"shard {task.shard_no} belongs to no shard group", kind="internal")
+            per.setdefault(g, []).append(i)
+        if self.text is not None and here:
+            for i, result in zip(here, self.text.gather([tasks[i] for i in here])):
+                out[i] = result
         found = self.send([(g, "gather", ([tasks[i] for i in own],)) for g, own in per.items()]) if per else []
         for own, results in zip(per.values(), found):
             for i, result in zip(own, results):
