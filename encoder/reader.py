@@ -33,19 +33,22 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from pydantic import BaseModel, Field, ValidationError
 
 from common.errors import AppError
-from common.files import write_json_atomic
-from encoder.device import autocast, choose_device, choose_dtype, lower_weights
+from encoder.device import autocast, choose_runtime, lower_weights, torch_runtime
 from encoder.model import pad_sequences, padded_width
-from encoder.model_files import load_tokenizer, load_transformer, model_fingerprint
-from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass, resolve_engine
+from encoder.model_files import load_tokenizer, model_fingerprint
+from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass
 from encoder.template import Template, derive_template
+
+if TYPE_CHECKING:
+    import torch
+
+    from encoder.reader_model import ReaderModel
 
 logger = logging.getLogger(__name__)
 
@@ -144,47 +147,17 @@ def window_positions(item: ReaderInput, sep_len: int) -> np.ndarray:
     return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
 
 
-class ReaderModel(torch.nn.Module):
-    """The transformer and the two heads."""
-
-    def __init__(self, transformer: torch.nn.Module) -> None:
-        super().__init__()
-        self.transformer = transformer
-        config: Any = transformer.config  # transformers' config or LeanBert's namespace: fields read by name
-        dim = int(config.hidden_size)
-        self.start = torch.nn.Linear(dim, dim)
-        self.end = torch.nn.Linear(dim, dim)
-        for head in (self.start, self.end):
-            torch.nn.init.eye_(head.weight)
-            torch.nn.init.zeros_(head.bias)
-        self.scale = dim**-0.5
-        self.uses_token_types = (getattr(transformer.config, "type_vocab_size", 1) or 1) > 1
-
-    def forward(
-        self, ids: torch.Tensor, attention: torch.Tensor, types: torch.Tensor, mask_at: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Start and end logits [rows, width] of every sequence position for the mask at `mask_at` [rows]."""
-        kwargs = {"input_ids": ids, "attention_mask": attention}
-        if self.uses_token_types:
-            kwargs["token_type_ids"] = types
-        h = self.transformer(**kwargs).last_hidden_state
-        rows = torch.arange(h.shape[0], device=h.device)
-        q_start = self.start(h[rows, mask_at])
-        q_end = self.end(h[rows, mask_at + 1])
-        return (torch.einsum("bd,btd->bt", q_start, h) * self.scale, torch.einsum("bd,btd->bt", q_end, h) * self.scale)
-
-
 def batch_tensors(
     items: list[ReaderInput], template: Template, pad_id: int, limit: int = 0
-) -> tuple[tuple[torch.Tensor, ...], list[np.ndarray]]:
-    """(ids, attention, types, mask_at) of a batch, and each item's window token positions in its row; with a
-    `limit` (serving), the batch's length is rounded up by encoder.model.padded_width, at most `limit`."""
+) -> tuple[tuple[np.ndarray, ...], list[np.ndarray]]:
+    """(ids, attention, types, mask_at) of a batch (int64), and each item's window token positions in its row;
+    with a `limit` (serving), the batch's length is rounded up by encoder.model.padded_width, at most `limit`."""
     layouts = [layout(item, template) for item in items]
     longest = max(len(s) for s, _, _ in layouts)
     ids, attention, types = pad_sequences(
         [s for s, _, _ in layouts], [t for _, t, _ in layouts], pad_id, padded_width(longest, limit) if limit else 0
     )
-    mask_at = torch.tensor([item.mask_at for item in items], dtype=torch.long)
+    mask_at = np.asarray([item.mask_at for item in items], dtype=np.int64)
     sep_len = len(template.single_suffix)
     positions = [first + window_positions(item, sep_len) for item, (_, _, first) in zip(items, layouts)]
     return (ids, attention, types, mask_at), positions
@@ -196,30 +169,6 @@ def reader_tokenizer(reader_dir: Path, lean: bool = False):
         return load_tokenizer(reader_dir, lean)
     except Exception as exc:  # transformers raises many types; all mean "cannot load"
         raise AppError(f"cannot load the tokenizer of reader {reader_dir}: {exc}") from exc
-
-
-def load_model(reader_dir: Path, lean: bool = False, tokenizer=None) -> tuple[ReaderModel, Any]:
-    """The reader model (fp32) and its tokenizer (`tokenizer`, when given), from a reader directory (or an
-    encoder directory, whose heads then start as the identity). `lean`: for inference only, a plain BERT
-    transformer runs as encoder.lean_bert.LeanBert (as Encoder's `lean`)."""
-    from safetensors.torch import load_file
-
-    tokenizer = tokenizer if tokenizer is not None else reader_tokenizer(reader_dir)
-    try:
-        transformer = load_transformer(reader_dir, lean)
-    except Exception as exc:  # transformers raises many types; all mean "cannot load"
-        raise AppError(f"cannot load reader from {reader_dir}: {exc}") from exc
-    model = ReaderModel(transformer)
-    if (reader_dir / HEAD_NAME).is_file():
-        heads = {k: v.float() for k, v in load_file(str(reader_dir / HEAD_NAME)).items()}
-        try:
-            model.start.load_state_dict({"weight": heads["start.weight"], "bias": heads["start.bias"]})
-            model.end.load_state_dict({"weight": heads["end.weight"], "bias": heads["end.bias"]})
-        except (KeyError, RuntimeError) as exc:
-            raise AppError(
-                f"{reader_dir / HEAD_NAME} does not hold heads for this transformer ({exc}); re-export the reader"
-            ) from exc
-    return model, tokenizer
 
 
 def _config(reader_dir: Path) -> dict:
@@ -242,25 +191,6 @@ def read_card(reader_dir: Path) -> ReaderCard:
         ) from exc
 
 
-def save_reader(model: ReaderModel, tokenizer, card: ReaderCard, out: Path, half: bool = True) -> None:
-    """Write a reader directory (fp16 weights, or fp32 for a checkpoint) into `out`, which must exist
-    (callers write atomically)."""
-    from safetensors.torch import save_file
-
-    dtype = torch.float16 if half else torch.float32
-    transformer: Any = model.transformer.to(dtype)  # transformers' model (save_pretrained)
-    transformer.save_pretrained(out, safe_serialization=True)
-    model.transformer.float()
-    heads = {
-        f"{name}.{k}": v.detach().to(dtype).contiguous()
-        for name, head in (("start", model.start), ("end", model.end))
-        for k, v in head.state_dict().items()
-    }
-    save_file(heads, str(out / HEAD_NAME))
-    tokenizer.save_pretrained(out)
-    write_json_atomic(out / CARD_NAME, card.model_dump(mode="json"))
-
-
 class Reader:
     """A loaded reader on its device, for inference. `logits` is thread-safe only when called from one
     thread at a time (the engine calls it on the encoder's inference thread)."""
@@ -273,9 +203,7 @@ class Reader:
         self.tokenizer = reader_tokenizer(self.dir, lean=True)
         if vocab_fingerprint(self.tokenizer) != self.card.vocab:
             raise AppError(f"reader {self.dir}: its tokenizer is not the one its {CARD_NAME} names; re-export it")
-        self.device = device if isinstance(device, torch.device) else choose_device(device)
-        self.dtype = choose_dtype(self.device, dtype)
-        self.engine = resolve_engine(engine, self.device, "reader")
+        self.engine, self.device, self.dtype = choose_runtime(engine, device, dtype, "reader")
         self.template = derive_template(self.tokenizer)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.title_ids = TitleIds(self.tokenizer, self.card.title_tokens) if self.card.title_tokens else None
@@ -287,8 +215,10 @@ class Reader:
                 self.dir, model_fingerprint(self.dir), "reader", self.engine, self.dtype, self._export_spec
             )
         else:
+            from encoder.reader_model import load_model
+
             self.model = load_model(self.dir, lean=True, tokenizer=self.tokenizer)[0].to(self.device).eval()
-            lower_weights(self.model, self.dtype)  # for inference only: the same logits, less memory traffic
+            lower_weights(self.model, torch_runtime(self.device, self.dtype)[1])  # for inference: the same logits
 
     @property
     def onnx_path(self) -> Path | None:
@@ -305,27 +235,33 @@ class Reader:
             ReaderInput([self.pad_id + 1] * 6, 1, [np.full(4, self.pad_id + 1)]),
             ReaderInput([self.pad_id + 1] * 5, 2, [np.full(3, self.pad_id + 1)] * 2),
         ]
-        tensors, _ = batch_tensors(items, self.template, self.pad_id)
+        import torch
+
+        from encoder.reader_model import load_model
+
+        arrays, _ = batch_tensors(items, self.template, self.pad_id)
         model = load_model(self.dir, lean=True, tokenizer=self.tokenizer)[0].eval()
-        return model, dict(zip(READER_INPUTS, tensors)), ["start", "end"]
+        return model, {name: torch.from_numpy(a) for name, a in zip(READER_INPUTS, arrays)}, ["start", "end"]
 
     @property
     def spec(self) -> ReadingSpec:
         return ReadingSpec(self.card, len(self.template.single_suffix), self.max_length, self.title_ids)
 
-    @torch.inference_mode()
     def logits(self, items: list[ReaderInput]) -> list[tuple[np.ndarray, np.ndarray]]:
         """Per item, the start and end logits (float64) of its window tokens, windows concatenated (minus the
         no-answer logits, those of position 0, for a reader trained with them: card `null`)."""
         if not items:
             return []
-        tensors, positions = batch_tensors(items, self.template, self.pad_id, self.max_length)
+        arrays, positions = batch_tensors(items, self.template, self.pad_id, self.max_length)
         if self._onnx is not None:
-            start, end = self._onnx.run(**{name: t.numpy() for name, t in zip(READER_INPUTS, tensors)})
+            start, end = self._onnx.run(**dict(zip(READER_INPUTS, arrays)))
         else:
+            import torch
+
             assert self.model is not None  # the torch engine's (made in __init__)
-            with autocast(self.device, self.dtype):
-                start, end = self.model(*(t.to(self.device) for t in tensors))
+            device, dtype = torch_runtime(self.device, self.dtype)
+            with torch.inference_mode(), autocast(device, dtype):
+                start, end = self.model(*(torch.from_numpy(a).to(device) for a in arrays))
             start, end = start.float().cpu().numpy(), end.float().cpu().numpy()
         if self.card.null:
             start, end = start - start[:, :1], end - end[:, :1]

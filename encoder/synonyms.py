@@ -14,7 +14,6 @@ from __future__ import annotations
 from functools import lru_cache
 
 import numpy as np
-import torch
 
 from encoder.stopwords import STOPWORD_SET
 
@@ -24,8 +23,9 @@ MIN_LETTERS = 3
 class WordNeighbours:
     """The whole-word tokens of a vocabulary with their unit-length input embeddings (fp16, ~15 MB for BERT's)."""
 
-    def __init__(self, tokenizer, embeddings: torch.Tensor, phrase_ids) -> None:
-        """`phrase_ids(words) -> token ids per word` as the encoder tokenizes a word inside running text."""
+    def __init__(self, tokenizer, embeddings: np.ndarray, phrase_ids) -> None:
+        """`embeddings`: the input-embedding table [vocab, dim] (any float dtype); `phrase_ids(words) -> token
+        ids per word` as the encoder tokenizes a word inside running text."""
         words, ids = [], []
         for token, idx in tokenizer.get_vocab().items():
             word = token.lstrip("\u0120\u2581")  # byte-level BPE's and SentencePiece's word-start marks
@@ -36,10 +36,9 @@ class WordNeighbours:
         self.words = [w for w, ok in zip(words, single) if ok]
         self.ids = np.asarray([i for i, ok in zip(ids, single) if ok], dtype=np.int64)
         self._row = {int(i): r for r, i in enumerate(self.ids)}
-        with torch.no_grad():
-            vectors = embeddings.detach().float().cpu()
-            self._unit = torch.nn.functional.normalize(vectors[torch.from_numpy(self.ids)], dim=1).numpy()
-            self._unit = self._unit.astype(np.float16)
+        vectors = np.asarray(embeddings[self.ids], dtype=np.float32)
+        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+        self._unit = (vectors / np.maximum(norms, 1e-12)).astype(np.float16)
 
     def expand(self, words_per_choice: list[list[int]], n: int) -> list[list[tuple[int, str]]]:
         """`_expand`, cached: the same choices come back request after request (a classifier's labels)."""

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from tqdm import tqdm
 
 from corpus.blocking import Block
 from encoder.model import BlockInput, Encoder
 
+if TYPE_CHECKING:
+    import torch
+
 CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 2048, 16384
 
 
-def default_batch_tokens(device: torch.device) -> int:
+def default_batch_tokens(device: torch.device | str) -> int:
     """Measured on 2 CPU cores (MiniLM, Debian text, bench/bench_encode.py): 2048-token batches encode ~24%
-    faster than 16384-token ones (activations stay in cache); GPUs want large batches."""
-    return CPU_BATCH_TOKENS if device.type == "cpu" else GPU_BATCH_TOKENS
+    faster than 16384-token ones (activations stay in cache); GPUs want large batches. `device`: a torch device
+    or an ONNX engine's "cpu" (Encoder.device)."""
+    return CPU_BATCH_TOKENS if str(device).split(":")[0] == "cpu" else GPU_BATCH_TOKENS
 
 
 def prefix_len(block: Block) -> int:

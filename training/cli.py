@@ -91,9 +91,9 @@ def export_onnx(
         Optional[Path], typer.Option(help="reader directory (default: the bundled one, when there)")
     ] = None,
 ) -> None:
-    """Export the encoder and the reader for the engine that will run them, now (at install or image build),
-    so that the first server or build does not: cached beside each model by fingerprint. A model the engine
-    runs with torch (the encoder under auto) needs no export and is skipped."""
+    """Export the encoder and the reader for the engine that will serve them, now (at install or image build),
+    so that the first server does not (and need not import torch to): cached beside each model by fingerprint.
+    A model the engine runs with torch (the queries under auto on a CPU with native bf16) is skipped."""
     from encoder.model import Encoder
     from encoder.onnx_engine import ENGINES
     from encoder.reader import BUNDLED_READER, CARD_NAME, Reader
@@ -101,7 +101,7 @@ def export_onnx(
     with cli_errors():
         if engine not in ENGINES or engine == "torch":
             raise AppError(f"--engine must be auto, openvino, onnx or onnx-int8, got {engine!r}", kind="validation")
-        encoder = Encoder(model, device="cpu", engine=engine).for_inference()
+        encoder = Encoder(model, device="cpu", engine=engine, lean=True).for_inference()  # as a server loads it
         typer.echo(f"encoder {encoder.model_dir}: {encoder.onnx_path or 'torch, nothing to export'}")
         reader_dir = reader or (BUNDLED_READER if (BUNDLED_READER / CARD_NAME).is_file() else None)
         if reader_dir is not None:

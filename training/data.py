@@ -306,8 +306,8 @@ class BatchRows:
 
     def batch(self) -> Batch:
         pad_id, end_shift = self.encoder.pad_id, 0 if self.cfg.single else 1
-        q_ids, q_attn, q_ty = pad_sequences(self.q_seqs, self.q_types, pad_id)
-        c_ids, c_attn, c_ty = pad_sequences(self.c_seqs, self.c_types, pad_id)
+        q_ids, q_attn, q_ty = map(torch.from_numpy, pad_sequences(self.q_seqs, self.q_types, pad_id))
+        c_ids, c_attn, c_ty = map(torch.from_numpy, pad_sequences(self.c_seqs, self.c_types, pad_id))
         pos_start, pos_end = self.positives()
         lq, lc = q_ids.shape[1], c_ids.shape[1]
         return Batch(

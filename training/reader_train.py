@@ -35,7 +35,8 @@ from common.files import atomic_path, write_json_atomic
 from corpus.tokens import WORD_END, WORD_START
 from encoder.device import choose_device
 from encoder.model_files import default_model_dir
-from encoder.reader import ReaderCard, ReaderInput, batch_tensors, load_model, save_reader, vocab_fingerprint
+from encoder.reader import ReaderCard, ReaderInput, batch_tensors, vocab_fingerprint
+from encoder.reader_model import load_model, save_reader
 from encoder.template import derive_template
 
 logger = logging.getLogger(__name__)
@@ -224,7 +225,7 @@ class ReaderTrainer:
             for ex in batch
         ]
         tensors, positions = batch_tensors(items, self.template, self.pad_id)
-        start, end = self.model(*(t.to(self.device) for t in tensors))
+        start, end = self.model(*(torch.from_numpy(t).to(self.device) for t in tensors))
         wanted = targets(batch, positions, start.shape[1], self.cfg.null)
         s_ok, s_gold, e_ok, e_gold = (t.to(self.device) for t in wanted)
         return multi_positive_ce(start, s_ok, s_gold) + multi_positive_ce(end, e_ok, e_gold)

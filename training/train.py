@@ -18,7 +18,7 @@ import torch.distributed as dist
 
 from common.distributed import join
 from common.errors import AppError
-from encoder.device import choose_device, distributed_backend, grad_scaler
+from encoder.device import choose_device, distributed_backend, grad_scaler, torch_runtime
 from encoder.model import Encoder
 from encoder.model_files import base_model_dir
 from training.checkpoints import checkpoint_dir, latest_checkpoint, read_state, write_checkpoint
@@ -60,7 +60,7 @@ class Trainer:
         self.batching = batch_config(cfg)
         self.opt = torch.optim.AdamW(param_groups(self.model, cfg), lr=cfg.lr)
         self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, lr_lambda(cfg))
-        self.scaler = grad_scaler(self.encoder.device, self.encoder.dtype)  # enabled for fp16 only
+        self.scaler = grad_scaler(*torch_runtime(self.encoder.device, self.encoder.dtype))  # enabled for fp16 only
         self.step = 0
         self.position = 0  # micro-batches consumed (all processes together)
         self.memory = torch.zeros((0, self.encoder.dim))  # recent candidate vectors (memory_tokens)

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import logging
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
 import encoder.device as device_mod
+from common.errors import AppError
 from encoder.device import (
     choose_device,
     choose_dtype,
@@ -138,3 +141,46 @@ def test_embedding_tables_a_fp16_file_holds_stay_fp16_and_encode_the_same_vector
         assert np.array_equal(a, b)
     full = Encoder(tiny_bert_dir, device="cpu", dtype=dtype).for_inference()
     assert all(m.weight.dtype == torch.float32 for m in full.model.modules() if isinstance(m, torch.nn.Embedding))
+
+
+def test_the_cpu_flags_say_what_torch_says_of_native_bf16():
+    """cpu_has_fast_bf16 reads /proc/cpuinfo (no torch import): the same answer as torch's own check."""
+    assert device_mod.cpu_has_fast_bf16() == bool(
+        torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported()
+    )
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only answers")
+@pytest.mark.parametrize("fast_bf16", [False, True])
+def test_on_a_cpu_queries_run_on_openvino_in_fp32_and_on_torch_in_bf16(monkeypatch, fast_bf16):
+    monkeypatch.setattr(device_mod, "cpu_has_fast_bf16", lambda: fast_bf16)
+    query = device_mod.choose_runtime("auto", "auto", "auto", "query")
+    if fast_bf16:  # OpenVINO's bf16 pass moved dense fills (docs/BENCHMARKS.md, "Engines")
+        assert query == ("torch", torch.device("cpu"), torch.bfloat16)
+    else:
+        assert query == ("openvino", "cpu", "float32")
+    assert device_mod.choose_runtime("auto", "auto", "auto", "reader")[:2] == ("openvino", "cpu")
+    assert device_mod.choose_runtime("auto", "cpu", "auto", "encoder")[:2] == ("torch", torch.device("cpu"))
+    assert device_mod.choose_runtime("openvino", "cpu", "bf16", "encoder") == ("openvino", "cpu", "bfloat16")
+    assert device_mod.choose_runtime("torch", torch.device("cpu"), "fp32", "query") == (
+        "torch",
+        torch.device("cpu"),
+        torch.float32,
+    )
+
+
+def test_with_a_gpu_every_model_runs_on_torch_and_onnx_engines_are_refused(gpu_present):
+    assert device_mod.choose_runtime("auto", "auto", "auto", "query") == ("torch", STAND_IN, torch.float16)
+    assert device_mod.choose_runtime("auto", "auto", "auto", "reader")[0] == "torch"
+    with pytest.raises(AppError, match="runs on the CPU"):
+        device_mod.choose_runtime("openvino", "auto", "auto", "query")
+    assert "CPU path" in describe_device("cpu")  # an ONNX engine's device is never the GPU
+
+
+def test_without_a_gpu_driver_the_device_check_imports_no_torch():
+    code = (
+        "import sys; import encoder.device as d; d.GPU_DRIVER_FILES = ('/nonexistent/nvidia',); "
+        "print(d.accelerator(), d.choose_runtime('auto', 'auto', 'fp32', 'reader'), 'torch' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip().splitlines()[-1] == "None ('openvino', 'cpu', 'float32') False"

@@ -7,7 +7,6 @@ import shutil
 
 import numpy as np
 import pytest
-import torch
 
 from common.errors import AppError
 from encoder import onnx_engine
@@ -122,9 +121,9 @@ def test_reader_logits_agree_between_engines(model_dir, tmp_path, monkeypatch):
             np.testing.assert_allclose(gs, ws, atol=1e-3)
             np.testing.assert_allclose(ge, we, atol=1e-3)
     assert (reader_dir / "onnx").is_dir()
-    from encoder import reader as reader_module
+    from encoder import reader_model
 
-    monkeypatch.setattr(reader_module, "load_model", lambda *a, **k: pytest.fail("the torch copy was built"))
+    monkeypatch.setattr(reader_model, "load_model", lambda *a, **k: pytest.fail("the torch copy was built"))
     cached = Reader(reader_dir, device="cpu", dtype="fp32", engine="openvino")  # the export there: no torch model
     np.testing.assert_array_equal(cached.logits(items)[0][0], reader.logits(items)[0][0])
 
@@ -152,15 +151,15 @@ def write_example(model_dir, tmp_path):
 
 
 def test_engines_are_checked_against_the_device():
-    assert resolve_engine("auto", torch.device("cpu"), "encoder") == CPU_DEFAULT["encoder"] == "torch"
-    assert resolve_engine("auto", torch.device("cpu"), "reader") == CPU_DEFAULT["reader"] == "openvino"
-    assert resolve_engine("auto", torch.device("cuda"), "reader") == "torch"
-    assert resolve_engine("onnx", torch.device("cpu"), "encoder") == "onnx"
-    assert resolve_engine("openvino", torch.device("cpu"), "encoder") == "openvino"
+    assert resolve_engine("auto", "cpu", "encoder") == CPU_DEFAULT["encoder"] == "torch"
+    assert resolve_engine("auto", "cpu", "reader") == CPU_DEFAULT["reader"] == "openvino"
+    assert resolve_engine("auto", "cuda", "reader") == "torch"
+    assert resolve_engine("onnx", "cpu", "encoder") == "onnx"
+    assert resolve_engine("openvino", "cpu", "encoder") == "openvino"
     with pytest.raises(AppError, match="runs on the CPU"):
-        resolve_engine("onnx-int8", torch.device("cuda"), "reader")
+        resolve_engine("onnx-int8", "cuda", "reader")
     with pytest.raises(AppError, match="engine must be one of"):
-        resolve_engine("tensorrt", torch.device("cpu"), "encoder")
+        resolve_engine("tensorrt", "cpu", "encoder")
 
 
 def test_export_onnx_command_exports_ahead_and_names_bad_engines(model_dir, tmp_path, monkeypatch, capsys):
@@ -193,3 +192,62 @@ def test_exports_started_together_make_one_file(model_dir, monkeypatch):
         done = list(pool.map(lambda _: Encoder(model_dir, device="cpu", engine="onnx").for_inference(), range(2)))
     assert len(calls) == 1  # the second waited for the first's file instead of racing it
     assert done[0].onnx_path == done[1].onnx_path and done[0].onnx_path.is_file()
+
+
+def test_an_encoder_on_an_onnx_engine_loads_no_torch_model_once_exported(model_dir):
+    first = Encoder(model_dir, device="cpu", dtype="fp32", engine="openvino", lean=True).for_inference()
+    assert "model" in first.__dict__  # loaded to export it
+    again = Encoder(model_dir, device="cpu", dtype="fp32", engine="openvino", lean=True).for_inference()
+    vectors = again.encode_queries(QUERIES)
+    assert "model" not in again.__dict__ and again.onnx_path == first.onnx_path  # the export there: no torch model
+    assert again.dim == first.dim and again.max_length == first.max_length
+    want = Encoder(model_dir, device="cpu", dtype="fp32").for_inference().encode_queries(QUERIES)
+    for w, g in zip(want, vectors):
+        np.testing.assert_allclose(g.q_start, w.q_start, atol=1e-4)
+    table = again.model.embeddings.word_embeddings.weight.detach().numpy()  # (loads it now: the synonyms' table,
+    assert (
+        again.word_neighbours.words
+        and np.allclose(  # read from the file, is the model's)
+            again.word_neighbours._unit[:5].astype(np.float32),
+            table[again.word_neighbours.ids[:5]]
+            / np.linalg.norm(table[again.word_neighbours.ids[:5]], axis=1)[:, None],
+            atol=1e-3,
+        )
+    )
+
+
+NO_TORCH = """
+import importlib.abc, sys
+class NoTorch(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name.split(".")[0] in ("torch", "transformers"):
+            raise ImportError("the server imported " + name)
+sys.meta_path.insert(0, NoTorch())
+from fill.config import EngineConfig
+from fill.engine import FillEngine
+from fill.schemas import FillRequest, ScoreRequest
+engine = FillEngine.open(EngineConfig(index=sys.argv[1], reader_dir=sys.argv[2], engine="openvino"))
+fill = engine.fill(FillRequest(text="Marie Curie was born in <mask> .", mode="hybrid"))
+score = engine.score(ScoreRequest(text="Marie Curie was born in <mask> .", choices=["Warsaw", "Rome"], synonyms=2))
+print(engine.encoder.engine, engine.reader.engine, fill.masks[0].candidates[0].phrase, score.masks[0].predicted)
+"""
+
+
+def test_a_server_on_openvino_fills_and_scores_without_importing_torch(tmp_path):
+    """The bundled encoder and reader on OpenVINO (exported here first, as `encoder export-onnx` does at
+    setup), opened and used as a server does, in a process where importing torch or transformers fails."""
+    import subprocess
+    import sys
+
+    from encoder.reader import BUNDLED_READER
+    from indexer.build import BuildConfig, build_index
+    from tests.conftest import CORPUS, write_jsonl
+
+    Encoder(device="cpu", engine="openvino", lean=True).for_inference()
+    Reader(BUNDLED_READER, device="cpu", engine="openvino")
+    build_index(BuildConfig(corpus=write_jsonl(tmp_path / "corpus.jsonl", CORPUS), out=tmp_path / "idx"))
+    run = subprocess.run(
+        [sys.executable, "-c", NO_TORCH, str(tmp_path / "idx"), str(BUNDLED_READER)], capture_output=True, text=True
+    )
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["openvino", "openvino", "Warsaw", "Warsaw"]

@@ -19,11 +19,10 @@ from encoder.reader import (
     TitleIds,
     batch_tensors,
     layout,
-    load_model,
     read_card,
-    save_reader,
     vocab_fingerprint,
 )
+from encoder.reader_model import load_model, save_reader
 from encoder.template import derive_template
 
 
@@ -78,7 +77,8 @@ def test_identity_heads_score_a_token_as_the_query_vector_does(reader_dir, tiny_
     reader = Reader(reader_dir, device="cpu", dtype="fp32")
     x = item(encoder, "Curie was born in <mask> .", ["born in Warsaw in 1867"])
     start, end = reader.logits([x])[0]
-    tensors, positions = batch_tensors([x], reader.template, reader.pad_id)
+    arrays, positions = batch_tensors([x], reader.template, reader.pad_id)
+    tensors = [torch.from_numpy(a) for a in arrays]
     with torch.inference_mode():
         h = (
             reader.model.transformer(input_ids=tensors[0], attention_mask=tensors[1], token_type_ids=tensors[2])
@@ -125,7 +125,7 @@ def test_serving_pads_the_batch_to_a_few_lengths_and_reads_the_same(reader_dir, 
     start, end = reader.logits([x])[0]
     assert widths == [padded[0].shape[1]]
     with torch.inference_mode():
-        want_start, want_end = reader.model(*plain)
+        want_start, want_end = reader.model(*map(torch.from_numpy, plain))
     np.testing.assert_allclose(start, want_start[0, positions[0]].numpy(), rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(end, want_end[0, positions[0]].numpy(), rtol=1e-5, atol=1e-5)
 
@@ -192,6 +192,6 @@ def test_a_lowered_reader_reads_as_autocast_does(reader_dir, tiny_bert_dir):
     model, _ = load_model(reader_dir)  # fp32, as autocast used to see it
     tensors, positions = batch_tensors([x], reader.template, reader.pad_id)
     with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16):
-        start, end = model.eval()(*tensors)
+        start, end = model.eval()(*map(torch.from_numpy, tensors))
     assert np.array_equal(got[0], start.float().numpy()[0, positions[0]].astype(np.float64))
     assert np.array_equal(got[1], end.float().numpy()[0, positions[0]].astype(np.float64))

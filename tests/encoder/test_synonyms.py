@@ -14,15 +14,15 @@ def vocab(bert):
     return bert.tokenizer.get_vocab()
 
 
-def _table(vocab: dict[str, int], placed: dict[str, list[float]], dim: int = 4) -> torch.Tensor:
+def _table(vocab: dict[str, int], placed: dict[str, list[float]], dim: int = 4) -> np.ndarray:
     """An embedding table: every token far out on its own random direction in dims 4+, the `placed` words at the
     given points of the first 4 dims (so their cosines are what the test says)."""
-    g = torch.Generator().manual_seed(0)
-    table = torch.zeros(max(vocab.values()) + 1, dim + 64)
-    table[:, dim:] = torch.randn(table.shape[0], 64, generator=g)
+    g = np.random.default_rng(0)
+    table = np.zeros((max(vocab.values()) + 1, dim + 64), dtype=np.float32)
+    table[:, dim:] = g.standard_normal((table.shape[0], 64))
     for word, point in placed.items():
         table[vocab[word]] = 0.0
-        table[vocab[word], :dim] = torch.tensor(point)
+        table[vocab[word], :dim] = point
     return table
 
 
@@ -57,7 +57,9 @@ def test_given_words_are_never_added_and_a_choice_without_one_token_word_gets_no
 
 
 def test_candidates_are_whole_words_without_stopwords(bert):
-    words = WordNeighbours(bert.tokenizer, torch.randn(len(bert.tokenizer.get_vocab()), 8), bert.phrase_ids)
+    words = WordNeighbours(
+        bert.tokenizer, np.random.default_rng(1).standard_normal((len(bert.tokenizer.get_vocab()), 8)), bert.phrase_ids
+    )
     assert "great" in words.words and "terrible" in words.words
     assert not {"the", "was", "and", "it"} & set(words.words)  # stopwords
     assert all(w.isalpha() and len(w) >= 3 and not w.startswith("#") for w in words.words)

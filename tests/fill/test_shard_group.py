@@ -9,7 +9,8 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from encoder.reader import ReaderCard, load_model, save_reader, vocab_fingerprint
+from encoder.reader import ReaderCard, vocab_fingerprint
+from encoder.reader_model import load_model, save_reader
 from fill.candidates import ShardCandidates
 from fill.choices import Votes
 from fill.config import EngineConfig

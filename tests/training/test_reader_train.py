@@ -12,7 +12,8 @@ import torch
 from common.errors import AppError
 from corpus.tokens import WORD_END, WORD_START
 from encoder.model import Encoder
-from encoder.reader import Reader, ReaderInput, load_model
+from encoder.reader import Reader, ReaderInput
+from encoder.reader_model import load_model
 from training.reader_train import ReaderTrainConfig, ReaderTrainer, multi_positive_ce, read_examples, targets
 
 
