@@ -233,7 +233,7 @@ class Encoder:
             [[self.pad_id + 1] * 5, [self.pad_id + 1] * 3], [[0] * 5, [0] * 3], self.pad_id
         )
         example = {"ids": torch.from_numpy(ids), "attention": torch.from_numpy(attention)}
-        if self.uses_token_types:
+        if (getattr(getattr(self.model, "config", None), "type_vocab_size", 1) or 1) > 1:  # the model's, not the file's
             example["types"] = torch.from_numpy(types)
         return HiddenStates(self.model).eval(), example, ["hidden"]
 

@@ -121,13 +121,13 @@ def _safetensors_header(path: Path) -> tuple[int, dict]:
 
 
 def file_table(model_dir: Path, name: str) -> np.ndarray | None:
-    """The fp16 tensor `name` (or `bert.` + name) of the directory's model.safetensors as a read-only mapping of
-    the file, or None when the file does not hold it in fp16 (a table read without loading the model)."""
+    """The fp16 tensor `name` (or `PREFIX.name`: `bert.`, `roberta.`, ...) of the directory's model.safetensors as a
+    read-only mapping of the file, or None when the file does not hold it in fp16 (read without loading the model)."""
     path = model_dir / "model.safetensors"
     if not path.is_file():
         return None
     start, header = _safetensors_header(path)
-    entry = header.get(name) or header.get(f"bert.{name}")
+    entry = header.get(name) or next((v for k, v in header.items() if k.endswith("." + name)), None)
     if entry is None or entry["dtype"] != "F16":
         return None
     return np.memmap(path, np.float16, "r", start + entry["data_offsets"][0], tuple(entry["shape"]))

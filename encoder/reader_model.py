@@ -12,7 +12,7 @@ import torch
 from common.errors import AppError
 from common.files import write_json_atomic
 from encoder.model_files import load_transformer
-from encoder.reader import CARD_NAME, HEAD_NAME, ReaderCard, reader_tokenizer
+from encoder.reader_files import CARD_NAME, HEAD_NAME, ReaderCard, reader_tokenizer
 
 
 class ReaderModel(torch.nn.Module):

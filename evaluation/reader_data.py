@@ -27,7 +27,8 @@ from pydantic import Field
 from common.cli import model_command
 from common.files import write_bytes_atomic
 from common.process import single_thread_blas
-from encoder.reader import ReaderCard, ReadingSpec, TitleIds, vocab_fingerprint
+from encoder.reader import ReadingSpec, TitleIds
+from encoder.reader_files import ReaderCard, vocab_fingerprint
 from evaluation.evaluate import load_probes, normalize
 from fill.config import EngineConfig
 from fill.engine import FillEngine

@@ -11,7 +11,8 @@ from typing import Any
 from common.errors import AppError
 from encoder.model import Encoder
 from encoder.model_files import model_fingerprint
-from encoder.reader import BUNDLED_READER, CARD_NAME, Reader, vocab_fingerprint
+from encoder.reader import BUNDLED_READER, Reader
+from encoder.reader_files import CARD_NAME, vocab_fingerprint
 from fill.config import EngineConfig
 from fill.schemas import MODES
 from fill.scoring import SCORING_NAME, Scoring

@@ -96,7 +96,8 @@ def export_onnx(
     A model the engine runs with torch (the queries under auto on a CPU with native bf16) is skipped."""
     from encoder.model import Encoder
     from encoder.onnx_engine import ENGINES
-    from encoder.reader import BUNDLED_READER, CARD_NAME, Reader
+    from encoder.reader import BUNDLED_READER, Reader
+    from encoder.reader_files import CARD_NAME
 
     with cli_errors():
         if engine not in ENGINES or engine == "torch":

@@ -35,7 +35,8 @@ from common.files import atomic_path, write_json_atomic
 from corpus.tokens import WORD_END, WORD_START
 from encoder.device import choose_device
 from encoder.model_files import default_model_dir
-from encoder.reader import ReaderCard, ReaderInput, batch_tensors, vocab_fingerprint
+from encoder.reader import ReaderInput, batch_tensors
+from encoder.reader_files import ReaderCard, vocab_fingerprint
 from encoder.reader_model import load_model, save_reader
 from encoder.template import derive_template
 

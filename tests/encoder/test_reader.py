@@ -10,18 +10,8 @@ import torch
 
 from common.errors import AppError
 from encoder.model import WIDTH_STEP, Encoder
-from encoder.reader import (
-    CARD_NAME,
-    HEAD_NAME,
-    Reader,
-    ReaderCard,
-    ReaderInput,
-    TitleIds,
-    batch_tensors,
-    layout,
-    read_card,
-    vocab_fingerprint,
-)
+from encoder.reader import Reader, ReaderInput, TitleIds, batch_tensors, layout
+from encoder.reader_files import CARD_NAME, HEAD_NAME, ReaderCard, read_card, vocab_fingerprint
 from encoder.reader_model import load_model, save_reader
 from encoder.template import derive_template
 

@@ -158,7 +158,7 @@ def test_fit_ignores_a_broken_scoring_file_beside_the_model(tmp_path, tiny_index
 
 
 def test_fit_part_reader_fits_the_reader_weight_and_calibration_and_keeps_the_rest(tmp_path, tiny_index, tiny_bert_dir):
-    from encoder.reader import ReaderCard, vocab_fingerprint
+    from encoder.reader_files import ReaderCard, vocab_fingerprint
     from encoder.reader_model import load_model, save_reader
 
     model, tokenizer = load_model(tiny_bert_dir)  # an untrained reader: identity heads

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from common.errors import AppError
-from encoder.reader import Reader, ReaderCard, ReadingSpec, TitleIds, vocab_fingerprint
+from encoder.reader import Reader, ReadingSpec, TitleIds
+from encoder.reader_files import ReaderCard, vocab_fingerprint
 from encoder.reader_model import load_model, save_reader
 from evaluation.reader_data import examples
 from fill.config import EngineConfig

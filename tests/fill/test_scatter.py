@@ -9,7 +9,7 @@ import pickle
 import numpy as np
 import pytest
 
-from encoder.reader import ReaderCard, vocab_fingerprint
+from encoder.reader_files import ReaderCard, vocab_fingerprint
 from encoder.reader_model import load_model, save_reader
 from fill.candidates import CandidateTask
 from fill.config import EngineConfig

@@ -9,7 +9,7 @@ from collections import defaultdict
 import numpy as np
 import pytest
 
-from encoder.reader import ReaderCard, vocab_fingerprint
+from encoder.reader_files import ReaderCard, vocab_fingerprint
 from encoder.reader_model import load_model, save_reader
 from fill.candidates import ShardCandidates
 from fill.choices import Votes

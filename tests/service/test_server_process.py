@@ -282,8 +282,9 @@ def test_a_client_sending_its_body_slowly_is_disconnected(start_server, tiny_ind
 
 @pytest.mark.parametrize("given, want", [(None, "PASSIVE"), ("active", "active")])
 def test_openmp_threads_wait_passively_unless_told_otherwise(given, want):
-    """`python -m service` sets OMP_WAIT_POLICY (unless the environment does) in its main(), before torch
-    and FAISS are imported; importing service.__main__ loads neither and writes no environment."""
+    """`python -m service` sets OMP_WAIT_POLICY (unless the environment does) in its main(), before FAISS (and
+    torch, where a model runs on it) is imported; importing service.__main__ loads neither and writes no
+    environment."""
     env = {k: v for k, v in clean_env().items() if k != "OMP_WAIT_POLICY"}
     if given is not None:
         env["OMP_WAIT_POLICY"] = given
@@ -292,7 +293,7 @@ def test_openmp_threads_wait_passively_unless_told_otherwise(given, want):
         "assert 'torch' not in sys.modules and 'faiss' not in sys.modules; "
         "assert os.environ.get('OMP_WAIT_POLICY') == (sys.argv[1] or None); "
         "exec('try:\\n    m.main([\\'--help\\'])\\nexcept SystemExit:\\n    pass'); "
-        "assert 'torch' in sys.modules; print(os.environ['OMP_WAIT_POLICY'])"
+        "assert 'faiss' in sys.modules; print(os.environ['OMP_WAIT_POLICY'])"
     )
     out = subprocess.run(
         [sys.executable, "-c", code, given or ""], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
