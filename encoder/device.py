@@ -26,7 +26,8 @@ logger = logging.getLogger(__name__)
 DTYPES = ("auto", "fp32", "bf16", "fp16")
 
 
-GPU_DRIVER_FILES = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/kfd")  # NVIDIA's driver; ROCm's
+# NVIDIA's driver (Linux), WSL2's GPU device, ROCm's driver
+GPU_DRIVER_FILES = ("/proc/driver/nvidia/version", "/dev/nvidiactl", "/dev/dxg", "/dev/kfd")
 
 
 def gpu_driver_loaded() -> bool:
