@@ -11,6 +11,7 @@ machine without a GPU driver never imports it (~1.5 s of its start; `choose_runt
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import sys
 from pathlib import Path
@@ -83,6 +84,7 @@ def describe_device(device: torch.device | str) -> str:
 FAST_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})  # /proc/cpuinfo's names of native bf16 math
 
 
+@functools.cache  # the CPU's flags do not change; every model a process loads asks
 def cpu_has_fast_bf16() -> bool:
     """True on CPUs with native bf16 math (AVX512-BF16 or AMX); elsewhere bf16 is slower than fp32. Read from
     the kernel's CPU flags where there are some (the features torch's check reads), else asked of torch."""
@@ -137,9 +139,10 @@ def choose_runtime(
         device_type = ("cuda" if accelerator() is not None else "cpu") if device == "auto" else device.split(":")[0]
     else:
         device_type = "cuda" if is_accelerator(device) else device.type
-    chosen = resolve_engine(engine, device_type, kind, precision(device_type, dtype))
-    if chosen != "torch":
-        return chosen, "cpu", precision("cpu", dtype)
+    wanted = precision(device_type, dtype)
+    chosen = resolve_engine(engine, device_type, kind, wanted)
+    if chosen != "torch":  # (resolve_engine refuses an ONNX engine on anything but the CPU)
+        return chosen, "cpu", wanted
     torch_device = choose_device(device) if isinstance(device, str) else device
     return chosen, torch_device, choose_dtype(torch_device, dtype)
 

@@ -103,13 +103,13 @@ def load_transformer(model_dir: Path, lean: bool = False) -> torch.nn.Module:
     return AutoModel.from_pretrained(str(model_dir), local_files_only=True, dtype=torch.float32)
 
 
-def read_config(model_dir: Path) -> SimpleNamespace:
+def read_config(model_dir: Path, fix: str = "pass a HuggingFace model directory") -> SimpleNamespace:
     """config.json's fields, read as the loaded model's `config` is (`model_type`, `hidden_size`, ...), without
-    loading the model: what a model served by an ONNX engine knows of its configuration."""
+    loading the model: what a model served by an ONNX engine knows of its configuration (`fix`: the error's advice)."""
     try:
         return SimpleNamespace(**json.loads((model_dir / "config.json").read_text(encoding="utf-8")))
     except (OSError, ValueError, TypeError) as exc:
-        raise AppError(f"cannot read {model_dir / 'config.json'} ({exc}); pass a HuggingFace model directory") from exc
+        raise AppError(f"cannot read {model_dir / 'config.json'} ({exc}); {fix}") from exc
 
 
 def _safetensors_header(path: Path) -> tuple[int, dict]:

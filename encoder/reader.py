@@ -27,7 +27,6 @@ an index's stored token ids, so a reader serves only indexes whose encoder has t
 
 from __future__ import annotations
 
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,7 +38,7 @@ import numpy as np
 from common.errors import AppError
 from encoder.device import autocast, choose_runtime, lower_weights, torch_runtime
 from encoder.model import pad_sequences, padded_width
-from encoder.model_files import model_fingerprint
+from encoder.model_files import model_fingerprint, read_config
 from encoder.onnx_engine import OnnxPass, OpenVinoPass, engine_pass
 from encoder.reader_files import CARD_NAME, ReaderCard, read_card, reader_tokenizer, vocab_fingerprint
 from encoder.template import Template, derive_template
@@ -138,16 +137,6 @@ def batch_tensors(
     return (ids, attention, types, mask_at), positions
 
 
-def _config(reader_dir: Path) -> dict:
-    try:
-        return json.loads((reader_dir / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise AppError(
-            f"reader {reader_dir} has no readable config.json ({exc}); pass a directory written by "
-            "`encoder train-reader`"
-        ) from exc
-
-
 class Reader:
     """A loaded reader on its device, for inference. `logits` is thread-safe only when called from one
     thread at a time (the engine calls it on the encoder's inference thread)."""
@@ -164,7 +153,8 @@ class Reader:
         self.template = derive_template(self.tokenizer)
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self.title_ids = TitleIds(self.tokenizer, self.card.title_tokens) if self.card.title_tokens else None
-        self.max_length = int(_config(self.dir).get("max_position_embeddings", 512))
+        config = read_config(self.dir, fix="pass a directory written by `encoder train-reader`")
+        self.max_length = int(getattr(config, "max_position_embeddings", 512))
         self.model: ReaderModel | None = None
         self._onnx: OnnxPass | OpenVinoPass | None = None
         if self.engine != "torch":  # the engine holds its own weights: a torch copy is built only to export it
