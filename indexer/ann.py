@@ -22,6 +22,7 @@ from common.errors import AppError
 logger = logging.getLogger(__name__)
 
 INDEX_TYPES = ("auto", "flat", "ivfrabitq", "ivfpq", "ivfsq", "hnsw")
+CODELESS_TYPES = ("hnsw", "ivfrabitq")  # types whose codes cannot give a token's score (no --vector-dtype none)
 FLAT_MAX_TOKENS = 65_536  # `auto` keeps small shards exact
 ANN_ORDER = ("flat", "ivfsq", "ivfrabitq", "ivfpq")  # `auto` with a memory budget: the first that fits
 TRAIN_POINTS_PER_LIST = 64  # IVF centroids / PQ codebooks are trained on a sample of this many vectors per list
@@ -52,12 +53,12 @@ def same_chain(a: list[faiss.VectorTransform], b: list[faiss.VectorTransform]) -
 
 def check_index_type(value: str, dim: int, vector_dtype: str = "int8") -> str:
     """The index type, or an AppError naming the choices (factory strings are tried on FAISS). Without stored
-    vectors (`vector_dtype` "none") the index must score from its own codes: Flat or 8-bit IVF-PQ."""
+    vectors (`vector_dtype` "none") the index must score from its own codes: Flat, IVF-SQ or 8-bit IVF-PQ."""
     if value.lower() in INDEX_TYPES:
-        if vector_dtype == "none" and value.lower() == "hnsw":
+        if vector_dtype == "none" and value.lower() in CODELESS_TYPES:
             raise AppError(
                 f"--index-type {value} cannot score tokens from its own codes; with --vector-dtype none use auto, "
-                "flat, ivfpq or an IVF-PQ factory string (or store vectors: --vector-dtype int8)",
+                "flat, ivfpq, ivfsq or an IVF-PQ factory string (or store vectors: --vector-dtype int8)",
                 kind="validation",
             )
         return value.lower()
@@ -150,14 +151,16 @@ def resolve_factory(
     `auto`: exact Flat for small shards; otherwise the most accurate of Flat > IVF-SQ8 > IVF-RaBitQ > IVF-PQ whose
     index fits `memory_budget` bytes (IVF-RaBitQ when no budget is given: more recall than fast-scan PQ, and its
     lists map from the file where fast-scan's are read into memory; docs/OPERATIONS.md). Without stored vectors
-    (`vector_dtype` "none"): Flat for small shards, else `codes_factory`.
+    (`vector_dtype` "none"): Flat for small shards, else IVF-SQ8 for `ivfsq` and `codes_factory` for the others.
     """
     kind = index_type.lower()
     if kind not in INDEX_TYPES:
         return index_type  # a FAISS factory string, used as given
     if vector_dtype == "none":
         small = n <= FLAT_MAX_TOKENS if kind == "auto" else n < 256 * TRAIN_POINTS_PER_LIST
-        return "Flat" if kind == "flat" or small else codes_factory(n, dim)
+        if kind == "flat" or small:
+            return "Flat"
+        return f"IVF{nlist_for(n)},SQ8" if kind == "ivfsq" else codes_factory(n, dim)
     if kind == "auto":
         if n <= FLAT_MAX_TOKENS:
             kind = "flat"

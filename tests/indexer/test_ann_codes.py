@@ -123,9 +123,19 @@ def test_which_indexes_can_score_from_their_codes(factory, ok):
         assert check_index_type(factory, DIM, "int8") == factory  # with stored vectors any index will do
 
 
-def test_hnsw_is_refused_without_stored_vectors():
-    with pytest.raises(AppError, match="--index-type hnsw cannot score"):
-        check_index_type("hnsw", DIM, "none")
+@pytest.mark.parametrize("name", ["hnsw", "ivfrabitq", "IVFRaBitQ"])
+def test_types_that_cannot_score_from_their_codes_are_refused_by_name_without_stored_vectors(name):
+    with pytest.raises(AppError, match=f"--index-type {name} cannot score"):
+        check_index_type(name, DIM, "none")
+    assert check_index_type(name, DIM, "int8") == name.lower()
+
+
+def test_ivfsq_without_stored_vectors_is_the_ivf_sq8_it_names():
+    """Not a silent OPQ-IVF-PQ: the type asked for, which can score from its codes."""
+    assert check_index_type("ivfsq", DIM, "none") == "ivfsq"
+    factory = resolve_factory("ivfsq", 1_000_000, 384, vector_dtype="none")
+    assert factory == "IVF4096,SQ8" and codes_problem(factory, 384) is None
+    assert resolve_factory("ivfsq", 1_000, 384, vector_dtype="none") == "Flat"  # too few tokens to train lists
 
 
 def test_without_stored_vectors_auto_is_flat_when_small_else_opq_ivfpq():
