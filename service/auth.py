@@ -1,6 +1,7 @@
 """API keys with roles, checked before a route reads its body: with keys configured, every route but the probes needs
 `Authorization: Bearer <key>` (else 401); the admin routes (`/admin/...`) need an admin key (a fill key: 403), and
-with no keys at all they are off (403), since anybody could use them."""
+with no keys at all they are off (403), since anybody could use them. A CORS preflight never reaches this gate: the
+CORS middleware, outside it, answers those (service.api); any other OPTIONS needs a key like every other method."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ class ApiKeys:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope.get("path", "")
-        if scope["type"] != "http" or path in OPEN_PATHS or path.startswith(PAGE_FILES) or scope["method"] == "OPTIONS":
+        if scope["type"] != "http" or path in OPEN_PATHS or path.startswith(PAGE_FILES):
             await self.app(scope, receive, send)
             return
         admin = is_admin_path(scope["path"])

@@ -99,6 +99,17 @@ def test_cors_is_off_by_default_and_answers_configured_origins(state):
         assert r.headers.get("access-control-allow-origin") != "https://evil.example"
 
 
+@pytest.mark.parametrize("cors", ["", "https://app.example"])
+def test_an_options_request_that_is_no_preflight_needs_a_key(state, cors):
+    """Only a CORS preflight (answered before the keys' gate, when CORS is on) goes without a key."""
+    with client_for(state, cors_origins=cors, api_keys="k") as c:
+        r = c.options("/fill")
+        assert r.status_code == 401, r.text
+        assert c.options("/fill", headers={"authorization": "Bearer k"}).status_code == 405  # the route has no OPTIONS
+        r = c.options("/fill", headers={"origin": "https://app.example", "access-control-request-method": "POST"})
+        assert r.status_code == (200 if cors else 401), r.text
+
+
 ADMIN_ROUTES = [
     ("post", "/admin/reload", {"json": {}}),
     ("post", "/admin/documents", {"json": [{"id": "x", "text": "some text"}]}),
