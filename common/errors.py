@@ -21,6 +21,7 @@ Kind = Literal[
     "not_found",
     "method_not_allowed",
     "conflict",  # another writer holds the index (indexer.lock)
+    "request_timeout",  # a request's body did not arrive in time (the connection closes)
     "payload_too_large",
     "unsupported_media_type",
     "overloaded",
@@ -36,6 +37,7 @@ STATUS: dict[str, int] = {
     "forbidden": 403,
     "not_found": 404,
     "method_not_allowed": 405,
+    "request_timeout": 408,
     "conflict": 409,
     "payload_too_large": 413,
     "unsupported_media_type": 415,

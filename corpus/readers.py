@@ -38,7 +38,8 @@ _ARROW_ERRORS = (pa.ArrowException, OSError)
 Raw = tuple[Any, Any, Any]  # (id, title, text) before normalisation; row numbers are added later
 
 
-PRINTABLE_ID = r"^[^\x00-\x1f\x7f]+$"  # an id a live update accepts: no control characters (indexer.update)
+# an id a live update accepts: no control characters, C0, DEL or C1 (Unicode's Cc; indexer.update)
+PRINTABLE_ID = r"^[^\x00-\x1f\x7f-\x9f]+$"
 
 
 # a character that is not blank: not white space by JSON Schema's, Rust's (pydantic) nor Python's rules (str.strip

@@ -59,8 +59,7 @@ def padded_width(width: int, limit: int) -> int:
 def pad_sequences(
     seqs: list[list[int]], types: list[list[int]], pad_id: int, width: int = 0, rows: int = 0
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Right-padded (input ids, attention mask, token types) of a batch of sequences (int64), at least `width`
-    wide and `rows` high (rows past the sequences are all padding)."""
+    """Right-padded (input ids, attention mask, token types) of sequences (int64), at least `width` x `rows`."""
     width = max(width, *(len(s) for s in seqs))
     rows = max(rows, len(seqs))
     ids = np.full((rows, width), pad_id, dtype=np.int64)
@@ -156,9 +155,9 @@ class Encoder:
         self.uses_token_types = (getattr(self.config, "type_vocab_size", 1) or 1) > 1
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
         self._special_ids = frozenset(self.tokenizer.all_special_ids)
-        self._runner: ThreadPoolExecutor | None = None
+        self._runner: ThreadPoolExecutor | None = None  # its inference thread (`runner`), that thread's id
         self._runner_ident: int | None = None
-        self._runner_lock = threading.Lock()
+        self._runner_lock, self._closed = threading.Lock(), False  # closed: by `close`, never to run again
         where = f"{describe_device(self.device)} ({self.engine}, {str(self.dtype).replace('torch.', '')})"
         logger.info("encoder %s on %s, dim %d, max length %d", self.model_dir, where, self.dim, self.max_length)
 
@@ -182,8 +181,7 @@ class Encoder:
 
     @property
     def pair_overhead(self) -> int:
-        t = self.template
-        return len(t.pair_prefix) + len(t.pair_mid) + len(t.pair_suffix)
+        return len(self.template.pair_prefix) + len(self.template.pair_mid) + len(self.template.pair_suffix)
 
     def layout(self, block: BlockInput) -> tuple[list[int], list[int], int]:
         """Input ids, token types and the position of the first block token."""
@@ -242,14 +240,17 @@ class Encoder:
         """This encoder's one inference thread (see _forward), started at first use: the server's batches are
         computed on it (service.batcher), the reader's passes too (fill.reading)."""
         with self._runner_lock:
-            if self._runner is None:
-                self._runner = ThreadPoolExecutor(
-                    max_workers=1, thread_name_prefix="encoder", initializer=self._mark_runner
-                )
+            if self._runner is None:  # its thread's id asked of it: an initializer bound to self kept self for good
+                self._runner = ThreadPoolExecutor(max_workers=1, thread_name_prefix="encoder")
+                self._runner_ident = self._runner.submit(threading.get_ident).result()
             return self._runner
 
-    def _mark_runner(self) -> None:
-        self._runner_ident = threading.get_ident()
+    def close(self) -> None:
+        """Release its inference thread and an ONNX engine's compiled model (fill.models: once no engine uses it)."""
+        with self._runner_lock:
+            runner, self._runner, self._onnx, self._closed = self._runner, None, None, True
+        if runner is not None:  # its thread joined (its passes are done: no engine uses it), unless this is it
+            runner.shutdown(wait=threading.get_ident() != self._runner_ident)
 
     def on_thread(self, fn: Callable[[*Ts], R], *args: *Ts) -> R:
         """fn(*args) run on this encoder's inference thread (see _forward): here when called there."""
@@ -259,6 +260,8 @@ class Encoder:
 
     def _forward_here(self, seqs: list[list[int]], types: list[list[int]], width: int, rows: int) -> np.ndarray:
         ids, attention, token_types = pad_sequences(seqs, types, self.pad_id, width, rows)
+        if self._closed:
+            raise RuntimeError(f"encoder {self.model_dir.name} is closed")
         if self._onnx is not None:
             return self._onnx.run(ids=ids, attention=attention, types=token_types)[0]
         import torch

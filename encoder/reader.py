@@ -142,8 +142,15 @@ class Reader:
     thread at a time (the engine calls it on the encoder's inference thread)."""
 
     def __init__(
-        self, reader_dir: Path, device: str | torch.device = "auto", dtype: str = "auto", engine: str = "torch"
+        self,
+        reader_dir: Path,
+        device: str | torch.device = "auto",
+        dtype: str = "auto",
+        engine: str = "torch",
+        fingerprint: str | None = None,
     ) -> None:
+        """`fingerprint`: the directory's model_fingerprint when the caller computed it already (else computed
+        here, for an ONNX engine's export)."""
         self.dir = Path(reader_dir)
         self.card = read_card(self.dir)
         self.tokenizer = reader_tokenizer(self.dir, lean=True)
@@ -157,10 +164,10 @@ class Reader:
         self.max_length = int(getattr(config, "max_position_embeddings", 512))
         self.model: ReaderModel | None = None
         self._onnx: OnnxPass | OpenVinoPass | None = None
+        self._closed = False  # by `close`: it reads no more
         if self.engine != "torch":  # the engine holds its own weights: a torch copy is built only to export it
-            self._onnx = engine_pass(
-                self.dir, model_fingerprint(self.dir), "reader", self.engine, self.dtype, self._export_spec
-            )
+            fingerprint = fingerprint if fingerprint is not None else model_fingerprint(self.dir)
+            self._onnx = engine_pass(self.dir, fingerprint, "reader", self.engine, self.dtype, self._export_spec)
         else:
             from encoder.reader_model import load_model
 
@@ -171,6 +178,10 @@ class Reader:
     def onnx_path(self) -> Path | None:
         """The ONNX file its passes run from (None on the torch path)."""
         return self._onnx.path if self._onnx is not None else None
+
+    def close(self) -> None:
+        """Release its model (an ONNX engine's compiled model; fill.models: once no engine uses it)."""
+        self._onnx, self.model, self._closed = None, None, True
 
     @property
     def name(self) -> str:
@@ -199,6 +210,8 @@ class Reader:
         no-answer logits, those of position 0, for a reader trained with them: card `null`)."""
         if not items:
             return []
+        if self._closed:
+            raise RuntimeError(f"reader {self.name} is closed")
         arrays, positions = batch_tensors(items, self.template, self.pad_id, self.max_length)
         if self._onnx is not None:
             start, end = self._onnx.run(**dict(zip(READER_INPUTS, arrays)))

@@ -11,13 +11,12 @@ its words (cosine of the input embeddings), each candidate kept only for the cho
 
 from __future__ import annotations
 
-from functools import lru_cache
-
 import numpy as np
 
 from encoder.stopwords import STOPWORD_SET
 
 MIN_LETTERS = 3
+CACHED = 256  # the expansions a WordNeighbours keeps (the same choices come back request after request)
 
 
 class WordNeighbours:
@@ -39,12 +38,19 @@ class WordNeighbours:
         vectors = np.asarray(embeddings[self.ids], dtype=np.float32)
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         self._unit = (vectors / np.maximum(norms, 1e-12)).astype(np.float16)
+        # its own cache: an lru_cache on the method was the class's, and kept every instance (and its table) alive
+        self._expanded: dict[tuple[tuple[tuple[int, ...], ...], int], tuple[tuple[tuple[int, str], ...], ...]] = {}
 
     def expand(self, words_per_choice: list[list[int]], n: int) -> list[list[tuple[int, str]]]:
         """`_expand`, cached: the same choices come back request after request (a classifier's labels)."""
-        return [list(c) for c in self._expand(tuple(tuple(ids) for ids in words_per_choice), n)]
+        key = (tuple(tuple(ids) for ids in words_per_choice), n)
+        found = self._expanded.get(key)
+        if found is None:
+            if len(self._expanded) >= CACHED:
+                self._expanded.clear()
+            found = self._expanded[key] = self._expand(*key)
+        return [list(c) for c in found]
 
-    @lru_cache(maxsize=256)  # noqa: B019 (one instance per loaded encoder, released with it)
     def _expand(self, words_per_choice: tuple[tuple[int, ...], ...], n: int) -> tuple[tuple[tuple[int, str], ...], ...]:
         """Per choice, up to `n` (token id, word) candidates nearest to one of its one-token words (ids), best
         first: a candidate goes to the choice whose words it is nearest to, never to two, and is never one of

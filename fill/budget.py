@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from common.errors import AppError
 from common.masks import count_masks
 from fill.schemas import FillRequest, ScoreRequest
+
+if TYPE_CHECKING:
+    from fill.choice_phrases import ChoicePhrases
 
 
 def _masks(n: int) -> str:
@@ -22,9 +25,11 @@ class Budget:
       grouped into phrases (blocks count in restricted and hybrid modes only; k in dense and hybrid); a
       closed-set score: masks x queries x (k + blocks x block_tokens), the tokens scored and matched;
     - evidence: masks x top_k x evidence, the occurrences looked up and cut into contexts;
-    - matches (a closed-set score): masks x queries x retrieved tokens x distinct phrases, each phrase matched
-      at every retrieved token (6-12 ns each measured, bench/bench_score_cost.py: 64 choices x 32 phrases made
-      a default score ~5 default fills).
+    - matches (a closed-set score): masks x queries x retrieved tokens x phrase lookups (`phrases`: per choice
+      one for its one-token phrases and synonyms together, one per phrase of several tokens), each done at every
+      retrieved token (6-12 ns each measured, bench/bench_score_cost.py: 64 choices x 32 phrases made a default
+      score ~5 default fills). The default bound admits a default one-mask score of 64 one-word choices with
+      their default synonyms (64 lookups), and of up to 655 lookups (2^26 // 102,400 retrieved tokens).
 
     `cost` is what a request costs in default fills (a one-mask hybrid fill with the default fields): the larger
     of its search and its candidates over a default fill's, plus a score's matches over MATCHES_PER_FILL; the
@@ -61,34 +66,41 @@ class Budget:
         return count_masks(request.text) * tokens * request.max_span_tokens
 
     @staticmethod
-    def phrases(request: FillRequest | ScoreRequest) -> int:
-        """A score's distinct phrases over its choices (each matched against every retrieved token), with up to
-        `synonyms` words added per choice (counted at most: a choice of several-token words gets fewer); 0 for a
-        fill."""
+    def phrases(request: FillRequest | ScoreRequest, phrases: ChoicePhrases | None = None) -> int:
+        """A score's phrase lookups at each retrieved token (fill.choices.votes): `phrases.lookups`, one per choice
+        for all its one-token phrases and synonyms, one per phrase of several tokens; without the tokenized
+        `phrases`, one per phrase given (never fewer: a choice's synonyms join a lookup of its own one-token
+        phrases); 0 for a fill."""
         if not isinstance(request, ScoreRequest):
             return 0
-        return sum(len(dict.fromkeys(c.phrases)) + request.synonyms for c in request.choice_list())
+        if phrases is not None:
+            return phrases.lookups
+        return sum(len(c.phrases) for c in request.choice_list())
 
     @staticmethod
-    def matches(request: FillRequest | ScoreRequest, mode: str, block_tokens: int) -> int:
-        """A score's phrase matches: masks x queries x retrieved tokens x distinct phrases (0 for a fill)."""
+    def matches(
+        request: FillRequest | ScoreRequest, mode: str, block_tokens: int, phrases: ChoicePhrases | None = None
+    ) -> int:
+        """A score's phrase matches: masks x queries x retrieved tokens x phrase lookups (0 for a fill)."""
         return (
             count_masks(request.text)
             * Budget.queries(request)
             * Budget.retrieved(request, mode, block_tokens)
-            * Budget.phrases(request)
+            * Budget.phrases(request, phrases)
         )
 
     @staticmethod
-    def cost(request: FillRequest | ScoreRequest, mode: str, block_tokens: int) -> float:
-        """The request's cost in default fills (see the class doc)."""
+    def cost(
+        request: FillRequest | ScoreRequest, mode: str, block_tokens: int, phrases: ChoicePhrases | None = None
+    ) -> float:
+        """The request's cost in default fills (see the class doc); a score's `phrases` as in `phrases`."""
         return (
             max(
                 Budget.search(request, mode) / Budget.search(DEFAULT_FILL, "hybrid"),
                 Budget.candidates(request, mode, block_tokens)
                 / Budget.candidates(DEFAULT_FILL, "hybrid", block_tokens),
             )
-            + Budget.matches(request, mode, block_tokens) / MATCHES_PER_FILL
+            + Budget.matches(request, mode, block_tokens, phrases) / MATCHES_PER_FILL
         )
 
     def describe(self) -> dict[str, Any]:
@@ -103,18 +115,21 @@ class Budget:
             "(k + blocks x block_tokens); k counts in dense and hybrid modes, blocks in restricted "
             "and hybrid",
             "evidence": "fill: masks x top_k x evidence; score: masks x choices x evidence",
-            "matches": "score: masks x queries x (k + blocks x block_tokens) x distinct phrases of the choices "
-            "(synonyms included)",
+            "matches": "score: masks x queries x (k + blocks x block_tokens) x phrase lookups (per choice one for "
+            "its one-token phrases and synonyms together, one per phrase of several tokens)",
             "over_budget": 422,
         }
 
-    def check(self, request: FillRequest | ScoreRequest, mode: str, block_tokens: int) -> None:
+    def check(
+        self, request: FillRequest | ScoreRequest, mode: str, block_tokens: int, phrases: ChoicePhrases | None = None
+    ) -> None:
         """AppError (validation, 422) naming the fields when the request is over a bound: its search first, then
         a fill's candidate spans and evidence (`_check_fill`), a closed-set score's retrieved tokens, phrase
-        matches and evidence (`_check_score`)."""
+        matches (of its tokenized `phrases`, else counted from the request: `phrases`) and evidence
+        (`_check_score`)."""
         self._check_search(request, mode)
         if isinstance(request, ScoreRequest):
-            self._check_score(request, mode, block_tokens)
+            self._check_score(request, mode, block_tokens, phrases)
         else:
             self._check_fill(request, mode, block_tokens)
 
@@ -154,7 +169,9 @@ class Budget:
                 kind="validation",
             )
 
-    def _check_score(self, request: ScoreRequest, mode: str, block_tokens: int) -> None:
+    def _check_score(
+        self, request: ScoreRequest, mode: str, block_tokens: int, phrases: ChoicePhrases | None = None
+    ) -> None:
         """A closed-set score's masks x queries x (k + blocks x block tokens), the retrieved tokens scored exactly
         and matched, against the candidate budget; its phrase matches (`matches`) against the matches budget;
         masks x choices x evidence against the evidence budget."""
@@ -168,12 +185,14 @@ class Budget:
                 "blocks or the masks, or use the npm_single scorer",
                 kind="validation",
             )
-        matches = self.matches(request, mode, block_tokens)
+        matches = self.matches(request, mode, block_tokens, phrases)
         if matches > self.max_matches:
             raise AppError(
-                f"request too expensive: {scored:,} retrieved tokens (masks x queries) x {self.phrases(request)} "
-                f"distinct phrases = {matches:,} phrase matches, over the server's budget of {self.max_matches:,} "
-                "(FILL_MAX_MATCHES); lower k, blocks, the masks, the phrases or synonyms",
+                f"request too expensive: {scored:,} retrieved tokens (masks x queries) x "
+                f"{self.phrases(request, phrases)} phrase lookups = {matches:,} phrase matches, over the server's "
+                f"budget of {self.max_matches:,} (FILL_MAX_MATCHES; a lookup per choice for its one-token phrases "
+                "and synonyms, one per phrase of several tokens); lower k, blocks, the masks, the choices or "
+                "their phrases of several tokens",
                 kind="validation",
             )
         evidence = masks * len(request.choices) * request.evidence

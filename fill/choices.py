@@ -19,59 +19,22 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, NamedTuple
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import numpy as np
 
 from common.arrays import unique
-from common.errors import AppError
 from corpus.tokens import WORD_END, WORD_START
 from fill.candidates import exact_logits
+from fill.choice_phrases import ChoicePhrases as ChoicePhrases  # (re-exported: the engine's import)
 from fill.evidence import Lazy, Place, SpotAt, Want, gather, read_places
 from fill.hits import MaskHits
-from fill.schemas import Choice, ChoiceScore, MaskScore
+from fill.schemas import ChoiceScore, MaskScore
 from fill.shard_group import Shards
 from fill.spans import softmax
 from indexer.shard import Shard
 
-if TYPE_CHECKING:  # (not at run time: a shard group's process imports this module and must not load torch)
-    from encoder.model import Encoder
-
 _NONE = np.empty(0, dtype=np.int64)
-
-
-@dataclass(frozen=True)
-class ChoicePhrases:
-    """Every choice's phrases as token ids (as they are tokenized in running text), its synonyms' among them."""
-
-    ids: list[np.ndarray]  # per phrase, its token ids
-    choice: list[int]  # per phrase, its choice
-    labels: list[str]  # per choice, its label
-    synonyms: list[list[str]]  # per choice, the words added to its phrases (encoder.synonyms), nearest first
-
-    @classmethod
-    def of(cls, encoder: Encoder, choices: list[Choice], synonyms: int = 0) -> "ChoicePhrases":
-        """Each choice's phrases, plus up to `synonyms` words nearest to its one-token phrases in the encoder's
-        word-embedding space (NPM's fuzzy verbalizers). AppError (validation, field choices) for a phrase the
-        tokenizer turns into nothing."""
-        listed = [(c, p) for c, choice in enumerate(choices) for p in dict.fromkeys(choice.phrases)]  # distinct
-        tokens = encoder.phrase_ids([p for _, p in listed])
-        for (c, p), phrase_tokens in zip(listed, tokens):
-            if not phrase_tokens:
-                raise AppError(
-                    f"choice {choices[c].label!r}: the phrase {p!r} has no token in this model's vocabulary",
-                    kind="validation",
-                    field="choices",
-                )
-        ids, owner = [np.asarray(t, dtype=np.int64) for t in tokens], [c for c, _ in listed]
-        added: list[list[str]] = [[] for _ in choices]
-        if synonyms > 0:
-            words = [[t[0] for (c, _), t in zip(listed, tokens) if c == k and len(t) == 1] for k in range(len(choices))]
-            for c, near in enumerate(encoder.word_neighbours.expand(words, synonyms)):
-                ids += [np.asarray([i], dtype=np.int64) for i, _ in near]
-                owner += [c] * len(near)
-                added[c] = [w for _, w in near]
-        return cls(ids, owner, [c.label for c in choices], added)
 
 
 def match(shard: Shard, positions: np.ndarray, ids: np.ndarray, forward: bool) -> tuple[np.ndarray, np.ndarray]:

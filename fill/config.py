@@ -17,6 +17,11 @@ class EngineConfig(RuntimeOptions):
 
     index: Path | None = Field(None, description="index directory built by `indexer build` (required)")
     model: Path | None = Field(None, description="encoder directory (default: the one named in the manifest)")
+    query_model: str | None = Field(
+        None,
+        description="query model directory (written by encoder tune-queries) or off (the corpus encoder encodes "
+        "the queries); default: the index's own query_model/, else the bundled one made for its encoder",
+    )
     scoring: Path | None = Field(
         None,
         description="fitted lexical weights and confidence calibration (default: scoring.json in the model "

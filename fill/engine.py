@@ -22,7 +22,8 @@ from fill.choices import ChoicePhrases
 from fill.config import EngineConfig
 from fill.deadline import Deadline
 from fill.hits import Hits, MaskHits, blocks_by_shard
-from fill.loading import describe_served, open_parts, open_reader
+from fill.loading import describe_served, open_shared_parts, shared_reader
+from fill.models import Models
 from fill.prepared import Planned, Prepared, Req
 from fill.ranker import RankedMask, rank_mask
 from fill.reading import PRIOR_PHRASES, read_masks
@@ -50,8 +51,10 @@ class FillEngine:
         scoring: Scoring | None = None,
         reader: Reader | None = None,
         shards: Shards | None = None,
+        models: Models | None = None,
     ) -> None:
         self.encoder = encoder
+        self.models = models  # the shares of encoder and reader its close releases (`open`'s; None: the caller's)
         self.index = index
         self.shards: Shards = shards if shards is not None else ShardGroup(index)
         self.scoring = scoring if scoring is not None else Scoring()
@@ -60,36 +63,56 @@ class FillEngine:
 
     @classmethod
     def open(
-        cls, config: EngineConfig, scoring: Scoring | None = None, shards: Callable[[PhraseIndex], Shards] | None = None
+        cls,
+        config: EngineConfig,
+        scoring: Scoring | None = None,
+        shards: Callable[[PhraseIndex], Shards] | None = None,
+        reuse: "FillEngine | None" = None,
     ) -> "FillEngine":
         """Open the index and the encoder it was built with (refusing a model whose fingerprint differs),
-        and the reader (fill.loading.open_reader); `scoring` replaces the fitted scoring named by the config /
+        and the reader (fill.loading.shared_reader); `scoring` replaces the fitted scoring named by the config /
         found beside the model. `shards(index)` gives shards that live elsewhere (the index is then opened
-        with its shards' text side only: no FAISS index, no vectors)."""
-        encoder, index, scoring = open_parts(config, scoring, dense=shards is None)
+        with its shards' text side only: no FAISS index, no vectors). The encoder and the reader of `reuse` (the
+        engine served, at a reload) serve this one too where they were loaded from the same files with the same
+        settings (fill.models); each is closed with the last engine using it."""
+        shared = reuse.models if reuse is not None else None
+        models, index, scoring = open_shared_parts(config, scoring, dense=shards is None, reuse=shared)
         try:
-            return cls(
-                encoder, index, scoring, open_reader(config, encoder), shards(index) if shards is not None else None
-            )
+            encoder = models.encoder.model
+            models.reader = shared_reader(config, encoder, shared)
+            reader = models.reader.model if models.reader is not None else None
+            return cls(encoder, index, scoring, reader, shards(index) if shards is not None else None, models)
         except BaseException:
             index.close()
+            models.release()
             raise
 
     def close(self) -> None:
+        """Close its index, and release its models (closed with the last engine using them: fill.models)."""
         self.index.close()
+        if self.models is not None:
+            self.models.release()
 
     def next_generation(self) -> "FillEngine":
         """This engine over its index's next generation (after a live update: PhraseIndex.next_generation), with
-        the same encoder, scoring and reader."""
-        return FillEngine(self.encoder, self.index.next_generation(), self.scoring, self.reader)
+        the same encoder, scoring and reader (shared: closing either engine leaves them to the other)."""
+        index = self.index.next_generation()
+        models = self.models.share() if self.models is not None else None
+        return FillEngine(self.encoder, index, self.scoring, self.reader, models=models)
+
+    @property
+    def corpus_encoder(self) -> Encoder:
+        """What encodes the index's documents (live adds); `encoder` encodes the queries (a query model may)."""
+        corpus = self.models.corpus if self.models is not None else None
+        return corpus.model if corpus is not None else self.encoder
 
     def describe(self) -> dict[str, Any]:
-        """What is being served: the index, the model and how it runs, the build settings."""
+        """What is being served: the index, the models and how they run, the build settings."""
         return describe_served(self.index, self.encoder, self.scoring, self.default_mode(), self.reader)
 
     def default_mode(self, request: FillRequest | ScoreRequest | None = None) -> Mode:
-        """The mode of a request that names none: hybrid for a fill, restricted for a score (the best measured,
-        docs/QUALITY.md), dense on an index without BM25 (no request: a fill's)."""
+        """A request's mode when it names none: hybrid for a fill, restricted for a score (docs/QUALITY.md), dense
+        without BM25."""
         if self.index.bm25 is None:
             return "dense"
         return "restricted" if isinstance(request, ScoreRequest) else "hybrid"
@@ -114,28 +137,23 @@ class FillEngine:
         prepared = self.prepare([planned])[0]
         if deadline is not None:
             deadline.check("search")
-        result: FillResult | ScoreResult = self.finish(prepared, deadline)
-        return result
+        return self.finish(prepared, deadline)  # type: ignore[no-any-return]
 
     def fill(self, request: FillRequest) -> FillResult:
-        """One fill, start to end, here (`handle`)."""
-        return self.handle(request)
+        return self.handle(request)  # one fill, start to end, here
 
     def score(self, request: ScoreRequest) -> ScoreResult:
-        """One closed-set score, start to end, here (`handle`)."""
-        return self.handle(request)
+        return self.handle(request)  # one closed-set score, start to end, here
 
     def batch(
         self, requests: list[FillRequest | ScoreRequest], shape: Callable[[int, int], tuple[int, int]] | None = None
     ) -> list[FillResult | ScoreResult]:
-        """Requests run as one batch, as the server's batcher runs concurrent ones: each planned, all prepared
-        together (one encoder pass padded to `shape`, one search per distinct k), then each finished."""
+        """Requests as the server's batcher runs them: each planned, all prepared together (`shape`), each finished."""
         planned: list[Planned[Any]] = [self.plan(r) for r in requests]
         return [self.finish(prepared) for prepared in self.prepare(planned, shape)]
 
     def fill_detailed(self, request: FillRequest) -> tuple[FillResult, list[np.ndarray]]:
-        """The fill, and per mask the confidence features of its candidates (fill.scoring.FEATURES;
-        before abstention), which `fill-fit` fits the calibration on."""
+        """The fill, and per mask its candidates' confidence features (before abstention: what fill-fit fits)."""
         return self.finish_detailed(self.prepare([self.plan(request)])[0])
 
     def plan(self, request: Req, budget: Budget | None = None) -> Planned[Req]:
@@ -161,9 +179,9 @@ class FillEngine:
             )
         block_tokens = self.index.manifest.build.block_tokens
         if budget is not None:
-            budget.check(request, mode, block_tokens)
+            budget.check(request, mode, block_tokens, phrases)
         ids, mask_at = self.encoder.query_layout(request.text)
-        return Planned(request, mode, ids, mask_at, t0, Budget.cost(request, mode, block_tokens), phrases)
+        return Planned(request, mode, ids, mask_at, t0, Budget.cost(request, mode, block_tokens, phrases), phrases)
 
     def prepare(
         self, planned: list[Planned[Any]], shape: Callable[[int, int], tuple[int, int]] | None = None

@@ -214,7 +214,8 @@ class ScoreRequest(MaskedText):
         ...,
         min_length=2,
         max_length=MAX_CHOICES,
-        description="2 to 64 distinct labels: a string (the label is its own phrase) or {label, phrases}",
+        description="2 to 64 distinct labels: a string (the label is its own phrase) or {label, phrases}; a "
+        "phrase (as the model's tokenizer writes it) in one choice, once",
         examples=[
             ["positive", "negative"],
             [
@@ -261,8 +262,8 @@ class ScoreRequest(MaskedText):
         le=MAX_SYNONYMS,
         description="NPM's fuzzy verbalizers without a hand-made list: each "
         "choice's one-token words are joined by up to this many words nearest to them in the encoder's "
-        "word-embedding space, each word kept for the one choice it is nearest to (encoder.synonyms); 0: only "
-        "the phrases given",
+        "word-embedding space, each word kept for the one choice it is nearest to and never a word of a phrase "
+        "given (encoder.synonyms, fill.choice_phrases); 0: only the phrases given",
     )
 
     calibrate: bool = Field(

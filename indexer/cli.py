@@ -1,8 +1,9 @@
-"""`indexer build --corpus PATH --out DIR`, `indexer add | delete | compact --index DIR`, `indexer recode --index DIR
---out DIR`, `indexer merge --out DIR IN1 IN2 ...`: the command lines of the indexing jobs.
+"""`indexer build --corpus PATH --out DIR`, `indexer add | delete | compact | verify --index DIR`, `indexer recode
+--index DIR --out DIR`, `indexer merge --out DIR IN1 IN2 ...`: the command lines of the indexing jobs.
 
 The flags (and INDEXER_* variables) of each are generated from its one config object (`BuildConfig`,
-`AddConfig`, `DeleteConfig`, `CompactConfig`, `RecodeConfig`, `MergeConfig`; merge's indexes are its arguments).
+`AddConfig`, `DeleteConfig`, `CompactConfig`, `RecodeConfig`, `MergeConfig`, `VerifyConfig`; merge's indexes are
+its arguments).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from indexer.compact import CompactConfig, run_compact
 from indexer.merge import MergeConfig, merge_indexes
 from indexer.recode import RecodeConfig, run_recode
 from indexer.update import AddConfig, DeleteConfig, run_add, run_delete
+from indexer.verify import VerifyConfig, verify_index
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Build phrase indexes for mask filling.")
 
@@ -71,11 +73,17 @@ def _recode(cfg: RecodeConfig, verbose: bool = False) -> None:
     typer.echo(run_recode(cfg).line())
 
 
+def _verify(cfg: VerifyConfig, verbose: bool = False) -> None:
+    _logging(verbose)
+    typer.echo(verify_index(cfg).line())
+
+
 for _name, _config, _run in (
     ("add", AddConfig, _add),
     ("delete", DeleteConfig, _delete),
     ("compact", CompactConfig, _compact),
     ("recode", RecodeConfig, _recode),
+    ("verify", VerifyConfig, _verify),
 ):
     model_command(
         app,

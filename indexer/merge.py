@@ -5,6 +5,9 @@ model joined into one index, as if one build had indexed their corpora one after
            of the same model (fingerprint), dimension, vector storage, block and title tokens, and with the
            same trained FAISS templates (the files of `trained/`, byte for byte: copy one build's `trained/`
            into the other build's output directory before it starts, and both use it)
+  ids      no document id held by more than one input (refused, naming them), unless `--on-duplicate keep-first`
+           or `keep-last` names the copy to keep: the others are tombstoned in DIR (indexer.merge_ids; their
+           blocks stay in BM25's statistics until `indexer compact`, as after any delete)
   link     each input's shards, in the order given, become shards of DIR numbered on: a new directory whose
            files are hard links to the input's (a symbolic link where the input is on another file system;
            `--copy` copies), and a shard.json with its new name and token / block bases; the templates too
@@ -32,8 +35,10 @@ from common.errors import AppError
 from common.files import file_record, fsync_dir, sha256_file
 from indexer.bm25 import build_bm25
 from indexer.manifest import Counts, FileInfo, Manifest, ShardInfo
+from indexer.merge_ids import Dropped, OnDuplicate, document_places, drop_copies, duplicates, duplicates_error
 from indexer.shard import Shard, shard_name
 from indexer.templates import TEMPLATE_DIR
+from indexer.tombstones import Tombstones
 
 logger = logging.getLogger(__name__)
 
@@ -54,6 +59,11 @@ class MergeConfig(BaseModel):
     out: Path = Field(description="the merged index directory (must not exist)")
     inputs: list[Path] = Field(default_factory=list, description="the indexes to merge, in order")
     copy_files: bool = Field(False, description="copy the shards' files instead of linking them")
+    on_duplicate: OnDuplicate = Field(
+        "refuse",
+        description="a document id held by more than one input: refuse the merge naming the ids (refuse), or keep "
+        "its copy in the first (keep-first) or the last (keep-last) input that holds it, the others deleted",
+    )
 
 
 @dataclass
@@ -64,11 +74,13 @@ class MergeSummary:
     documents: int
     tokens: int
     seconds: float
+    dropped: int = 0  # copies of duplicate ids deleted (--on-duplicate keep-first / keep-last)
 
     def line(self) -> str:
+        dropped = f" ({self.dropped} duplicate copies deleted: `indexer compact` drops them)" if self.dropped else ""
         return (
             f"merged {self.inputs} indexes into {self.out}: {self.shards} shards, {self.documents} documents, "
-            f"{self.tokens} tokens in {self.seconds:.1f} s"
+            f"{self.tokens} tokens in {self.seconds:.1f} s{dropped}"
         )
 
 
@@ -88,7 +100,7 @@ def check_inputs(inputs: list[Path]) -> list[Manifest]:
     manifests = [Manifest.load(p) for p in inputs]
     first = manifests[0]
     for path, m in zip(inputs, manifests):
-        if m.generation or m.tombstones is not None or any(s.bm25 is not None for s in m.shards):
+        if m.tombstones is not None or m.delta_shards:  # a compacted index (generation > 0) has neither
             raise AppError(
                 f"{path} has been updated since its build (delta shards or deleted documents); run "
                 f"`indexer compact --index {path}` first"
@@ -153,6 +165,10 @@ def merge_indexes(cfg: MergeConfig) -> MergeSummary:
     manifests = check_inputs(cfg.inputs)
     if cfg.out.exists():
         raise AppError(f"{cfg.out} exists; indexer merge writes a new directory (remove it, or give another --out)")
+    places = document_places(cfg.inputs, manifests)
+    dups = duplicates(places)
+    if dups.num_rows and cfg.on_duplicate == "refuse":
+        raise duplicates_error(places, dups, cfg.inputs)
     partial = cfg.out.with_name(cfg.out.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)  # an interrupted merge's leftovers
     partial.mkdir(parents=True)
@@ -166,27 +182,59 @@ def merge_indexes(cfg: MergeConfig) -> MergeSummary:
             (partial / TEMPLATE_DIR).mkdir(exist_ok=True)
             if not (partial / TEMPLATE_DIR / template.name).exists():
                 _link(template, partial / TEMPLATE_DIR / template.name, cfg.copy_files)
+    dropped = drop_copies(partial, places, dups, cfg.on_duplicate) if dups.num_rows else None
     bm25 = build_bm25(partial, [Shard(partial, info, manifests[0].dim) for info in shards])
-    first = manifests[0]
-    counts = Counts(
-        documents=sum(m.counts.documents for m in manifests),
-        blocks=blocks,
-        tokens=tokens,
-        empty_documents=sum(m.counts.empty_documents for m in manifests),
-        shards=len(shards),
-    )
-    merged = first.model_copy(
-        update={
-            "created_at": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-            "counts": counts,
-            "shards": shards,
-            "bm25": FileInfo(**file_record(bm25)),
-            "build": first.build.model_copy(update={"out": cfg.out}),
-            "corpus": {"merged": [{"index": str(p.resolve()), **m.corpus} for p, m in zip(cfg.inputs, manifests)]},
-        }
-    )
+    merged = _merged_manifest(cfg, manifests, shards, bm25, partial, dropped)
     merged.save(partial)
     fsync_dir(partial)
     partial.rename(cfg.out)
     fsync_dir(cfg.out.parent)
-    return MergeSummary(cfg.out, len(cfg.inputs), len(shards), counts.documents, tokens, time.perf_counter() - t0)
+    counts = merged.counts
+    return MergeSummary(
+        cfg.out,
+        len(cfg.inputs),
+        len(shards),
+        counts.documents,
+        tokens,
+        time.perf_counter() - t0,
+        counts.deleted_documents,
+    )
+
+
+def _merged_manifest(
+    cfg: MergeConfig,
+    manifests: list[Manifest],
+    shards: list[ShardInfo],
+    bm25: Path,
+    root: Path,
+    dropped: Dropped | None,
+) -> Manifest:
+    """The merged index's manifest: the first input's settings, every shard, the new BM25; with `dropped` copies
+    (a de-duplicating merge) their tombstones as generation 1, as a delete would have written them."""
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    gone = dropped or Dropped(Tombstones(), 0, 0)
+    generation = 1 if gone.documents else 0
+    counts = Counts(
+        documents=sum(m.counts.documents for m in manifests) - gone.documents,
+        blocks=sum(s.blocks for s in shards),
+        tokens=sum(s.tokens for s in shards),
+        empty_documents=sum(m.counts.empty_documents for m in manifests),
+        shards=len(shards),
+        deleted_documents=gone.documents,
+        deleted_tokens=gone.tokens,
+    )
+    first = manifests[0]
+    return first.model_copy(
+        update={
+            "created_at": now,
+            "counts": counts,
+            "shards": shards,
+            "bm25": FileInfo(**file_record(bm25)),
+            "bm25_name": bm25.name,  # a compacted first input names its own
+            "build": first.build.model_copy(update={"out": cfg.out}),
+            "corpus": {"merged": [{"index": str(p.resolve()), **m.corpus} for p, m in zip(cfg.inputs, manifests)]},
+            "generation": generation,
+            "updated_at": now if generation else None,
+            "tombstones": gone.tombstones.save(root, generation) if generation else None,
+        }
+    )

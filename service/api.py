@@ -9,13 +9,17 @@ from typing import Any
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from starlette.datastructures import MutableHeaders
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from service.auth import ApiKeys
 from service.config import Role, Settings, get_settings
 from service.errors import install_handlers
 from service.limits import RequestLimits
 from service.observe import Observe
+from service.probe_limit import ProbeBuckets, ProbeLimit
 from service.routes import admin as admin_routes
+from service.routes import docs as docs_routes
 from service.routes import documents as document_routes
 from service.routes import fill as fill_routes
 from service.routes import page as page_routes
@@ -45,13 +49,17 @@ def create_app(
         version="0.1.0",
         lifespan=lifespan,
         description="Fill <mask>s with phrases retrieved from a corpus, with evidence.",
+        docs_url=None,  # served from the package, not a CDN (service.routes.docs)
+        redoc_url=None,  # ReDoc comes from a CDN only
+        swagger_ui_oauth2_redirect_url=None,  # no OAuth here
     )
     app.state.service = state or ServiceState(settings)
     keys = settings.keys()
     install_handlers(app)
     _middleware(app, settings, keys)
-    for group in (probe_routes, fill_routes, score_routes, admin_routes, document_routes):
+    for group in (probe_routes, fill_routes, score_routes, admin_routes, document_routes, docs_routes):
         app.include_router(group.router)
+    app.include_router(page_routes.icon)
     if settings.page:
         app.include_router(page_routes.router)
     _document_budget(app, app.state.service.requests.budget.describe() | {"heavy_lane_over": settings.heavy_weight})
@@ -87,9 +95,12 @@ def _document_budget(app: FastAPI, budget: dict[str, Any]) -> None:
 
 
 def _middleware(app: FastAPI, settings: Settings, keys: dict[str, Role]) -> None:
-    # the last added is the outermost: CORS answers preflights, then keys are checked, then the body
+    # the last added is the outermost: CORS answers preflights, then the open probes' rate limit, then keys are
+    # checked, then the body
     app.add_middleware(RequestLimits, max_body=settings.max_body_bytes, max_documents=settings.max_documents_bytes)
     app.add_middleware(ApiKeys, keys=keys)  # also without keys: the admin routes are off then
+    if settings.probe_rate > 0:
+        app.add_middleware(ProbeLimit, buckets=ProbeBuckets(settings.probe_rate, settings.probe_burst))
     if settings.origins():
         app.add_middleware(
             CORSMiddleware,
@@ -98,4 +109,26 @@ def _middleware(app: FastAPI, settings: Settings, keys: dict[str, Role]) -> None
             allow_headers=["Authorization", "Content-Type", "X-Request-ID"],
             expose_headers=["X-Request-ID", "Retry-After"],
         )
+    app.add_middleware(Nosniff)
     app.add_middleware(Observe, metrics=app.state.service.metrics)
+
+
+class Nosniff:
+    """`X-Content-Type-Options: nosniff` on every response of the app (a refusal of a middleware too): a browser
+    takes each as the type it says, never a JSON answer as HTML or script. (What the wire refuses before the app:
+    service.wire.)"""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+
+        async def send_nosniff(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                MutableHeaders(scope=message).setdefault("X-Content-Type-Options", "nosniff")
+            await send(message)
+
+        await self.app(scope, receive, send_nosniff)

@@ -1,7 +1,8 @@
-"""API keys with roles, checked before a route reads its body: with keys configured, every route but the probes needs
-`Authorization: Bearer <key>` (else 401); the admin routes (`/admin/...`) need an admin key (a fill key: 403), and
-with no keys at all they are off (403), since anybody could use them. A CORS preflight never reaches this gate: the
-CORS middleware, outside it, answers those (service.api); any other OPTIONS needs a key like every other method."""
+"""API keys with roles, checked before a route reads its body: with keys configured, every route but the probes, the
+page and the icon needs `Authorization: Bearer <key>` (else 401); the admin routes (`/admin/...`) need an admin key (a
+fill key: 403), and with no keys at all they are off (403), since anybody could use them. A CORS preflight never
+reaches this gate: the CORS middleware, outside it, answers those (service.api); any other OPTIONS needs a key like
+every other method."""
 
 from __future__ import annotations
 
@@ -13,7 +14,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from service.config import Role
 from service.errors import error_response
 
-OPEN_PATHS = frozenset({"/healthz", "/readyz", "/"})  # the orchestrator's probes carry no key, nor does the page
+ICON_PATH = "/favicon.ico"  # what a browser asks for on every page it shows, with no key (service.routes.page)
+# the orchestrator's probes carry no key, nor does the page, nor a browser's request for the icon
+OPEN_PATHS = frozenset({"/healthz", "/readyz", "/", ICON_PATH})
 PAGE_FILES = "/page/"  # the page's script and style (service.routes.page): open too; its requests carry the key
 ADMIN_PREFIX = "/admin"  # the routes that change what is served (service.routes.admin, service.routes.documents)
 

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from common.errors import AppError
@@ -16,6 +15,7 @@ from fill.config import EngineConfig
 ENV_PREFIX = "FILL_"
 Role = Literal["fill", "admin"]
 ROLES: tuple[Role, ...] = ("fill", "admin")  # fill: /fill, /score and the read-only routes; admin: every route
+LogLevel = Literal["debug", "info", "warning", "error", "critical"]  # the most verbose first
 
 
 class Settings(EngineConfig, BaseSettings):
@@ -85,10 +85,11 @@ class Settings(EngineConfig, BaseSettings):
     max_matches: int = Field(
         2**26,
         ge=1,
-        description="cost budget of POST /score: masks x queries x retrieved tokens "
-        "x distinct phrases of the choices, each phrase matched at each retrieved token; the "
-        "default is ~8 default fills (e.g. 64 choices x 16 phrases at the default k and blocks); "
-        "over it: 422",
+        description="cost budget of POST /score: masks x queries x retrieved tokens x phrase lookups, each done "
+        "at each retrieved token (per choice one for its one-token phrases and synonyms together, one per phrase of "
+        "several tokens); the default, ~8 default fills, admits a default one-mask score (102,400 retrieved tokens) "
+        "of up to 655 lookups: 64 choices of one-token phrases with their synonyms, or e.g. 64 choices of 10 "
+        "two-word phrases; over it: 422",
     )
     heavy_weight: float = Field(
         2.0,
@@ -181,13 +182,31 @@ class Settings(EngineConfig, BaseSettings):
         30.0,
         gt=0,
         description="seconds a client has to send a request's body after its "
-        "headers; slower connections are closed (a body trickling in holds no connection)",
+        "headers; a body not complete by then gets 408 and the connection closes (a body trickling in holds no "
+        "connection)",
+    )
+    max_header_bytes: int = Field(
+        16384,
+        ge=1024,
+        le=2**20,
+        description="largest request head (request line and headers, in bytes); a larger one gets 431, "
+        "whether it arrives in one piece or a few bytes at a time",
+    )
+    probe_rate: float = Field(
+        10.0,
+        ge=0,
+        description="requests a second each client address may make to the unkeyed probes (/healthz, /readyz, "
+        "GET and HEAD), past a burst of probe_burst: more get 429 with Retry-After (a kubelet probes a few times a "
+        "second at most, never limited); 0: no limit",
+    )
+    probe_burst: int = Field(
+        20, ge=1, description="probe requests one client address may make at once before probe_rate limits it"
     )
     api_keys: str | None = Field(
         None,
         description="comma-separated fill keys: when any key is set (here, admin_keys or api_keys_file), every route "
-        "but /healthz and /readyz needs `Authorization: Bearer <key>`, else 401; a fill key may use /fill, /score "
-        "and the read-only routes, not /admin/* (403)",
+        "but the probes (/healthz, /readyz), the page (/, /page/...) and /favicon.ico needs `Authorization: Bearer "
+        "<key>`, else 401; a fill key may use /fill, /score and the read-only routes, not /admin/* (403)",
     )
     admin_keys: str | None = Field(
         None, description="comma-separated admin keys: every route, the admin routes (/admin/*) too"
@@ -244,11 +263,18 @@ class Settings(EngineConfig, BaseSettings):
         description="seconds a shard group has to answer one call (backend ray); "
         "later the request gets 503 naming the group",
     )
-    log_level: str = Field("info", description="debug, info, warning or error")
+    log_level: LogLevel = Field(
+        "info", description="the least severe level logged (any case): debug, info, warning, error or critical"
+    )
     log_format: Literal["json", "text"] = Field(
         "json",
         description="json: one JSON object per line (time, level, logger, message, request_id, ...); text: plain lines",
     )
+
+    @field_validator("log_level", mode="before")
+    @classmethod
+    def _any_case(cls, value: object) -> object:
+        return value.strip().lower() if isinstance(value, str) else value
 
     def keys(self) -> dict[str, Role]:
         """Every configured key with its role, from api_keys, admin_keys and api_keys_file (empty: no
@@ -261,34 +287,6 @@ class Settings(EngineConfig, BaseSettings):
         for key, role in given:  # a key given with both roles, anywhere, is an admin key
             keys[key] = "admin" if "admin" in (role, keys.get(key)) else role
         return keys
-
-    def reload_target(self, index: str, configured: Path) -> Path:
-        """The directory POST /admin/reload names, resolved, or a validation AppError naming the path: missing, not
-        a directory, a symlink loop, unreadable, or neither the `configured` index nor under reload_root (default:
-        the directory that holds the `configured` index)."""
-        root = (self.reload_root or configured.absolute().parent).resolve()
-        try:  # where it leads first, so that nothing outside the root is even looked at
-            target = Path(index).resolve()
-        except (OSError, RuntimeError, ValueError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "a symlink loop"
-            why = str(exc) if isinstance(exc, ValueError) else why  # e.g. an embedded null byte
-            raise AppError(f"{index} cannot be resolved: {why}", kind="validation", field="index") from None
-        problem = None
-        if not target.is_relative_to(root) and target != configured.resolve():
-            problem = f"is not under the reload root {root} (--reload-root / FILL_RELOAD_ROOT)"
-        else:
-            try:
-                if not target.exists():
-                    problem = "does not exist"
-                elif not target.is_dir():
-                    problem = "is not a directory"
-            except OSError:  # a directory on the way that the server may not search
-                problem = "cannot be read by the server (permission denied)"
-            if problem is None and not os.access(target, os.R_OK | os.X_OK):
-                problem = "cannot be read by the server (permission denied)"
-        if problem is not None:
-            raise AppError(f"{index} {problem}", kind="validation", field="index")
-        return target
 
     def origins(self) -> list[str]:
         return [o.strip() for o in self.cors_origins.split(",") if o.strip()]

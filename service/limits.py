@@ -1,7 +1,8 @@
 """Limits at the door, before a route runs: the request's framing (both Content-Length and Transfer-Encoding: 400,
 the connection closed, RFC 9112 6.3) and path (percent-escapes that do not encode UTF-8: 400), the body's size
-(413, checked before the body is read) and media type (415). What happens on the wire before a request reaches
-the app (deadlines, what the HTTP parser refuses, absolute-form targets, closing): service.wire."""
+(413, checked before the body is read), media type and encoding (415: JSON, sent uncompressed). What happens on
+the wire before a request reaches the app (deadlines, what the HTTP parser refuses, absolute-form targets,
+closing): service.wire."""
 
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ def _is_json(content_type: str, lines: bool = False) -> bool:
 class RequestLimits:
     """A body larger than `max_body` bytes (`max_documents` for POST /admin/documents) gets 413: at once when
     Content-Length says so, else when the streamed body passes the limit (the rest is never read). A body that
-    is not JSON (or JSON lines, for the documents) gets 415."""
+    is not JSON (or JSON lines, for the documents), or has a Content-Encoding other than identity, gets 415."""
 
     def __init__(self, app: ASGIApp, max_body: int, max_documents: int | None = None) -> None:
         self.app = app
@@ -67,6 +68,10 @@ class RequestLimits:
             await refused(scope, receive, send)
             return
         has_body = (length is not None and length != "0") or "chunked" in headers.get("transfer-encoding", "").lower()
+        encoded = _encoding_problem(headers) if scope["method"] in BODY_METHODS and has_body else None
+        if encoded is not None:
+            await encoded(scope, receive, send)
+            return
         if scope["method"] in BODY_METHODS and has_body and not _is_json(headers.get("content-type", ""), documents):
             given = headers.get("content-type")
             lines = " (or application/x-ndjson for JSON lines)" if documents else ""
@@ -88,6 +93,21 @@ class RequestLimits:
             return message
 
         await self.app(scope, limited, send)
+
+
+def _encoding_problem(headers: Headers) -> JSONResponse | None:
+    """The 415 response for a body with a Content-Encoding other than identity (gzip, br...): the server reads
+    bodies as sent (RFC 7694: the answer's Accept-Encoding says which it takes)."""
+    codings = [c.strip() for value in headers.getlist("content-encoding") for c in value.split(",") if c.strip()]
+    given = [c for c in codings if c.lower() != "identity"]
+    if not given:
+        return None
+    return error_response(
+        "unsupported_media_type",
+        f"request body has Content-Encoding {', '.join(codings)}, which is not accepted: send the body uncompressed "
+        "(no Content-Encoding, or identity)",
+        headers={"Accept-Encoding": "identity"},
+    )
 
 
 def _framing_or_path_problem(scope: Scope, headers: Headers) -> JSONResponse | None:

@@ -6,6 +6,7 @@ changes of the served index: service.updates (`documents`)."""
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from contextlib import contextmanager
@@ -37,13 +38,43 @@ def ray_backend() -> ModuleType:
     return module
 
 
-def open_engine(settings: Settings) -> FillEngine:
+def reload_target(settings: Settings, index: str, configured: Path) -> Path:
+    """The directory POST /admin/reload names, resolved, or a validation AppError naming the path: missing, not
+    a directory, a symlink loop, unreadable, or neither the `configured` index nor under settings.reload_root (default:
+    the directory that holds the `configured` index)."""
+    root = (settings.reload_root or configured.absolute().parent).resolve()
+    try:  # where it leads first, so that nothing outside the root is even looked at
+        target = Path(index).resolve()
+    except (OSError, RuntimeError, ValueError) as exc:  # RuntimeError: a symlink loop (Python < 3.13)
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "a symlink loop"
+        why = str(exc) if isinstance(exc, ValueError) else why  # e.g. an embedded null byte
+        raise AppError(f"{index} cannot be resolved: {why}", kind="validation", field="index") from None
+    problem = None
+    if not target.is_relative_to(root) and target != configured.resolve():
+        problem = f"is not under the reload root {root} (--reload-root / FILL_RELOAD_ROOT)"
+    else:
+        try:
+            if not target.exists():
+                problem = "does not exist"
+            elif not target.is_dir():
+                problem = "is not a directory"
+        except OSError:  # a directory on the way that the server may not search
+            problem = "cannot be read by the server (permission denied)"
+        if problem is None and not os.access(target, os.R_OK | os.X_OK):
+            problem = "cannot be read by the server (permission denied)"
+    if problem is not None:
+        raise AppError(f"{index} {problem}", kind="validation", field="index")
+    return target
+
+
+def open_engine(settings: Settings, reuse: FillEngine | None = None) -> FillEngine:
     """The engine of the settings' backend: every shard here (local), or shard groups on Ray (ray is imported
-    only then)."""
+    only then). A local one uses the encoder and reader of `reuse` (the one served) where they are the same
+    (FillEngine.open)."""
     if settings.backend == "ray":
         engine: FillEngine = ray_backend().open_ray_engine(settings)
         return engine
-    return FillEngine.open(settings.engine_config())
+    return FillEngine.open(settings.engine_config(), reuse=reuse)
 
 
 class ServiceState:
@@ -95,14 +126,15 @@ class ServiceState:
 
     def reload(self, index: Path | None = None, first: bool = False) -> dict[str, Any]:
         """Open `index` (default: the configured directory, read again), warm it up, and swap it in; the
-        engine it replaces is released after its last request. A failure leaves the current one serving.
+        engine it replaces is released after its last request (its encoder and reader serve on where the new index
+        has the same: fill.models). A failure leaves the current one serving.
         A reload (not the `first` load) checks every file's sha256 before it swaps (unless check_hashes is off)."""
         with self._swap:
             settings = self.settings.model_copy(update={"index": index if index is not None else self.configured})
             if not first and settings.check_hashes:
                 settings = settings.model_copy(update={"verify": True})
             t0 = time.perf_counter()
-            engine = open_engine(settings)
+            engine = open_engine(settings, reuse=None if first else self.engine)
             if first and settings.check_hashes and settings.check_before_ready:
                 check_before_ready(engine, settings.check_before_ready_max_gb)
             self._install(engine)
@@ -133,7 +165,7 @@ class ServiceState:
         why (the old index keeps serving)."""
         configured, target = self.configured or self.settings.index_dir(), None
         try:
-            target = self.settings.reload_target(index, configured) if index is not None else configured
+            target = reload_target(self.settings, index, configured) if index is not None else configured
             done = self.reload(target)
         except Exception as exc:  # noqa: BLE001 - any failure to open is the index's, reported as such
             self.metrics.reloads.labels("failed").inc()

@@ -66,7 +66,7 @@ class DocumentChanges:
                 summary = change(
                     IndexUpdate(
                         root,
-                        encoder=engine.encoder,
+                        encoder=engine.corpus_encoder,
                         opened=engine.index.shards_by_name(),
                         encode_nice=settings.update_nice,
                         check=self._check(time.perf_counter()),

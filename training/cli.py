@@ -1,5 +1,5 @@
-"""`encoder train`, `encoder adapt`, `encoder train-reader`, `encoder export` and `encoder export-onnx`: the
-command lines of the training jobs and of the model exports.
+"""`encoder train`, `encoder adapt`, `encoder train-reader`, `encoder tune-queries`, `encoder export` and
+`encoder export-onnx`: the command lines of the training jobs and of the model exports.
 
 Their flags (and ENCODER_* / ENCODER_ADAPT_* / ENCODER_READER_* variables) are generated from `TrainConfig`,
 `AdaptConfig` and `ReaderTrainConfig`.
@@ -20,6 +20,7 @@ from training.export import export_model
 from training.reader_train import ReaderTrainConfig, train_reader
 from training.train import train
 from training.train_config import TrainConfig
+from training.tune_config import TuneConfig
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Train and export NPM encoders.")
 
@@ -65,6 +66,24 @@ model_command(
     name="train-reader",
     env_prefix="ENCODER_READER_",
     help="Train the reader (a cross-encoder re-ranking fills) on examples written by fill-reader-data.",
+)
+
+
+def _tune_queries(cfg: TuneConfig) -> None:
+    from training.tune_queries import tune_queries
+
+    _logging()
+    typer.echo(f"query model: {tune_queries(cfg)}")
+
+
+model_command(
+    app,
+    TuneConfig,
+    _tune_queries,
+    name="tune-queries",
+    env_prefix="ENCODER_TUNE_",
+    help="Tune the query side against a frozen index (its files are only read): self-supervised queries from its "
+    "documents, or --queries; the best model is paired with the index (IDX/query_model).",
 )
 
 

@@ -38,3 +38,19 @@ def npm_loss(
         multi_positive_nce(q_start, candidates, pos_start, allowed, scale),
         multi_positive_nce(q_end, candidates, pos_end, allowed, scale),
     )
+
+
+def per_query_nce(
+    queries: torch.Tensor, candidates: torch.Tensor, positive: torch.Tensor, allowed: torch.Tensor, scale: float
+) -> torch.Tensor:
+    """`multi_positive_nce` where each query has candidates of its own (encoder tune-queries: its top k of the
+    index and its answer's occurrences): queries [M, d], candidates [M, N, d], positive / allowed bool [M, N]."""
+    positive = positive & allowed
+    has_pos = positive.any(dim=1)
+    if not bool(has_pos.any()):
+        return queries.sum() * 0.0
+    scores = torch.einsum("mnd,md->mn", candidates.float(), queries.float()) * scale
+    neg_inf = torch.finfo(scores.dtype).min
+    all_lse = torch.logsumexp(scores.masked_fill(~allowed, neg_inf), dim=1)
+    pos_lse = torch.logsumexp(scores.masked_fill(~positive, neg_inf), dim=1)
+    return (all_lse - pos_lse)[has_pos].mean()

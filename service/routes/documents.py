@@ -10,6 +10,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path, Request
 from fastapi.concurrency import run_in_threadpool
 from pydantic import ValidationError
+from starlette.convertors import PathConvertor, register_url_convertor
 
 from common.errors import AppError
 from corpus.readers import PRINTABLE_ID, Document, DocumentRecord
@@ -22,6 +23,17 @@ from service.schemas import ErrorResponse
 from service.state import ServiceState
 
 router = APIRouter(prefix=ADMIN_PREFIX)
+
+
+class DocumentIdConvertor(PathConvertor):
+    """The rest of the path, line breaks too. Starlette's `path` (`.*`) stops at a newline, so that an id with one
+    (`a%0Ab`) matched no route (a generic 404) and, its `$` matching before a last newline, `d1%0A` was taken as
+    `d1`: the whole id reaches the route, whose pattern refuses every control character (422)."""
+
+    regex = r"(?s:.*)"
+
+
+register_url_convertor("document_id", DocumentIdConvertor())
 
 RESPONSES = {**ERRORS, 403: {"model": ErrorResponse}, 409: {"model": ErrorResponse}}
 BODY = {
@@ -100,7 +112,9 @@ async def add_documents(http: Request, state: ServiceState = Depends(ready_state
 
 
 @router.delete(
-    "/documents/{doc_id:path}", response_model=UpdateSummary, responses={**RESPONSES, 404: {"model": ErrorResponse}}
+    "/documents/{doc_id:document_id}",
+    response_model=UpdateSummary,
+    responses={**RESPONSES, 404: {"model": ErrorResponse}},
 )
 async def delete_document(
     doc_id: Annotated[str, Path(pattern=PRINTABLE_ID, description="a printable document id")],

@@ -6,10 +6,11 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import Response
 
 from fill.schemas import FillRequest, FillResult
+from service.bodies import JsonRoute
 from service.dependencies import ERRORS, ready_state
 from service.state import ServiceState
 
-router = APIRouter()
+router = APIRouter(route_class=JsonRoute)
 
 
 @router.post("/fill", response_model=FillResult, responses=ERRORS)

@@ -1,4 +1,11 @@
-"""GET (and HEAD) /healthz, /readyz; GET /info, /metrics."""
+"""GET (and HEAD) /healthz, /readyz; GET /info, /metrics.
+
+The probes need no key (service.auth) and do no work: /readyz answers from the service's state, the index installed
+only once its warm-up fill passed (service.state) and unserved the moment one of its files fails a check
+(service.index_watch, or a fill that read damaged bytes), never by running a fill of its own, so that however often
+an orchestrator or anybody else calls it, the fills it stands beside do not pay for it. Both run on the event loop
+(no thread hop). One client address flooding them gets 429 (service.probe_limit: a token bucket per address,
+FILL_PROBE_RATE a second, far above what a kubelet sends, which is therefore never refused)."""
 
 from __future__ import annotations
 
@@ -8,20 +15,19 @@ from fastapi import APIRouter, Depends
 from fastapi.responses import PlainTextResponse
 
 from service.dependencies import ERRORS, get_state
-from service.state import WARMUP, ServiceState
+from service.state import ServiceState
 
 router = APIRouter()
 
 
 @router.get("/healthz")
-def healthz() -> dict[str, str]:
+async def healthz() -> dict[str, str]:
     return {"status": "alive"}
 
 
 @router.get("/readyz", responses=ERRORS)
-def readyz(state: ServiceState = Depends(get_state)) -> dict[str, str]:
-    with state.using() as serving:  # 503 while loading; a reload cannot close it meanwhile
-        serving.engine.fill(WARMUP)  # exercises the encoder and the index for real
+async def readyz(state: ServiceState = Depends(get_state)) -> dict[str, str]:
+    state.ready_engine()  # 503 naming why: loading, failed to load, or a file of the index failed its check
     return {"status": "ready"}
 
 

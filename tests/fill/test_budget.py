@@ -10,7 +10,9 @@ import pytest
 from fastapi.testclient import TestClient
 
 import fill.engine
+from common.errors import AppError
 from fill.budget import MATCHES_PER_FILL, Budget
+from fill.choices import ChoicePhrases
 from fill.config import EngineConfig
 from fill.engine import FillEngine
 from fill.schemas import FillRequest, ScoreRequest
@@ -57,15 +59,16 @@ def _choices(labels: int, phrases: int) -> list[dict]:
 
 
 def test_a_scores_phrase_matches_count_in_its_budget_and_its_cost():
-    """Every distinct phrase is matched at every retrieved token: 64 choices x 32 phrases at 100 blocks is 105M
-    matches (~5 default fills measured), refused by the default bound; 64 x 16 is accepted without synonyms,
-    refused with the default 20 more per choice; a default score (200 blocks, two words) is accepted."""
+    """Every phrase of several tokens is matched at every retrieved token, a choice's one-token phrases once
+    together: 64 choices x 32 phrases at 100 blocks is 105M matches (~5 default fills measured), refused by the
+    default bound; 64 x 16 is accepted; from the request alone (no tokenizer) each phrase counts one lookup, never
+    fewer than the tokenized count, and synonyms none (they join the one-token lookup of their choice)."""
     defaults = Settings(index="unused")
     budget = Budget(defaults.max_candidates, defaults.max_evidence, defaults.max_search, defaults.max_matches)
     two = ScoreRequest(text="It was <mask> .", choices=["great", "terrible"], synonyms=0, blocks=100)
     many = ScoreRequest(text="It was <mask> .", choices=_choices(64, 32), synonyms=0, blocks=100)
     assert Budget.phrases(two) == 2 and Budget.phrases(many) == 2048
-    assert Budget.phrases(two.model_copy(update={"synonyms": 20})) == 42
+    assert Budget.phrases(two.model_copy(update={"synonyms": 20})) == 2
     assert Budget.matches(many, "restricted", 256) == 1 * 2 * 100 * 256 * 2048
     budget.check(two, "restricted", 256)
     default = ScoreRequest(text="It was <mask> .", choices=["great", "terrible"])
@@ -75,18 +78,52 @@ def test_a_scores_phrase_matches_count_in_its_budget_and_its_cost():
         budget.check(default.model_copy(update={"blocks": default.blocks + 1}), "restricted", 256)
     sixteen = ScoreRequest(text="It was <mask> .", choices=_choices(64, 16), synonyms=0, blocks=100)
     budget.check(sixteen, "restricted", 256)
-    with pytest.raises(Exception, match="2304 distinct phrases.*or synonyms"):
-        budget.check(sixteen.model_copy(update={"synonyms": 20}), "restricted", 256)
-    with pytest.raises(Exception, match="2048 distinct phrases = 104,857,600 phrase matches.*FILL_MAX_MATCHES"):
+    budget.check(sixteen.model_copy(update={"synonyms": 20}), "restricted", 256)
+    with pytest.raises(Exception, match="2048 phrase lookups = 104,857,600 phrase matches.*FILL_MAX_MATCHES"):
         budget.check(many, "restricted", 256)
-    duplicated = ScoreRequest(
-        text="It was <mask> .", choices=[{"label": "a", "phrases": ["x", "x", "y"]}, "b"], synonyms=0
-    )
-    assert Budget.phrases(duplicated) == 3  # a phrase repeated within a choice is matched once
     assert Budget.cost(many, "restricted", 256) == pytest.approx(
         Budget.cost(two, "restricted", 256) + 2046 * 2 * 100 * 256 / MATCHES_PER_FILL
     )
     assert Budget.cost(many, "restricted", 256) > 12  # the heavy lane's, whatever its search
+
+
+def test_the_default_budget_admits_64_one_word_choices_with_their_synonyms_and_refuses_one_lookup_more(engine):
+    """What API.md and FILL_MAX_MATCHES's help say the defaults accept: a default one-mask score (restricted, 200
+    blocks of the default build's 256 tokens: 102,400 retrieved tokens) of 64 one-word choices with their 20
+    synonyms each (64 lookups: before, 64 x 21 phrases = 137,625,600 matches were refused), and up to 655
+    lookups (2^26 // 102,400); one more is a 422 naming the product and the setting."""
+    defaults = Settings(index="unused")
+    budget = Budget(defaults.max_candidates, defaults.max_evidence, defaults.max_search, defaults.max_matches)
+    words = engine.encoder.word_neighbours.words[:128]
+    request = ScoreRequest(text="It was <mask> .", choices=words[:64])  # every other field its default
+    phrases = ChoicePhrases.of(engine.encoder, request.choice_list(), request.synonyms)
+    assert [len(near) for near in phrases.synonyms] == [20] * 64 and len(phrases.ids) == 64 * 21
+    assert Budget.phrases(request, phrases) == 64
+    budget.check(request, "restricted", 256, phrases)
+    assert Budget.matches(request, "restricted", 256, phrases) == 102_400 * 64
+    assert defaults.max_matches // 102_400 == 655
+
+    def several_tokens(lookups: int) -> tuple[ScoreRequest, ChoicePhrases]:  # 64 choices of two-word phrases
+        choices = [
+            {
+                "label": words[c],
+                "phrases": [f"{words[c]} {words[64 + j]}" for j in range(lookups // 64 + (c < lookups % 64))],
+            }
+            for c in range(64)
+        ]
+        r = ScoreRequest(text="It was <mask> .", choices=choices)
+        return r, ChoicePhrases.of(engine.encoder, r.choice_list(), r.synonyms)
+
+    most, its_phrases = several_tokens(655)
+    assert Budget.phrases(most, its_phrases) == 655 and not any(its_phrases.synonyms)
+    budget.check(most, "restricted", 256, its_phrases)
+    over, its_phrases = several_tokens(656)
+    with pytest.raises(AppError) as caught:
+        budget.check(over, "restricted", 256, its_phrases)
+    assert caught.value.status == 422 and caught.value.message.startswith(
+        "request too expensive: 102,400 retrieved tokens (masks x queries) x 656 phrase lookups = 67,174,400 "
+        "phrase matches, over the server's budget of 67,108,864 (FILL_MAX_MATCHES;"
+    )
 
 
 def test_over_budget_is_422_naming_the_fields_and_the_setting(engine):

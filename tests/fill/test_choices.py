@@ -8,6 +8,7 @@ import pytest
 
 from common.errors import AppError
 from corpus.tokens import WORD_END, WORD_START
+from encoder.synonyms import WordNeighbours
 from fill.choices import ChoicePhrases, match, sharpen
 from fill.config import EngineConfig
 from fill.engine import FillEngine
@@ -218,11 +219,11 @@ def test_bm25_modes_vote_with_the_top_blocks_tokens(engine, mode):
 def test_phrases_are_tokenized_as_in_running_text(engine):
     phrases = ChoicePhrases.of(
         engine.encoder,
-        [Choice(label="a", phrases=["Paris", "paris", "capital of France"]), Choice(label="b", phrases=["Seine"])],
+        [Choice(label="a", phrases=["Paris", "capital of France"]), Choice(label="b", phrases=["Seine"])],
     )
-    assert phrases.choice == [0, 0, 0, 1] and phrases.labels == ["a", "b"]
-    assert phrases.ids[2].tolist() == engine.encoder.phrase_ids(["capital of France"])[0]
-    assert phrases.ids[0].tolist() == phrases.ids[1].tolist()  # an uncased tokenizer: one spelling
+    assert phrases.choice == [0, 0, 1] and phrases.labels == ["a", "b"]
+    assert phrases.ids[1].tolist() == engine.encoder.phrase_ids(["capital of France"])[0]
+    assert phrases.lookups == 2 + 1  # choice a: its one-token phrases together, "capital of France"; choice b
     with pytest.raises(AppError, match="no token"):
         ChoicePhrases.of(engine.encoder, [Choice(label="a", phrases=["\u200b"]), Choice(label="b", phrases=["x"])])
 
@@ -235,3 +236,58 @@ def test_sharpening_keeps_the_winner_and_sums_to_one():
         assert (out.argmax(axis=1) == probs.argmax(axis=1)).all()
     assert sharpen(probs, 3.0)[0, 0] > 0.6 > sharpen(probs, 0.5)[0, 0]
     np.testing.assert_allclose(sharpen(probs, 1.0), probs, rtol=1e-12)
+
+
+@pytest.mark.parametrize(
+    "choices, named",
+    [
+        ([{"label": "a", "phrases": ["good"]}, {"label": "b", "phrases": ["good"]}], ["phrase 'good'", "'a'", "'b'"]),
+        ([{"label": "b", "phrases": ["good"]}, {"label": "a", "phrases": ["good"]}], ["phrase 'good'", "'a'", "'b'"]),
+        (["good", {"label": "b", "phrases": ["fine", "good"]}], ["phrase 'good'", "choice 'good'", "choice 'b'"]),
+        ([{"label": "a", "phrases": ["good", "fine", "good"]}, "b"], ["choice 'a' repeats the phrase 'good'"]),
+        # an uncased tokenizer writes these alike: the same phrase to the index
+        ([{"label": "a", "phrases": ["Good"]}, {"label": "b", "phrases": ["great", "GOOD"]}], ["'Good'", "'GOOD'"]),
+        ([{"label": "a", "phrases": ["good movie", "Good  Movie"]}, "b"], ["'good movie'", "'Good Movie'", "'a'"]),
+    ],
+)
+def test_a_phrase_repeated_in_its_choice_or_another_is_refused_naming_it_and_the_labels(engine, choices, named):
+    """Before, two choices listing "good" both took its votes and the first listed all its synonyms (200); a
+    phrase repeated inside a choice was dropped silently. The tokens decide what is the same phrase."""
+    with pytest.raises(AppError) as caught:
+        engine.plan(ScoreRequest(text="It was <mask> .", choices=choices))
+    error = caught.value
+    assert (error.kind, error.field, error.status) == ("validation", "choices", 422)
+    for words in named:
+        assert words in error.message, error.message
+
+
+def test_a_synonym_is_never_a_word_of_another_choices_phrase(engine, monkeypatch):
+    """ "good" is the nearest word to "great"; it is a word of the other choice's "good movie", whose votes (its
+    start token "good") it would hand to "great": it is not added, the next nearest is."""
+    vocab = engine.encoder.tokenizer.get_vocab()
+    placed = {"great": [1, 0, 0, 0], "good": [0.99, 0.01, 0, 0], "terrific": [0.9, 0.1, 0, 0], "movie": [0, 1, 0, 0]}
+    table = _placed_table(vocab, placed)
+    monkeypatch.setattr(
+        engine.encoder, "word_neighbours", WordNeighbours(engine.encoder.tokenizer, table, engine.encoder.phrase_ids)
+    )
+    choices = [Choice(label="a", phrases=["great"]), Choice(label="b", phrases=["good movie", "film"])]
+    phrases = ChoicePhrases.of(engine.encoder, choices, synonyms=2)
+    assert phrases.synonyms[0][0] == "terrific" and "good" not in phrases.synonyms[0]
+    assert not {"great", "good", "movie", "film"} & set(phrases.synonyms[0] + phrases.synonyms[1])
+    one_token = [
+        {int(ids[0]) for ids, c in zip(phrases.ids, phrases.choice) if c == k and ids.size == 1} for k in (0, 1)
+    ]
+    assert one_token[0].isdisjoint(one_token[1])  # no word votes for both choices
+    given = {t for ids in engine.encoder.phrase_ids(["great", "good movie", "film"]) for t in ids}
+    added = {vocab[w] for words in phrases.synonyms for w in words}
+    assert given.isdisjoint(added)
+
+
+def _placed_table(vocab: dict[str, int], placed: dict[str, list[float]]) -> np.ndarray:
+    """An input-embedding table: every token on its own random direction, the `placed` words at the given points."""
+    table = np.zeros((max(vocab.values()) + 1, 68), dtype=np.float32)
+    table[:, 4:] = np.random.default_rng(0).standard_normal((table.shape[0], 64))
+    for word, point in placed.items():
+        table[vocab[word]] = 0.0
+        table[vocab[word], :4] = point
+    return table

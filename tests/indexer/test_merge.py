@@ -162,3 +162,95 @@ def test_builds_seeded_with_one_template_merge_into_one_ivf_index(tmp_path, tiny
     assert len(index.shards) == Manifest.load(first).counts.shards + Manifest.load(second).counts.shards
     assert index._lists is not None  # one set of IVF lists: every shard shares the query's assignment
     index.close()
+
+
+def test_ids_held_by_two_inputs_are_refused_naming_them(halves, tmp_path):
+    """a (d1, d2) and whole (d1, d2, d3): merged, d1 and d2 would each be served twice (issue 86)."""
+    with pytest.raises(AppError) as info:
+        merge_indexes(MergeConfig(out=tmp_path / "x", inputs=[halves["a"], halves["whole"]]))
+    message = info.value.message
+    assert message.startswith("2 document id(s) are held by more than one input"), message
+    assert f"'d1' (in {halves['a']}, {halves['whole']})" in message and "'d2'" in message and "'d3'" not in message
+    assert "--on-duplicate keep-first" in message and "indexer delete --index" in message
+    assert not (tmp_path / "x").exists() and not (tmp_path / "x.partial").exists()
+
+
+def test_a_document_in_several_shards_of_one_input_is_no_duplicate(halves, tiny_index, tmp_path):
+    """tiny_index (3 shards over the whole corpus: a document crosses a shard's end) and b (d3, d4): only d3."""
+    m = Manifest.load(tiny_index)
+    assert sum(s.documents for s in m.shards) > m.counts.documents - m.counts.empty_documents  # rows in two shards
+    with pytest.raises(AppError, match=r"^1 document id\(s\) are held .*'d3' \(in ") as info:
+        merge_indexes(MergeConfig(out=tmp_path / "x", inputs=[tiny_index, halves["b"]]))
+    assert "'d1'" not in info.value.message and "'d2'" not in info.value.message
+
+
+def test_a_document_deleted_in_one_input_does_not_collide(halves, tmp_path, fresh_copy):
+    """Deleted (and compacted: merge wants no tombstone) from whole, d1 is no duplicate; d2 still is."""
+    from indexer.compact import CompactConfig, run_compact
+
+    whole = fresh_copy(halves["whole"])
+    run_delete(DeleteConfig(index=whole, ids=["d1"]))
+    run_compact(CompactConfig(index=whole))
+    with pytest.raises(AppError, match=r"^1 document id\(s\) .*: 'd2' \(in ") as info:
+        merge_indexes(MergeConfig(out=tmp_path / "x", inputs=[halves["a"], whole]))
+    assert "'d1'" not in info.value.message
+
+
+def test_a_compacted_input_merges(halves, tmp_path, fresh_copy):
+    """A compacted index (generation > 0, no delta, no tombstone; BM25 under a generation's name) is an input like
+    a build: it was refused with 'run indexer compact', the fix it had already had."""
+    from indexer.compact import CompactConfig, run_compact
+    from indexer.update import AddConfig, run_add
+
+    b = fresh_copy(halves["b"])
+    run_add(AddConfig(index=b, corpus=write_jsonl(tmp_path / "d5.jsonl", [{"id": "d5", "text": "Rome is old."}])))
+    run_compact(CompactConfig(index=b))
+    assert Manifest.load(b).generation == 2 and Manifest.load(b).bm25_name != "bm25.sqlite"
+    merged = tmp_path / "merged"
+    merge_indexes(MergeConfig(out=merged, inputs=[b, halves["a"]]))  # first: the manifest is its copy
+    m = Manifest.load(merged)
+    assert m.counts.documents == Manifest.load(halves["a"]).counts.documents + Manifest.load(b).counts.documents
+    assert (merged / m.bm25_name).is_file()
+    PhraseIndex(merged, verify=True).close()
+
+
+@pytest.mark.parametrize("keep", ["keep-first", "keep-last"])
+def test_on_duplicate_keeps_one_copy_and_tombstones_the_others(halves, tmp_path, keep):
+    """a (d1, d2) + whole (d1, d2, d3): one copy of d1 and d2 served, the other tombstoned as a delete does; a
+    delete then deletes the one copy and reports 1; compact drops the copies for good."""
+    from indexer.compact import CompactConfig, run_compact
+    from indexer.tombstones import Tombstones
+
+    merged = tmp_path / "merged"
+    summary = merge_indexes(MergeConfig(out=merged, inputs=[halves["a"], halves["whole"]], on_duplicate=keep))
+    m, a, whole = Manifest.load(merged), Manifest.load(halves["a"]), Manifest.load(halves["whole"])
+    assert (m.counts.documents, m.counts.deleted_documents, summary.dropped) == (whole.counts.documents, 2, 2)
+    assert m.counts.deleted_tokens == a.counts.tokens  # the dropped copies are a's documents, tokenized alike
+    assert m.generation == 1 and "2 duplicate copies deleted" in summary.line()
+    dead = Tombstones.load(merged, m)
+    lost = "shard_00001" if keep == "keep-first" else "shard_00000"  # a's shard is 0, whole's 1
+    assert list(dead.rows) == [lost] and dead.of(lost).size == 2
+    PhraseIndex(merged, verify=True).close()
+    deleted = run_delete(DeleteConfig(index=merged, ids=["d1"]))  # the one live copy
+    assert deleted.deleted == 1 and Manifest.load(merged).counts.documents == whole.counts.documents - 1
+    run_compact(CompactConfig(index=merged))
+    after = Manifest.load(merged)
+    assert (after.counts.documents, after.counts.deleted_documents, after.tombstones) == (
+        whole.counts.documents - 1,
+        0,
+        None,
+    )
+
+
+def test_the_command_line_refuses_duplicates_and_takes_on_duplicate(halves, tmp_path):
+    from typer.testing import CliRunner
+
+    from indexer.cli import app
+
+    args = ["merge", "--out", str(tmp_path / "m"), str(halves["a"]), str(halves["whole"])]
+    refused = CliRunner().invoke(app, args)
+    assert refused.exit_code == 2 and "error: 2 document id(s) are held by more than one input" in refused.output
+    bad = CliRunner().invoke(app, [*args, "--on-duplicate", "keep-any"])
+    assert bad.exit_code == 2 and "--on-duplicate (INDEXER_ON_DUPLICATE)" in bad.output, bad.output
+    done = CliRunner().invoke(app, [*args, "--on-duplicate", "keep-last"])
+    assert done.exit_code == 0 and "2 duplicate copies deleted" in done.output, done.output

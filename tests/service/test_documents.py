@@ -3,6 +3,7 @@ fills that never fail while documents change, a writer beside the server, and th
 
 from __future__ import annotations
 
+import json
 import shutil
 import threading
 import time
@@ -201,6 +202,27 @@ def test_bad_document_requests(tiny_index, tmp_path):
         assert client.post("/admin/documents", json=[{"id": "a", "text": "x"}]).status_code == 403
         assert client.delete("/admin/documents/d1").status_code == 403
     state.close()
+
+
+@pytest.mark.parametrize("escaped", ["a%0Ab", "d1%0A", "%0Ad1", "d1%0D", "d1%09", "d1%00", "d1%7F", "d1%C2%85", "%0A"])
+def test_a_control_character_in_a_deleted_id_is_a_422_and_deletes_nothing(tiny_index, tmp_path, escaped):
+    """Any control character (C0, DEL, C1) in the id of a delete, a newline too (the route's path pattern once stopped
+    at one: `a%0Ab` was a generic 404 and `d1%0A` deleted d1), is refused as the id's pattern, before the index."""
+    index = tmp_path / "idx"
+    shutil.copytree(tiny_index, index)
+    client, state = _client(index)
+    with client:
+        r = client.delete(f"/admin/documents/{escaped}", headers=KEY)
+        assert r.status_code == 422 and r.json()["error_type"] == "validation", r.text
+        assert "doc_id" in r.json()["error"] and "pattern" in r.json()["error"], r.text
+        assert client.get("/info", headers=KEY).json()["generation"] == 0  # nothing was written
+        assert client.delete("/admin/documents/d1", headers=KEY).status_code == 200  # d1 was still there
+    state.close()
+
+
+def test_a_c1_control_character_in_an_added_id_is_refused():
+    with pytest.raises(AppError, match="document 0 .*id: String should match pattern"):
+        parse_documents(json.dumps({"id": "next\u0085line", "text": "x"}).encode(), "application/json")
 
 
 def test_parse_documents_accepts_one_record_pretty_printed_and_json_lines_under_json():

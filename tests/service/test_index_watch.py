@@ -43,7 +43,7 @@ def _wait_for(client, status: int, words: str, seconds: float = 60.0):
             return r
         if time.monotonic() > deadline:
             raise AssertionError(f"/readyz never answered {status} with {words!r}: {r.status_code} {r.text}")
-        threading.Event().wait(0.05)
+        threading.Event().wait(0.1)  # no faster than the probes' rate limit (FILL_PROBE_RATE: 10 a second)
 
 
 @pytest.fixture()

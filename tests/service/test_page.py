@@ -25,7 +25,7 @@ def test_the_page_and_its_files_are_served_with_a_policy_that_allows_only_them(s
         policy = dict(p.strip().split(" ", 1) for p in page.headers["content-security-policy"].split(";"))
         assert policy["default-src"] == "'none'"
         assert policy["script-src"] == policy["style-src"] == policy["connect-src"] == "'self'"
-        assert page.headers["x-content-type-options"] == "nosniff"
+        assert page.headers["x-content-type-options"] == "nosniff" and page.headers["x-frame-options"] == "DENY"
         missing = c.get("/page/nope.js")
         assert missing.status_code == 404 and "app.js and style.css" in missing.json()["error"]
         assert c.get("/page/index.html").status_code == 404  # the page is at / only
@@ -56,3 +56,23 @@ def test_fill_page_false_leaves_the_api_only(state, monkeypatch):
     with client_for(state, page=False) as c:
         assert c.get("/").status_code == 404 and c.get("/page/app.js").status_code == 404
         assert c.post("/fill", json={"text": "<mask>"}).status_code == 200
+
+
+def test_head_answers_as_get_without_a_body(state):
+    with client_for(state) as c:
+        for path in ("/", "/page/app.js", "/favicon.ico"):
+            got, head = c.get(path), c.head(path)
+            assert head.status_code == 200 and head.content == b"", (path, head.status_code)
+            assert head.headers["content-type"] == got.headers["content-type"]
+            assert head.headers["content-length"] == str(len(got.content))
+
+
+def test_the_icon_needs_no_key_even_with_the_page_off(state):
+    """A browser asks for /favicon.ico on every page it shows (the page, /docs, a JSON answer): never a 401."""
+    for page in (True, False):
+        with client_for(state, api_keys="key1", page=page) as c:
+            r = c.get("/favicon.ico")
+            assert r.status_code == 200 and r.headers["content-type"] == "image/png", (page, r.text)
+            assert r.content.startswith(b"\x89PNG\r\n\x1a\n") and len(r.content) < 2048
+            assert "max-age" in r.headers["cache-control"] and r.headers["x-content-type-options"] == "nosniff"
+            assert c.get("/favicon.png").status_code == 401  # only the icon's own path is open

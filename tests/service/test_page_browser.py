@@ -134,3 +134,29 @@ def test_with_keys_the_page_asks_for_one_and_keeps_it_in_the_tab(start_server, i
     assert shown(browser, ".fill-result .candidate .phrase").text == "Warsaw"
     assert browser.execute_script("return sessionStorage.getItem('npm-fill-key')") == "page-key"
     assert browser.execute_script("return localStorage.length") == 0
+
+
+RECORD_VIOLATIONS = """window.violations = [];
+document.addEventListener("securitypolicyviolation",
+  e => window.violations.push(e.violatedDirective + " " + e.blockedURI));"""
+
+
+def test_the_api_docs_render_from_this_server_alone_under_their_policy(browser, tmp_path):
+    """GET /docs in a real browser: Swagger UI shows the API's routes from the server's own files, with no violation
+    of the docs' Content-Security-Policy (no inline script, nothing from elsewhere) and no request to another host.
+    Only the docs and the schema are needed: the server has no index (not ready)."""
+    from service.config import Settings
+    from service.state import ServiceState
+    from tests.service.test_wire import running
+
+    settings = Settings(index=tmp_path / "no_index")
+    with running(settings, ServiceState(settings)) as port:
+        url = f"http://127.0.0.1:{port}"
+        browser.execute_cdp_cmd("Page.addScriptToEvaluateOnNewDocument", {"source": RECORD_VIOLATIONS})
+        browser.get(url + "/docs")
+        shown(browser, ".opblock-summary-path[data-path='/fill']")
+        paths = {e.get_attribute("data-path") for e in browser.find_elements(By.CSS_SELECTOR, ".opblock-summary-path")}
+        assert {"/fill", "/score", "/readyz", "/admin/documents/{doc_id}"} <= paths, paths
+        assert browser.execute_script("return window.violations") == []
+        loaded = browser.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+        assert loaded and all(name.startswith(url + "/") for name in loaded), loaded

@@ -201,7 +201,7 @@ def test_a_file_changed_in_place_turns_the_server_not_ready_naming_it(tiny_index
             r = client.get("/readyz")
             if r.status_code == 503 and damaged_file in r.text:
                 break
-            threading.Event().wait(0.05)
+            threading.Event().wait(0.1)  # no faster than the probes' rate limit (FILL_PROBE_RATE: 10 a second)
         assert r.status_code == 503 and re.search(f"shard_00001/{damaged_file} (does|has .*) not match", r.text), r.text
         assert str(tmp_path) not in r.text
         fill = client.post("/fill", json={"text": "Paris is the <mask> ."}, headers=KEY)
@@ -231,7 +231,7 @@ def _wait_for(client, path: str, status: int, words: str, seconds: float = 60.0)
             return r
         if time.monotonic() > deadline:
             raise AssertionError(f"{path} never answered {status} with {words!r}: {r.status_code} {r.text}")
-        threading.Event().wait(0.05)
+        threading.Event().wait(0.1)  # no faster than the probes' rate limit (FILL_PROBE_RATE: 10 a second)
 
 
 def test_a_damaged_index_is_never_served_when_checked_before_ready(tiny_index, tmp_path):

@@ -95,6 +95,27 @@ def test_a_bad_choice_list_is_a_422_naming_the_field(client, choices, where):
     assert where in r.text
 
 
+@pytest.mark.parametrize("first, second", [("a", "b"), ("b", "a")])
+def test_a_phrase_of_two_choices_is_a_422_naming_it_and_both_labels(client, first, second):
+    """Before: 200, every synonym of "good" and so most of the vote to the choice listed first."""
+    choices = [{"label": first, "phrases": ["good"]}, {"label": second, "phrases": ["fine", "Good"]}]
+    r = client.post("/score", json={"text": "It was <mask> .", "choices": choices})
+    assert r.status_code == 422, r.text
+    body = r.json()
+    assert body["error_type"] == "validation" and body["detail"][0]["loc"] == ["body", "choices"]
+    assert "'good'" in body["error"] and "'Good'" in body["error"]
+    assert f"choice {first!r}" in body["error"] and f"choice {second!r}" in body["error"]
+
+
+def test_up_to_64_one_word_choices_with_the_default_synonyms_are_scored_and_65_refused(client, state):
+    words = state.engine.encoder.word_neighbours.words[:65]
+    data = score(client, text="It was <mask> .", choices=words[:64])  # every other field its default
+    assert [c["label"] for c in data["masks"][0]["choices"]] == words[:64]
+    assert all(len(c["synonyms"]) == 20 for c in data["masks"][0]["choices"])
+    r = client.post("/score", json={"text": "It was <mask> .", "choices": words})
+    assert r.status_code == 422 and "at most 64" in r.json()["error"], r.text
+
+
 @pytest.mark.parametrize(
     "body",
     [

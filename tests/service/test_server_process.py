@@ -202,6 +202,16 @@ def test_bad_env_port_exits_2(tiny_index):
     assert "Traceback" not in r.stdout + r.stderr
 
 
+@pytest.mark.parametrize("how", ["flag", "env"])
+def test_a_bad_log_level_exits_2_naming_the_choices(tiny_index, how):
+    args, env = (["--log-level", "bogus"], {}) if how == "flag" else ([], {"FILL_LOG_LEVEL": "bogus"})
+    r = run_cli(args, clean_env(FILL_INDEX=str(tiny_index), FILL_PORT=str(free_port()), **env))
+    assert r.returncode == 2, r.stdout + r.stderr
+    assert r.stderr.startswith("error: --log-level (FILL_LOG_LEVEL): "), r.stderr
+    assert all(level in r.stderr for level in ("debug", "info", "warning", "error")), r.stderr
+    assert "Traceback" not in r.stdout + r.stderr
+
+
 def test_missing_api_keys_file_exits_2_naming_it(tiny_index, tmp_path):
     missing = tmp_path / "no_keys"
     r = run_cli([], clean_env(FILL_INDEX=str(tiny_index), FILL_API_KEYS_FILE=str(missing)))
@@ -241,28 +251,31 @@ def test_a_client_sending_its_headers_slowly_is_disconnected(start_server, tiny_
         assert client.get("/healthz").status_code == 200
 
 
-def trickle(port: int, head: bytes, body: bytes, gap: float = 0.2) -> bool:
-    """Send `head` at once, then `body` a byte every `gap` s; whether the server closed the connection first."""
+def trickle(port: int, head: bytes, body: bytes, gap: float = 0.2) -> bytes | None:
+    """Send `head` at once, then `body` a byte every `gap` s: what the server sent before it closed the connection,
+    or None when it kept the connection to the end."""
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
         sock.sendall(head)
+        received = b""
         for byte in body:
             try:
                 sock.sendall(bytes([byte]))
                 time.sleep(gap)
                 sock.setblocking(False)
                 try:
-                    if sock.recv(1) == b"":
-                        return True
+                    while chunk := sock.recv(65536):
+                        received += chunk
+                    return received  # b"": the server closed its side
                 except BlockingIOError:
                     pass
                 finally:
                     sock.setblocking(True)
             except (BrokenPipeError, ConnectionResetError):
-                return True
-    return False
+                return received
+    return None
 
 
-def test_a_client_sending_its_body_slowly_is_disconnected(start_server, tiny_index):
+def test_a_client_sending_its_body_slowly_gets_408_and_is_disconnected(start_server, tiny_index):
     port = free_port()
     server = start_server([], clean_env(FILL_INDEX=str(tiny_index), FILL_PORT=str(port), FILL_BODY_TIMEOUT="1"), port)
     server.wait_ready()
@@ -273,8 +286,11 @@ def test_a_client_sending_its_body_slowly_is_disconnected(start_server, tiny_ind
         + b"\r\n\r\n"
     )
     t0 = time.monotonic()
-    assert trickle(port, head, body), "the server kept a connection whose body never ended"
+    received = trickle(port, head, body)
+    assert received is not None, "the server kept a connection whose body never ended"
     assert time.monotonic() - t0 < 5
+    assert received.startswith(b"HTTP/1.1 408 "), received
+    assert json.loads(received.partition(b"\r\n\r\n")[2])["error_type"] == "request_timeout", received
     assert "no complete request body in 1.0 s" in server.output()
     with httpx.Client(base_url=server.url, timeout=30) as client:  # a body sent at once is served
         assert client.post("/fill", content=body, headers={"content-type": "application/json"}).status_code == 200
@@ -330,7 +346,7 @@ def test_what_the_http_parser_refuses_is_answered_in_the_json_shape_and_closed(s
         "both": (post + b"Content-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", 400, "Transfer-Encoding"),
         "no host": (b"GET /healthz HTTP/1.1\r\n\r\n", 400, "Host"),
         "bad length": (post + b"Content-Length: 1x\r\n\r\n{}", 400, "malformed HTTP request"),
-        "huge header": (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 1_000_000 + b"\r\n\r\n", 431, "buffer"),
+        "huge header": (b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 1_000_000 + b"\r\n\r\n", 431, "head"),
         "not utf-8 path": (b"DELETE /fill/%E9 HTTP/1.1\r\nHost: x\r\n\r\n", 400, "UTF-8"),
     }
     for name, (request, status, words) in cases.items():

@@ -8,20 +8,25 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 
 import h11
 import pytest
 import uvicorn
 
 from service.api import create_app
+from service.config import Settings
+from service.state import ServiceState
 from service.wire import http_protocol, origin_form
 from tests.service.test_limits import settings, state  # noqa: F401  # the same server: body limit 2048 bytes
 
 WAIT = 20.0  # seconds a socket read may wait: a passing test's reads return at once
+MAX_HEADER_BYTES = Settings.model_fields["max_header_bytes"].default  # the default limit of a request head
+BODY_TIMEOUT = 0.5  # seconds: the body deadline of `hurried_port`'s server (its test waits up to WAIT for the 408)
 
 
-@pytest.fixture(scope="module")
-def wire_port(settings, state) -> Iterator[int]:
+@contextmanager
+def running(settings: Settings, state: ServiceState) -> Iterator[int]:
     """A real uvicorn server (its h11 protocol as `python -m service` wires it) over the app, in a thread: its port."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
@@ -41,6 +46,19 @@ def wire_port(settings, state) -> Iterator[int]:
         server.should_exit = True
         thread.join(WAIT)
         sock.close()
+
+
+@pytest.fixture(scope="module")
+def wire_port(settings, state) -> Iterator[int]:
+    with running(settings, state) as port:
+        yield port
+
+
+@pytest.fixture(scope="module")
+def hurried_port(settings, state) -> Iterator[int]:
+    """The same server with a body deadline of half a second (BODY_TIMEOUT)."""
+    with running(settings.model_copy(update={"body_timeout": BODY_TIMEOUT}), state) as port:
+        yield port
 
 
 def read_response(sock: socket.socket) -> tuple[int, dict[str, str], bytes]:
@@ -70,9 +88,11 @@ def refused(port: int, request: bytes) -> tuple[int, dict[str, str], dict]:
         assert sock.recv(65536) == b"", "data after a response that closes the connection"
     data = json.loads(body)
     assert headers["content-type"] == "application/json" and set(data) == {"error", "error_type"}, (headers, data)
+    assert headers.get("x-content-type-options") == "nosniff", headers  # as every answer (service.api's Nosniff)
     return status, headers, data
 
 
+POST_FILL_LENGTH = b"POST /fill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
 POST_CHUNKED = b"POST /fill HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
 
 
@@ -150,3 +170,62 @@ def test_a_431_is_read_whole_then_the_connection_closes_without_a_reset(wire_por
         wire_port, b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 1_000_000 + b"\r\n\r\n"
     )
     assert status == 431 and data["error_type"] == "bad_request", data
+
+
+HEAD = b"GET /healthz HTTP/1.1\r\nHost: x\r\nX-Big: "
+
+
+def head_of(size: int) -> bytes:
+    """A request head of `size` bytes in all (request line, headers, the blank line)."""
+    return HEAD + b"a" * (size - len(HEAD) - 4) + b"\r\n\r\n"
+
+
+def send_head(port: int, head: bytes, piece: int) -> tuple[int, dict]:
+    """Send `head` in writes of `piece` bytes (a short pause between them, so they arrive apart) and read the
+    answer: its status and JSON body."""
+    with socket.create_connection(("127.0.0.1", port), timeout=WAIT) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        for start in range(0, len(head), piece):
+            try:
+                sock.sendall(head[start : start + piece])
+            except (BrokenPipeError, ConnectionResetError):
+                break  # refused before the whole head was sent: the answer is waiting
+            time.sleep(0.005 if piece < len(head) else 0)
+        status, _, body = read_response(sock)
+    return status, json.loads(body)
+
+
+@pytest.mark.parametrize(
+    "size, piece",
+    [(100_000, 10**6), (40_000, 10**6), (40_000, 1000), (40_000, 100), (MAX_HEADER_BYTES + 1, 10**6)]
+    + [(MAX_HEADER_BYTES + 1, 1000), (MAX_HEADER_BYTES + 1, 100)],
+)
+def test_a_head_over_the_limit_is_431_however_it_arrives(wire_port, size, piece):
+    """One limit for a request head (FILL_MAX_HEADER_BYTES), whether it arrives whole (`piece` larger than the
+    head) or in pieces: h11 alone refused only a head arriving in pieces, past its 16 KiB buffer."""
+    status, data = send_head(wire_port, head_of(size), piece)
+    assert status == 431 and data["error_type"] == "bad_request", data
+    assert f"limit of {MAX_HEADER_BYTES} bytes" in data["error"] and "FILL_MAX_HEADER_BYTES" in data["error"], data
+
+
+@pytest.mark.parametrize("piece", [10**6, 1000], ids=["one write", "1000-byte writes"])
+def test_a_head_at_the_limit_is_served_however_it_arrives(wire_port, piece):
+    status, data = send_head(wire_port, head_of(MAX_HEADER_BYTES), piece)
+    assert status == 200, data
+
+
+def test_a_body_not_complete_in_time_is_408_then_the_connection_closes(hurried_port):
+    """A body shorter than its Content-Length: once the body deadline passes, a JSON 408 (waited for here up to
+    WAIT s), then a FIN."""
+    body = b'{"text": "<mask>"}'
+    head = POST_FILL_LENGTH % (len(body) + 10)
+    status, headers, data = refused(hurried_port, head + body)
+    assert status == 408 and data["error_type"] == "request_timeout", data
+    assert f"{BODY_TIMEOUT:g} s" in data["error"] and "FILL_BODY_TIMEOUT" in data["error"], data
+
+
+def test_a_body_sent_in_time_is_served_on_the_hurried_server(hurried_port):
+    body = b'{"text": "<mask>"}'
+    with socket.create_connection(("127.0.0.1", hurried_port), timeout=WAIT) as sock:
+        sock.sendall(POST_FILL_LENGTH % len(body) + body)
+        assert read_response(sock)[0] == 200
