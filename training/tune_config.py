@@ -25,8 +25,18 @@ class TuneConfig(BaseModel):
     self_queries: int = Field(60_000, ge=1, description="self-supervised queries made from the index's documents")
     dev_queries: int = Field(400, ge=0, description="held-out queries (1 document in 16) scored at every checkpoint")
     word_share: float = Field(0.3, ge=0, le=1, description="share of self-supervised masks on a lower-case word")
+    drop_words: float = Field(
+        0.5,
+        ge=0,
+        lt=1,
+        description="share of a self-supervised query's words left out (not names, not next to the mask)",
+    )
+    own_block: bool = Field(
+        True,
+        description="a self-supervised query's own block stays a candidate (false: its answer must come from another)",
+    )
     max_query_tokens: int = Field(32, ge=8, le=256, description="a self-supervised query's tokens around its mask")
-    max_occurrences: int = Field(2_000, ge=1, description="answers occurring more often than this are not asked")
+    max_occurrences: int = Field(100, ge=1, description="answers occurring more often than this are not asked")
     minutes: float | None = Field(60.0, gt=0, description="stop after this many minutes of training (all resumes)")
     steps: int | None = Field(None, ge=1, description="stop after this many steps")
     batch_size: int = Field(32, ge=1)

@@ -79,14 +79,19 @@ def file_queries(path: Path, phrase_ids) -> list[TuneQuery]:
     return out
 
 
+@dataclass(frozen=True)
+class Shape:
+    """How self-supervised queries are made."""
+
+    max_query_tokens: int = 32  # the sentence's tokens around the mask
+    max_answer_tokens: int = 10
+    word_share: float = 0.3  # masks on a lower-case content word (else a salient run)
+    drop: float = 0.0  # share of the words of the window (but names and the 2 words each side of the mask) dropped
+    own_block: bool = False  # the block it was made from stays a candidate (its answer a positive)
+
+
 def self_supervised(
-    index: PhraseIndex,
-    count: int,
-    seed: int,
-    dev: bool = False,
-    max_query_tokens: int = 32,
-    max_answer_tokens: int = 10,
-    word_share: float = 0.3,
+    index: PhraseIndex, count: int, seed: int, dev: bool = False, shape: Shape = Shape()
 ) -> list[TuneQuery]:
     """Up to `count` queries made from random live blocks of the index (those of dev documents with `dev`, of the
     others without), one a block, reproducibly for a seed."""
@@ -108,15 +113,13 @@ def self_supervised(
         doc = shard.doc_id(row)
         if is_dev(doc) != dev:
             continue
-        query = _block_query(index, s, b, rng, max_query_tokens, max_answer_tokens, word_share)
+        query = _block_query(index, s, b, rng, shape)
         if query is not None:
             out.append(query)
     return out
 
 
-def _block_query(
-    index: PhraseIndex, s: int, b: int, rng: random.Random, max_query: int, max_answer: int, word_share: float
-) -> TuneQuery | None:
+def _block_query(index: PhraseIndex, s: int, b: int, rng: random.Random, shape: "Shape") -> TuneQuery | None:
     """One query of block b of shard s (its place among the opened shards), or None when no sentence of it has a
     phrase to mask."""
     shard = index.shards[s]
@@ -128,16 +131,16 @@ def _block_query(
     sentences = _sentences(text, offsets, flags)
     rng.shuffle(sentences)
     for a, z in sentences:
-        span = _pick_span(text, offsets[a:z], flags[a:z], rng, max_answer, word_share)
+        span = _pick_span(text, offsets[a:z], flags[a:z], rng, shape.max_answer_tokens, shape.word_share)
         if span is None:
             continue
-        lo, hi = _window(flags[a:z], span, max_query)
+        lo, hi = _window(flags[a:z], span, shape.max_query_tokens)
         i, j = span
         chars = offsets[a:z]
-        query = text[chars[lo, 0] : chars[i, 0]].strip() + " <mask> " + text[chars[j, 1] : chars[hi, 1]].strip()
+        query = _query_text(text, chars, flags[a:z], (lo, hi), span, rng, shape.drop)
         kind = "self:word" if text[chars[i, 0]].islower() else "self:name"
-        block = index.manifest.shards[index.numbers[s]].block_base + b
-        return TuneQuery(query.strip(), (tuple(ids[a + i : a + j + 1].tolist()),), block, shard.doc_id(row), kind)
+        block = -1 if shape.own_block else index.manifest.shards[index.numbers[s]].block_base + b
+        return TuneQuery(query, (tuple(ids[a + i : a + j + 1].tolist()),), block, shard.doc_id(row), kind)
     return None
 
 
@@ -203,3 +206,32 @@ def _window(flags: np.ndarray, span: tuple[int, int], limit: int) -> tuple[int, 
     while hi > j and not flags[hi] & WORD_END:
         hi -= 1
     return lo, hi
+
+
+def _query_text(
+    text: str,
+    chars: np.ndarray,
+    flags: np.ndarray,
+    window: tuple[int, int],
+    span: tuple[int, int],
+    rng: random.Random,
+    drop: float,
+) -> str:
+    """The window's text with the span as <mask>; with `drop`, each word of it but names, numbers and the two
+    words each side of the mask left out with that chance (the query then is not the block's own words)."""
+    lo, hi = window
+    i, j = span
+    words = [(p, q) for p, q in _words(flags) if lo <= p and q <= hi and (q < i or p > j)]
+    before = [w for w in words if w[1] < i]
+    near = set(before[-2:]) | set([w for w in words if w[0] > j][:2])
+    kept = []
+    for p, q in words:
+        word = text[chars[p, 0] : chars[q, 1]]
+        if (p, q) in near or _name(word) or rng.random() >= drop:
+            kept.append((p, word))
+    pieces = [w for p, w in kept if p < i] + ["<mask>"] + [w for p, w in kept if p > j]
+    return " ".join(pieces)
+
+
+def _name(word: str) -> bool:
+    return bool(word) and (word[0].isupper() or word[0].isdigit())

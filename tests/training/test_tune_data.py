@@ -9,7 +9,7 @@ import pytest
 
 from common.errors import AppError
 from indexer.phrase_index import PhraseIndex
-from training.tune_data import _window, file_queries, is_dev, self_supervised
+from training.tune_data import Shape, _window, file_queries, is_dev, self_supervised
 
 
 def test_self_supervised_queries_mask_a_phrase_of_their_own_block(tiny_index):
@@ -57,3 +57,19 @@ def test_a_bad_line_is_refused_naming_it(tmp_path, bert, line):
     path.write_text('{"query": "a <mask> .", "answers": ["b"]}\n' + line + "\n", encoding="utf-8")
     with pytest.raises(AppError, match=r"q.jsonl:2: not a query pair"):
         file_queries(path, bert.phrase_ids)
+
+
+def test_dropping_words_keeps_names_and_the_words_by_the_mask(tiny_index):
+    index = PhraseIndex(tiny_index)
+    full = self_supervised(index, 50, seed=3)
+    sparse = self_supervised(index, 50, seed=3, shape=Shape(drop=0.99, own_block=True))
+    assert [q.answers for q in full] == [q.answers for q in sparse]  # the same masks, other words
+    assert all(q.block == -1 for q in sparse) and all(q.block >= 0 for q in full)
+    for f, q in zip(full, sparse):
+        words, kept = f.text.split(), q.text.split()
+        assert len(kept) <= len(words) and kept.count("<mask>") == 1
+        at = kept.index("<mask>")
+        names = [w for w in words if w[0].isupper() or w[0].isdigit()]
+        assert all(n in kept for n in names)
+        assert at >= min(2, words.index("<mask>"))  # the two words before the mask stay
+    index.close()
