@@ -36,7 +36,11 @@ class TuneConfig(BaseModel):
         description="a self-supervised query's own block stays a candidate (false: its answer must come from another)",
     )
     max_query_tokens: int = Field(32, ge=8, le=256, description="a self-supervised query's tokens around its mask")
-    max_occurrences: int = Field(100, ge=1, description="answers occurring more often than this are not asked")
+    max_occurrences: int = Field(
+        100,
+        ge=1,
+        description="self-supervised answers occurring more often are not asked (a file's: that many places kept)",
+    )
     minutes: float | None = Field(60.0, gt=0, description="stop after this many minutes of training (all resumes)")
     steps: int | None = Field(None, ge=1, description="stop after this many steps")
     batch_size: int = Field(32, ge=1)

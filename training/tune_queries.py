@@ -82,7 +82,11 @@ class Tuner:
             shape = Shape(cfg.max_query_tokens, 10, cfg.word_share, cfg.drop_words, cfg.own_block)
             train = self_supervised(self.index, cfg.self_queries, cfg.seed, False, shape)
             dev = self_supervised(self.index, cfg.dev_queries, cfg.seed + 1, True, shape)
-        asked = Asked(self.index, train, cfg.max_occurrences), Asked(self.index, dev, cfg.max_occurrences)
+        sample = cfg.queries is not None  # a file's answers are kept however common (some of their places)
+        asked = (
+            Asked(self.index, train, cfg.max_occurrences, sample, cfg.seed),
+            Asked(self.index, dev, cfg.max_occurrences, sample, cfg.seed),
+        )
         logger.info("queries: %d to train on, %d held out (of %d / %d made)", *map(len, asked), len(train), len(dev))
         if not len(asked[0]):
             raise AppError(

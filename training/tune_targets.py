@@ -21,9 +21,14 @@ from training.tune_data import TuneQuery
 
 class Asked:
     """Queries with their positives: the keys of the tokens an answer's occurrence starts / ends at, outside the
-    query's own block (training.occurrences)."""
+    query's own block (training.occurrences). A query whose answers occur nowhere is dropped; one whose answers
+    occur more than `max_occurrences` times is dropped too, or with `sample` (a queries file's: "English" is a fair
+    answer) keeps that many of its occurrences, the same ones for a seed."""
 
-    def __init__(self, index: PhraseIndex, queries: list[TuneQuery], max_occurrences: int) -> None:
+    def __init__(
+        self, index: PhraseIndex, queries: list[TuneQuery], max_occurrences: int, sample: bool = False, seed: int = 0
+    ) -> None:
+        rng = np.random.default_rng(seed)
         places = find_occurrences(index, [list(a) for q in queries for a in q.answers])
         self.queries: list[TuneQuery] = []
         self.starts: list[np.ndarray] = []
@@ -32,13 +37,14 @@ class Asked:
         for q in queries:
             mine = places[at : at + len(q.answers)]
             at += len(q.answers)
-            blocks = np.concatenate([p.blocks for p in mine])
-            other = blocks != q.block
-            starts = np.unique(np.concatenate([p.starts for p in mine])[other])
-            if 1 <= starts.size <= max_occurrences:
-                self.queries.append(q)
-                self.starts.append(starts)
-                self.ends.append(np.unique(np.concatenate([p.ends for p in mine])[other]))
+            other = np.flatnonzero(np.concatenate([p.blocks for p in mine]) != q.block)
+            if not other.size or (other.size > max_occurrences and not sample):
+                continue
+            if other.size > max_occurrences:
+                other = rng.choice(other, max_occurrences, replace=False)
+            self.queries.append(q)
+            self.starts.append(np.unique(np.concatenate([p.starts for p in mine])[other]))
+            self.ends.append(np.unique(np.concatenate([p.ends for p in mine])[other]))
 
     def __len__(self) -> int:
         return len(self.queries)

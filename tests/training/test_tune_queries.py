@@ -136,3 +136,20 @@ def test_a_killed_run_resumes_with_the_same_command(tiny_index, fresh_copy, tmp_
     assert f"resumed checkpoint-{killed_at:06d} at step {killed_at}" in done.stderr
     lines = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines()]
     assert lines[-1]["final"] and lines[-1]["step"] == 400
+
+
+def test_a_common_answer_of_a_queries_file_keeps_some_places_and_a_self_made_one_is_dropped(tiny_index):
+    from indexer.phrase_index import PhraseIndex
+    from training.occurrences import find_occurrences
+    from training.tune_data import TuneQuery
+    from training.tune_targets import Asked
+
+    index = PhraseIndex(tiny_index)
+    born = (2141,)  # "born": 3 places in the tiny corpus
+    assert len(find_occurrences(index, [list(born)])[0]) == 3
+    query = TuneQuery("He was <mask> in Warsaw .", (born,))
+    kept = Asked(index, [query], max_occurrences=2, sample=True, seed=0)
+    assert len(kept) == 1 and kept.starts[0].size == 2 and kept.ends[0].size == 2
+    assert len(Asked(index, [query], max_occurrences=2)) == 0
+    assert Asked(index, [query], max_occurrences=3).starts[0].size == 3
+    index.close()
