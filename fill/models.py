@@ -7,7 +7,7 @@ old encoder's thread, compiled model and cache file open for good (docs/OPERATIO
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Generic, Hashable, Protocol, TypeVar
+from typing import TYPE_CHECKING, Callable, Generic, Hashable, Protocol, TypeVar
 
 if TYPE_CHECKING:
     from encoder.model import Encoder
@@ -86,13 +86,11 @@ class Models:
         encoder = self.encoder.share()
         reader = self.reader.share() if self.reader is not None else None
         corpus = self.corpus.share() if self.corpus is not None else None
-        got: list[Shared[Any] | None] = [encoder, reader, corpus]
-        if encoder is None or any(
-            g is None and m is not None for g, m in zip(got, [encoder, self.reader, self.corpus])
-        ):
-            for g in got:
-                if g is not None:
-                    g.release()
+        closed = (self.reader is not None and reader is None) or (self.corpus is not None and corpus is None)
+        if encoder is None or closed:
+            for got in (encoder, reader, corpus):
+                if got is not None:
+                    got.release()
             raise RuntimeError("the engine's models are closed")
         return Models(encoder, reader, corpus)
 

@@ -149,7 +149,7 @@ def _sentences(text: str, offsets: np.ndarray, flags: np.ndarray) -> list[tuple[
     MIN_SENTENCE_TOKENS long."""
     out, a = [], 0
     for t in range(len(flags)):
-        if text[offsets[t, 0] : offsets[t, 1]] in SENTENCE_ENDS and t + 1 - a >= 1:
+        if text[offsets[t, 0] : offsets[t, 1]] in SENTENCE_ENDS:
             if t + 1 - a >= MIN_SENTENCE_TOKENS:
                 out.append((a, t + 1))
             a = t + 1

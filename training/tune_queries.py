@@ -79,7 +79,12 @@ class Tuner:
             train = [q for q in pairs if not is_dev(q.text)]
             dev = [q for q in pairs if is_dev(q.text)][: cfg.dev_queries]
         else:
-            shape = Shape(cfg.max_query_tokens, 10, cfg.word_share, cfg.drop_words, cfg.own_block)
+            shape = Shape(
+                max_query_tokens=cfg.max_query_tokens,
+                word_share=cfg.word_share,
+                drop=cfg.drop_words,
+                own_block=cfg.own_block,
+            )
             train = self_supervised(self.index, cfg.self_queries, cfg.seed, False, shape)
             dev = self_supervised(self.index, cfg.dev_queries, cfg.seed + 1, True, shape)
         sample = cfg.queries is not None  # a file's answers are kept however common (some of their places)
@@ -90,8 +95,8 @@ class Tuner:
         logger.info("queries: %d to train on, %d held out (of %d / %d made)", *map(len, asked), len(train), len(dev))
         if not len(asked[0]):
             raise AppError(
-                f"no training query of {cfg.queries or 'the index ' + str(cfg.index)} has an answer that occurs in "
-                "the index outside its own block; pass --queries with answers the index holds"
+                f"no training query of {cfg.queries or 'the index ' + str(cfg.index)} has an answer that the index "
+                "holds (outside the query's own block with --no-own-block); pass --queries with answers it holds"
             )
         return asked
 
@@ -132,11 +137,10 @@ class Tuner:
     def targets(self, asked: Asked, rows: list[int], q_s: torch.Tensor, q_e: torch.Tensor) -> list[SideTargets]:
         excluded = [asked.queries[i].block for i in rows]
         return [
-            side_targets(self.index, q.detach().numpy(), [keys[i] for i in rows], excluded, self.cfg.k, extra)
-            for q, keys, extra in (
-                (q_s, asked.starts, self.cfg.extra_positives),
-                (q_e, asked.ends, self.cfg.extra_positives),
+            side_targets(
+                self.index, q.detach().numpy(), [keys[i] for i in rows], excluded, self.cfg.k, self.cfg.extra_positives
             )
+            for q, keys in ((q_s, asked.starts), (q_e, asked.ends))
         ]
 
     def loss(self, q: torch.Tensor, t: SideTargets, side: int) -> torch.Tensor:
@@ -283,7 +287,7 @@ class Tuner:
         metrics = self.dir / "metrics.jsonl"
         if s["best"] is None:  # the starting model's figures, and the model to beat
             self._log(metrics, {"step": s["step"], "dev": self.keep_best()})
-        last_save = time.monotonic()
+        last_save, saved, dev = time.monotonic(), -1, {}
         bar = tqdm(total=1000, unit="‰", desc="tune-queries", initial=int(self.done_fraction() * 1000))
         figures: list[dict[str, float]] = []
         while not self.finished():
@@ -297,10 +301,13 @@ class Tuner:
                 self._log(metrics, self._summary(figures, rate))
                 figures = []
             if time.monotonic() - last_save >= cfg.save_minutes * 60:
-                self._log(metrics, {"step": s["step"], "dev": self.checkpoint()})
-                last_save = time.monotonic()
+                dev = self.checkpoint()
+                self._log(metrics, {"step": s["step"], "dev": dev})
+                last_save, saved = time.monotonic(), s["step"]
         bar.close()
-        self._log(metrics, {"step": s["step"], "dev": self.checkpoint(), "final": True})
+        if saved != s["step"]:  # (not twice at one step)
+            dev = self.checkpoint()
+        self._log(metrics, {"step": s["step"], "dev": dev, "final": True})
         return self.dir / "query_model"
 
     def _summary(self, figures: list[dict[str, float]], rate: float) -> dict:
